@@ -1,0 +1,46 @@
+//! Counters the engine keeps so that each optimisation can be seen working:
+//! guest requests, COW areas created, cancelled and performed, zeroing
+//! requests, joins of in-flight allocations, metadata writeback.
+
+use serde::{Deserialize, Serialize};
+
+/// Monotonic counters of one opened image. Device-level counts (requests,
+/// bytes, flushes) belong to the device; these are the engine's view.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    pub guest_reads: u64,
+    pub guest_bytes_read: u64,
+    pub guest_writes: u64,
+    pub guest_bytes_written: u64,
+    pub guest_flushes: u64,
+    pub guest_zero_writes: u64,
+    pub guest_discards: u64,
+    /// Host clusters allocated for guest data.
+    pub clusters_allocated: u64,
+    /// COW areas (head or tail of a partially written new cluster) created.
+    pub cow_created: u64,
+    /// COW areas a later write covered completely, so never copied.
+    pub cow_cancelled_whole: u64,
+    /// COW areas a later write covered in part, so only the rest was copied.
+    pub cow_cancelled_partial: u64,
+    /// COW areas copied to the device (in whole or the uncancelled part).
+    pub cow_performed: u64,
+    /// Bytes written to the device for COW areas.
+    pub cow_bytes_written: u64,
+    /// Efficient (no-fallback) write_zeroes requests issued for zero_cow.
+    pub zeroing_requests: u64,
+    /// zero_cow attempts the device refused, falling back to zero buffers.
+    pub zeroing_fallbacks: u64,
+    /// Writes that joined a cluster allocation already in flight.
+    pub alloc_joins: u64,
+    /// Writes that waited for an overlapping in-flight write.
+    pub overlap_waits: u64,
+    /// Bytes read from the backing file.
+    pub backing_bytes_read: u64,
+    /// L2 tables written to the device.
+    pub l2_writebacks: u64,
+    /// Refcount blocks written to the device.
+    pub refcount_writebacks: u64,
+    /// Device flushes the engine issued (for any reason).
+    pub device_flushes: u64,
+}

@@ -1,0 +1,62 @@
+//! The engine's error type. Three kinds of failure are kept apart: a device
+//! error (propagated as is), a malformed or corrupt image (an error naming
+//! the field or table and its offset), and a bad guest request. Programmer
+//! errors are assertions, not variants.
+
+use crate::dev::DevError;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("device: {0}")]
+    Dev(#[from] DevError),
+    /// The image is not a valid qcow2 image: a header field or table is
+    /// malformed. `field` names it as the qcow2 specification does.
+    #[error("invalid image: {field}: {reason}")]
+    Format { field: String, reason: String },
+    /// The image uses a feature this engine cannot handle.
+    #[error("unsupported image: {0}")]
+    Unsupported(String),
+    /// Corruption found while running: metadata that points where it must
+    /// not. The image is marked corrupt (when writable) and refuses writes.
+    #[error("corrupt image: {what} (offset {offset:#x})")]
+    Corrupt { what: String, offset: u64 },
+    /// A guest request outside the virtual disk.
+    #[error("request out of range: offset {offset} length {len} is outside the {size}-byte disk")]
+    OutOfRange { offset: u64, len: u64, size: u64 },
+    /// A write to an image opened read-only.
+    #[error("image is read-only")]
+    ReadOnly,
+    /// Metadata that would exceed the configured memory limit.
+    #[error("metadata limit: {what} needs {needed} bytes, limit is {limit}")]
+    MetadataLimit {
+        what: String,
+        needed: u64,
+        limit: u64,
+    },
+    /// A bad option value (create or open).
+    #[error("invalid option {name}: {reason}")]
+    InvalidOption { name: String, reason: String },
+    /// An earlier metadata writeback failed; the in-memory state can no
+    /// longer be trusted to match the device, so the image refuses further
+    /// writes until it is reopened.
+    #[error("image failed after an earlier metadata write error; reopen it")]
+    Poisoned,
+}
+
+impl Error {
+    pub(crate) fn format(field: impl Into<String>, reason: impl Into<String>) -> Error {
+        Error::Format {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn corrupt(what: impl Into<String>, offset: u64) -> Error {
+        Error::Corrupt {
+            what: what.into(),
+            offset,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

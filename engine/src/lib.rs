@@ -1,0 +1,19 @@
+//! qcsim's qcow2 engine: the on-disk format, metadata caches, allocation,
+//! copy-on-write and the guest read/write/flush paths, generic over a
+//! [`dev::BlockDev`].
+//!
+//! The engine runs single-threaded with cooperative concurrency: many guest
+//! requests may be in flight on one [`Image`] at once and interleave at every
+//! await, as QEMU's coroutines do. Nothing here reads a clock, spawns a thread
+//! or draws a random number; that belongs to whoever drives it.
+
+pub mod counters;
+pub mod dev;
+pub mod error;
+pub mod image;
+pub mod options;
+
+pub use counters::Counters;
+pub use error::{Error, Result};
+pub use image::{Backing, Compat, CreateOptions, Image};
+pub use options::{EngineOptions, Switches};

@@ -1,0 +1,150 @@
+//! The engine's options: the five optimisation switches from the seeds, the
+//! metadata cache sizes and limits, and (with the `broken` feature only) the
+//! deliberately broken variants the harness must catch.
+
+use serde::{Deserialize, Serialize};
+
+/// The write-path optimisations, each a switch, all on by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Switches {
+    /// Seed 002: one device request per run of contiguous host clusters, and
+    /// contiguous allocation of a run of clusters for a multi-cluster write.
+    pub multi_cluster: bool,
+    /// Seed 003: L2 and refcount tables written back lazily (at flush or
+    /// eviction), in dependency order, instead of synchronously per write.
+    pub delayed_metadata: bool,
+    /// Seed 001: zero a new cluster with one efficient write_zeroes when its
+    /// COW areas would be zeroes, then write only the guest data.
+    pub zero_cow: bool,
+    /// Head COW, guest data and tail COW as one device write.
+    pub merge_cow: bool,
+    /// Seed 000: defer the COW of an unaligned allocating write so that later
+    /// writes covering the COW areas can cancel it.
+    pub delayed_cow: bool,
+}
+
+impl Switches {
+    /// The names, in the order used by reports and `--switches` masks.
+    pub const NAMES: [&'static str; 5] = [
+        "multi_cluster",
+        "delayed_metadata",
+        "zero_cow",
+        "merge_cow",
+        "delayed_cow",
+    ];
+
+    pub const ALL_ON: Switches = Switches {
+        multi_cluster: true,
+        delayed_metadata: true,
+        zero_cow: true,
+        merge_cow: true,
+        delayed_cow: true,
+    };
+
+    pub const ALL_OFF: Switches = Switches {
+        multi_cluster: false,
+        delayed_metadata: false,
+        zero_cow: false,
+        merge_cow: false,
+        delayed_cow: false,
+    };
+
+    /// Switches from a 5-bit mask; bit i is `NAMES[i]`.
+    pub fn from_mask(mask: u8) -> Switches {
+        Switches {
+            multi_cluster: mask & 1 != 0,
+            delayed_metadata: mask & 2 != 0,
+            zero_cow: mask & 4 != 0,
+            merge_cow: mask & 8 != 0,
+            delayed_cow: mask & 16 != 0,
+        }
+    }
+
+    pub fn mask(&self) -> u8 {
+        self.multi_cluster as u8
+            | (self.delayed_metadata as u8) << 1
+            | (self.zero_cow as u8) << 2
+            | (self.merge_cow as u8) << 3
+            | (self.delayed_cow as u8) << 4
+    }
+
+    /// (name, value) pairs in `NAMES` order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, bool)> {
+        let m = self.mask();
+        Self::NAMES
+            .into_iter()
+            .enumerate()
+            .map(move |(i, n)| (n, m & (1 << i) != 0))
+    }
+
+    /// These switches with the one called `name` set to `value`.
+    pub fn with(&self, name: &str, value: bool) -> Option<Switches> {
+        let i = Self::NAMES.iter().position(|n| *n == name)?;
+        let m = if value {
+            self.mask() | 1 << i
+        } else {
+            self.mask() & !(1 << i)
+        };
+        Some(Switches::from_mask(m))
+    }
+}
+
+impl Default for Switches {
+    fn default() -> Self {
+        Switches::ALL_ON
+    }
+}
+
+/// Deliberately broken engine variants. Each reintroduces one classic
+/// crash-consistency bug so a test can prove the harness catches it.
+#[cfg(feature = "broken")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Broken {
+    /// Link the L2 entry without waiting for the data write to complete.
+    LinkBeforeData,
+    /// Skip the device flush between refcount and L2 writeback.
+    SkipRefcountFlush,
+    /// Drop the COW of a partial cluster.
+    DropPartialCow,
+    /// Reuse a freed cluster before the L2 update that freed it is durable.
+    ReuseBeforeDurable,
+    /// Allocate a second cluster for a write into a cluster whose
+    /// allocation is still in flight.
+    DoubleAlloc,
+}
+
+/// Options of an opened image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineOptions {
+    pub switches: Switches,
+    /// L2 tables kept in the cache; at least 2.
+    pub l2_cache_tables: usize,
+    /// Refcount blocks kept in the cache; at least 2.
+    pub refcount_cache_tables: usize,
+    /// Upper bound on bytes of metadata (L1, refcount table, cached tables)
+    /// the engine will hold in memory for one image; an image that needs more
+    /// is refused with an error that names the table.
+    pub metadata_memory_limit: u64,
+    /// Open read-only: no header update, no writes.
+    pub read_only: bool,
+    /// A broken variant to run instead of the correct engine.
+    #[cfg(feature = "broken")]
+    pub broken: Option<Broken>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            switches: Switches::ALL_ON,
+            l2_cache_tables: 32,
+            refcount_cache_tables: 8,
+            metadata_memory_limit: 256 << 20,
+            read_only: false,
+            #[cfg(feature = "broken")]
+            broken: None,
+        }
+    }
+}

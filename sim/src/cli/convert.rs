@@ -1,0 +1,11 @@
+//! `qcsim convert` (not implemented yet).
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Image file.
+    pub file: std::path::PathBuf,
+}
+
+pub fn run(_args: Args) -> anyhow::Result<i32> {
+    anyhow::bail!("convert: not implemented yet")
+}

@@ -1,0 +1,11 @@
+//! `qcsim info` (not implemented yet).
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Image file.
+    pub file: std::path::PathBuf,
+}
+
+pub fn run(_args: Args) -> anyhow::Result<i32> {
+    anyhow::bail!("info: not implemented yet")
+}

@@ -1,0 +1,9 @@
+//! One module per `qcsim` subcommand; each has `Args` and `run`, which
+//! returns the process exit code.
+
+pub mod check;
+pub mod convert;
+pub mod create;
+pub mod dump;
+pub mod info;
+pub mod io;

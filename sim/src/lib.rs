@@ -1,0 +1,2 @@
+//! qcsim's simulation harness: the simulated disk, the deterministic
+//! executor and clock, workloads and cases, the runner and campaigns.

@@ -1,0 +1,52 @@
+//! The `qcsim` command line: seeded simulation campaigns over the engine,
+//! and the engine on real image files in the manner of qemu-img and qemu-io.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "qcsim",
+    version,
+    about = "qcow2 engine and crash-consistency simulator"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a qcow2 image (as qemu-img create).
+    Create(cli::create::Args),
+    /// Show information about an image (as qemu-img info).
+    Info(cli::info::Args),
+    /// Check an image for consistency (as qemu-img check).
+    Check(cli::check::Args),
+    /// Convert an image to raw or qcow2 (as qemu-img convert).
+    Convert(cli::convert::Args),
+    /// Deterministic text dump of header, L1, L2 and refcount state.
+    Dump(cli::dump::Args),
+    /// Run qemu-io style commands on an image.
+    Io(cli::io::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Create(a) => cli::create::run(a),
+        Command::Info(a) => cli::info::run(a),
+        Command::Check(a) => cli::check::run(a),
+        Command::Convert(a) => cli::convert::run(a),
+        Command::Dump(a) => cli::dump::run(a),
+        Command::Io(a) => cli::io::run(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("qcsim: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
