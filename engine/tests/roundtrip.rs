@@ -6,12 +6,74 @@
 use std::path::Path;
 use std::process::Command;
 
-use engine::dev::MemDev;
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use engine::dev::{BlockDev, DevError, MemDev, WriteFlags, ZeroFlags};
 use engine::{Backing, Compat, CreateOptions, EngineOptions, Image, Switches};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+/// An in-memory device whose requests each yield a seeded number of times
+/// before they take effect, so that concurrent requests interleave and
+/// complete out of order on a single-threaded pool.
+struct YieldDev {
+    inner: MemDev,
+    rng: RefCell<ChaCha8Rng>,
+}
+
+struct YieldN(u32);
+
+impl Future for YieldN {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 == 0 {
+            Poll::Ready(())
+        } else {
+            self.0 -= 1;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+impl YieldDev {
+    fn delay(&self) -> YieldN {
+        YieldN(self.rng.borrow_mut().gen_range(0..6))
+    }
+}
+
+impl BlockDev for YieldDev {
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DevError> {
+        self.delay().await;
+        self.inner.read(offset, buf).await
+    }
+    async fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DevError> {
+        self.delay().await;
+        self.inner.write(offset, buf, flags).await
+    }
+    async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
+        self.delay().await;
+        self.inner.write_zeroes(offset, len, flags).await
+    }
+    async fn discard(&self, offset: u64, len: u64) -> Result<(), DevError> {
+        self.inner.discard(offset, len).await
+    }
+    async fn flush(&self) -> Result<(), DevError> {
+        self.delay().await;
+        self.inner.flush().await
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    async fn truncate(&self, len: u64) -> Result<(), DevError> {
+        self.inner.truncate(len).await
+    }
+}
 
 struct Params {
     cluster_size: u64,
@@ -46,7 +108,7 @@ fn run_case(seed: u64, p: &Params, dir: &Path) -> Vec<u8> {
     if let Some(b) = &backing_data {
         model[..b.len()].copy_from_slice(b);
     }
-    let dev = MemDev::new();
+    let dev = YieldDev { inner: MemDev::new(), rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed ^ 0x5eed)) };
     let co = CreateOptions {
         size: p.size,
         cluster_size: p.cluster_size,
@@ -68,7 +130,10 @@ fn run_case(seed: u64, p: &Params, dir: &Path) -> Vec<u8> {
     };
     let mut img = futures::executor::block_on(Image::open(dev, opts)).expect("open");
     if let Some(b) = &backing_data {
-        img.attach_backing(Backing::Raw(MemDev::from_bytes(b.clone())));
+        img.attach_backing(Backing::Raw(YieldDev {
+            inner: MemDev::from_bytes(b.clone()),
+            rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed)),
+        }));
     }
     let img = std::rc::Rc::new(img);
     let mut pool = LocalPool::new();
@@ -124,7 +189,7 @@ fn run_case(seed: u64, p: &Params, dir: &Path) -> Vec<u8> {
             let len = rng.gen_range(1..=p.cluster_size * 2).min(p.size);
             let off = rng.gen_range(0..=p.size - len);
             let mut buf = vec![0u8; len as usize];
-            futures::executor::block_on(img.read(off, &mut buf)).expect("read");
+            pool.run_until(img.read(off, &mut buf)).expect("read");
             assert_eq!(
                 buf,
                 &model[off as usize..(off + len) as usize],
@@ -133,14 +198,14 @@ fn run_case(seed: u64, p: &Params, dir: &Path) -> Vec<u8> {
         }
     }
     let mut all = vec![0u8; p.size as usize];
-    futures::executor::block_on(img.read(0, &mut all)).expect("read all");
+    pool.run_until(img.read(0, &mut all)).expect("read all");
     assert!(
         all == model,
         "seed {seed}: whole-disk read differs from the model"
     );
     let img = std::rc::Rc::try_unwrap(img).ok().expect("sole owner");
-    let dev = futures::executor::block_on(img.close()).expect("close");
-    let bytes = dev.into_bytes();
+    let dev = pool.run_until(img.close()).expect("close");
+    let bytes = dev.inner.into_bytes();
     // QEMU's judgement of the closed image.
     let path = dir.join(format!("img-{seed}.qcow2"));
     std::fs::write(&path, &bytes).unwrap();
