@@ -467,6 +467,18 @@ impl<D: BlockDev> Image<D> {
             }
         }
 
+        // An L2 table and a refcount block must never share a cluster.
+        let refblocks: BTreeSet<u64> = reftable.iter().copied().filter(|&o| o != 0).collect();
+        for (i, &e) in l1.iter().enumerate() {
+            let off = L1Entry(e).l2_offset();
+            if off != 0 && refblocks.contains(&off) {
+                return Err(Error::format(
+                    format!("L1 entry {i}"),
+                    format!("L2 table {off:#x} is also a refcount block"),
+                ));
+            }
+        }
+
         let end_cluster = file_len.div_ceil(cs);
         let dirty = h.is_dirty();
         let mut header_dirty = false;

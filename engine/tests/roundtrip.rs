@@ -108,7 +108,10 @@ fn run_case(seed: u64, p: &Params, dir: &Path) -> Vec<u8> {
     if let Some(b) = &backing_data {
         model[..b.len()].copy_from_slice(b);
     }
-    let dev = YieldDev { inner: MemDev::new(), rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed ^ 0x5eed)) };
+    let dev = YieldDev {
+        inner: MemDev::new(),
+        rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed ^ 0x5eed)),
+    };
     let co = CreateOptions {
         size: p.size,
         cluster_size: p.cluster_size,
