@@ -346,7 +346,7 @@ fn random_metadata_corruption_never_panics() {
         let mut buf = vec![0u8; 64 << 10];
         let size = img.virtual_size();
         for k in 0..4u64 {
-            let off = (k * 3 << 20).min(size.saturating_sub(buf.len() as u64));
+            let off = ((k * 3) << 20).min(size.saturating_sub(buf.len() as u64));
             let _ = block_on(img.read(off, &mut buf));
             let _ = block_on(img.write(off + 100, &buf[..5000]));
         }
