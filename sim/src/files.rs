@@ -71,25 +71,19 @@ impl FromStr for Format {
 pub enum OpenError {
     #[error(transparent)]
     File(#[from] FileOpenError),
-    #[error("{path}: {source}")]
-    Probe { path: PathBuf, source: DevError },
+    #[error("{path}: {error}")]
+    Probe { path: PathBuf, error: DevError },
     #[error("{path}: {format} images are not supported (only raw and qcow2)")]
     ForeignFormat { path: PathBuf, format: &'static str },
-    #[error("{path}: {source}")]
-    Format {
-        path: PathBuf,
-        source: UnknownFormat,
-    },
-    #[error("{path}: {source}")]
-    Engine {
-        path: PathBuf,
-        source: engine::Error,
-    },
-    #[error("{image}: cannot open backing file '{name}': {source}")]
+    #[error("{path}: {error}")]
+    Format { path: PathBuf, error: UnknownFormat },
+    #[error("{path}: {error}")]
+    Engine { path: PathBuf, error: engine::Error },
+    #[error("{image}: cannot open backing file '{name}': {error}")]
     Backing {
         image: PathBuf,
         name: String,
-        source: Box<OpenError>,
+        error: Box<OpenError>,
     },
     #[error("{image}: backing file '{name}' is unusable: {reason}")]
     BackingName {
@@ -279,9 +273,9 @@ async fn probe_dev(dev: &FileDev) -> Result<Probed, OpenError> {
     let mut head = [0u8; 8];
     dev.read(0, &mut head)
         .await
-        .map_err(|source| OpenError::Probe {
+        .map_err(|error| OpenError::Probe {
             path: dev.path().to_owned(),
-            source,
+            error,
         })?;
     Ok(probe_bytes(&head))
 }
@@ -340,9 +334,9 @@ async fn open_one(
             opts.read_only = read_only;
             let image = Image::open(dev, opts)
                 .await
-                .map_err(|source| OpenError::Engine {
+                .map_err(|error| OpenError::Engine {
                     path: path.to_owned(),
-                    source,
+                    error,
                 })?;
             Ok(Opened::Qcow2(image))
         }
@@ -383,10 +377,10 @@ pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenErr
                 limit: MAX_CHAIN_DEPTH,
             });
         }
-        let backing_err = |source: OpenError| OpenError::Backing {
+        let backing_err = |error: OpenError| OpenError::Backing {
             image: current_path.clone(),
             name: name.clone(),
-            source: Box::new(source),
+            error: Box::new(error),
         };
         if name.is_empty() || name.starts_with("json:") {
             return Err(OpenError::BackingName {
@@ -396,10 +390,10 @@ pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenErr
             });
         }
         let format = match fmt_name {
-            Some(f) => Some(f.parse::<Format>().map_err(|source| {
+            Some(f) => Some(f.parse::<Format>().map_err(|error| {
                 backing_err(OpenError::Format {
                     path: current_path.clone(),
-                    source,
+                    error,
                 })
             })?),
             None => None,
@@ -454,10 +448,10 @@ fn canonical(path: &Path) -> PathBuf {
 pub fn probe_path(path: &Path) -> Result<Probed, OpenError> {
     use std::io::Read;
     let mut head = [0u8; 8];
-    let mut f = std::fs::File::open(path).map_err(|source| {
+    let mut f = std::fs::File::open(path).map_err(|error| {
         OpenError::File(FileOpenError::Open {
             path: path.to_owned(),
-            source,
+            error,
         })
     })?;
     let mut n = 0;
@@ -466,10 +460,10 @@ pub fn probe_path(path: &Path) -> Result<Probed, OpenError> {
             Ok(0) => break,
             Ok(k) => n += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(source) => {
+            Err(error) => {
                 return Err(OpenError::File(FileOpenError::Open {
                     path: path.to_owned(),
-                    source,
+                    error,
                 }))
             }
         }

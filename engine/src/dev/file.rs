@@ -71,8 +71,8 @@ impl Default for FileOptions {
 /// Why a file could not be opened as a device.
 #[derive(Debug, thiserror::Error)]
 pub enum FileOpenError {
-    #[error("{path}: {source}")]
-    Open { path: PathBuf, source: io::Error },
+    #[error("{path}: {error}")]
+    Open { path: PathBuf, error: io::Error },
     #[error("{path}: the file system does not support O_DIRECT (open without it)")]
     DirectUnsupported { path: PathBuf },
     #[error("{path}: not a regular file or block device")]
@@ -393,9 +393,9 @@ impl FileDev {
         pool: IoPool,
         create: bool,
     ) -> Result<FileDev, FileOpenError> {
-        let open_err = |source| FileOpenError::Open {
+        let open_err = |error| FileOpenError::Open {
             path: path.to_owned(),
-            source,
+            error,
         };
         let options = |direct: bool| {
             let mut o = OpenOptions::new();
