@@ -37,8 +37,9 @@ pub struct Args {
     /// Quiet: do not print the "Formatting" line.
     #[arg(short = 'q')]
     pub quiet: bool,
-    /// Image file to create (an existing file is overwritten).
-    pub file: PathBuf,
+    /// Image file to create (an existing file is overwritten). Optional
+    /// only for `-o help`.
+    pub file: Option<PathBuf>,
     /// Virtual size, with an optional k, M, G, T suffix.
     pub size: Option<String>,
 }
@@ -48,11 +49,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         print!("{}", option_help());
         return Ok(0);
     }
+    let Some(file) = args.file.clone() else {
+        bail!("expecting an image file name (qcsim create [OPTIONS] FILE [SIZE])");
+    };
     let format: Format = args.format.parse()?;
     let mut opts = ImageOpts::default();
     for list in &args.options {
         opts.apply_list(list)
-            .with_context(|| format!("{}", args.file.display()))?;
+            .with_context(|| format!("{}", file.display()))?;
     }
     if let Some(s) = &args.size {
         opts.size = Some(parse_size(s).context("invalid image size")?);
@@ -64,12 +68,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         opts.backing_fmt = Some(f.clone());
     }
     match format {
-        Format::Raw => create_raw(&args, &opts),
-        Format::Qcow2 => create_qcow2(&args, opts),
+        Format::Raw => create_raw(&args, &file, &opts),
+        Format::Qcow2 => create_qcow2(&args, &file, opts),
     }
 }
 
-fn create_raw(args: &Args, opts: &ImageOpts) -> anyhow::Result<i32> {
+fn create_raw(args: &Args, file: &Path, opts: &ImageOpts) -> anyhow::Result<i32> {
     let only_size = ImageOpts {
         size: opts.size,
         ..ImageOpts::default()
@@ -77,35 +81,35 @@ fn create_raw(args: &Args, opts: &ImageOpts) -> anyhow::Result<i32> {
     if *opts != only_size {
         bail!(
             "{}: raw images take no options but size (no backing file either)",
-            args.file.display()
+            file.display()
         );
     }
     let Some(size) = opts.size else {
         bail!("image creation needs a size parameter");
     };
     if !args.quiet {
-        println!("Formatting '{}', fmt=raw size={size}", args.file.display());
+        println!("Formatting '{}', fmt=raw size={size}", file.display());
     }
-    let dev = FileDev::create(&args.file, &FileOptions::default())?;
+    let dev = FileDev::create(file, &FileOptions::default())?;
     futures::executor::block_on(async {
         dev.truncate(size).await?;
         dev.flush().await
     })
-    .with_context(|| format!("{}", args.file.display()))?;
+    .with_context(|| format!("{}", file.display()))?;
     Ok(0)
 }
 
-fn create_qcow2(args: &Args, mut opts: ImageOpts) -> anyhow::Result<i32> {
+fn create_qcow2(args: &Args, file: &Path, mut opts: ImageOpts) -> anyhow::Result<i32> {
     if let Some(name) = opts.backing_file.clone() {
-        let backing_path = resolve_backing_path(&args.file, &name);
+        let backing_path = resolve_backing_path(file, &name);
         let Some(fmt) = opts.backing_fmt.clone() else {
-            bail!("{}", missing_backing_format(&args.file, &backing_path));
+            bail!("{}", missing_backing_format(file, &backing_path));
         };
         let fmt: Format = fmt.parse()?;
-        if same_file(&args.file, &backing_path) {
+        if same_file(file, &backing_path) {
             bail!(
                 "{}: trying to create an image with the same file name as its backing file",
-                args.file.display()
+                file.display()
             );
         }
         if !args.unsafe_backing {
@@ -120,7 +124,7 @@ fn create_qcow2(args: &Args, mut opts: ImageOpts) -> anyhow::Result<i32> {
                 disk.close().await?;
                 anyhow::Ok(size)
             })
-            .with_context(|| format!("{}: could not open backing image", args.file.display()))?;
+            .with_context(|| format!("{}: could not open backing image", file.display()))?;
             opts.size.get_or_insert(backing_size);
         }
     }
@@ -129,15 +133,15 @@ fn create_qcow2(args: &Args, mut opts: ImageOpts) -> anyhow::Result<i32> {
     };
     let create = opts.to_create_options(size)?;
     if !args.quiet {
-        println!("{}", formatting_line(&args.file, &create, opts.compat));
+        println!("{}", formatting_line(file, &create, opts.compat));
     }
-    let dev = FileDev::create(&args.file, &FileOptions::default())?;
+    let dev = FileDev::create(file, &FileOptions::default())?;
     futures::executor::block_on(async {
         Image::create(&dev, &create).await?;
         dev.flush().await?;
         anyhow::Ok(())
     })
-    .with_context(|| format!("{}", args.file.display()))?;
+    .with_context(|| format!("{}", file.display()))?;
     Ok(0)
 }
 
