@@ -297,7 +297,7 @@ pub fn resolve_backing_path(image: &Path, name: &str) -> PathBuf {
 /// One file opened as what it is, without its backing chain.
 enum Opened {
     Raw(FileDev),
-    Qcow2(Image<FileDev>),
+    Qcow2(Box<Image<FileDev>>),
 }
 
 async fn open_one(
@@ -338,7 +338,7 @@ async fn open_one(
                     path: path.to_owned(),
                     error,
                 })?;
-            Ok(Opened::Qcow2(image))
+            Ok(Opened::Qcow2(Box::new(image)))
         }
     }
 }
@@ -360,14 +360,14 @@ pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenErr
         Opened::Qcow2(image) => image,
     };
     if !opts.backing {
-        return Ok(Disk::Qcow2(Box::new(top)));
+        return Ok(Disk::Qcow2(top));
     }
 
     // Walk down the chain, keeping every opened qcow2 image; the last file
     // is either raw or a qcow2 image without a backing file.
     let mut seen = BTreeSet::new();
     seen.insert(canonical(path));
-    let mut images: Vec<Image<FileDev>> = Vec::new();
+    let mut images: Vec<Box<Image<FileDev>>> = Vec::new();
     let mut bottom_raw: Option<FileDev> = None;
     let mut current_path = path.to_owned();
     while let Some((name, fmt_name)) = top.backing_spec() {
@@ -433,10 +433,10 @@ pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenErr
         top.attach_backing(Backing::Raw(dev));
     }
     while let Some(mut upper) = images.pop() {
-        upper.attach_backing(Backing::Qcow2(Box::new(top)));
+        upper.attach_backing(Backing::Qcow2(top));
         top = upper;
     }
-    Ok(Disk::Qcow2(Box::new(top)))
+    Ok(Disk::Qcow2(top))
 }
 
 /// The identity of a path for loop detection: canonical where it exists.

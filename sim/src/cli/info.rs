@@ -3,16 +3,14 @@
 //! `actual-size`, `dirty-flag`, `backing-filename`, `format-specific`, ...).
 //!
 //! The image is opened read-only through the engine (which validates it),
-//! without its backing chain, as qemu-img info does. The engine's public API
-//! does not yet expose the header's feature bits and refcount width, so
-//! those are read here from the header by [`HeaderFacts`], a stopgap to be
-//! replaced by the engine's own `Image::info()` once it exists.
+//! without its backing chain, as qemu-img info does; the qcow2 facts come
+//! from the header the engine read.
 
-use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use engine::format::header::{compat, incompat};
 use serde::Serialize;
 use sim::files::{open_image, resolve_backing_path, Disk, Format, OpenOptions};
 
@@ -26,84 +24,6 @@ pub struct Args {
     pub format: Option<String>,
     /// Image file.
     pub file: PathBuf,
-}
-
-/// The qcow2 header fields `info` reports that the engine API lacks.
-// TODO(engine): replace with `Image::info() -> engine::ImageInfo` carrying
-// compat, refcount_bits, lazy_refcounts, dirty, corrupt, extended_l2.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeaderFacts {
-    pub version: u32,
-    pub refcount_bits: u32,
-    pub dirty: bool,
-    pub corrupt: bool,
-    pub extended_l2: bool,
-    pub lazy_refcounts: bool,
-}
-
-/// Byte offsets of the header fields read here (qcow2 spec, big-endian).
-mod offset {
-    pub const VERSION: usize = 4;
-    pub const INCOMPATIBLE_FEATURES: usize = 72;
-    pub const COMPATIBLE_FEATURES: usize = INCOMPATIBLE_FEATURES + 8;
-    pub const AUTOCLEAR_FEATURES: usize = COMPATIBLE_FEATURES + 8;
-    pub const REFCOUNT_ORDER: usize = AUTOCLEAR_FEATURES + 8;
-    /// Bytes of a version 3 header up to and including refcount_order.
-    pub const V3_FIXED_END: usize = REFCOUNT_ORDER + 4;
-}
-
-/// Incompatible feature bits.
-const INCOMPAT_DIRTY: u64 = 1 << 0;
-const INCOMPAT_CORRUPT: u64 = 1 << 1;
-const INCOMPAT_EXTL2: u64 = 1 << 4;
-/// Compatible feature bits.
-const COMPAT_LAZY_REFCOUNTS: u64 = 1 << 0;
-
-impl HeaderFacts {
-    /// Read the facts from the start of a qcow2 file. `None` when the bytes
-    /// are too short or the refcount order is out of range; the engine has
-    /// validated the image before this runs, so that means a race.
-    pub fn parse(head: &[u8]) -> Option<HeaderFacts> {
-        let be32 = |at: usize| Some(u32::from_be_bytes(head.get(at..at + 4)?.try_into().ok()?));
-        let be64 = |at: usize| Some(u64::from_be_bytes(head.get(at..at + 8)?.try_into().ok()?));
-        let version = be32(offset::VERSION)?;
-        if version < 3 {
-            return Some(HeaderFacts {
-                version,
-                refcount_bits: 16,
-                dirty: false,
-                corrupt: false,
-                extended_l2: false,
-                lazy_refcounts: false,
-            });
-        }
-        if head.len() < offset::V3_FIXED_END {
-            return None;
-        }
-        let incompat = be64(offset::INCOMPATIBLE_FEATURES)?;
-        let compat = be64(offset::COMPATIBLE_FEATURES)?;
-        let order = be32(offset::REFCOUNT_ORDER)?;
-        if order > 6 {
-            return None;
-        }
-        Some(HeaderFacts {
-            version,
-            refcount_bits: 1 << order,
-            dirty: incompat & INCOMPAT_DIRTY != 0,
-            corrupt: incompat & INCOMPAT_CORRUPT != 0,
-            extended_l2: incompat & INCOMPAT_EXTL2 != 0,
-            lazy_refcounts: compat & COMPAT_LAZY_REFCOUNTS != 0,
-        })
-    }
-
-    fn read(path: &Path) -> anyhow::Result<HeaderFacts> {
-        let mut head = Vec::with_capacity(offset::V3_FIXED_END);
-        std::fs::File::open(path)
-            .and_then(|f| f.take(offset::V3_FIXED_END as u64).read_to_end(&mut head))
-            .with_context(|| format!("{}: reading the header", path.display()))?;
-        HeaderFacts::parse(&head)
-            .with_context(|| format!("{}: header changed while reading it", path.display()))
-    }
 }
 
 /// Everything `info` reports, in qemu-img's JSON field order.
@@ -186,25 +106,31 @@ pub fn gather(path: &Path, format: Option<Format>) -> anyhow::Result<Info> {
         file_length: meta.len(),
     };
     if let Disk::Qcow2(image) = &disk {
-        let facts = HeaderFacts::read(path)?;
+        let h = image.header();
         info.cluster_size = Some(image.cluster_size());
-        info.dirty_flag = facts.dirty;
+        info.dirty_flag = h.incompatible_features & incompat::DIRTY != 0;
         if let Some((name, fmt)) = image.backing_spec() {
             info.full_backing_filename =
                 Some(resolve_backing_path(path, &name).display().to_string());
             info.backing_filename = Some(name);
             info.backing_filename_format = fmt;
         }
-        let v3 = facts.version >= 3;
+        let v3 = h.version >= 3;
+        let bit = |features: u64, b: u64| v3.then_some(features & b != 0);
         info.format_specific = Some(FormatSpecific {
             kind: "qcow2",
             data: Qcow2Specific {
                 compat: if v3 { "1.1" } else { "0.10" },
-                compression_type: "zlib",
-                lazy_refcounts: v3.then_some(facts.lazy_refcounts),
-                refcount_bits: facts.refcount_bits,
-                corrupt: v3.then_some(facts.corrupt),
-                extended_l2: v3.then_some(facts.extended_l2),
+                compression_type: if h.compression_type == 1 {
+                    "zstd"
+                } else {
+                    "zlib"
+                },
+                lazy_refcounts: bit(h.compatible_features, compat::LAZY_REFCOUNTS),
+                // The engine validated refcount_order (at most 6) on open.
+                refcount_bits: 1u32 << h.refcount_order.min(6),
+                corrupt: bit(h.incompatible_features, incompat::CORRUPT),
+                extended_l2: bit(h.incompatible_features, incompat::EXTENDED_L2),
             },
         });
     }
@@ -344,40 +270,6 @@ mod tests {
         for (bytes, want) in cases {
             assert_eq!(human_size(bytes), want, "{bytes}");
         }
-    }
-
-    fn v3_header(incompat: u64, compat: u64, refcount_order: u32) -> Vec<u8> {
-        let mut h = vec![0u8; offset::V3_FIXED_END];
-        h[..4].copy_from_slice(b"QFI\xfb");
-        h[4..8].copy_from_slice(&3u32.to_be_bytes());
-        h[72..80].copy_from_slice(&incompat.to_be_bytes());
-        h[80..88].copy_from_slice(&compat.to_be_bytes());
-        h[96..100].copy_from_slice(&refcount_order.to_be_bytes());
-        h
-    }
-
-    #[test]
-    fn header_facts_read_feature_bits() {
-        let f = HeaderFacts::parse(&v3_header(0b10011, 1, 3)).unwrap();
-        assert_eq!(
-            f,
-            HeaderFacts {
-                version: 3,
-                refcount_bits: 8,
-                dirty: true,
-                corrupt: true,
-                extended_l2: true,
-                lazy_refcounts: true,
-            }
-        );
-        let f = HeaderFacts::parse(&v3_header(0, 0, 4)).unwrap();
-        assert!(!f.dirty && !f.corrupt && !f.extended_l2 && !f.lazy_refcounts);
-        assert_eq!(f.refcount_bits, 16);
-        let mut v2 = v3_header(0, 0, 0);
-        v2[4..8].copy_from_slice(&2u32.to_be_bytes());
-        assert_eq!(HeaderFacts::parse(&v2[..72]).unwrap().refcount_bits, 16);
-        assert_eq!(HeaderFacts::parse(&v3_header(0, 0, 7)), None);
-        assert_eq!(HeaderFacts::parse(&v3_header(0, 0, 4)[..80]), None);
     }
 
     #[test]

@@ -11,9 +11,6 @@
 //! - `qcsim info` agrees with `qemu-img info`; `qcsim convert -O qcow2`
 //!   output passes `qemu-img check` and compares equal;
 //! - backing-chain errors (loop, missing file) are reported by name.
-//!
-//! PENDING: needs the engine's create/open/read/write (rename to `.rs`
-//! once `engine::Image` is implemented).
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -338,7 +335,7 @@ fn info_agrees_with_qemu_img() {
     for (opts, backing) in [
         ("cluster_size=4k,refcount_bits=8,lazy_refcounts=on", false),
         ("compat=0.10", false),
-        ("extended_l2=on", true),
+        ("cluster_size=64k,refcount_bits=32", true),
     ] {
         let mut args = vec!["create", "-f", "qcow2", "-o", opts];
         if backing {
