@@ -377,4 +377,13 @@ fn direct_mode_mixes_aligned_and_unaligned_requests() {
     assert_same(&tail[..4 << 10], &model[60 << 10..], "tail");
     assert!(tail[4 << 10..].iter().all(|&b| b == 0));
     block_on(dev.flush()).unwrap();
+    // A file whose end is not aligned: an aligned read across that end
+    // stops at it (no unaligned retry, which O_DIRECT would refuse).
+    block_on(dev.truncate(5000)).unwrap();
+    let got = read_vec(&dev, 0, 8192);
+    assert_same(&got[..5000], &model[..5000], "before the unaligned end");
+    assert!(
+        got[5000..].iter().all(|&b| b == 0),
+        "past the unaligned end"
+    );
 }

@@ -539,8 +539,10 @@ fn checked_end(op: IoOp, offset: u64, len: u64) -> Result<u64, DevError> {
 }
 
 /// Read as much of `buf` as the file has; returns the bytes read, fewer than
-/// `buf.len()` only at end of file.
-fn pread_full(file: &File, mut offset: u64, mut buf: &mut [u8]) -> io::Result<usize> {
+/// `buf.len()` only at end of file. With `direct`, a short read is taken as
+/// the end of file: retrying at the unaligned position it stopped at would
+/// fail with EINVAL under O_DIRECT.
+fn pread_full(file: &File, mut offset: u64, mut buf: &mut [u8], direct: bool) -> io::Result<usize> {
     let mut done = 0;
     while !buf.is_empty() {
         match file.read_at(buf, offset) {
@@ -549,6 +551,9 @@ fn pread_full(file: &File, mut offset: u64, mut buf: &mut [u8]) -> io::Result<us
                 done += n;
                 offset += n as u64;
                 buf = &mut buf[n..];
+                if direct && !buf.is_empty() {
+                    break;
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -651,7 +656,7 @@ impl BlockDev for FileDev {
                 let (file, direct) = fds.for_range(offset, len);
                 // Bytes past the end of the file stay zero.
                 let mut b = IoBuf::for_request(direct, len);
-                pread_full(file, offset, b.as_mut_slice())?;
+                pread_full(file, offset, b.as_mut_slice(), direct)?;
                 Ok(b)
             })
             .await?
