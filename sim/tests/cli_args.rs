@@ -80,6 +80,32 @@ fn io_bad_command_does_not_stop_the_next_ones() {
 }
 
 #[test]
+fn io_reads_commands_from_stdin_without_c() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    raw_image(dir.path(), "d.raw", 65536);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qcsim"))
+        .args(["io", "d.raw"])
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"write -P 0x33 1k 1k\n\nread -P 0x33 1k 1k\nflush\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "wrote 1024/1024 bytes at offset 1024\nread 1024/1024 bytes at offset 1024\n"
+    );
+}
+
+#[test]
 fn io_reports_pattern_mismatch_like_qemu_io() {
     let dir = tempfile::tempdir().unwrap();
     raw_image(dir.path(), "d.raw", 65536);

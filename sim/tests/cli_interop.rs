@@ -374,6 +374,21 @@ fn convert_to_qcow2_passes_check_and_compares_equal() {
         d,
     );
     qemu_io_workload("src.qcow2", 65536, d);
+    // 2 MiB clusters are larger than convert's 1 MiB chunks.
+    qcsim(
+        &[
+            "convert",
+            "-O",
+            "qcow2",
+            "-o",
+            "cluster_size=2M",
+            "src.qcow2",
+            "big.qcow2",
+        ],
+        d,
+    );
+    assert_clean("big.qcow2", d);
+    run("qemu-img", &["compare", "src.qcow2", "big.qcow2"], d);
     qcsim(
         &[
             "convert",
@@ -418,8 +433,21 @@ fn create_with_backing_takes_its_size_and_chain_errors_are_named() {
     .unwrap();
     assert_eq!(info["virtual-size"], 3 << 20);
     assert_eq!(info["backing-filename"], "b.raw");
-    // Missing backing file.
+    // A relative backing name is relative to the new image's directory.
+    std::fs::create_dir(d.join("sub")).unwrap();
+    run("qemu-img", &["create", "-f", "raw", "sub/s.raw", "2M"], d);
+    qcsim(&["create", "-b", "s.raw", "-F", "raw", "sub/t.qcow2"], d);
+    let info: serde_json::Value =
+        serde_json::from_str(&qcsim(&["info", "--output", "json", "sub/t.qcow2"], d)).unwrap();
+    assert_eq!(info["virtual-size"], 2 << 20);
+    assert_eq!(info["backing-filename"], "s.raw");
+    assert_eq!(info["full-backing-filename"], "sub/s.raw");
+    // Missing backing file: info still describes the image (it does not
+    // open the chain); io names the missing file.
     std::fs::rename(d.join("b.raw"), d.join("gone.raw")).unwrap();
+    let info: serde_json::Value =
+        serde_json::from_str(&qcsim(&["info", "--output", "json", "t.qcow2"], d)).unwrap();
+    assert_eq!(info["backing-filename"], "b.raw");
     let out = exec(QCSIM, &["io", "-c", "read 0 1", "t.qcow2"], d);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));

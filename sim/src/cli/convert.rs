@@ -37,7 +37,9 @@ pub struct Args {
     pub destination: PathBuf,
 }
 
-/// Bytes copied per chunk; a multiple of every cluster size up to 1 MiB.
+/// Bytes copied per chunk at least; a multiple of every cluster size up to
+/// 1 MiB, and raised to the cluster size above that so that no chunk ends
+/// inside a destination cluster.
 const CHUNK: u64 = 1 << 20;
 
 /// Largest `-m`, as qemu-img's.
@@ -94,16 +96,18 @@ impl Target {
     }
 }
 
-/// Copy chunk `index` of the source to the target, skipping zero blocks.
+/// Copy chunk `index` (of `chunk` bytes) of the source to the target,
+/// skipping zero blocks of `granule` bytes.
 async fn copy_chunk(
     src: &Disk,
     dst: &Target,
     index: u64,
+    chunk: u64,
     size: u64,
     granule: usize,
 ) -> anyhow::Result<()> {
-    let offset = index * CHUNK;
-    let len = (size - offset).min(CHUNK) as usize;
+    let offset = index * chunk;
+    let len = (size - offset).min(chunk) as usize;
     let mut buf = vec![0u8; len];
     src.read(offset, &mut buf)
         .await
@@ -180,12 +184,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 (Target::Qcow2(Box::new(image)), create.cluster_size as usize)
             }
         };
-        let chunks = size.div_ceil(CHUNK);
+        let chunk = CHUNK.max(granule as u64);
+        let chunks = size.div_ceil(chunk);
         let mut next = 0u64;
         let mut in_flight = FuturesUnordered::new();
         while next < chunks || !in_flight.is_empty() {
             while next < chunks && in_flight.len() < args.parallel {
-                in_flight.push(copy_chunk(&src, &target, next, size, granule));
+                in_flight.push(copy_chunk(&src, &target, next, chunk, size, granule));
                 next += 1;
             }
             if let Some(result) = in_flight.next().await {
