@@ -397,18 +397,15 @@ impl FileDev {
             path: path.to_owned(),
             error,
         };
-        let options = |direct: bool| {
+        let options = |create_it: bool| {
             let mut o = OpenOptions::new();
             o.read(true).write(!opts.read_only);
-            if create {
+            if create_it {
                 o.create(true).truncate(true);
-            }
-            if direct {
-                o.custom_flags(libc::O_DIRECT);
             }
             o
         };
-        let file = options(false).open(path).map_err(open_err)?;
+        let file = options(create).open(path).map_err(open_err)?;
         let meta = file.metadata().map_err(open_err)?;
         let ft = meta.file_type();
         use std::os::unix::fs::FileTypeExt;
@@ -418,8 +415,8 @@ impl FileDev {
             });
         }
         let direct = if opts.direct {
-            // The file exists now (the buffered open created it), so this
-            // open cannot truncate anything the first one did not.
+            // The buffered open above created the file if asked; this one
+            // only opens it again, so it never truncates.
             match options(false).custom_flags(libc::O_DIRECT).open(path) {
                 Ok(f) => Some(f),
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
