@@ -470,3 +470,28 @@ fn create_with_backing_takes_its_size_and_chain_errors_are_named() {
     assert_eq!(out.status.code(), Some(1));
     assert!(err.contains("loops"), "{err}");
 }
+
+#[test]
+fn backing_chains_open_up_to_the_depth_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // c0 is the bottom; c{i} is backed by c{i-1}. With the limit at 64
+    // backing files, c64 opens and c65 is refused.
+    run("qemu-img", &["create", "-f", "qcow2", "c0.qcow2", "1M"], d);
+    run("qemu-io", &["-c", "write -P 5 0 4k", "c0.qcow2"], d);
+    for i in 1..=65 {
+        let (prev, this) = (format!("c{}.qcow2", i - 1), format!("c{i}.qcow2"));
+        qcsim(
+            &[
+                "create", "-q", "-u", "-b", &prev, "-F", "qcow2", &this, "1M",
+            ],
+            d,
+        );
+    }
+    let out = qcsim(&["io", "-r", "-c", "read -P 5 0 4k", "c64.qcow2"], d);
+    assert_eq!(out, "read 4096/4096 bytes at offset 0\n");
+    let out = exec(QCSIM, &["io", "-r", "-c", "read 0 4k", "c65.qcow2"], d);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("deeper than 64"), "{err}");
+}
