@@ -763,3 +763,53 @@ impl BlockDev for FileDev {
             .map_err(|e| dev_error(IoOp::Truncate, len, 0, e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_errors_map_to_device_errors() {
+        let e = |n| io::Error::from_raw_os_error(n);
+        assert_eq!(
+            dev_error(IoOp::Read, 7, 9, e(libc::EIO)),
+            DevError::Io {
+                op: IoOp::Read,
+                offset: 7,
+                len: 9
+            }
+        );
+        assert_eq!(
+            dev_error(IoOp::Write, 1, 2, e(libc::ENOSPC)),
+            DevError::NoSpace {
+                op: IoOp::Write,
+                offset: 1,
+                len: 2
+            }
+        );
+        match dev_error(IoOp::Flush, 0, 0, e(libc::EROFS)) {
+            DevError::Os {
+                op: IoOp::Flush,
+                errno: Some(n),
+                message,
+                ..
+            } => {
+                assert_eq!(n, libc::EROFS);
+                assert!(message.contains("Read-only"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_panicking_job_is_reported_not_hung_and_the_pool_survives() {
+        let pool = IoPool::new(1).unwrap();
+        let panicked = futures::executor::block_on(pool.submit(|| -> u32 {
+            panic!("deliberate panic in an I/O job");
+        }));
+        assert!(matches!(panicked, Err(Abandoned)));
+        // The single worker is still there to run the next job.
+        let ok = futures::executor::block_on(pool.submit(|| 42u32));
+        assert!(matches!(ok, Ok(42)));
+    }
+}
