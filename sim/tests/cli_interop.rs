@@ -262,6 +262,24 @@ fn dirty_lazy_refcount_images_read_as_qemu_reads_them() {
         serde_json::from_str(&qcsim(&["info", "--output", "json", "lz.qcow2"], d)).unwrap();
     assert_eq!(info["dirty-flag"], true);
     assert_converts_alike("lz.qcow2", d);
+    // A read-write open repairs the refcounts; after a clean close the
+    // image is clean and not dirty, and still holds both writes.
+    qcsim(&["io", "-c", "write -P 4 1M 64k", "lz.qcow2"], d);
+    assert_clean("lz.qcow2", d);
+    let info: serde_json::Value =
+        serde_json::from_str(&qcsim(&["info", "--output", "json", "lz.qcow2"], d)).unwrap();
+    assert_eq!(info["dirty-flag"], false);
+    run(
+        "qemu-io",
+        &[
+            "-c",
+            "read -P 3 0 128k",
+            "-c",
+            "read -P 4 1M 64k",
+            "lz.qcow2",
+        ],
+        d,
+    );
 }
 
 #[test]
@@ -494,4 +512,52 @@ fn backing_chains_open_up_to_the_depth_limit() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(err.contains("deeper than 64"), "{err}");
+}
+
+#[test]
+fn o_direct_io_leaves_a_clean_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 512-byte clusters: most metadata and data requests are smaller than
+    // the O_DIRECT alignment and take the buffered path beside direct ones.
+    for opts in ["cluster_size=512", "cluster_size=64k"] {
+        qcsim(&["create", "-q", "-o", opts, "n.qcow2", "8M"], d);
+        qcsim(
+            &[
+                "io",
+                "-n",
+                "-c",
+                "write -P 1 0 1M",
+                "-c",
+                "write -P 2 1000 5000",
+                "-c",
+                "write -z 2M 64k",
+                "-c",
+                "write -P 3 4M 192k",
+                "-c",
+                "read -P 3 4M 192k",
+                "-c",
+                "flush",
+                "n.qcow2",
+            ],
+            d,
+        );
+        assert_clean("n.qcow2", d);
+        run(
+            "qemu-io",
+            &[
+                "-c",
+                "read -P 1 0 1000",
+                "-c",
+                "read -P 2 1000 5000",
+                "-c",
+                "read -P 1 6000 1042576",
+                "-c",
+                "read -P 3 4M 192k",
+                "n.qcow2",
+            ],
+            d,
+        );
+        assert_converts_alike("n.qcow2", d);
+    }
 }
