@@ -29,6 +29,8 @@ pub struct Args {
 /// Everything `info` reports, in qemu-img's JSON field order.
 #[derive(Debug, Serialize)]
 pub struct Info {
+    /// The protocol layer under the image: the file itself.
+    pub children: Vec<Child>,
     #[serde(
         rename = "backing-filename-format",
         skip_serializing_if = "Option::is_none"
@@ -56,6 +58,36 @@ pub struct Info {
     /// Not serialized: the file length, for the human "Child node" part.
     #[serde(skip)]
     pub file_length: u64,
+}
+
+/// A child node, as qemu-img lists the protocol layer.
+#[derive(Debug, Serialize)]
+pub struct Child {
+    pub name: &'static str,
+    pub info: FileNode,
+}
+
+/// The file under an image, as qemu-img's "file" protocol node reports it.
+#[derive(Debug, Serialize)]
+pub struct FileNode {
+    pub children: Vec<Child>,
+    #[serde(rename = "virtual-size")]
+    pub virtual_size: u64,
+    pub filename: String,
+    pub format: &'static str,
+    #[serde(rename = "actual-size")]
+    pub actual_size: u64,
+    #[serde(rename = "format-specific")]
+    pub format_specific: FileSpecific,
+    #[serde(rename = "dirty-flag")]
+    pub dirty_flag: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FileSpecific {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub data: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Debug, Serialize)]
@@ -92,7 +124,24 @@ pub fn gather(path: &Path, format: Option<Format>) -> anyhow::Result<Info> {
     };
     let disk = futures::executor::block_on(open_image(path, &opts))?;
     let meta = std::fs::metadata(path).with_context(|| format!("{}", path.display()))?;
+    // QEMU's file layer reports the length rounded up to a sector.
+    let file_length = meta.len().next_multiple_of(512);
     let mut info = Info {
+        children: vec![Child {
+            name: "file",
+            info: FileNode {
+                children: Vec::new(),
+                virtual_size: file_length,
+                filename: path.display().to_string(),
+                format: "file",
+                actual_size: meta.blocks() * 512,
+                format_specific: FileSpecific {
+                    kind: "file",
+                    data: serde_json::Map::new(),
+                },
+                dirty_flag: false,
+            },
+        }],
         backing_filename_format: None,
         virtual_size: disk.virtual_size(),
         filename: path.display().to_string(),
@@ -103,7 +152,7 @@ pub fn gather(path: &Path, format: Option<Format>) -> anyhow::Result<Info> {
         full_backing_filename: None,
         backing_filename: None,
         dirty_flag: false,
-        file_length: meta.len(),
+        file_length,
     };
     if let Disk::Qcow2(image) = &disk {
         let h = image.header();
@@ -275,6 +324,7 @@ mod tests {
     #[test]
     fn json_uses_qemu_field_names_and_order() {
         let info = Info {
+            children: Vec::new(),
             backing_filename_format: Some("raw".into()),
             virtual_size: 1 << 20,
             filename: "top.qcow2".into(),
@@ -298,6 +348,7 @@ mod tests {
             file_length: 197120,
         };
         let want = r#"{
+    "children": [],
     "backing-filename-format": "raw",
     "virtual-size": 1048576,
     "filename": "top.qcow2",
