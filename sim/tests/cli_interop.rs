@@ -555,3 +555,67 @@ fn o_direct_io_leaves_a_clean_image() {
         assert_converts_alike("n.qcow2", d);
     }
 }
+
+#[test]
+fn create_prints_and_makes_what_qemu_img_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for sub in ["ours", "theirs"] {
+        std::fs::create_dir(d.join(sub)).unwrap();
+        run(
+            "qemu-img",
+            &["create", "-q", "-f", "raw", "base.raw", "3M"],
+            &d.join(sub),
+        );
+    }
+    let cases: [&[&str]; 6] = [
+        &["-o", "cluster_size=4k", "f.qcow2", "1G"],
+        &["-o", "compat=v2", "f.qcow2", "1M"],
+        &[
+            "-o",
+            "compat=1.1,lazy_refcounts=on,refcount_bits=1",
+            "f.qcow2",
+            "1M",
+        ],
+        &["-o", "cluster_size=2M,refcount_bits=64", "f.qcow2", "64M"],
+        &["-b", "base.raw", "-F", "raw", "f.qcow2"],
+        &[
+            "-o",
+            "backing_file=base.raw,backing_fmt=raw",
+            "f.qcow2",
+            "5M",
+        ],
+    ];
+    for args in cases {
+        let ours = {
+            let mut a = vec!["create", "-f", "qcow2"];
+            a.extend_from_slice(args);
+            qcsim(&a, &d.join("ours"))
+        };
+        let theirs = {
+            let mut a = vec!["create", "-f", "qcow2"];
+            a.extend_from_slice(args);
+            String::from_utf8(run("qemu-img", &a, &d.join("theirs")).stdout).unwrap()
+        };
+        assert_eq!(ours, theirs, "{args:?}");
+        let info = |sub: &str| -> serde_json::Value {
+            let out = run(
+                "qemu-img",
+                &["info", "--output", "json", "f.qcow2"],
+                &d.join(sub),
+            );
+            serde_json::from_slice(&out.stdout).unwrap()
+        };
+        let (ours, theirs) = (info("ours"), info("theirs"));
+        for key in [
+            "virtual-size",
+            "cluster-size",
+            "format-specific",
+            "backing-filename",
+            "backing-filename-format",
+        ] {
+            assert_eq!(ours[key], theirs[key], "{args:?}: {key}");
+        }
+        assert_clean("ours/f.qcow2", d);
+    }
+}

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use engine::dev::{BlockDev, FileDev, FileOptions};
-use engine::{Compat, CreateOptions, Image};
+use engine::{CreateOptions, Image};
 use sim::files::{open_image, probe_path, resolve_backing_path, Format, OpenOptions, Probed};
 
 use super::qemu_args::{option_help, parse_size, wants_help, ImageOpts};
@@ -133,7 +133,10 @@ fn create_qcow2(args: &Args, file: &Path, mut opts: ImageOpts) -> anyhow::Result
     };
     let create = opts.to_create_options(size)?;
     if !args.quiet {
-        println!("{}", formatting_line(file, &create, opts.compat));
+        println!(
+            "{}",
+            formatting_line(file, &create, opts.compat_name.as_deref())
+        );
     }
     let dev = FileDev::create(file, &FileOptions::default())?;
     futures::executor::block_on(async {
@@ -167,7 +170,8 @@ fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// The line qemu-img prints before creating a qcow2 image, in its order.
-fn formatting_line(file: &Path, c: &CreateOptions, explicit_compat: Option<Compat>) -> String {
+/// `compat_name` is the `compat` option as given, if it was.
+fn formatting_line(file: &Path, c: &CreateOptions, compat_name: Option<&str>) -> String {
     let onoff = |b: bool| if b { "on" } else { "off" };
     let mut s = format!(
         "Formatting '{}', fmt=qcow2 cluster_size={} extended_l2={} compression_type=zlib size={}",
@@ -182,11 +186,7 @@ fn formatting_line(file: &Path, c: &CreateOptions, explicit_compat: Option<Compa
     if let Some(f) = &c.backing_format {
         s.push_str(&format!(" backing_fmt={f}"));
     }
-    if let Some(compat) = explicit_compat {
-        let name = match compat {
-            Compat::V2 => "0.10",
-            Compat::V3 => "1.1",
-        };
+    if let Some(name) = compat_name {
         s.push_str(&format!(" compat={name}"));
     }
     s.push_str(&format!(
@@ -200,6 +200,7 @@ fn formatting_line(file: &Path, c: &CreateOptions, explicit_compat: Option<Compa
 #[cfg(test)]
 mod tests {
     use super::*;
+    use engine::Compat;
 
     #[test]
     fn formatting_line_matches_qemu_img_order() {
@@ -221,7 +222,7 @@ mod tests {
             ..CreateOptions::default()
         };
         assert_eq!(
-            formatting_line(Path::new("v2.qcow2"), &c, Some(Compat::V2)),
+            formatting_line(Path::new("v2.qcow2"), &c, Some("0.10")),
             "Formatting 'v2.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
              compression_type=zlib size=1073741824 compat=0.10 lazy_refcounts=off \
              refcount_bits=16"

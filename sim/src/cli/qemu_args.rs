@@ -127,6 +127,8 @@ pub struct ImageOpts {
     pub cluster_size: Option<u64>,
     pub refcount_bits: Option<u32>,
     pub compat: Option<Compat>,
+    /// `compat` as it was spelled (`v2`, `0.10`, ...), which qemu-img echoes.
+    pub compat_name: Option<String>,
     pub lazy_refcounts: Option<bool>,
     pub extended_l2: Option<bool>,
     pub backing_file: Option<String>,
@@ -219,7 +221,8 @@ impl ImageOpts {
                     "0.10" | "v2" => Compat::V2,
                     "1.1" | "v3" => Compat::V3,
                     _ => return Err(bad(&format!("invalid compatibility level '{value}'"))),
-                })
+                });
+                self.compat_name = Some(value.to_owned());
             }
             "lazy_refcounts" => self.lazy_refcounts = Some(parse_switch(key, value)?),
             "extended_l2" => self.extended_l2 = Some(parse_switch(key, value)?),
