@@ -7,8 +7,10 @@
 //! it was written with FUA). Every method takes `&self` because many requests
 //! are in flight at once; implementations use interior mutability.
 
+mod file;
 mod mem;
 
+pub use file::{FileDev, FileOpenError, FileOptions, IoPool, DIRECT_ALIGN};
 pub use mem::MemDev;
 
 use std::fmt;

@@ -7,3 +7,4 @@ pub mod create;
 pub mod dump;
 pub mod info;
 pub mod io;
+pub mod qemu_args;

@@ -1,0 +1,411 @@
+//! The argument syntax the file commands share with qemu-img and qemu-io:
+//! sizes with binary suffixes (`512`, `64k`, `1.5M`, `0x200`), `on`/`off`
+//! switches, and `-o key=value,...` image option lists, with their checks
+//! and messages.
+
+use engine::{Compat, CreateOptions};
+
+/// Why a size, switch or option list was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgError {
+    #[error("invalid size '{0}': expected a number with an optional suffix k, M, G, T, P or E")]
+    Size(String),
+    #[error("size '{0}' is too large")]
+    SizeTooLarge(String),
+    #[error("parameter '{key}' expects 'on' or 'off', not '{value}'")]
+    Switch { key: String, value: String },
+    #[error("invalid parameter '{0}'")]
+    UnknownOption(String),
+    #[error("parameter '{0}' needs a value (key=value)")]
+    MissingValue(String),
+    #[error("parameter '{key}': {reason}")]
+    BadValue { key: String, reason: String },
+    #[error("{0}")]
+    Conflict(String),
+}
+
+/// Parse a size as qemu's `qemu_strtosz` does: a decimal number (a
+/// fraction only with a unit suffix) or a `0x` hex number, then an optional
+/// binary suffix `B`, `k`, `M`, `G`, `T`, `P` or `E`, in either case.
+pub fn parse_size(s: &str) -> Result<u64, ArgError> {
+    let bad = || ArgError::Size(s.to_owned());
+    if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        return u64::from_str_radix(hex, 16).map_err(|_| ArgError::SizeTooLarge(s.to_owned()));
+    }
+    let digits_end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (int_part, rest) = s.split_at(digits_end);
+    if int_part.is_empty() {
+        return Err(bad());
+    }
+    let (frac_part, suffix) = match rest.strip_prefix('.') {
+        Some(r) => {
+            let end = r.find(|c: char| !c.is_ascii_digit()).unwrap_or(r.len());
+            if end == 0 {
+                return Err(bad());
+            }
+            r.split_at(end)
+        }
+        None => ("", rest),
+    };
+    let shift = match suffix {
+        "" | "b" | "B" => 0,
+        "k" | "K" => 10,
+        "m" | "M" => 20,
+        "g" | "G" => 30,
+        "t" | "T" => 40,
+        "p" | "P" => 50,
+        "e" | "E" => 60,
+        _ => return Err(bad()),
+    };
+    if !frac_part.is_empty() && shift == 0 {
+        // A fraction of a byte means nothing.
+        return Err(bad());
+    }
+    let too_large = || ArgError::SizeTooLarge(s.to_owned());
+    let int: u128 = int_part.parse().map_err(|_| too_large())?;
+    let mut total = int.checked_shl(shift).ok_or_else(too_large)?;
+    if !frac_part.is_empty() {
+        // Keep 18 fraction digits at most: beyond that a digit is worth less
+        // than a byte even with the largest unit.
+        let frac = &frac_part[..frac_part.len().min(18)];
+        let num: u128 = frac.parse().map_err(|_| bad())?;
+        let den = 10u128.pow(frac.len() as u32);
+        total += (num << shift) / den;
+    }
+    u64::try_from(total).map_err(|_| too_large())
+}
+
+/// Parse an on/off switch value as qemu's option parser does.
+pub fn parse_switch(key: &str, value: &str) -> Result<bool, ArgError> {
+    match value {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(ArgError::Switch {
+            key: key.to_owned(),
+            value: value.to_owned(),
+        }),
+    }
+}
+
+/// Split a `key=value,key=value` list; `,,` is a literal comma in a value.
+/// A key without `=` is returned with no value.
+pub fn split_option_list(list: &str) -> Vec<(String, Option<String>)> {
+    let mut items = Vec::new();
+    let mut current = String::new();
+    let mut chars = list.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == ',' {
+            if chars.peek() == Some(&',') {
+                chars.next();
+                current.push(',');
+                continue;
+            }
+            items.push(std::mem::take(&mut current));
+        } else {
+            current.push(c);
+        }
+    }
+    items.push(current);
+    items
+        .into_iter()
+        .filter(|item| !item.is_empty())
+        .map(|item| match item.split_once('=') {
+            Some((k, v)) => (k.to_owned(), Some(v.to_owned())),
+            None => (item, None),
+        })
+        .collect()
+}
+
+/// The qcow2 creation options named by qemu-img's `-o`, each unset until
+/// given. Later settings override earlier ones, as with repeated `-o`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageOpts {
+    pub size: Option<u64>,
+    pub cluster_size: Option<u64>,
+    pub refcount_bits: Option<u32>,
+    pub compat: Option<Compat>,
+    /// `compat` as it was spelled (`v2`, `0.10`, ...), which qemu-img echoes.
+    pub compat_name: Option<String>,
+    pub lazy_refcounts: Option<bool>,
+    pub extended_l2: Option<bool>,
+    pub backing_file: Option<String>,
+    pub backing_fmt: Option<String>,
+}
+
+/// The `-o` names accepted for qcow2, with a line of help each.
+pub const QCOW2_OPTION_HELP: [(&str, &str); 10] = [
+    ("backing_file", "file name of a base image"),
+    (
+        "backing_fmt",
+        "image format of the base image (raw or qcow2)",
+    ),
+    (
+        "cluster_size",
+        "qcow2 cluster size (512 to 2M, a power of two)",
+    ),
+    ("compat", "compatibility level (v2, 0.10, v3, 1.1)"),
+    ("compression_type", "compression type (zlib only)"),
+    ("extended_l2", "extended L2 tables (on/off)"),
+    ("lazy_refcounts", "postpone refcount updates (on/off)"),
+    ("preallocation", "preallocation mode (off only)"),
+    ("refcount_bits", "width of a reference count entry in bits"),
+    ("size", "virtual disk size"),
+];
+
+/// Whether a `-o` list asks for help (`help` or `?`) instead of options.
+pub fn wants_help(list: &str) -> bool {
+    split_option_list(list)
+        .iter()
+        .any(|(k, v)| v.is_none() && (k == "help" || k == "?"))
+}
+
+impl ImageOpts {
+    /// Apply one `-o` list for a qcow2 image.
+    pub fn apply_list(&mut self, list: &str) -> Result<(), ArgError> {
+        for (key, value) in split_option_list(list) {
+            self.apply(&key, value.as_deref())?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, key: &str, value: Option<&str>) -> Result<(), ArgError> {
+        let known = QCOW2_OPTION_HELP.iter().any(|(k, _)| *k == key);
+        if !known {
+            return Err(ArgError::UnknownOption(key.to_owned()));
+        }
+        let Some(value) = value else {
+            // qemu's option parser reads a bare switch name as "on".
+            return match key {
+                "lazy_refcounts" => {
+                    self.lazy_refcounts = Some(true);
+                    Ok(())
+                }
+                "extended_l2" => {
+                    self.extended_l2 = Some(true);
+                    Ok(())
+                }
+                _ => Err(ArgError::MissingValue(key.to_owned())),
+            };
+        };
+        let bad = |reason: &str| ArgError::BadValue {
+            key: key.to_owned(),
+            reason: reason.to_owned(),
+        };
+        match key {
+            "size" => self.size = Some(parse_size(value)?),
+            "cluster_size" => {
+                let v = parse_size(value)?;
+                if !v.is_power_of_two() || !(512..=2 << 20).contains(&v) {
+                    return Err(bad(
+                        "cluster size must be a power of two between 512 and 2048k",
+                    ));
+                }
+                self.cluster_size = Some(v);
+            }
+            "refcount_bits" => {
+                let v: u32 = value
+                    .parse()
+                    .map_err(|_| bad(&format!("'{value}' is not a number")))?;
+                if !v.is_power_of_two() || v > 64 {
+                    return Err(bad(
+                        "refcount width must be a power of two and may be at most 64 bits",
+                    ));
+                }
+                self.refcount_bits = Some(v);
+            }
+            "compat" => {
+                self.compat = Some(match value {
+                    "0.10" | "v2" => Compat::V2,
+                    "1.1" | "v3" => Compat::V3,
+                    _ => return Err(bad(&format!("invalid compatibility level '{value}'"))),
+                });
+                self.compat_name = Some(value.to_owned());
+            }
+            "lazy_refcounts" => self.lazy_refcounts = Some(parse_switch(key, value)?),
+            "extended_l2" => self.extended_l2 = Some(parse_switch(key, value)?),
+            "backing_file" => self.backing_file = Some(value.to_owned()),
+            "backing_fmt" => self.backing_fmt = Some(value.to_owned()),
+            "compression_type" if value != "zlib" => {
+                return Err(bad("only zlib is supported"));
+            }
+            "preallocation" if value != "off" => {
+                return Err(bad("only preallocation=off is supported"));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The engine's create options, after the checks qemu-img makes on the
+    /// combination. `size` must be known by now.
+    pub fn to_create_options(&self, size: u64) -> Result<CreateOptions, ArgError> {
+        let defaults = CreateOptions::default();
+        let opts = CreateOptions {
+            size,
+            cluster_size: self.cluster_size.unwrap_or(defaults.cluster_size),
+            refcount_bits: self.refcount_bits.unwrap_or(defaults.refcount_bits),
+            compat: self.compat.unwrap_or(defaults.compat),
+            lazy_refcounts: self.lazy_refcounts.unwrap_or(defaults.lazy_refcounts),
+            extended_l2: self.extended_l2.unwrap_or(defaults.extended_l2),
+            backing_file: self.backing_file.clone(),
+            backing_format: self.backing_fmt.clone(),
+        };
+        let conflict = |msg: &str| Err(ArgError::Conflict(msg.to_owned()));
+        if opts.compat == Compat::V2 {
+            if opts.refcount_bits != 16 {
+                return conflict("refcount widths other than 16 bits require compat=1.1 (v3)");
+            }
+            if opts.lazy_refcounts {
+                return conflict("lazy refcounts require compat=1.1 (v3)");
+            }
+            if opts.extended_l2 {
+                return conflict("extended L2 entries require compat=1.1 (v3)");
+            }
+        }
+        if opts.extended_l2 && opts.cluster_size < 16384 {
+            return conflict("extended L2 entries need a cluster size of at least 16k");
+        }
+        if opts.backing_format.is_some() && opts.backing_file.is_none() {
+            return conflict("a backing format cannot be used without a backing file");
+        }
+        Ok(opts)
+    }
+}
+
+/// Text listing the qcow2 `-o` options, for `-o help`.
+pub fn option_help() -> String {
+    let mut s = String::from("Supported qcow2 options:\n");
+    for (k, h) in QCOW2_OPTION_HELP {
+        s.push_str(&format!("  {k:<18} - {h}\n"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_with_suffixes() {
+        let cases: [(&str, u64); 14] = [
+            ("0", 0),
+            ("512", 512),
+            ("512b", 512),
+            ("64k", 64 << 10),
+            ("64K", 64 << 10),
+            ("1M", 1 << 20),
+            ("1m", 1 << 20),
+            ("2G", 2 << 30),
+            ("3g", 3 << 30),
+            ("1T", 1 << 40),
+            ("1.5k", 1536),
+            ("1.5G", 3 << 29),
+            ("0x200", 512),
+            ("0X10", 16),
+        ];
+        for (s, want) in cases {
+            assert_eq!(parse_size(s), Ok(want), "{s}");
+        }
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_by_name() {
+        for s in [
+            "", "k", "abc", "12q", "1.5", "1.k", "-1", "0x", "0x1g", "1 k", "1kk",
+        ] {
+            let err = parse_size(s).unwrap_err();
+            assert!(err.to_string().contains(&format!("'{s}'")), "{s}: {err}");
+        }
+        for s in ["16E", "99999999999999999999", "0x10000000000000000"] {
+            assert_eq!(parse_size(s), Err(ArgError::SizeTooLarge(s.into())), "{s}");
+        }
+        assert_eq!(parse_size("15E"), Ok(15 << 60));
+    }
+
+    #[test]
+    fn option_lists_split_with_escaped_commas() {
+        let items = split_option_list("a=1,b,c=x,,y,,d,,");
+        assert_eq!(
+            items,
+            vec![
+                ("a".to_owned(), Some("1".to_owned())),
+                ("b".to_owned(), None),
+                ("c".to_owned(), Some("x,y,d,".to_owned())),
+            ]
+        );
+        assert!(wants_help("help"));
+        assert!(wants_help("cluster_size=4k,?"));
+        assert!(!wants_help("cluster_size=4k"));
+    }
+
+    #[test]
+    fn qcow2_options_apply_and_convert() {
+        let mut o = ImageOpts::default();
+        o.apply_list("cluster_size=4k,refcount_bits=8,lazy_refcounts=on")
+            .unwrap();
+        o.apply_list("compat=v3,backing_file=b.raw,backing_fmt=raw,size=1G")
+            .unwrap();
+        assert_eq!(o.size, Some(1 << 30));
+        let c = o.to_create_options(o.size.unwrap()).unwrap();
+        assert_eq!(c.cluster_size, 4096);
+        assert_eq!(c.refcount_bits, 8);
+        assert!(c.lazy_refcounts);
+        assert_eq!(c.compat, Compat::V3);
+        assert_eq!(c.backing_file.as_deref(), Some("b.raw"));
+        assert_eq!(c.backing_format.as_deref(), Some("raw"));
+        // Unset options keep the engine's defaults.
+        let c = ImageOpts::default().to_create_options(1 << 20).unwrap();
+        assert_eq!(
+            c,
+            CreateOptions {
+                size: 1 << 20,
+                ..CreateOptions::default()
+            }
+        );
+    }
+
+    #[test]
+    fn bad_qcow2_options_are_refused() {
+        let cases = [
+            ("bogus=1", "'bogus'"),
+            ("cluster_size=3000", "power of two"),
+            ("cluster_size=4M", "power of two"),
+            ("cluster_size=256", "power of two"),
+            ("refcount_bits=3", "power of two"),
+            ("refcount_bits=128", "at most 64"),
+            ("refcount_bits=x", "not a number"),
+            ("compat=2.0", "compatibility level"),
+            ("lazy_refcounts=maybe", "'on' or 'off'"),
+            ("size", "needs a value"),
+            ("compression_type=zstd", "zlib"),
+            ("preallocation=full", "off"),
+        ];
+        for (list, needle) in cases {
+            let err = ImageOpts::default().apply_list(list).unwrap_err();
+            assert!(err.to_string().contains(needle), "{list}: {err}");
+        }
+    }
+
+    #[test]
+    fn impossible_combinations_are_refused() {
+        let cases = [
+            ("compat=0.10,refcount_bits=8", "16 bits"),
+            ("compat=0.10,lazy_refcounts=on", "lazy"),
+            ("compat=v2,extended_l2=on", "extended"),
+            ("extended_l2=on,cluster_size=4k", "16k"),
+            ("backing_fmt=raw", "without a backing file"),
+        ];
+        for (list, needle) in cases {
+            let mut o = ImageOpts::default();
+            o.apply_list(list).unwrap();
+            let err = o.to_create_options(1 << 20).unwrap_err();
+            assert!(err.to_string().contains(needle), "{list}: {err}");
+        }
+        let mut o = ImageOpts::default();
+        o.apply_list("compat=0.10").unwrap();
+        assert_eq!(o.to_create_options(0).unwrap().compat, Compat::V2);
+    }
+}
