@@ -303,6 +303,19 @@ impl Sim {
         JoinHandle { id, state }
     }
 
+    /// Spawn `future`, run until every task has finished, and return its
+    /// result: the short way to drive one test body.
+    pub fn block_on<T: 'static>(
+        &self,
+        future: impl Future<Output = T> + 'static,
+    ) -> Result<T, ExecError> {
+        let handle = self.spawn_named("main", future);
+        self.run()?;
+        Ok(handle
+            .take()
+            .expect("run finished every task, so this one too"))
+    }
+
     /// Run until every task has finished.
     pub fn run(&self) -> Result<(), ExecError> {
         self.run_until(|| false).map(|_| ())

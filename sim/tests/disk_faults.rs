@@ -300,3 +300,41 @@ fn swarm_mixes_gentle_brutal_and_off_and_round_trips_through_json() {
     let bad = serde_json::from_str::<DiskOptions>(r#"{"sector_sise": 512}"#);
     assert!(bad.is_err());
 }
+
+#[test]
+fn refused_write_zeroes_is_never_faulted_and_misdirection_extends() {
+    let sim = Sim::new(9);
+    let mut opts = with_faults(FaultOptions {
+        write_error_ppm: PPM,
+        ..FaultOptions::default()
+    });
+    opts.support.write_zeroes = false;
+    let disk = sim.disk(opts).unwrap();
+    let d = disk.clone();
+    let r = sim
+        .block_on(async move {
+            let flags = ZeroFlags {
+                no_fallback: true,
+                ..ZeroFlags::default()
+            };
+            d.write_zeroes(0, 512, flags).await
+        })
+        .unwrap();
+    assert!(r.unwrap_err().is_not_supported());
+    assert!(disk.injected_faults().is_empty());
+
+    let disk = sim
+        .disk(with_faults(FaultOptions {
+            misdirected_write_ppm: PPM,
+            misdirect_sectors_max: 1,
+            ..FaultOptions::default()
+        }))
+        .unwrap();
+    let d = disk.clone();
+    sim.block_on(async move {
+        // Sector 0 can only be misdirected forwards.
+        d.write(0, &[1; 512], WriteFlags::default()).await.unwrap();
+    })
+    .unwrap();
+    assert_eq!(disk.len(), 1024, "the device grew to cover where it landed");
+}

@@ -341,3 +341,28 @@ fn one_channel_serialises_requests() {
     sim.run().unwrap();
     assert_eq!(sim.now(), 4_000);
 }
+
+#[test]
+fn log_lines_name_the_request_and_block_on_drives_a_body() {
+    let sim = Sim::new(10);
+    let disk = sim.disk(fixed(100, 1_000, 5_000)).unwrap();
+    let d = disk.clone();
+    let r = sim
+        .block_on(async move {
+            d.write(4096, &[1; 8192], WriteFlags { fua: true }).await?;
+            d.flush().await
+        })
+        .unwrap();
+    assert_eq!(r, Ok(()));
+    let log = disk.log();
+    let line = log[0].to_string();
+    assert!(
+        line.starts_with("#0 write 4096+8192 fua data ")
+            && line.ends_with(", issued 0 ns, completed 1000 ns: ok"),
+        "{line}"
+    );
+    assert_eq!(
+        log[1].to_string(),
+        "#1 flush, issued 1000 ns, completed 6000 ns: ok"
+    );
+}

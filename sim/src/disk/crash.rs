@@ -121,10 +121,8 @@ impl CrashBase {
         let mut end = 0;
         for (s, e) in w.live() {
             let (s, e) = (s.max(start), e.min(start + ss));
-            for pos in s..e {
-                buf[(pos - start) as usize] = w.byte(pos);
-            }
             if s < e {
+                w.copy_out(s, &mut buf[(s - start) as usize..(e - start) as usize]);
                 end = end.max(e);
             }
         }

@@ -2,6 +2,7 @@
 //! when, and how it answered. The oracle reads the log to name the device
 //! writes behind a wrong sector; benchmarks print the counters.
 
+use std::fmt;
 use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
@@ -64,6 +65,41 @@ impl LogEntry {
             IoOp::Flush => false,
             _ => self.offset < offset + len && offset < self.offset + self.len,
         }
+    }
+}
+
+impl fmt::Display for LogEntry {
+    /// One line for violation messages, e.g.
+    /// `#12 write 4096+8192 fua, issued 1200 ns, completed 1300 ns: ok`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{} {}", self.id, self.op)?;
+        match self.op {
+            IoOp::Flush => {}
+            IoOp::Truncate => write!(f, " to {}", self.len)?,
+            _ => write!(f, " {}+{}", self.offset, self.len)?,
+        }
+        for (on, name) in [
+            (self.fua, "fua"),
+            (self.may_unmap, "unmap"),
+            (self.no_fallback, "no_fallback"),
+        ] {
+            if on {
+                write!(f, " {name}")?;
+            }
+        }
+        if let Some(h) = self.data_hash {
+            write!(f, " data {h:016x}")?;
+        }
+        write!(f, ", issued {} ns", self.issued)?;
+        match (&self.completed, &self.result) {
+            (Some(t), Some(Ok(()))) => write!(f, ", completed {t} ns: ok")?,
+            (Some(t), Some(Err(e))) => write!(f, ", completed {t} ns: {e}")?,
+            _ => write!(f, ", still in flight")?,
+        }
+        if let Some(fault) = &self.fault {
+            write!(f, " (injected: {fault:?})")?;
+        }
+        Ok(())
     }
 }
 

@@ -79,11 +79,15 @@ impl Pending {
         }
     }
 
-    /// The byte at `pos` (inside this write).
-    pub(crate) fn byte(&self, pos: u64) -> u8 {
+    /// Copy this write's bytes from `pos` on into `out` (all inside it).
+    pub(crate) fn copy_out(&self, pos: u64, out: &mut [u8]) {
+        debug_assert!(self.offset <= pos && pos + out.len() as u64 <= self.offset + self.len);
         match &self.payload {
-            Payload::Data(d) => d[(pos - self.offset) as usize],
-            Payload::Zeroes => 0,
+            Payload::Data(d) => {
+                let at = (pos - self.offset) as usize;
+                out.copy_from_slice(&d[at..at + out.len()]);
+            }
+            Payload::Zeroes => out.fill(0),
         }
     }
 }
@@ -294,28 +298,23 @@ impl SimDisk {
     }
 
     /// When a request issued now completes, drawing its service time.
-    fn schedule(
-        st: &mut State,
-        o: &DiskOptions,
-        now: Nanos,
-        t: Timing,
-        off: u64,
-        len: u64,
-    ) -> Nanos {
+    /// `transfer` is how many bytes move over the bus.
+    fn schedule(st: &mut State, o: &DiskOptions, now: Nanos, req: &Request) -> Nanos {
         let l = &o.latency;
-        let (min, mean) = match t {
+        let (min, mean) = match req.timing {
             Timing::Read => (l.read_min, l.read_mean),
             Timing::Write => (l.write_min, l.write_mean),
             Timing::Flush => (l.flush_min, l.flush_mean),
         };
         let mut service = st.latency.gen_range(min..=2 * mean - min);
-        if !matches!(t, Timing::Flush) {
-            if off != st.last_end {
+        if !matches!(req.timing, Timing::Flush) {
+            if req.offset != st.last_end {
                 service += l.seek;
             }
-            st.last_end = off + len;
+            st.last_end = req.offset.saturating_add(req.len);
             if l.bandwidth > 0 {
-                service += (u128::from(len) * 1_000_000_000 / u128::from(l.bandwidth)) as u64;
+                let t = u128::from(req.transfer) * 1_000_000_000 / u128::from(l.bandwidth);
+                service += u64::try_from(t).unwrap_or(u64::MAX / 4);
             }
         }
         if st.channels.is_empty() {
@@ -335,71 +334,65 @@ impl SimDisk {
 
     /// Record a new request: its number, fault decision, log entry, trace
     /// event and completion time.
-    #[allow(clippy::too_many_arguments)]
-    fn issue(
-        &self,
-        st: &mut State,
-        op: IoOp,
-        offset: u64,
-        len: u64,
-        flags: ZeroFlags,
-        data: Option<&Rc<[u8]>>,
-        timing: Timing,
-        transfer: u64,
-    ) -> (u64, Option<FaultKind>, Nanos) {
+    fn issue(&self, st: &mut State, req: &Request) -> Issued {
         let o = &self.inner.options;
         let now = self.inner.sim.now();
         let id = st.next_id;
         st.next_id += 1;
-        st.seq += 1;
-        let issue_seq = st.seq;
-        let fault = st.faults.decide(
-            &o.faults,
-            self.inner.faults_enabled.get(),
-            op,
-            offset,
-            len,
-            self.sector_size(),
-        );
+        let issue_seq = Self::next_seq(st);
+        let fault = if req.may_fault {
+            st.faults.decide(
+                &o.faults,
+                self.inner.faults_enabled.get(),
+                req.op,
+                req.offset,
+                req.len,
+                self.sector_size(),
+            )
+        } else {
+            None
+        };
         if let Some(kind) = fault {
             st.injected.push(InjectedFault {
                 request: id,
-                op,
-                offset,
-                len,
+                op: req.op,
+                offset: req.offset,
+                len: req.len,
                 at: now,
                 kind,
             });
         }
-        let data_hash = data.map(|d| hash_bytes(d));
+        let data_hash = req.data.as_ref().map(|d| hash_bytes(d));
+        let f = req.flags;
         self.inner.sim.with_trace(|t| {
             t.event("dev.issue");
             t.write_u64(u64::from(self.inner.index));
             t.write_u64(id);
-            t.write_str(&op.to_string());
-            t.write_u64(offset);
-            t.write_u64(len);
+            t.write_str(&req.op.to_string());
+            t.write_u64(req.offset);
+            t.write_u64(req.len);
             t.write_u64(
-                u64::from(flags.fua)
-                    | u64::from(flags.may_unmap) << 1
-                    | u64::from(flags.no_fallback) << 2,
+                u64::from(f.fua) | u64::from(f.may_unmap) << 1 | u64::from(f.no_fallback) << 2,
             );
             t.write_u64(data_hash.unwrap_or(0));
             t.write_u64(now);
         });
         if o.log.enabled {
-            let keep = data.filter(|d| st.log_data_bytes + d.len() as u64 <= o.log.data_bytes_max);
+            let keep = req
+                .data
+                .as_ref()
+                .filter(|d| st.log_data_bytes + d.len() as u64 <= o.log.data_bytes_max);
             if let Some(d) = keep {
                 st.log_data_bytes += d.len() as u64;
             }
             st.log.push(LogEntry {
                 id,
-                op,
-                offset,
-                len,
-                fua: flags.fua,
-                may_unmap: flags.may_unmap,
-                no_fallback: flags.no_fallback,
+                op: req.op,
+                offset: req.offset,
+                len: req.len,
+                fua: f.fua,
+                may_unmap: f.may_unmap,
+                no_fallback: f.no_fallback,
                 issued: now,
                 completed: None,
                 issue_seq,
@@ -410,8 +403,13 @@ impl SimDisk {
                 fault,
             });
         }
-        let done = Self::schedule(st, o, now, timing, offset, transfer);
-        (id, fault, done)
+        let done = Self::schedule(st, o, now, req);
+        Issued {
+            id,
+            fault,
+            done,
+            issue_seq,
+        }
     }
 
     /// The order number of the next event (issue or completion).
@@ -467,76 +465,66 @@ impl SimDisk {
         }
     }
 
-    /// The common path of write, write_zeroes and discard. `payload` is
-    /// `None` for a discard that changes nothing; `transfer` is how many
-    /// bytes move over the bus (0 for efficient zeroing).
+    /// The common path of write, write_zeroes and discard. `payload` says
+    /// what lands on `[offset, offset + land_len)`; `None` for a discard
+    /// that changes nothing.
     async fn submit_write(
         &self,
-        op: IoOp,
-        offset: u64,
-        len: u64,
+        req: Request,
         payload: Option<Payload>,
-        flags: ZeroFlags,
-        transfer: u64,
+        land_len: u64,
     ) -> Result<(), DevError> {
-        let (id, fault, done) = {
+        let (op, offset, len) = (req.op, req.offset, req.len);
+        let issued = {
             let mut st = self.inner.state.borrow_mut();
-            let data = match &payload {
-                Some(Payload::Data(d)) => Some(d.clone()),
-                _ => None,
-            };
-            let (id, fault, done) = self.issue(
-                &mut st,
-                op,
-                offset,
-                len,
-                flags,
-                data.as_ref(),
-                Timing::Write,
-                transfer,
-            );
-            let landing = match fault {
-                None => Some((offset, len)),
-                Some(FaultKind::Io { landed }) => Some((offset, landed)),
+            let issued = self.issue(&mut st, &req);
+            let landing = match issued.fault {
+                None => Some((offset, land_len)),
+                Some(FaultKind::Io { landed }) => Some((offset, landed.min(land_len))),
                 Some(FaultKind::NoSpace) | Some(FaultKind::Lost) => None,
-                Some(FaultKind::Misdirected { to }) => Some((to, len)),
+                Some(FaultKind::Misdirected { to }) => Some((to, land_len)),
             };
-            if fault != Some(FaultKind::NoSpace) && payload.is_some() {
-                st.len = st.len.max(offset + len);
+            if issued.fault != Some(FaultKind::NoSpace) && payload.is_some() {
+                st.len = st.len.max(offset + land_len);
             }
             if let (Some((at, n)), Some(payload)) = (landing, payload) {
                 if n > 0 {
+                    // A misdirected write may land past the end it claimed.
+                    st.len = st.len.max(at + n);
                     st.pending.insert(
-                        id,
+                        issued.id,
                         Pending {
-                            id,
+                            id: issued.id,
                             offset: at,
                             len: n,
                             payload,
-                            fua: flags.fua,
+                            fua: req.flags.fua,
                             completed: None,
                             dead: Vec::new(),
                         },
                     );
                 }
             }
-            (id, fault, done)
+            issued
         };
-        self.inner.sim.sleep_until(done).await;
+        self.inner.sim.sleep_until(issued.done).await;
         let mut st = self.inner.state.borrow_mut();
         let seq = Self::next_seq(&mut st);
-        let result = Self::io_error(fault, op, offset, len);
-        if let Some(p) = st.pending.get_mut(&id) {
+        let result = Self::io_error(issued.fault, op, offset, len);
+        if let Some(p) = st.pending.get_mut(&issued.id) {
             p.completed = Some(seq);
+            // The whole write reaches the volatile view, dead parts included:
+            // those only say what can no longer become durable or survive a
+            // crash, while reads see the newest completed data.
             let p = p.clone();
             p.apply(&mut st.volatile, p.offset, p.offset + p.len);
             if !self.inner.options.crash.track {
-                st.pending.remove(&id);
+                st.pending.remove(&issued.id);
             } else if p.fua && result.is_ok() {
-                Self::make_durable(&mut st, &[id]);
+                Self::make_durable(&mut st, &[issued.id]);
             }
         }
-        self.finish(&mut st, id, seq, &result, 0);
+        self.finish(&mut st, issued.id, seq, &result, 0);
         result
     }
 
@@ -558,43 +546,82 @@ impl SimDisk {
             }
         }
         if st.pending.is_empty() {
-            // Nothing is in flight or unflushed: the durable state is the
-            // volatile one. Share its chunks rather than keep two copies.
-            debug_assert!(st.durable.len() == st.volatile.len());
+            // Nothing is in flight or unflushed, so the durable state is the
+            // volatile one (but for the corner of a shrinking truncate racing
+            // an older write, where the volatile view is the better answer).
+            // Share its chunks rather than keep two copies.
             st.durable = st.volatile.clone();
         }
     }
 }
 
+/// A request as issued.
+struct Request {
+    op: IoOp,
+    /// Where the caller sent it (0 for flush).
+    offset: u64,
+    /// Its length as the caller asked (for truncate: the new length).
+    len: u64,
+    flags: ZeroFlags,
+    /// A write's payload, for the log and the trace.
+    data: Option<Rc<[u8]>>,
+    timing: Timing,
+    /// Bytes that cross the bus (0 for efficient zeroing and discards).
+    transfer: u64,
+    /// Whether fault injection may touch it (not for requests the device
+    /// refuses before doing anything).
+    may_fault: bool,
+}
+
+impl Request {
+    fn new(op: IoOp, offset: u64, len: u64, timing: Timing) -> Self {
+        Self {
+            op,
+            offset,
+            len,
+            flags: ZeroFlags::default(),
+            data: None,
+            timing,
+            transfer: 0,
+            may_fault: true,
+        }
+    }
+}
+
+/// What `issue` decided.
+struct Issued {
+    id: u64,
+    fault: Option<FaultKind>,
+    /// When the request completes.
+    done: Nanos,
+    /// Its place among the disk's events.
+    issue_seq: u64,
+}
+
 impl BlockDev for SimDisk {
     async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DevError> {
         let len = buf.len() as u64;
-        let (id, fault, done) = {
+        let issued = {
             let mut st = self.inner.state.borrow_mut();
             st.counters.reads += 1;
             st.counters.read_bytes += len;
-            self.issue(
-                &mut st,
-                IoOp::Read,
-                offset,
-                len,
-                ZeroFlags::default(),
-                None,
-                Timing::Read,
-                len,
-            )
+            let req = Request {
+                transfer: len,
+                ..Request::new(IoOp::Read, offset, len, Timing::Read)
+            };
+            self.issue(&mut st, &req)
         };
-        self.inner.sim.sleep_until(done).await;
+        self.inner.sim.sleep_until(issued.done).await;
         let mut st = self.inner.state.borrow_mut();
         let seq = Self::next_seq(&mut st);
-        let result = Self::io_error(fault, IoOp::Read, offset, len);
+        let result = Self::io_error(issued.fault, IoOp::Read, offset, len);
         let hash = if result.is_ok() {
             st.volatile.read(offset, buf);
             hash_bytes(buf)
         } else {
             0
         };
-        self.finish(&mut st, id, seq, &result, hash);
+        self.finish(&mut st, issued.id, seq, &result, hash);
         result
     }
 
@@ -606,63 +633,54 @@ impl BlockDev for SimDisk {
             st.counters.write_bytes += len;
             st.counters.fua_writes += u64::from(flags.fua);
         }
-        let zf = ZeroFlags {
-            fua: flags.fua,
-            ..ZeroFlags::default()
+        let data: Rc<[u8]> = buf.into();
+        let req = Request {
+            flags: ZeroFlags {
+                fua: flags.fua,
+                ..ZeroFlags::default()
+            },
+            data: Some(data.clone()),
+            transfer: len,
+            ..Request::new(IoOp::Write, offset, len, Timing::Write)
         };
-        self.submit_write(
-            IoOp::Write,
-            offset,
-            len,
-            Some(Payload::Data(buf.into())),
-            zf,
-            len,
-        )
-        .await
+        self.submit_write(req, Some(Payload::Data(data)), len).await
     }
 
     async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
         let efficient = self.inner.options.support.write_zeroes;
+        let req = Request {
+            flags,
+            transfer: if efficient { 0 } else { len },
+            ..Request::new(IoOp::WriteZeroes, offset, len, Timing::Write)
+        };
         {
             let mut st = self.inner.state.borrow_mut();
             st.counters.write_zeroes += 1;
-            st.counters.fua_writes += u64::from(flags.fua);
             if !efficient && flags.no_fallback {
+                // Refused at once, as a kernel refuses an unsupported
+                // request: no latency, no effect, no fault.
                 st.counters.write_zeroes_unsupported += 1;
-                let (id, _, _) = self.issue(
+                let issued = self.issue(
                     &mut st,
-                    IoOp::WriteZeroes,
-                    offset,
-                    len,
-                    flags,
-                    None,
-                    Timing::Write,
-                    0,
+                    &Request {
+                        may_fault: false,
+                        ..req
+                    },
                 );
                 let result = Err(DevError::NotSupported {
                     op: IoOp::WriteZeroes,
                 });
-                // Refused at once, as a kernel refuses an unsupported
-                // request: no latency, no effect.
                 let seq = Self::next_seq(&mut st);
-                self.finish(&mut st, id, seq, &result, 0);
+                self.finish(&mut st, issued.id, seq, &result, 0);
                 return result;
             }
+            st.counters.fua_writes += u64::from(flags.fua);
             st.counters.write_zeroes_bytes += len;
             if !efficient {
                 st.counters.write_zeroes_fallback_bytes += len;
             }
         }
-        let transfer = if efficient { 0 } else { len };
-        self.submit_write(
-            IoOp::WriteZeroes,
-            offset,
-            len,
-            Some(Payload::Zeroes),
-            flags,
-            transfer,
-        )
-        .await
+        self.submit_write(req, Some(Payload::Zeroes), len).await
     }
 
     async fn discard(&self, offset: u64, len: u64) -> Result<(), DevError> {
@@ -671,55 +689,36 @@ impl BlockDev for SimDisk {
             st.counters.discards += 1;
             st.counters.discard_bytes += len;
         }
+        // A discard never extends the device: it zeroes (if it does
+        // anything) only up to the current end.
+        let land_len = (offset + len).min(self.len()).saturating_sub(offset);
         let payload = match self.inner.options.support.discard {
-            DiscardEffect::Zeroes => {
-                // A discard never extends the device: clip it to the end.
-                let end = (offset + len).min(self.len());
-                (end > offset).then_some(Payload::Zeroes)
-            }
-            DiscardEffect::Nothing => None,
+            DiscardEffect::Zeroes if land_len > 0 => Some(Payload::Zeroes),
+            _ => None,
         };
-        let eff_len = match payload {
-            Some(_) => (offset + len).min(self.len()) - offset,
-            None => len,
-        };
-        self.submit_write(
-            IoOp::Discard,
-            offset,
-            eff_len,
-            payload,
-            ZeroFlags::default(),
-            0,
-        )
-        .await
+        let req = Request::new(IoOp::Discard, offset, len, Timing::Write);
+        self.submit_write(req, payload, land_len).await
     }
 
     async fn flush(&self) -> Result<(), DevError> {
-        let (id, fault, done, issued_at) = {
+        let issued = {
             let mut st = self.inner.state.borrow_mut();
             st.counters.flushes += 1;
-            let (id, fault, done) = self.issue(
-                &mut st,
-                IoOp::Flush,
-                0,
-                0,
-                ZeroFlags::default(),
-                None,
-                Timing::Flush,
-                0,
-            );
-            // `issue` numbered the flush's issue last.
-            (id, fault, done, st.seq)
+            self.issue(&mut st, &Request::new(IoOp::Flush, 0, 0, Timing::Flush))
         };
-        self.inner.sim.sleep_until(done).await;
+        self.inner.sim.sleep_until(issued.done).await;
         let mut st = self.inner.state.borrow_mut();
         let seq = Self::next_seq(&mut st);
-        let result = Self::io_error(fault, IoOp::Flush, 0, 0);
+        let result = Self::io_error(issued.fault, IoOp::Flush, 0, 0);
         if result.is_ok() {
             let mut ready: Vec<(u64, u64)> = st
                 .pending
                 .values()
-                .filter_map(|p| p.completed.filter(|&c| c < issued_at).map(|c| (c, p.id)))
+                .filter_map(|p| {
+                    p.completed
+                        .filter(|&c| c < issued.issue_seq)
+                        .map(|c| (c, p.id))
+                })
                 .collect();
             ready.sort_unstable();
             let ids: Vec<u64> = ready.into_iter().map(|(_, id)| id).collect();
@@ -727,7 +726,7 @@ impl BlockDev for SimDisk {
                 Self::make_durable(&mut st, &ids);
             }
         }
-        self.finish(&mut st, id, seq, &result, 0);
+        self.finish(&mut st, issued.id, seq, &result, 0);
         result
     }
 
@@ -736,43 +735,37 @@ impl BlockDev for SimDisk {
     }
 
     async fn truncate(&self, len: u64) -> Result<(), DevError> {
-        let (id, fault, done) = {
+        let issued = {
             let mut st = self.inner.state.borrow_mut();
             st.counters.truncates += 1;
-            let r = self.issue(
+            let issued = self.issue(
                 &mut st,
-                IoOp::Truncate,
-                0,
-                len,
-                ZeroFlags::default(),
-                None,
-                Timing::Write,
-                0,
+                &Request::new(IoOp::Truncate, 0, len, Timing::Write),
             );
-            if r.1.is_none() {
+            if issued.fault.is_none() {
                 st.len = len;
             }
-            r
+            issued
         };
-        self.inner.sim.sleep_until(done).await;
+        self.inner.sim.sleep_until(issued.done).await;
         let mut st = self.inner.state.borrow_mut();
         let seq = Self::next_seq(&mut st);
-        let result = Self::io_error(fault, IoOp::Truncate, 0, len);
+        let result = Self::io_error(issued.fault, IoOp::Truncate, 0, len);
         if result.is_ok() {
             // A truncate is a metadata change made durable at once (the
-            // engine never truncates with writes in flight). Earlier pending
-            // writes lose whatever lay past the new end.
+            // engine does not truncate with writes in flight). Earlier
+            // pending writes lose whatever lay past the new end.
             st.volatile.truncate(len);
             if self.inner.options.crash.track {
                 st.durable.truncate(len);
                 for p in st.pending.values_mut() {
-                    if p.id < id && p.offset + p.len > len {
+                    if p.id < issued.id && p.offset + p.len > len {
                         p.dead.push((len.max(p.offset), p.offset + p.len));
                     }
                 }
             }
         }
-        self.finish(&mut st, id, seq, &result, 0);
+        self.finish(&mut st, issued.id, seq, &result, 0);
         result
     }
 }
