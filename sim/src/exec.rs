@@ -63,9 +63,12 @@ pub struct ExecOptions {
 impl Default for ExecOptions {
     fn default() -> Self {
         Self {
-            steps_max: 200_000_000,
-            // One simulated day: far beyond any workload, short of overflow.
-            time_max: 86_400 * 1_000_000_000,
+            // About ten seconds of polling: far beyond a simulated case, and
+            // enough for a 256 MiB benchmark in 4 KiB requests.
+            steps_max: 20_000_000,
+            // One simulated hour: a 256 MiB benchmark of random 4 KiB writes
+            // on the HDD model takes minutes.
+            time_max: 3_600 * 1_000_000_000,
         }
     }
 }
@@ -110,6 +113,9 @@ type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
 
 struct Task {
     name: Rc<str>,
+    /// A daemon (background work such as a periodic writeback) does not
+    /// keep a run going: `run` finishes when only daemons remain.
+    daemon: bool,
     /// `None` only while the task is being polled (it is taken out so that
     /// the task may spawn or wake others without a double borrow).
     future: Option<LocalFuture>,
@@ -145,6 +151,8 @@ struct Inner {
     now: Cell<Nanos>,
     next_task: Cell<TaskId>,
     tasks: RefCell<BTreeMap<TaskId, Task>>,
+    /// How many tasks in `tasks` are not daemons.
+    foreground: Cell<usize>,
     ready: ReadySet,
     /// Pending timers by (deadline, registration number).
     timers: RefCell<BTreeMap<(Nanos, u64), Waker>>,
@@ -192,6 +200,7 @@ impl Sim {
                 now: Cell::new(0),
                 next_task: Cell::new(0),
                 tasks: RefCell::new(BTreeMap::new()),
+                foreground: Cell::new(0),
                 ready: Arc::new(Mutex::new(BTreeSet::new())),
                 timers: RefCell::new(BTreeMap::new()),
                 next_timer: Cell::new(0),
@@ -241,17 +250,18 @@ impl Sim {
         i
     }
 
-    /// Tasks not yet finished.
+    /// Tasks not yet finished, daemons included.
     pub fn task_count(&self) -> usize {
         self.inner.tasks.borrow().len()
     }
 
-    /// Names of the tasks not yet finished, in spawn order.
+    /// Names of the tasks (not daemons) not yet finished, in spawn order.
     pub fn task_names(&self) -> Vec<String> {
         self.inner
             .tasks
             .borrow()
             .iter()
+            .filter(|(_, t)| !t.daemon)
             .map(|(id, t)| format!("#{id} {}", t.name))
             .collect()
     }
@@ -267,6 +277,25 @@ impl Sim {
 
     /// Spawn a task with a name that hang and livelock reports will show.
     pub fn spawn_named<F>(&self, name: impl Into<String>, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        self.spawn_task(name.into(), false, future)
+    }
+
+    /// Spawn a daemon: a task that runs while others do but does not keep a
+    /// run going (`run` returns once only daemons remain; they resume on the
+    /// next run). For background work that loops forever.
+    pub fn spawn_daemon<F>(&self, name: impl Into<String>, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        self.spawn_task(name.into(), true, future)
+    }
+
+    fn spawn_task<F>(&self, name: String, daemon: bool, future: F) -> JoinHandle<F::Output>
     where
         F: Future + 'static,
         F::Output: 'static,
@@ -291,14 +320,17 @@ impl Sim {
                 w.wake();
             }
         };
-        let name: String = name.into();
         self.inner.tasks.borrow_mut().insert(
             id,
             Task {
                 name: name.into(),
+                daemon,
                 future: Some(Box::pin(wrapped)),
             },
         );
+        if !daemon {
+            self.inner.foreground.set(self.inner.foreground.get() + 1);
+        }
         lock(&self.inner.ready).insert(id);
         JoinHandle { id, state }
     }
@@ -316,18 +348,18 @@ impl Sim {
             .expect("run finished every task, so this one too"))
     }
 
-    /// Run until every task has finished.
+    /// Run until every task (but daemons) has finished.
     pub fn run(&self) -> Result<(), ExecError> {
         self.run_until(|| false).map(|_| ())
     }
 
-    /// Run until every task has finished or `stop` returns true (checked
+    /// Run until every task (but daemons) has finished or `stop` returns true (checked
     /// before each poll, so a task's effects are seen as soon as it yields).
     pub fn run_until(&self, stop: impl FnMut() -> bool) -> Result<RunEnd, ExecError> {
         self.run_inner(stop, None)
     }
 
-    /// Run until every task has finished or simulated time would pass `t`;
+    /// Run until every task (but daemons) has finished or simulated time would pass `t`;
     /// then the clock reads `t` (a crash at a chosen moment).
     pub fn run_until_time(&self, t: Nanos) -> Result<RunEnd, ExecError> {
         self.run_inner(|| false, Some(t))
@@ -341,7 +373,7 @@ impl Sim {
         assert!(!self.inner.running.get(), "Sim::run called from a task");
         self.inner.running.set(true);
         let result = loop {
-            if self.inner.tasks.borrow().is_empty() {
+            if self.inner.foreground.get() == 0 {
                 break Ok(RunEnd::Finished);
             }
             if stop() {
@@ -424,7 +456,10 @@ impl Sim {
         let mut cx = Context::from_waker(&waker);
         match future.as_mut().poll(&mut cx) {
             Poll::Ready(()) => {
-                self.inner.tasks.borrow_mut().remove(&id);
+                let task = self.inner.tasks.borrow_mut().remove(&id);
+                if task.is_some_and(|t| !t.daemon) {
+                    self.inner.foreground.set(self.inner.foreground.get() - 1);
+                }
             }
             Poll::Pending => {
                 if let Some(task) = self.inner.tasks.borrow_mut().get_mut(&id) {
@@ -457,10 +492,11 @@ impl Sim {
         }
     }
 
-    /// Drop every task (a crash: in-flight requests are abandoned where they
-    /// stand). Their join handles never complete.
+    /// Drop every task, daemons included (a crash: in-flight requests are
+    /// abandoned where they stand). Their join handles never complete.
     pub fn abort_all(&self) {
         let tasks = std::mem::take(&mut *self.inner.tasks.borrow_mut());
+        self.inner.foreground.set(0);
         lock(&self.inner.ready).clear();
         // Dropping futures runs their destructors, which may touch the timers.
         drop(tasks);

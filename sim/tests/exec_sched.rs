@@ -197,3 +197,43 @@ fn tasks_spawned_from_tasks_run() {
     sim.run().unwrap();
     assert_eq!(outer.take(), Some(43));
 }
+
+#[test]
+fn daemons_do_not_keep_a_run_going() {
+    let sim = Sim::with_options(
+        6,
+        ExecOptions {
+            steps_max: 10_000,
+            ..ExecOptions::default()
+        },
+    );
+    let ticks = Rc::new(RefCell::new(0u64));
+    let s = sim.clone();
+    let t = ticks.clone();
+    sim.spawn_daemon("writeback", async move {
+        loop {
+            s.sleep(100).await;
+            *t.borrow_mut() += 1;
+        }
+    });
+    let s = sim.clone();
+    let v = sim
+        .block_on(async move {
+            s.sleep(1_050).await;
+            7
+        })
+        .unwrap();
+    assert_eq!(v, 7);
+    assert_eq!(*ticks.borrow(), 10);
+    assert_eq!(sim.task_count(), 1, "the daemon is still there");
+    assert!(
+        sim.task_names().is_empty(),
+        "daemons are not listed as stuck"
+    );
+    // A foreground task that never wakes while a daemon ticks on is caught
+    // by the budget, and named.
+    sim.spawn_named("stuck", std::future::pending::<()>());
+    let err = sim.run().unwrap_err();
+    assert!(matches!(err, ExecError::StepBudget { .. }), "{err}");
+    assert!(err.to_string().ends_with("#2 stuck"), "{err}");
+}

@@ -42,10 +42,13 @@ impl Default for DiskOptions {
     }
 }
 
-/// How long requests take. A request's service time is drawn uniformly from
+/// How long requests take. A request's latency is drawn uniformly from
 /// `[min, 2 * mean - min]` (so its mean is `mean`, with integer arithmetic
 /// only, identical on every machine), plus `seek` if it does not start where
-/// the previous one ended, plus its transfer time at `bandwidth`.
+/// the previous one ended, plus its transfer time at `bandwidth`. Transfers
+/// share one bus: with unlimited channels latencies overlap but transfers
+/// follow one another; with limited channels a request holds a channel for
+/// its latency and transfer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LatencyOptions {
@@ -336,8 +339,7 @@ impl DiskOptions {
         let latency = match r.gen_range(0..4) {
             0 => LatencyOptions::hdd(),
             1 => {
-                // Equal latencies: completions still reorder, but only by
-                // the uniform draw.
+                // A narrow spread: completions reorder less often.
                 let mut l = LatencyOptions::ssd();
                 l.write_mean = l.write_min * 2;
                 l.read_mean = l.read_min * 2;

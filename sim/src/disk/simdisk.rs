@@ -130,6 +130,8 @@ pub(crate) struct State {
     channels: Vec<Nanos>,
     /// Where the previous read or write ended, for seeks.
     last_end: u64,
+    /// When the bus is next free (unlimited channels only).
+    bus_free: Nanos,
     counters: DiskCounters,
     log: Vec<LogEntry>,
     log_data_bytes: u64,
@@ -204,6 +206,7 @@ impl SimDisk {
             faults: FaultState::new(seed, index),
             channels,
             last_end: 0,
+            bus_free: 0,
             counters: DiskCounters::default(),
             log: Vec::new(),
             log_data_bytes: 0,
@@ -298,7 +301,11 @@ impl SimDisk {
     }
 
     /// When a request issued now completes, drawing its service time.
-    /// `transfer` is how many bytes move over the bus.
+    ///
+    /// With limited channels a request waits for a free one and holds it
+    /// for its latency and transfer. With unlimited channels latencies
+    /// overlap freely, but transfers share one bus at `bandwidth`, one after
+    /// the other, so that many requests at once cannot beat the bandwidth.
     fn schedule(st: &mut State, o: &DiskOptions, now: Nanos, req: &Request) -> Nanos {
         let l = &o.latency;
         let (min, mean) = match req.timing {
@@ -307,6 +314,7 @@ impl SimDisk {
             Timing::Flush => (l.flush_min, l.flush_mean),
         };
         let mut service = st.latency.gen_range(min..=2 * mean - min);
+        let mut transfer = 0;
         if !matches!(req.timing, Timing::Flush) {
             if req.offset != st.last_end {
                 service += l.seek;
@@ -314,12 +322,15 @@ impl SimDisk {
             st.last_end = req.offset.saturating_add(req.len);
             if l.bandwidth > 0 {
                 let t = u128::from(req.transfer) * 1_000_000_000 / u128::from(l.bandwidth);
-                service += u64::try_from(t).unwrap_or(u64::MAX / 4);
+                transfer = u64::try_from(t).unwrap_or(u64::MAX / 4);
             }
         }
         if st.channels.is_empty() {
-            return now + service;
+            let bus_done = st.bus_free.max(now) + transfer;
+            st.bus_free = bus_done;
+            return bus_done + service;
         }
+        let service = service + transfer;
         let (i, free) = st
             .channels
             .iter()
