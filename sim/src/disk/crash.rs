@@ -169,13 +169,6 @@ impl CrashBase {
             choices,
         }
     }
-
-    /// How many crash states there are (`None` past `u64::MAX`).
-    fn count(&self) -> Option<u64> {
-        self.sectors
-            .values()
-            .try_fold(1u64, |acc, c| acc.checked_mul(c.len() as u64 + 1))
-    }
 }
 
 impl SimDisk {
@@ -251,24 +244,36 @@ impl SimDisk {
     pub fn crash_states(&self, cap: u64) -> Result<CrashStates, CrashError> {
         let base = CrashBase::new(self)?;
         let radix: Vec<usize> = base.sectors.values().map(|c| c.len() + 1).collect();
-        Ok(CrashStates {
-            total: base.count(),
-            counter: vec![0; radix.len()],
-            radix,
-            base,
-            cap,
-            emitted: 0,
-            done: false,
-        })
+        Ok(CrashStates::new(base, Granularity::Sector, radix, cap))
+    }
+
+    /// Every crash state in which each pending write landed whole or not at
+    /// all (later completions on top): 2^n states for n pending writes, a
+    /// subset of `crash_states` small enough to enumerate when writes span
+    /// many sectors. The all-durable state first, at most `cap` of them.
+    pub fn crash_states_by_write(&self, cap: u64) -> Result<CrashStates, CrashError> {
+        let base = CrashBase::new(self)?;
+        let radix = vec![2; base.writes.len()];
+        Ok(CrashStates::new(base, Granularity::Write, radix, cap))
     }
 }
 
-/// The iterator of `SimDisk::crash_states`.
+/// What one digit of an enumeration stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Granularity {
+    /// A touched sector: 0 for durable, k for its k-th candidate.
+    Sector,
+    /// A pending write: 1 if it landed.
+    Write,
+}
+
+/// The iterator of `SimDisk::crash_states` and `crash_states_by_write`.
 #[derive(Debug)]
 pub struct CrashStates {
     base: CrashBase,
+    granularity: Granularity,
     radix: Vec<usize>,
-    /// The next state, as one digit per touched sector (0: durable).
+    /// The next state as a mixed-radix number, one digit per sector or write.
     counter: Vec<usize>,
     cap: u64,
     emitted: u64,
@@ -277,6 +282,22 @@ pub struct CrashStates {
 }
 
 impl CrashStates {
+    fn new(base: CrashBase, granularity: Granularity, radix: Vec<usize>, cap: u64) -> Self {
+        let total = radix
+            .iter()
+            .try_fold(1u64, |acc, &r| acc.checked_mul(r as u64));
+        Self {
+            base,
+            granularity,
+            counter: vec![0; radix.len()],
+            radix,
+            cap,
+            emitted: 0,
+            total,
+            done: false,
+        }
+    }
+
     /// How many states exist in all (`None` past `u64::MAX`); more than the
     /// cap means the enumeration is not exhaustive.
     pub fn total(&self) -> Option<u64> {
@@ -297,11 +318,18 @@ impl Iterator for CrashStates {
             return None;
         }
         let counter = &self.counter;
-        let image = self.base.build(
-            CrashMode::Enumerated,
-            |ordinal, _| counter[ordinal].checked_sub(1),
-            |_, _, _| None,
-        );
+        let image = match self.granularity {
+            Granularity::Sector => self.base.build(
+                CrashMode::Enumerated,
+                |ordinal, _| counter[ordinal].checked_sub(1),
+                |_, _, _| None,
+            ),
+            Granularity::Write => self.base.build(
+                CrashMode::Enumerated,
+                |_, cands| cands.iter().rposition(|&w| counter[w] == 1),
+                |_, _, _| None,
+            ),
+        };
         self.emitted += 1;
         // Advance the mixed-radix counter; wrapping past the top ends it.
         self.done = true;

@@ -331,6 +331,15 @@ impl DiskOptions {
         Ok(())
     }
 
+    /// Whether a harsher mode is on (lost or misdirected writes, torn
+    /// sectors): then qcow2 cannot promise the crash rules, and only "no
+    /// panic, no hang, and the checker says what happened" holds.
+    pub fn is_harsh(&self) -> bool {
+        let f = &self.faults;
+        (f.enabled && (f.lost_write_ppm > 0 || f.misdirected_write_ppm > 0))
+            || self.crash.tear_ppm > 0
+    }
+
     /// A whole set of disk options drawn from `seed` (swarm testing): sector
     /// size, latencies, support flags and fault rates. Harsher modes (lost
     /// and misdirected writes, torn sectors) only when `harsh`.
