@@ -46,6 +46,10 @@ pub struct LogEntry {
     pub data: Option<Rc<[u8]>>,
     /// The fault injected into this request, if any.
     pub fault: Option<FaultKind>,
+    /// For a write-like request: where its payload went, as `(offset,
+    /// len)`, after faults (a short landing, a misdirection) and clipping (a
+    /// discard stops at the device's end); `None` if nothing landed.
+    pub landed: Option<(u64, u64)>,
 }
 
 impl LogEntry {

@@ -7,13 +7,14 @@
 //! `log` holds the write log and counters; `options` the settings.
 
 mod crash;
+mod durability;
 mod faults;
 mod log;
 mod options;
 mod simdisk;
 mod store;
 
-pub use crash::{CrashError, CrashImage, CrashMode, CrashStates, SectorChoice};
+pub use crash::{CrashError, CrashImage, CrashMode, CrashPoint, CrashStates, SectorChoice};
 pub use faults::{FaultKind, InjectedFault};
 pub use log::{DiskCounters, LogEntry};
 pub use options::{
