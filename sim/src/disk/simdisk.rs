@@ -125,7 +125,11 @@ impl SimDisk {
             } else {
                 SparseStore::new()
             }),
-            initial: content.clone(),
+            initial: if options.log.enabled {
+                content.clone()
+            } else {
+                SparseStore::new()
+            },
             volatile: content,
             seq: 0,
             next_id: 0,
