@@ -63,6 +63,28 @@ pub struct ExecOptions {
     pub policy: SchedulePolicy,
 }
 
+impl ExecOptions {
+    /// Default limits with a schedule policy drawn from `seed` (swarm
+    /// testing): half the cases uniform, half PCT with one to four change
+    /// points spread over `steps_hint` steps (about how many polls a case
+    /// takes).
+    pub fn swarm(seed: u64, steps_hint: u64) -> Self {
+        let mut r = rng::stream(seed, Stream::ScheduleConfig);
+        let policy = if r.gen_bool(0.5) {
+            SchedulePolicy::Random
+        } else {
+            SchedulePolicy::Priority {
+                change_points: r.gen_range(1..=4),
+                steps_hint: steps_hint.max(1),
+            }
+        };
+        Self {
+            policy,
+            ..Self::default()
+        }
+    }
+}
+
 /// How the executor chooses which ready task to poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SchedulePolicy {

@@ -291,3 +291,20 @@ fn priority_schedules_run_tasks_whole_until_a_change_point() {
     // Uniform choice interleaves freely.
     assert!((0..5).any(|s| runs(&interleaving(s, SchedulePolicy::Random)) > 6));
 }
+
+#[test]
+fn swarm_policies_mix_and_are_seeded() {
+    use sim::exec::SchedulePolicy;
+    let all: Vec<ExecOptions> = (0..40).map(|s| ExecOptions::swarm(s, 500)).collect();
+    assert_eq!(all[3], ExecOptions::swarm(3, 500));
+    assert!(all.iter().any(|o| o.policy == SchedulePolicy::Random));
+    assert!(all.iter().any(|o| matches!(
+        o.policy,
+        SchedulePolicy::Priority {
+            steps_hint: 500,
+            ..
+        }
+    )));
+    let json = serde_json::to_string(&all[0]).unwrap();
+    assert_eq!(serde_json::from_str::<ExecOptions>(&json).unwrap(), all[0]);
+}
