@@ -2,9 +2,14 @@
 //!
 //! The rule (DESIGN.md): the durable state, plus, independently for every
 //! sector, any one of the values that the pending writes (in flight, or
-//! completed but not yet flushed) put there, or none of them. A sector's
-//! value from a write that covers only part of it is the durable sector
-//! with that write's bytes laid over it.
+//! completed but not yet flushed) put there, or none of them. The value a
+//! write put there is the sector as it stood once that write had landed:
+//! the durable value with the bytes of the pending writes before it (in
+//! completion order, in-flight ones last) and then its own laid over. With
+//! whole-sector writes that is just the write's data; a write covering part
+//! of a sector keeps the bytes earlier writes put around it, as a page cache
+//! writing the sector back would. In write-by-write states only the writes
+//! that landed are laid over.
 //!
 //! A `CrashPoint` freezes the durable state and the pending writes of one
 //! moment: now (`SimDisk::crash_point`), or any past moment rebuilt from
@@ -63,8 +68,14 @@ pub struct SectorChoice {
     /// The pending writes (request ids) whose value it could take, in
     /// completion order (in-flight ones last).
     pub candidates: Vec<u64>,
-    /// The write whose value it took; `None` for its durable value.
+    /// The last write that landed on it; `None` if it kept its durable
+    /// value.
     pub kept: Option<u64>,
+    /// Every write that landed on it, in the order they were laid over the
+    /// durable value (completion order). With whole-sector writes only the
+    /// last one shows; a write covering part of the sector leaves the
+    /// earlier ones' bytes visible around it.
+    pub landed: Vec<u64>,
     /// If torn: how many leading bytes are the new value (the rest is old
     /// or garbage, per the options).
     pub torn: Option<u32>,
@@ -141,43 +152,47 @@ impl CrashPoint {
         self.sectors.len()
     }
 
-    /// The value sector `sector` takes from write `w`: its durable value
-    /// with the write's live bytes laid over. Also returns the end of the
-    /// write's bytes within the sector (the image must reach that far).
-    fn value(&self, sector: u64, w: &Pending) -> (Vec<u8>, u64) {
+    /// The value sector `sector` takes when the writes `ws` landed on it,
+    /// in that order, over its durable value (only their live bytes). Also
+    /// returns the end of their bytes within the sector (the image must
+    /// reach that far).
+    fn value(&self, sector: u64, ws: &[&Pending]) -> (Vec<u8>, u64) {
         let ss = self.sector_size;
         let start = sector * ss;
         let mut buf = vec![0; ss as usize];
         self.durable.read(start, &mut buf);
         let mut end = 0;
-        for (s, e) in w.live() {
-            let (s, e) = (s.max(start), e.min(start + ss));
-            if s < e {
-                w.copy_out(s, &mut buf[(s - start) as usize..(e - start) as usize]);
-                end = end.max(e);
+        for w in ws {
+            for (s, e) in w.live() {
+                let (s, e) = (s.max(start), e.min(start + ss));
+                if s < e {
+                    w.copy_out(s, &mut buf[(s - start) as usize..(e - start) as usize]);
+                    end = end.max(e);
+                }
             }
         }
         (buf, end)
     }
 
     /// Build the image that `pick` describes: for each touched sector (by
-    /// ordinal among the touched ones), the index in its candidate list of
-    /// the write it keeps, or `None`; `tear` may tear a kept sector.
+    /// ordinal among the touched ones), the indexes in its candidate list of
+    /// the writes that landed on it, ascending (empty: it keeps its durable
+    /// value); `tear` may tear a sector that took a new value.
     fn build(
         &self,
         mode: CrashMode,
-        mut pick: impl FnMut(usize, &[usize]) -> Option<usize>,
+        mut pick: impl FnMut(usize, &[usize]) -> Vec<usize>,
         mut tear: impl FnMut(usize, &mut [u8], &[u8]) -> Option<u32>,
     ) -> CrashImage {
         let ss = self.sector_size;
         let mut content = self.durable.clone();
         let mut choices = Vec::with_capacity(self.sectors.len());
         for (ordinal, (&sector, cands)) in self.sectors.iter().enumerate() {
-            let chosen = pick(ordinal, cands);
+            let landed = pick(ordinal, cands);
             let mut torn = None;
-            if let Some(k) = chosen {
-                let w = &self.writes[cands[k]];
-                let (mut value, end) = self.value(sector, w);
+            if !landed.is_empty() {
+                let ws: Vec<&Pending> = landed.iter().map(|&k| &self.writes[cands[k]]).collect();
+                let (mut value, end) = self.value(sector, &ws);
                 let mut old = vec![0; ss as usize];
                 self.durable.read(sector * ss, &mut old);
                 torn = tear(ordinal, &mut value, &old);
@@ -190,7 +205,8 @@ impl CrashPoint {
             choices.push(SectorChoice {
                 sector,
                 candidates: cands.iter().map(|&i| self.writes[i].id).collect(),
-                kept: chosen.map(|k| self.writes[cands[k]].id),
+                kept: landed.last().map(|&k| self.writes[cands[k]].id),
+                landed: landed.iter().map(|&k| self.writes[cands[k]].id).collect(),
                 torn,
             });
         }
@@ -221,14 +237,13 @@ impl CrashPoint {
             }
             _ => Vec::new(),
         };
-        let mut picks: Vec<Option<usize>> = Vec::with_capacity(self.sectors.len());
+        let mut picks: Vec<Vec<usize>> = Vec::with_capacity(self.sectors.len());
         for cands in self.sectors.values() {
             picks.push(match mode {
-                CrashMode::Writes => cands.iter().rposition(|&i| landed[i]),
-                _ => {
-                    let k = rng.gen_range(0..=cands.len());
-                    k.checked_sub(1)
-                }
+                CrashMode::Writes => (0..cands.len()).filter(|&k| landed[cands[k]]).collect(),
+                // The sector as it stood once its k-th write had landed
+                // (every earlier one with it), or as durable.
+                _ => (0..rng.gen_range(0..=cands.len())).collect(),
             });
         }
         // Tears are drawn after the picks, in sector order, so that turning
@@ -237,7 +252,7 @@ impl CrashPoint {
         if opts.tear_ppm > 0 {
             let ss = self.sector_size as usize;
             for p in &picks {
-                if p.is_some() && rng.gen_range(0..PPM) < opts.tear_ppm {
+                if !p.is_empty() && rng.gen_range(0..PPM) < opts.tear_ppm {
                     let cut = rng.gen_range(1..ss) as u32;
                     let garbage = (opts.tear_fill == TearFill::Garbage).then(|| {
                         let mut g = vec![0u8; ss];
@@ -252,7 +267,7 @@ impl CrashPoint {
         }
         self.build(
             mode,
-            |ordinal, _| picks[ordinal],
+            |ordinal, _| std::mem::take(&mut picks[ordinal]),
             |ordinal, value, old| match tears.get(ordinal) {
                 Some((cut, fill)) if *cut > 0 => {
                     let cut = *cut as usize;
@@ -430,12 +445,16 @@ impl Iterator for CrashStates {
         let image = match self.granularity {
             Granularity::Sector => self.base.build(
                 CrashMode::Enumerated,
-                |ordinal, _| counter[ordinal].checked_sub(1),
+                |ordinal, _| (0..counter[ordinal]).collect(),
                 |_, _, _| None,
             ),
             Granularity::Write => self.base.build(
                 CrashMode::Enumerated,
-                |_, cands| cands.iter().rposition(|&w| counter[w] == 1),
+                |_, cands| {
+                    (0..cands.len())
+                        .filter(|&k| counter[cands[k]] == 1)
+                        .collect()
+                },
                 |_, _, _| None,
             ),
         };
