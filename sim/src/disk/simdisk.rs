@@ -182,7 +182,8 @@ impl SimDisk {
         self.inner.state.borrow().injected.clone()
     }
 
-    /// The write log (empty when `options.log.enabled` is off).
+    /// The write log (empty when `options.log.enabled` is off). Do not hold
+    /// it across an await: requests update it.
     pub fn log(&self) -> Ref<'_, [LogEntry]> {
         Ref::map(self.inner.state.borrow(), |s| s.log.as_slice())
     }
