@@ -141,6 +141,9 @@ pub enum DiscardEffect {
     Zeroes,
     /// The range keeps its content.
     Nothing,
+    /// Each discard, drawn from the disk's own stream, does one or the
+    /// other.
+    Either,
 }
 
 /// A request that fails because it is the `n`-th of its kind.
@@ -370,11 +373,11 @@ impl DiskOptions {
             latency,
             support: SupportOptions {
                 write_zeroes: r.gen_bool(0.6),
-                discard: if r.gen_bool(0.5) {
-                    DiscardEffect::Zeroes
-                } else {
-                    DiscardEffect::Nothing
-                },
+                discard: [
+                    DiscardEffect::Zeroes,
+                    DiscardEffect::Nothing,
+                    DiscardEffect::Either,
+                ][r.gen_range(0..3)],
             },
             faults: FaultOptions::swarm(seed, harsh),
             crash,
