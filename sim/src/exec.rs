@@ -434,6 +434,15 @@ impl Sim {
     ) -> Result<RunEnd, ExecError> {
         assert!(!self.inner.running.get(), "Sim::run called from a task");
         self.inner.running.set(true);
+        // Cleared however the loop ends, a panicking task included, so a
+        // caller that catches the panic can still inspect and drop the Sim.
+        struct Running<'a>(&'a Cell<bool>);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                self.0.set(false);
+            }
+        }
+        let _running = Running(&self.inner.running);
         let result = loop {
             if self.inner.foreground.get() == 0 {
                 break Ok(RunEnd::Finished);
@@ -479,7 +488,6 @@ impl Sim {
                 }
             }
         };
-        self.inner.running.set(false);
         result
     }
 
