@@ -10,10 +10,13 @@
 //!
 //! Everything is reachable from one seed: ready tasks and timers are kept in
 //! ordered sets, never hashed, and each choice is fed to the trace hash.
+//! The choice is uniform, or PCT-style by priorities (`SchedulePolicy`).
 //!
 //! Two ways a run can go wrong are reported, never looped on: a *hang*
 //! (tasks remain, none is ready and no timer is pending: they wait for a wake
 //! that will never come) and a *livelock* (the step or time budget ran out).
+//! Daemon tasks (background loops) do not keep a run going; `abort_all`
+//! drops every task at once, as a power cut does.
 //!
 //! ```
 //! use sim::exec::Sim;
