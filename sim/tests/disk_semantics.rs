@@ -344,6 +344,11 @@ fn bad_options_are_refused_with_the_field_named() {
     let e = SimDisk::new(&sim, o.clone()).unwrap_err();
     assert_eq!(e.field, "latency.write_mean");
     o.latency = LatencyOptions::hdd();
+    o.latency.channels = u32::MAX;
+    let e = SimDisk::new(&sim, o.clone()).unwrap_err();
+    assert_eq!(e.field, "latency.channels");
+    assert!(e.to_string().contains("4294967295"), "{e}");
+    o.latency = LatencyOptions::hdd();
     o.faults.read_error_ppm = 2_000_000;
     assert_eq!(
         SimDisk::new(&sim, o).unwrap_err().field,

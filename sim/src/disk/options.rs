@@ -71,7 +71,7 @@ pub struct LatencyOptions {
     /// Bytes per second the device transfers; 0 means transfers are free.
     pub bandwidth: u64,
     /// How many requests the device serves at once; a request waits for a
-    /// free channel. 0 means without limit.
+    /// free channel. 0 means without limit; at most 4096.
     pub channels: u32,
 }
 
@@ -311,6 +311,11 @@ impl DiskOptions {
                 format!("{mean} ns is more than 1000 s"),
             )?;
         }
+        check(
+            l.channels <= 4096,
+            "latency.channels",
+            format!("{} is more than 4096", l.channels),
+        )?;
         let f = &self.faults;
         check_ppm(f.read_error_ppm, "faults.read_error_ppm")?;
         check_ppm(f.write_error_ppm, "faults.write_error_ppm")?;
