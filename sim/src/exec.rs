@@ -88,6 +88,9 @@ impl ExecOptions {
     }
 }
 
+/// Most change points a `SchedulePolicy::Priority` draws.
+pub const CHANGE_POINTS_MAX: u32 = 1024;
+
 /// How the executor chooses which ready task to poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SchedulePolicy {
@@ -96,8 +99,9 @@ pub enum SchedulePolicy {
     /// Probabilistic concurrency testing (PCT): every task gets a random
     /// priority at spawn and the highest-priority ready task runs; at
     /// `change_points` steps drawn in `1..=steps_hint`, the running task
-    /// drops below every other. Finds ordering bugs that need a few
-    /// specific preemptions far more often than uniform choice does.
+    /// drops below every other (at most `CHANGE_POINTS_MAX` points are
+    /// drawn). Finds ordering bugs that need a few specific preemptions far
+    /// more often than uniform choice does.
     Priority { change_points: u32, steps_hint: u64 },
 }
 
@@ -244,7 +248,8 @@ impl Sim {
             steps_hint,
         } = options.policy
         {
-            for _ in 0..change_points {
+            // More change points than this only slow the start down.
+            for _ in 0..change_points.min(CHANGE_POINTS_MAX) {
                 change_steps.insert(schedule.gen_range(1..=steps_hint.max(1)));
             }
         }
