@@ -324,6 +324,8 @@ fn torn_sectors_keep_a_new_prefix() {
         let mut torn = 0;
         for _ in 0..10 {
             let img = disk.crash_image(&mut rng).unwrap();
+            let sum = img.summary();
+            assert_eq!((sum.touched, sum.changed), (4, sum.torn), "{sum}");
             for c in &img.choices {
                 let mut got = vec![0u8; 512];
                 img.content.read(c.sector * 512, &mut got);

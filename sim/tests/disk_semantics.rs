@@ -393,6 +393,11 @@ fn log_lines_name_the_request_and_block_on_drives_a_body() {
         log[1].to_string(),
         "#1 flush, issued 1000 ns, completed 6000 ns: ok"
     );
+    let json = serde_json::to_value(&log[0]).unwrap();
+    assert_eq!(json["op"], "Write");
+    assert_eq!(json["result"], "ok");
+    assert_eq!(json["landed"], serde_json::json!([4096, 8192]));
+    assert!(json.get("data").is_none(), "payloads stay out of reports");
 }
 
 #[test]

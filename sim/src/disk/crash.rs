@@ -23,6 +23,7 @@
 //!   2^n whole-write states.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use engine::dev::IoOp;
 use rand::Rng;
@@ -90,7 +91,37 @@ pub struct CrashImage {
     pub choices: Vec<SectorChoice>,
 }
 
+/// Counts that say what one crash image did, for reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrashSummary {
+    /// Sectors some pending write could change.
+    pub touched: u64,
+    /// Of those, sectors that took a new value.
+    pub changed: u64,
+    /// Of those, sectors torn inside.
+    pub torn: u64,
+}
+
+impl fmt::Display for CrashSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} sectors in doubt, {} took a new value, {} torn",
+            self.touched, self.changed, self.torn
+        )
+    }
+}
+
 impl CrashImage {
+    /// What this crash did, in numbers.
+    pub fn summary(&self) -> CrashSummary {
+        CrashSummary {
+            touched: self.choices.len() as u64,
+            changed: self.choices.iter().filter(|c| c.kept.is_some()).count() as u64,
+            torn: self.choices.iter().filter(|c| c.torn.is_some()).count() as u64,
+        }
+    }
+
     /// The choice for sector `sector`, if a pending write touched it.
     pub fn choice(&self, sector: u64) -> Option<&SectorChoice> {
         self.choices

@@ -76,6 +76,54 @@ impl LogEntry {
     }
 }
 
+/// The serialisable view of a `LogEntry` (for exported reports): the same
+/// fields, the result as its message, the payload left out (its hash stays).
+#[derive(Serialize)]
+struct LogRecord<'a> {
+    id: u64,
+    op: IoOp,
+    offset: u64,
+    len: u64,
+    fua: bool,
+    may_unmap: bool,
+    no_fallback: bool,
+    issued: Nanos,
+    completed: Option<Nanos>,
+    issue_seq: u64,
+    complete_seq: Option<u64>,
+    /// `"ok"`, the error's message, or absent while in flight.
+    result: Option<String>,
+    data_hash: Option<u64>,
+    fault: &'a Option<FaultKind>,
+    landed: Option<(u64, u64)>,
+}
+
+impl Serialize for LogEntry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        LogRecord {
+            id: self.id,
+            op: self.op,
+            offset: self.offset,
+            len: self.len,
+            fua: self.fua,
+            may_unmap: self.may_unmap,
+            no_fallback: self.no_fallback,
+            issued: self.issued,
+            completed: self.completed,
+            issue_seq: self.issue_seq,
+            complete_seq: self.complete_seq,
+            result: self.result.as_ref().map(|r| match r {
+                Ok(()) => "ok".to_string(),
+                Err(e) => e.to_string(),
+            }),
+            data_hash: self.data_hash,
+            fault: &self.fault,
+            landed: self.landed,
+        }
+        .serialize(s)
+    }
+}
+
 impl fmt::Display for LogEntry {
     /// One line for violation messages, e.g.
     /// `#12 write 4096+8192 fua, issued 1200 ns, completed 1300 ns: ok`.

@@ -40,7 +40,9 @@ mod options;
 mod simdisk;
 mod store;
 
-pub use crash::{CrashError, CrashImage, CrashMode, CrashPoint, CrashStates, SectorChoice};
+pub use crash::{
+    CrashError, CrashImage, CrashMode, CrashPoint, CrashStates, CrashSummary, SectorChoice,
+};
 pub use faults::{FaultKind, InjectedFault};
 pub use log::{DiskCounters, LogEntry};
 pub use options::{
