@@ -1,2 +1,5 @@
 //! qcsim's simulation harness: the simulated disk, the deterministic
 //! executor and clock, workloads and cases, the runner and campaigns.
+
+pub mod case;
+pub mod workload;
