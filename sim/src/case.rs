@@ -317,6 +317,16 @@ impl Case {
             .map(|(i, (g, op))| (g, i as u64 + 1, op))
     }
 
+    /// The backing file's content, as the model and the runner see it.
+    pub fn backing_data(&self) -> Option<BackingData> {
+        self.image.backing.map(|b| b.data())
+    }
+
+    /// A fresh reference model of this case's guest disk.
+    pub fn model(&self) -> oracle::model::Model {
+        oracle::model::Model::new(self.sectors(), self.backing_data())
+    }
+
     /// Number of crash-and-reopen points.
     pub fn crashes(&self) -> usize {
         self.numbered_ops()

@@ -173,3 +173,16 @@ fn numbered_ops_count_from_one_in_order() {
     let groups: Vec<usize> = case.numbered_ops().map(|(g, _, _)| g).collect();
     assert!(groups.windows(2).all(|w| w[0] <= w[1]));
 }
+
+#[test]
+fn the_model_of_a_case_covers_its_disk_and_backing() {
+    let case = (0..)
+        .map(|s| Case::generate(s, Profile::Backing))
+        .find(|c| c.backing_data().is_some_and(|b| b.has_data(0)))
+        .unwrap();
+    let model = case.model();
+    assert_eq!(model.sectors(), case.image.create.size / 512);
+    assert_eq!(model.unwritten(0), oracle::model::Value::Backing);
+    let plain = Case::generate(0, Profile::Sequential);
+    assert_eq!(plain.model().unwritten(0), oracle::model::Value::Zero);
+}

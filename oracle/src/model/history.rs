@@ -34,13 +34,11 @@ impl Entry {
         matches!(self.completed, Some((c, _)) if c < t)
     }
 
-    /// Whether this entry, done before `t`, hides values completed before
-    /// `c` from every moment from `t` on.
-    fn supersedes(&self, c: Option<Seq>, t: Seq) -> bool {
-        let Some((done, Status::Ok)) = self.completed else {
-            return false;
-        };
-        done < t && matches!(self.put, Put::Value(_)) && c.is_none_or(|c| self.issued > c)
+    /// Whether this entry, done before `t`, hides earlier values from
+    /// every moment from `t` on: it succeeded and wrote a value.
+    fn hides(&self, t: Seq) -> bool {
+        matches!(self.completed, Some((done, Status::Ok)) if done < t)
+            && matches!(self.put, Put::Value(_))
     }
 
     /// Pushes the values this entry may leave in the sector.
@@ -55,6 +53,16 @@ impl Entry {
     }
 }
 
+/// The latest issue time of the entries that hide older values at `t`:
+/// a value completed before it is superseded.
+fn latest_hiding_issue(entries: &[Entry], t: Seq) -> Option<Seq> {
+    entries
+        .iter()
+        .filter(|w| w.hides(t))
+        .map(|w| w.issued)
+        .max()
+}
+
 /// The values a sector may hold at time `t` when only the writes done
 /// before `t` count: its epoch `base` and every write not superseded.
 /// `unwritten` is what the sector reads when the image does not cover it
@@ -66,13 +74,14 @@ pub(super) fn settled(
     unwritten: Value,
     out: &mut Vec<Value>,
 ) {
-    if !entries.iter().any(|w| w.supersedes(None, t)) {
+    let latest = latest_hiding_issue(entries, t);
+    if latest.is_none() {
         out.push(base);
     }
-    for e in entries.iter().filter(|e| e.completed_before(t)) {
-        let c = e.completed.map(|(c, _)| c);
-        if !entries.iter().any(|w| w.supersedes(c, t)) {
-            e.values(unwritten, out);
+    for e in entries.iter() {
+        match e.completed {
+            Some((c, _)) if c < t && latest.is_none_or(|l| l < c) => e.values(unwritten, out),
+            _ => {}
         }
     }
 }
@@ -97,20 +106,9 @@ pub(super) fn pending(
 /// Drops the entries no moment from `t` on can see: done before `t` and
 /// superseded by another entry done before `t`.
 pub(super) fn compact(entries: &mut Vec<Entry>, t: Seq) {
-    let dead: Vec<bool> = entries
-        .iter()
-        .map(|e| {
-            e.completed_before(t) && {
-                let c = e.completed.map(|(c, _)| c);
-                entries.iter().any(|w| w.supersedes(c, t))
-            }
-        })
-        .collect();
-    let mut i = 0;
-    entries.retain(|_| {
-        i += 1;
-        !dead[i - 1]
-    });
+    if let Some(latest) = latest_hiding_issue(entries, t) {
+        entries.retain(|e| !matches!(e.completed, Some((c, _)) if c < t && c < latest));
+    }
 }
 
 /// Sorts and deduplicates a value list.
