@@ -7,11 +7,24 @@
 //! await, as QEMU's coroutines do. Nothing here reads a clock, spawns a thread
 //! or draws a random number; that belongs to whoever drives it.
 
+mod cache;
 pub mod counters;
+mod cow;
 pub mod dev;
+mod discard;
 pub mod error;
+pub mod format;
+mod geometry;
 pub mod image;
+mod inflight;
+mod mapping;
 pub mod options;
+mod read;
+mod rebuild;
+mod refcount;
+mod sync;
+mod write;
+mod writeback;
 
 pub use counters::Counters;
 pub use error::{Error, Result};

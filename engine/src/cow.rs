@@ -1,0 +1,74 @@
+//! Copy-on-write sources: where the old content of a cluster being
+//! replaced comes from (zeroes, the backing file, the old host cluster, or
+//! a compressed cluster), and reading it.
+
+use crate::dev::BlockDev;
+use crate::error::Result;
+use crate::format::L2Mapping;
+use crate::image::Image;
+use crate::inflight::Alloc;
+
+/// Where the old content of a guest cluster lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CowSource {
+    Zero,
+    Backing,
+    /// The old host cluster (cluster-aligned offset).
+    Host(u64),
+    Compressed {
+        host: u64,
+        sectors: u64,
+    },
+}
+
+impl CowSource {
+    pub fn is_zero(&self) -> bool {
+        matches!(self, CowSource::Zero)
+    }
+}
+
+impl<D: BlockDev> Image<D> {
+    /// The source of the old content at guest offset `guest`, which lies
+    /// in allocation `a`.
+    pub(crate) fn cow_source(&self, a: &Alloc, guest: u64) -> CowSource {
+        let i = ((guest - a.guest_start) / self.geo.cluster_size) as usize;
+        match a.old[i].decode(self.geo.cluster_bits, self.geo.version) {
+            L2Mapping::Unallocated if self.backing.is_some() => CowSource::Backing,
+            L2Mapping::Unallocated | L2Mapping::Zero { .. } => CowSource::Zero,
+            L2Mapping::Normal { host, .. } => CowSource::Host(host),
+            L2Mapping::Compressed { host, sectors } => CowSource::Compressed { host, sectors },
+        }
+    }
+
+    /// Read the old content at guest offset `guest` (all of `buf` inside
+    /// one cluster) from `src`.
+    pub(crate) async fn read_cow_source(
+        &self,
+        src: &CowSource,
+        guest: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        match *src {
+            CowSource::Zero => {
+                buf.fill(0);
+                Ok(())
+            }
+            CowSource::Backing => self.read_backing(guest, buf).await,
+            CowSource::Host(h) => {
+                let io = self.inflight.borrow_mut().begin_io();
+                let r = self
+                    .dev
+                    .read(h + self.geo.offset_into_cluster(guest), buf)
+                    .await;
+                self.inflight.borrow_mut().end_io(io);
+                Ok(r?)
+            }
+            CowSource::Compressed { host, sectors } => {
+                let cluster = self.read_compressed(host, sectors).await?;
+                let o = self.geo.offset_into_cluster(guest) as usize;
+                buf.copy_from_slice(&cluster[o..o + buf.len()]);
+                Ok(())
+            }
+        }
+    }
+}

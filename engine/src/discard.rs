@@ -1,0 +1,142 @@
+//! Guest flush, discard and write_zeroes. Discard and zeroing of whole
+//! clusters change L2 entries (to zero clusters on version 3) and free the
+//! old host clusters once that change is durable; partial clusters are
+//! written with zeroes (write_zeroes) or left alone (discard, a hint).
+
+use crate::dev::BlockDev;
+use crate::error::Result;
+use crate::format::{L1Entry, L2Entry};
+use crate::image::Image;
+
+impl<D: BlockDev> Image<D> {
+    /// Make every guest write that completed before this call durable.
+    pub async fn flush(&self) -> Result<()> {
+        self.count(|c| c.guest_flushes += 1);
+        if self.opts.read_only {
+            return Ok(());
+        }
+        self.check_writable()?;
+        self.flush_internal(false).await
+    }
+
+    /// Discard whole clusters in the range; they then read as zeroes
+    /// (version 3) or from the backing file (version 2). Partial clusters
+    /// at either end are left as they are.
+    pub async fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        self.check_writable()?;
+        self.check_request(offset, len)?;
+        self.count(|c| c.guest_discards += 1);
+        let cs = self.geo.cluster_size;
+        let start = offset.next_multiple_of(cs);
+        let end = self.geo.cluster_start(offset + len).max(start);
+        // The disk's last cluster may be partial: it counts as whole.
+        let end = if offset + len == self.geo.virtual_size {
+            (offset + len).next_multiple_of(cs)
+        } else {
+            end
+        };
+        if start >= end {
+            return Ok(());
+        }
+        let zero = self.geo.version >= 3;
+        self.unmap_clusters(start, end, zero).await
+    }
+
+    /// Make the range read as zeroes. With `unmap` (and always, here) whole
+    /// clusters become zero clusters on version 3 images and their host
+    /// clusters are freed; partial clusters are written with zeroes.
+    pub async fn write_zeroes(&self, offset: u64, len: u64, unmap: bool) -> Result<()> {
+        let _ = unmap;
+        self.check_writable()?;
+        self.check_request(offset, len)?;
+        self.count(|c| c.guest_zero_writes += 1);
+        if len == 0 {
+            return Ok(());
+        }
+        let cs = self.geo.cluster_size;
+        let end = offset + len;
+        let vend = self.geo.virtual_size;
+        let wstart = offset.next_multiple_of(cs);
+        let mut wend = self.geo.cluster_start(end);
+        if end == vend {
+            wend = end.next_multiple_of(cs);
+        }
+        if self.geo.version < 3 || wstart >= wend {
+            return self.write_zero_buffer(offset, end).await;
+        }
+        if offset < wstart {
+            self.write_zero_buffer(offset, wstart.min(end)).await?;
+        }
+        self.unmap_clusters(wstart, wend, true).await?;
+        if wend < end {
+            self.write_zero_buffer(wend, end).await?;
+        }
+        Ok(())
+    }
+
+    async fn write_zero_buffer(&self, start: u64, end: u64) -> Result<()> {
+        const CHUNK: u64 = 1 << 20;
+        let mut p = start;
+        while p < end {
+            let n = (end - p).min(CHUNK);
+            let zeroes = vec![0u8; n as usize];
+            let id = self.begin_write(p, p + n).await;
+            let r = self.write_locked_range(p, &zeroes).await;
+            self.end_write(id);
+            r?;
+            p += n;
+        }
+        Ok(())
+    }
+
+    /// Set the L2 entries of whole clusters [start, end) to zero clusters
+    /// (`zero`) or unallocated, freeing what they pointed at.
+    async fn unmap_clusters(&self, start: u64, end: u64, zero: bool) -> Result<()> {
+        let end_guest = end.min(
+            self.geo
+                .virtual_size
+                .next_multiple_of(self.geo.cluster_size),
+        );
+        let id = self.begin_write(start, end_guest).await;
+        let r = self.unmap_locked(start, end_guest, zero).await;
+        self.end_write(id);
+        r
+    }
+
+    async fn unmap_locked(&self, start: u64, end: u64, zero: bool) -> Result<()> {
+        // Allocations in flight here finish first, so the entries below
+        // are final.
+        let keys = self.inflight.borrow().allocs_overlapping(start, end);
+        for k in keys {
+            self.commit_alloc(k).await?;
+        }
+        let cs = self.geo.cluster_size;
+        let _g = self.meta_lock.lock().await;
+        let mut p = start;
+        while p < end {
+            let l1i = self.geo.offset_to_l1_index(p);
+            let has_table = L1Entry(self.meta.borrow().l1[l1i]).l2_offset() != 0;
+            if !has_table && (!zero || self.backing.is_none()) {
+                // Already reads as zero (or as backing data for discard).
+                p = ((l1i as u64) + 1) * self.geo.l2_span();
+                continue;
+            }
+            let cur = self.l2_entry(p).await?;
+            let new = if zero {
+                L2Entry::zero(None, false)
+            } else {
+                L2Entry::UNALLOCATED
+            };
+            if cur != new {
+                let l2 = self.l2_table_for_write(p).await?;
+                let old = self.set_l2_entry(l2, p, new);
+                self.release_entry(old);
+            }
+            p += cs;
+        }
+        if !self.opts.switches.delayed_metadata {
+            self.writeback_all().await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,441 @@
+//! The qcow2 header (version 2 and 3), its extensions and the backing file
+//! name, parsed from and serialised to the first cluster of the image.
+//!
+//! Byte layout (big-endian), per QEMU's `docs/interop/qcow2.txt`:
+//!
+//! ```text
+//!   0  magic "QFI\xfb"            4  version (2 or 3)
+//!   8  backing_file_offset       16  backing_file_size
+//!  20  cluster_bits              24  size (virtual, bytes)
+//!  32  crypt_method              36  l1_size (entries)
+//!  40  l1_table_offset           48  refcount_table_offset
+//!  56  refcount_table_clusters   60  nb_snapshots
+//!  64  snapshots_offset          -- version 2 ends here (72 bytes) --
+//!  72  incompatible_features     80  compatible_features
+//!  88  autoclear_features        96  refcount_order
+//! 100  header_length            104  compression_type (if length > 104)
+//! ```
+//!
+//! Header extensions follow the header: (type u32, length u32, data padded
+//! to 8 bytes), ended by type 0. The backing file name follows them.
+
+use crate::error::{Error, Result};
+
+pub const MAGIC: u32 = 0x5146_49fb;
+
+const OFF_MAGIC: usize = 0;
+const OFF_VERSION: usize = OFF_MAGIC + 4;
+const OFF_BACKING_FILE_OFFSET: usize = OFF_VERSION + 4;
+const OFF_BACKING_FILE_SIZE: usize = OFF_BACKING_FILE_OFFSET + 8;
+const OFF_CLUSTER_BITS: usize = OFF_BACKING_FILE_SIZE + 4;
+const OFF_SIZE: usize = OFF_CLUSTER_BITS + 4;
+const OFF_CRYPT_METHOD: usize = OFF_SIZE + 8;
+const OFF_L1_SIZE: usize = OFF_CRYPT_METHOD + 4;
+const OFF_L1_TABLE_OFFSET: usize = OFF_L1_SIZE + 4;
+const OFF_REFCOUNT_TABLE_OFFSET: usize = OFF_L1_TABLE_OFFSET + 8;
+const OFF_REFCOUNT_TABLE_CLUSTERS: usize = OFF_REFCOUNT_TABLE_OFFSET + 8;
+const OFF_NB_SNAPSHOTS: usize = OFF_REFCOUNT_TABLE_CLUSTERS + 4;
+const OFF_SNAPSHOTS_OFFSET: usize = OFF_NB_SNAPSHOTS + 4;
+/// Length of a version 2 header.
+pub const V2_HEADER_LEN: usize = OFF_SNAPSHOTS_OFFSET + 8;
+const OFF_INCOMPATIBLE: usize = V2_HEADER_LEN;
+const OFF_COMPATIBLE: usize = OFF_INCOMPATIBLE + 8;
+const OFF_AUTOCLEAR: usize = OFF_COMPATIBLE + 8;
+const OFF_REFCOUNT_ORDER: usize = OFF_AUTOCLEAR + 8;
+const OFF_HEADER_LENGTH: usize = OFF_REFCOUNT_ORDER + 4;
+/// Minimum length of a version 3 header.
+pub const V3_MIN_HEADER_LEN: usize = OFF_HEADER_LENGTH + 4;
+const OFF_COMPRESSION_TYPE: usize = V3_MIN_HEADER_LEN;
+/// The version 3 header length this engine writes (compression type plus
+/// padding to 8 bytes).
+pub const V3_HEADER_LEN: usize = OFF_COMPRESSION_TYPE + 8;
+
+/// Incompatible feature bits.
+pub mod incompat {
+    pub const DIRTY: u64 = 1 << 0;
+    pub const CORRUPT: u64 = 1 << 1;
+    pub const EXTERNAL_DATA: u64 = 1 << 2;
+    pub const COMPRESSION_TYPE: u64 = 1 << 3;
+    pub const EXTENDED_L2: u64 = 1 << 4;
+    pub const KNOWN: u64 = DIRTY | CORRUPT | EXTERNAL_DATA | COMPRESSION_TYPE | EXTENDED_L2;
+}
+
+/// Compatible feature bits.
+pub mod compat {
+    pub const LAZY_REFCOUNTS: u64 = 1 << 0;
+}
+
+/// Autoclear feature bits.
+pub mod autoclear {
+    pub const BITMAPS: u64 = 1 << 0;
+    pub const RAW_EXTERNAL: u64 = 1 << 1;
+}
+
+/// Header extension types.
+pub mod ext {
+    pub const END: u32 = 0;
+    pub const BACKING_FORMAT: u32 = 0xe279_2aca;
+    pub const FEATURE_TABLE: u32 = 0x6803_f857;
+    pub const BITMAPS: u32 = 0x2385_2875;
+    pub const CRYPTO: u32 = 0x0537_be77;
+    pub const EXTERNAL_DATA_FILE: u32 = 0x4441_5441;
+}
+
+/// Longest backing file name QEMU accepts.
+pub const MAX_BACKING_FILE_NAME: u32 = 1023;
+
+/// One header extension, kept as raw bytes so that extensions this engine
+/// does not interpret survive a header rewrite unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extension {
+    pub kind: u32,
+    pub data: Vec<u8>,
+}
+
+/// The parsed header. Field names follow the specification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub version: u32,
+    pub backing_file_offset: u64,
+    pub backing_file_size: u32,
+    pub cluster_bits: u32,
+    pub size: u64,
+    pub crypt_method: u32,
+    pub l1_size: u32,
+    pub l1_table_offset: u64,
+    pub refcount_table_offset: u64,
+    pub refcount_table_clusters: u32,
+    pub nb_snapshots: u32,
+    pub snapshots_offset: u64,
+    pub incompatible_features: u64,
+    pub compatible_features: u64,
+    pub autoclear_features: u64,
+    pub refcount_order: u32,
+    pub header_length: u32,
+    pub compression_type: u8,
+    pub extensions: Vec<Extension>,
+    pub backing_file: Option<String>,
+}
+
+fn be32(b: &[u8], off: usize) -> u32 {
+    u32::from_be_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+}
+
+fn be64(b: &[u8], off: usize) -> u64 {
+    u64::from_be_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+
+fn put32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+fn put64(b: &mut [u8], off: usize, v: u64) {
+    b[off..off + 8].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Names of the incompatible feature bits, for error messages.
+pub fn incompat_bit_name(bit: u32) -> &'static str {
+    match bit {
+        0 => "dirty",
+        1 => "corrupt",
+        2 => "external data file",
+        3 => "compression type",
+        4 => "extended L2 entries",
+        _ => "unknown",
+    }
+}
+
+impl Header {
+    pub fn cluster_size(&self) -> u64 {
+        1 << self.cluster_bits
+    }
+
+    pub fn refcount_bits(&self) -> u32 {
+        1 << self.refcount_order
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.incompatible_features & incompat::DIRTY != 0
+    }
+
+    pub fn is_corrupt(&self) -> bool {
+        self.incompatible_features & incompat::CORRUPT != 0
+    }
+
+    pub fn lazy_refcounts(&self) -> bool {
+        self.compatible_features & compat::LAZY_REFCOUNTS != 0
+    }
+
+    pub fn extended_l2(&self) -> bool {
+        self.incompatible_features & incompat::EXTENDED_L2 != 0
+    }
+
+    /// The first extension of `kind`.
+    pub fn extension(&self, kind: u32) -> Option<&Extension> {
+        self.extensions.iter().find(|e| e.kind == kind)
+    }
+
+    /// The backing format the header extension names, if any.
+    pub fn backing_format(&self) -> Option<String> {
+        self.extension(ext::BACKING_FORMAT)
+            .map(|e| String::from_utf8_lossy(&e.data).into_owned())
+    }
+
+    /// Parse the header from the first bytes of the image. `cluster` must
+    /// hold at least the first cluster (or the whole file if shorter);
+    /// `file_len` is the image length, for range checks.
+    pub fn parse(cluster: &[u8]) -> Result<Header> {
+        if cluster.len() < V2_HEADER_LEN {
+            return Err(Error::format("header", "file too short for a qcow2 header"));
+        }
+        if be32(cluster, OFF_MAGIC) != MAGIC {
+            return Err(Error::format("magic", "not a qcow2 image (bad magic)"));
+        }
+        let version = be32(cluster, OFF_VERSION);
+        if version != 2 && version != 3 {
+            return Err(Error::format(
+                "version",
+                format!("unsupported qcow2 version {version}"),
+            ));
+        }
+        let cluster_bits = be32(cluster, OFF_CLUSTER_BITS);
+        if !(9..=21).contains(&cluster_bits) {
+            return Err(Error::format(
+                "cluster_bits",
+                format!("{cluster_bits} is outside 9..=21 (512 B to 2 MiB clusters)"),
+            ));
+        }
+        let cluster_size = 1usize << cluster_bits;
+        let mut h = Header {
+            version,
+            backing_file_offset: be64(cluster, OFF_BACKING_FILE_OFFSET),
+            backing_file_size: be32(cluster, OFF_BACKING_FILE_SIZE),
+            cluster_bits,
+            size: be64(cluster, OFF_SIZE),
+            crypt_method: be32(cluster, OFF_CRYPT_METHOD),
+            l1_size: be32(cluster, OFF_L1_SIZE),
+            l1_table_offset: be64(cluster, OFF_L1_TABLE_OFFSET),
+            refcount_table_offset: be64(cluster, OFF_REFCOUNT_TABLE_OFFSET),
+            refcount_table_clusters: be32(cluster, OFF_REFCOUNT_TABLE_CLUSTERS),
+            nb_snapshots: be32(cluster, OFF_NB_SNAPSHOTS),
+            snapshots_offset: be64(cluster, OFF_SNAPSHOTS_OFFSET),
+            incompatible_features: 0,
+            compatible_features: 0,
+            autoclear_features: 0,
+            refcount_order: 4,
+            header_length: V2_HEADER_LEN as u32,
+            compression_type: 0,
+            extensions: Vec::new(),
+            backing_file: None,
+        };
+        if version == 3 {
+            if cluster.len() < V3_MIN_HEADER_LEN {
+                return Err(Error::format(
+                    "header_length",
+                    "file too short for a v3 header",
+                ));
+            }
+            h.incompatible_features = be64(cluster, OFF_INCOMPATIBLE);
+            h.compatible_features = be64(cluster, OFF_COMPATIBLE);
+            h.autoclear_features = be64(cluster, OFF_AUTOCLEAR);
+            h.refcount_order = be32(cluster, OFF_REFCOUNT_ORDER);
+            h.header_length = be32(cluster, OFF_HEADER_LENGTH);
+            if (h.header_length as usize) < V3_MIN_HEADER_LEN
+                || h.header_length as usize > cluster_size
+                || h.header_length as usize > cluster.len()
+            {
+                return Err(Error::format(
+                    "header_length",
+                    format!(
+                        "{} is not between 104 and the cluster size",
+                        h.header_length
+                    ),
+                ));
+            }
+            if h.header_length as usize > OFF_COMPRESSION_TYPE {
+                h.compression_type = cluster[OFF_COMPRESSION_TYPE];
+            }
+        }
+        if h.refcount_order > 6 {
+            return Err(Error::format(
+                "refcount_order",
+                format!("{} is above 6 (64-bit refcounts)", h.refcount_order),
+            ));
+        }
+        if h.backing_file_offset != 0 {
+            if h.backing_file_size > MAX_BACKING_FILE_NAME {
+                return Err(Error::format(
+                    "backing_file_size",
+                    format!("{} is longer than 1023 bytes", h.backing_file_size),
+                ));
+            }
+            let end = h
+                .backing_file_offset
+                .checked_add(h.backing_file_size as u64);
+            match end {
+                Some(end) if end <= cluster_size as u64 && end <= cluster.len() as u64 => {
+                    let start = h.backing_file_offset as usize;
+                    let raw = &cluster[start..end as usize];
+                    let name = String::from_utf8(raw.to_vec()).map_err(|_| {
+                        Error::format("backing_file_offset", "backing file name is not UTF-8")
+                    })?;
+                    h.backing_file = Some(name);
+                }
+                _ => {
+                    return Err(Error::format(
+                        "backing_file_offset",
+                        "backing file name lies outside the first cluster",
+                    ))
+                }
+            }
+        }
+        h.extensions = parse_extensions(cluster, h.header_length as usize, cluster_size, &h)?;
+        Ok(h)
+    }
+
+    /// Serialise into one cluster-sized buffer. Fails if the extensions and
+    /// backing file name do not fit in the first cluster.
+    pub fn serialize(&self) -> Result<Vec<u8>> {
+        let cs = self.cluster_size() as usize;
+        let mut b = vec![0u8; cs];
+        put32(&mut b, OFF_MAGIC, MAGIC);
+        put32(&mut b, OFF_VERSION, self.version);
+        put32(&mut b, OFF_CLUSTER_BITS, self.cluster_bits);
+        put64(&mut b, OFF_SIZE, self.size);
+        put32(&mut b, OFF_CRYPT_METHOD, self.crypt_method);
+        put32(&mut b, OFF_L1_SIZE, self.l1_size);
+        put64(&mut b, OFF_L1_TABLE_OFFSET, self.l1_table_offset);
+        put64(
+            &mut b,
+            OFF_REFCOUNT_TABLE_OFFSET,
+            self.refcount_table_offset,
+        );
+        put32(
+            &mut b,
+            OFF_REFCOUNT_TABLE_CLUSTERS,
+            self.refcount_table_clusters,
+        );
+        put32(&mut b, OFF_NB_SNAPSHOTS, self.nb_snapshots);
+        put64(&mut b, OFF_SNAPSHOTS_OFFSET, self.snapshots_offset);
+        let mut pos = if self.version >= 3 {
+            put64(&mut b, OFF_INCOMPATIBLE, self.incompatible_features);
+            put64(&mut b, OFF_COMPATIBLE, self.compatible_features);
+            put64(&mut b, OFF_AUTOCLEAR, self.autoclear_features);
+            put32(&mut b, OFF_REFCOUNT_ORDER, self.refcount_order);
+            put32(&mut b, OFF_HEADER_LENGTH, self.header_length);
+            if self.header_length as usize > OFF_COMPRESSION_TYPE {
+                b[OFF_COMPRESSION_TYPE] = self.compression_type;
+            }
+            self.header_length as usize
+        } else {
+            V2_HEADER_LEN
+        };
+        let too_big = || {
+            Error::format(
+                "header",
+                "extensions and backing file name exceed the first cluster",
+            )
+        };
+        for e in &self.extensions {
+            let padded = e.data.len().div_ceil(8) * 8;
+            if pos + 8 + padded > cs {
+                return Err(too_big());
+            }
+            put32(&mut b, pos, e.kind);
+            put32(&mut b, pos + 4, e.data.len() as u32);
+            b[pos + 8..pos + 8 + e.data.len()].copy_from_slice(&e.data);
+            pos += 8 + padded;
+        }
+        if pos + 8 > cs {
+            return Err(too_big());
+        }
+        pos += 8; // end-of-extensions marker, already zero
+        if let Some(name) = &self.backing_file {
+            if pos + name.len() > cs {
+                return Err(too_big());
+            }
+            b[pos..pos + name.len()].copy_from_slice(name.as_bytes());
+            put64(&mut b, OFF_BACKING_FILE_OFFSET, pos as u64);
+            put32(&mut b, OFF_BACKING_FILE_SIZE, name.len() as u32);
+        }
+        Ok(b)
+    }
+
+    /// The feature name table this engine writes into new images.
+    pub fn feature_table() -> Extension {
+        let entries: [(u8, u8, &str); 8] = [
+            (0, 0, "dirty bit"),
+            (0, 1, "corrupt bit"),
+            (0, 2, "external data file"),
+            (0, 3, "compression type"),
+            (0, 4, "extended L2 entries"),
+            (1, 0, "lazy refcounts"),
+            (2, 0, "bitmaps"),
+            (2, 1, "raw external data"),
+        ];
+        let mut data = Vec::with_capacity(entries.len() * 48);
+        for (ty, bit, name) in entries {
+            let mut e = [0u8; 48];
+            e[0] = ty;
+            e[1] = bit;
+            e[2..2 + name.len()].copy_from_slice(name.as_bytes());
+            data.extend_from_slice(&e);
+        }
+        Extension {
+            kind: ext::FEATURE_TABLE,
+            data,
+        }
+    }
+
+    /// The name the image's own feature table gives an incompatible bit.
+    pub fn feature_name(&self, ty: u8, bit: u32) -> Option<String> {
+        let t = self.extension(ext::FEATURE_TABLE)?;
+        t.data.chunks_exact(48).find_map(|e| {
+            (e[0] == ty && e[1] as u32 == bit).then(|| {
+                let end = e[2..].iter().position(|&c| c == 0).map_or(46, |p| p);
+                String::from_utf8_lossy(&e[2..2 + end]).into_owned()
+            })
+        })
+    }
+}
+
+fn parse_extensions(
+    cluster: &[u8],
+    start: usize,
+    cluster_size: usize,
+    h: &Header,
+) -> Result<Vec<Extension>> {
+    let limit = cluster_size.min(cluster.len());
+    // Extensions end where the backing file name starts, if it is inside.
+    let limit = if h.backing_file_offset != 0 && (h.backing_file_offset as usize) > start {
+        limit.min(h.backing_file_offset as usize)
+    } else {
+        limit
+    };
+    let mut out = Vec::new();
+    let mut pos = start;
+    loop {
+        if pos + 8 > limit {
+            // QEMU tolerates a header with no end marker when nothing follows.
+            break;
+        }
+        let kind = be32(cluster, pos);
+        let len = be32(cluster, pos + 4) as usize;
+        if kind == ext::END {
+            break;
+        }
+        let data_start = pos + 8;
+        if len > limit - data_start {
+            return Err(Error::format(
+                "header extension",
+                format!("extension {kind:#x} at offset {pos} of length {len} runs past the header cluster"),
+            ));
+        }
+        out.push(Extension {
+            kind,
+            data: cluster[data_start..data_start + len].to_vec(),
+        });
+        pos = data_start + len.div_ceil(8) * 8;
+    }
+    Ok(out)
+}

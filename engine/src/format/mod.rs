@@ -1,0 +1,9 @@
+//! The on-disk format: header and extensions, L1/L2 entries, refcount
+//! entries. Pure encoding and decoding; no I/O.
+
+pub mod entry;
+pub mod header;
+pub mod refcount;
+
+pub use entry::{L1Entry, L2Entry, L2Mapping};
+pub use header::Header;

@@ -1,0 +1,220 @@
+//! Guest-to-host mapping: the L1 table, L2 tables through their cache, and
+//! the lookup of runs of clusters that map the same way. Allocating or
+//! copying an L2 table for a write lives here too.
+//!
+//! Every function here must be called with `Image::meta_lock` held.
+
+use crate::dev::BlockDev;
+use crate::error::{Error, Result};
+use crate::format::{L1Entry, L2Entry, L2Mapping};
+use crate::image::{overlaps, Image};
+
+/// How a run of guest clusters is mapped, for the read and write paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Run {
+    /// `len` bytes at host offset `host`, contiguous; `copied` says every
+    /// cluster of the run may be written in place.
+    Data { host: u64, copied: bool },
+    /// Reads as zeroes.
+    Zero,
+    /// Not allocated: backing file or zeroes.
+    Unallocated,
+    /// One compressed cluster.
+    Compressed { host: u64, sectors: u64 },
+}
+
+impl<D: BlockDev> Image<D> {
+    /// Load the L2 table at `off` into the cache (validating its place).
+    pub(crate) async fn load_l2(&self, off: u64) -> Result<()> {
+        if self.meta.borrow().l2.contains(off) {
+            return Ok(());
+        }
+        {
+            let m = self.meta.borrow();
+            let cs = self.geo.cluster_size;
+            let h = &m.header;
+            if off < cs
+                || overlaps(off, cs, h.l1_table_offset, h.l1_size as u64 * 8)
+                || overlaps(
+                    off,
+                    cs,
+                    h.refcount_table_offset,
+                    h.refcount_table_clusters as u64 * cs,
+                )
+            {
+                return Err(Error::corrupt(
+                    "L2 table overlaps the header, L1 or refcount table",
+                    off,
+                ));
+            }
+        }
+        self.make_room_l2(off).await?;
+        let mut buf = vec![0u8; self.geo.cluster_size as usize];
+        self.dev.read(off, &mut buf).await?;
+        self.meta.borrow_mut().l2.insert(off, buf, false);
+        Ok(())
+    }
+
+    async fn make_room_l2(&self, keep: u64) -> Result<()> {
+        loop {
+            let victim = {
+                let m = self.meta.borrow();
+                if !m.l2.is_full() {
+                    return Ok(());
+                }
+                m.l2.victim(&[keep])
+            };
+            let Some((voff, dirty)) = victim else {
+                return Ok(());
+            };
+            if dirty {
+                // The entries it holds need their data and refcounts
+                // durable before the table itself may reach the disk.
+                self.writeback_refcount_phase().await?;
+                self.ensure_dirty_bit().await?;
+                self.device_flush().await?;
+                let data = self
+                    .meta
+                    .borrow()
+                    .l2
+                    .dirty_tables()
+                    .into_iter()
+                    .find(|(o, _)| *o == voff);
+                if let Some((_, data)) = data {
+                    self.write_meta(voff, &data).await?;
+                    self.count(|c| c.l2_writebacks += 1);
+                }
+            }
+            self.meta.borrow_mut().l2.remove(voff);
+        }
+    }
+
+    fn l2_entry_cached(&self, l2_off: u64, idx: usize) -> L2Entry {
+        let mut m = self.meta.borrow_mut();
+        let t = m.l2.get(l2_off).expect("L2 table loaded");
+        L2Entry(u64::from_be_bytes(
+            t[idx * 8..idx * 8 + 8].try_into().expect("8 bytes"),
+        ))
+    }
+
+    /// The L2 entry for guest offset `guest` (unallocated where no table).
+    pub(crate) async fn l2_entry(&self, guest: u64) -> Result<L2Entry> {
+        let l1i = self.geo.offset_to_l1_index(guest);
+        let l2_off = L1Entry(self.meta.borrow().l1[l1i]).l2_offset();
+        if l2_off == 0 {
+            return Ok(L2Entry::UNALLOCATED);
+        }
+        self.load_l2(l2_off).await?;
+        let idx = self.geo.offset_to_l2_index(guest);
+        let e = self.l2_entry_cached(l2_off, idx);
+        e.validate(l2_off, idx, self.geo.cluster_size)?;
+        Ok(e)
+    }
+
+    /// The run starting at guest offset `off`, at most `max_len` bytes,
+    /// within one L2 table. Without `multi_cluster` a run is one cluster.
+    pub(crate) async fn map_run(&self, off: u64, max_len: u64) -> Result<(Run, u64)> {
+        let cs = self.geo.cluster_size;
+        let first = self.l2_entry(off).await?;
+        let run = self.run_of(first);
+        let mut len = (cs - self.geo.offset_into_cluster(off)).min(max_len);
+        if !self.opts.switches.multi_cluster || matches!(run, Run::Compressed { .. }) {
+            return Ok((run, len));
+        }
+        let table_end = (off / self.geo.l2_span() + 1) * self.geo.l2_span();
+        let mut next = self.geo.cluster_start(off) + cs;
+        while len < max_len && next < table_end {
+            let e = self.l2_entry(next).await?;
+            let same = match (run, self.run_of(e)) {
+                (
+                    Run::Data { host, copied },
+                    Run::Data {
+                        host: h2,
+                        copied: c2,
+                    },
+                ) => c2 == copied && h2 == host + (next - self.geo.cluster_start(off)),
+                (Run::Zero, Run::Zero) | (Run::Unallocated, Run::Unallocated) => true,
+                _ => false,
+            };
+            if !same {
+                break;
+            }
+            len = (len + cs).min(max_len);
+            next += cs;
+        }
+        Ok((run, len))
+    }
+
+    fn run_of(&self, e: L2Entry) -> Run {
+        match e.decode(self.geo.cluster_bits, self.geo.version) {
+            L2Mapping::Unallocated => Run::Unallocated,
+            L2Mapping::Zero { .. } => Run::Zero,
+            L2Mapping::Normal { host, copied } => Run::Data { host, copied },
+            L2Mapping::Compressed { host, sectors } => Run::Compressed { host, sectors },
+        }
+    }
+
+    /// The L2 table for guest offset `guest`, ready to be modified:
+    /// allocated if missing, copied if shared with a snapshot.
+    pub(crate) async fn l2_table_for_write(&self, guest: u64) -> Result<u64> {
+        let l1i = self.geo.offset_to_l1_index(guest);
+        let l1e = L1Entry(self.meta.borrow().l1[l1i]);
+        if l1e.l2_offset() != 0 && l1e.copied() {
+            self.load_l2(l1e.l2_offset()).await?;
+            return Ok(l1e.l2_offset());
+        }
+        let new_off = self.alloc_clusters(1).await?;
+        let content = if l1e.l2_offset() != 0 {
+            self.load_l2(l1e.l2_offset()).await?;
+            let c = self
+                .meta
+                .borrow_mut()
+                .l2
+                .get(l1e.l2_offset())
+                .expect("loaded")
+                .to_vec();
+            self.queue_free(l1e.l2_offset() / self.geo.cluster_size);
+            c
+        } else {
+            vec![0u8; self.geo.cluster_size as usize]
+        };
+        self.make_room_l2(new_off).await?;
+        let mut m = self.meta.borrow_mut();
+        m.l2.insert(new_off, content, true);
+        m.l1[l1i] = L1Entry::new(new_off, true).0;
+        m.l1_dirty.insert(l1i);
+        Ok(new_off)
+    }
+
+    /// Set the L2 entry of guest offset `guest` in the (loaded) table
+    /// `l2_off`; returns the previous entry.
+    pub(crate) fn set_l2_entry(&self, l2_off: u64, guest: u64, e: L2Entry) -> L2Entry {
+        let idx = self.geo.offset_to_l2_index(guest);
+        let mut m = self.meta.borrow_mut();
+        let t = m.l2.get_mut(l2_off).expect("L2 table loaded");
+        let old = L2Entry(u64::from_be_bytes(
+            t[idx * 8..idx * 8 + 8].try_into().expect("8 bytes"),
+        ));
+        t[idx * 8..idx * 8 + 8].copy_from_slice(&e.0.to_be_bytes());
+        old
+    }
+
+    /// Drop the references an L2 entry held, once that is durable.
+    pub(crate) fn release_entry(&self, old: L2Entry) {
+        let cs = self.geo.cluster_size;
+        match old.decode(self.geo.cluster_bits, self.geo.version) {
+            L2Mapping::Normal { host, .. }
+            | L2Mapping::Zero {
+                preallocated: Some(host),
+            } => self.queue_free(host / cs),
+            L2Mapping::Compressed { host, sectors } => {
+                let start = host & !511;
+                let end = start + sectors * 512;
+                for c in start / cs..end.div_ceil(cs) {
+                    self.queue_free(c);
+                }
+            }
+            L2Mapping::Zero { preallocated: None } | L2Mapping::Unallocated => {}
+        }
+    }
+}

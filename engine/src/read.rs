@@ -1,0 +1,154 @@
+//! The guest read path: per run of clusters, from the host clusters, the
+//! backing file, zeroes, a compressed cluster, or (for clusters allocated
+//! but not yet linked) the new cluster where data was written and the old
+//! source elsewhere.
+
+use std::io::Read;
+
+use crate::cow::CowSource;
+use crate::dev::BlockDev;
+use crate::error::{Error, Result};
+use crate::format::header::incompat;
+use crate::image::{Backing, Image};
+use crate::mapping::Run;
+
+impl<D: BlockDev> Image<D> {
+    /// Read `buf.len()` bytes at guest offset `offset`.
+    pub async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_request(offset, buf.len() as u64)?;
+        self.count(|c| {
+            c.guest_reads += 1;
+            c.guest_bytes_read += buf.len() as u64;
+        });
+        let mut done = 0usize;
+        while done < buf.len() {
+            done += self
+                .read_step(offset + done as u64, &mut buf[done..])
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn read_step(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
+        let guard = self.meta_lock.lock().await;
+        let cs = self.geo.cluster_size;
+        let pending = self.inflight.borrow().alloc_at(off);
+        if let Some(key) = pending {
+            // Allocated, not linked: written bytes from the new cluster,
+            // the rest from where the cluster's data was before.
+            let (src, n) = {
+                let inf = self.inflight.borrow();
+                let a = &inf.allocs[&key];
+                let cluster_end = self.geo.cluster_start(off) + cs;
+                let max = (buf.len() as u64).min(cluster_end - off);
+                match a.written.covering_end(off) {
+                    Some(e) => (
+                        CowSource::Host(
+                            a.host + (off - a.guest_start) - self.geo.offset_into_cluster(off),
+                        ),
+                        (e - off).min(max),
+                    ),
+                    None => {
+                        let next = a.written.next_start_after(off).unwrap_or(u64::MAX);
+                        (self.cow_source(a, off), (next - off).min(max))
+                    }
+                }
+            };
+            let io = self.inflight.borrow_mut().begin_io();
+            drop(guard);
+            let r = self
+                .read_cow_source(&src, off, &mut buf[..n as usize])
+                .await;
+            self.inflight.borrow_mut().end_io(io);
+            r?;
+            return Ok(n as usize);
+        }
+        let limit = {
+            let inf = self.inflight.borrow();
+            let mut l = buf.len() as u64;
+            if let Some(next) = inf.next_alloc_after(off) {
+                l = l.min(next - off);
+            }
+            l
+        };
+        let (run, len) = self.map_run(off, limit).await?;
+        let part = &mut buf[..len as usize];
+        let io = self.inflight.borrow_mut().begin_io();
+        drop(guard);
+        let r = match run {
+            Run::Data { host, .. } => self
+                .dev
+                .read(host + self.geo.offset_into_cluster(off), part)
+                .await
+                .map_err(Error::from),
+            Run::Zero => {
+                part.fill(0);
+                Ok(())
+            }
+            Run::Unallocated => self.read_backing(off, part).await,
+            Run::Compressed { host, sectors } => {
+                self.read_cow_source(&CowSource::Compressed { host, sectors }, off, part)
+                    .await
+            }
+        };
+        self.inflight.borrow_mut().end_io(io);
+        r?;
+        Ok(len as usize)
+    }
+
+    /// Read from the backing file (zeroes without one, and past its end).
+    pub(crate) async fn read_backing(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let Some(b) = &self.backing else {
+            buf.fill(0);
+            return Ok(());
+        };
+        self.count(|c| c.backing_bytes_read += buf.len() as u64);
+        match b {
+            Backing::Raw(dev) => Ok(dev.read(off, buf).await?),
+            Backing::Qcow2(img) => {
+                let size = img.virtual_size();
+                buf.fill(0);
+                if off >= size {
+                    return Ok(());
+                }
+                let n = (buf.len() as u64).min(size - off) as usize;
+                Box::pin(img.read(off, &mut buf[..n])).await
+            }
+        }
+    }
+
+    /// Read and inflate one compressed cluster.
+    pub(crate) async fn read_compressed(&self, host: u64, sectors: u64) -> Result<Vec<u8>> {
+        let cs = self.geo.cluster_size as usize;
+        if self.meta.borrow().header.incompatible_features & incompat::COMPRESSION_TYPE != 0
+            && self.meta.borrow().header.compression_type != 0
+        {
+            return Err(Error::Unsupported("zstd-compressed clusters".into()));
+        }
+        // The descriptor counts sectors from the one holding `host`.
+        let len = (sectors * 512 - (host & 511)) as usize;
+        if len > 2 * cs + 512 {
+            return Err(Error::corrupt(
+                "compressed cluster descriptor too long",
+                host,
+            ));
+        }
+        let mut raw = vec![0u8; len];
+        let io = self.inflight.borrow_mut().begin_io();
+        let r = self.dev.read(host, &mut raw).await;
+        self.inflight.borrow_mut().end_io(io);
+        r?;
+        let mut out = Vec::with_capacity(cs);
+        let mut dec = flate2::read::DeflateDecoder::new(&raw[..]).take(cs as u64);
+        dec.read_to_end(&mut out).map_err(|e| {
+            Error::corrupt(format!("compressed cluster does not inflate: {e}"), host)
+        })?;
+        if out.len() != cs {
+            return Err(Error::corrupt(
+                "compressed cluster inflates to less than a cluster",
+                host,
+            ));
+        }
+        Ok(out)
+    }
+}

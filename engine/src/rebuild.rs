@@ -1,0 +1,171 @@
+//! Refcount rebuild for an image opened read-write with the dirty bit set
+//! (left by lazy refcounts and a crash): count every reference from the
+//! header, tables, L2 entries and snapshots, fix the stored refcounts to
+//! match, then clear the dirty bit.
+//!
+//! This is the engine's own rebuild; the checker in `oracle` rebuilds
+//! independently, so a bug here cannot hide itself from the check.
+
+use std::collections::BTreeMap;
+
+use crate::dev::BlockDev;
+use crate::error::{Error, Result};
+use crate::format::header::incompat;
+use crate::format::{L1Entry, L2Entry, L2Mapping};
+use crate::image::Image;
+
+impl<D: BlockDev> Image<D> {
+    pub(crate) async fn rebuild_refcounts(&self) -> Result<()> {
+        let _g = self.meta_lock.lock().await;
+        let cs = self.geo.cluster_size;
+        let file_clusters = self.dev.len().div_ceil(cs);
+        let limit = self.opts.metadata_memory_limit;
+        if file_clusters * 8 > limit {
+            return Err(Error::MetadataLimit {
+                what: "refcount rebuild".into(),
+                needed: file_clusters * 8,
+                limit,
+            });
+        }
+        let mut refs: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut add = |off: u64, len: u64| {
+            for c in off / cs..(off + len).div_ceil(cs) {
+                *refs.entry(c).or_insert(0) += 1;
+            }
+        };
+        let h = self.meta.borrow().header.clone();
+        add(0, cs);
+        add(h.l1_table_offset, h.l1_size as u64 * 8);
+        add(
+            h.refcount_table_offset,
+            h.refcount_table_clusters as u64 * cs,
+        );
+        let reftable = self.meta.borrow().reftable.clone();
+        for &b in reftable.iter().filter(|&&b| b != 0) {
+            add(b, cs);
+        }
+        let mut l1_tables = vec![self.meta.borrow().l1.clone()];
+        if h.nb_snapshots > 0 {
+            let (table_len, snap_l1s) = self.read_snapshot_l1s(&h).await?;
+            add(h.snapshots_offset, table_len);
+            for (off, t) in snap_l1s {
+                add(off, t.len() as u64 * 8);
+                l1_tables.push(t);
+            }
+        }
+        for l1 in &l1_tables {
+            for &e in l1 {
+                let l2_off = L1Entry(e).l2_offset();
+                if l2_off == 0 {
+                    continue;
+                }
+                add(l2_off, cs);
+                let mut t = vec![0u8; cs as usize];
+                self.dev.read(l2_off, &mut t).await?;
+                for w in t.chunks_exact(8) {
+                    let e = L2Entry(u64::from_be_bytes(w.try_into().expect("8 bytes")));
+                    match e.decode(self.geo.cluster_bits, self.geo.version) {
+                        L2Mapping::Normal { host, .. }
+                        | L2Mapping::Zero {
+                            preallocated: Some(host),
+                        } => add(host, cs),
+                        L2Mapping::Compressed { host, sectors } => {
+                            let s = host & !511;
+                            add(s, sectors * 512);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        // Fix clusters counted by existing blocks first; then give blocks to
+        // the rest (allocation now sees correct counts).
+        let rc_span = self.geo.rc_entries;
+        let max_cluster = refs
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(0)
+            .max(file_clusters);
+        let mut uncovered = Vec::new();
+        for c in 0..max_cluster {
+            let want = refs.get(&c).copied().unwrap_or(0);
+            let rti = (c / rc_span) as usize;
+            let has = self
+                .meta
+                .borrow()
+                .reftable
+                .get(rti)
+                .is_some_and(|&b| b != 0);
+            if !has {
+                if want > 0 {
+                    uncovered.push((c, want));
+                }
+                continue;
+            }
+            if self.refcount(c).await? != want {
+                self.set_refcount(c, want).await?;
+            }
+        }
+        self.meta.borrow_mut().free_hint = 0;
+        for (c, want) in uncovered {
+            // `refcount` of an uncovered cluster is 0; allocate a block by
+            // claiming the cluster through the normal path, then fix.
+            let (rti, _) = self.geo.refcount_position(c);
+            let has = self
+                .meta
+                .borrow()
+                .reftable
+                .get(rti)
+                .is_some_and(|&b| b != 0);
+            if !has {
+                self.ensure_refblock_pub(rti).await?;
+            }
+            self.set_refcount(c, want).await?;
+        }
+        {
+            let mut m = self.meta.borrow_mut();
+            m.end_cluster = m.end_cluster.max(max_cluster);
+            m.lazy = false;
+        }
+        self.writeback_refcount_phase().await?;
+        self.meta.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
+        self.write_header().await?;
+        self.device_flush().await?;
+        let mut m = self.meta.borrow_mut();
+        m.dirty_on_disk = false;
+        m.lazy = m.header.lazy_refcounts();
+        Ok(())
+    }
+
+    /// The snapshot table's length and each snapshot's L1 table.
+    pub(crate) async fn read_snapshot_l1s(
+        &self,
+        h: &crate::format::Header,
+    ) -> Result<(u64, Vec<(u64, Vec<u64>)>)> {
+        let mut pos = h.snapshots_offset;
+        let mut out = Vec::new();
+        for i in 0..h.nb_snapshots {
+            let mut fixed = [0u8; 40];
+            self.dev.read(pos, &mut fixed).await?;
+            let l1_off = u64::from_be_bytes(fixed[0..8].try_into().expect("8"));
+            let l1_size = u32::from_be_bytes(fixed[8..12].try_into().expect("4")) as u64;
+            let id_len = u16::from_be_bytes(fixed[12..14].try_into().expect("2")) as u64;
+            let name_len = u16::from_be_bytes(fixed[14..16].try_into().expect("2")) as u64;
+            let extra = u32::from_be_bytes(fixed[36..40].try_into().expect("4")) as u64;
+            if l1_size * 8 > self.opts.metadata_memory_limit || l1_off % self.geo.cluster_size != 0
+            {
+                return Err(Error::format(format!("snapshot {i}"), "invalid L1 table"));
+            }
+            let mut raw = vec![0u8; (l1_size * 8) as usize];
+            self.dev.read(l1_off, &mut raw).await?;
+            let t = raw
+                .chunks_exact(8)
+                .map(|w| u64::from_be_bytes(w.try_into().expect("8")))
+                .collect();
+            out.push((l1_off, t));
+            pos += (40 + extra + id_len + name_len).next_multiple_of(8);
+        }
+        Ok((pos - h.snapshots_offset, out))
+    }
+}

@@ -1,0 +1,345 @@
+//! Reference counts: reading and updating them through the refcount block
+//! cache, allocating runs of free clusters, creating refcount blocks and
+//! growing the refcount table, and freeing clusters only once the metadata
+//! that stopped using them is durable.
+//!
+//! Every function here must be called with `Image::meta_lock` held.
+
+use crate::dev::{BlockDev, WriteFlags};
+use crate::error::{Error, Result};
+use crate::format::refcount;
+use crate::image::{be64_bytes, Image, PendingFree};
+
+impl<D: BlockDev> Image<D> {
+    /// Make sure the refcount block at `off` is in the cache, evicting (and
+    /// writing back) another one if the cache is full.
+    pub(crate) async fn load_refblock(&self, off: u64) -> Result<()> {
+        if self.meta.borrow().rc.contains(off) {
+            return Ok(());
+        }
+        self.make_room_rc(off).await?;
+        let mut buf = vec![0u8; self.geo.cluster_size as usize];
+        self.dev.read(off, &mut buf).await?;
+        self.meta.borrow_mut().rc.insert(off, buf, false);
+        Ok(())
+    }
+
+    async fn make_room_rc(&self, keep: u64) -> Result<()> {
+        loop {
+            let victim = {
+                let m = self.meta.borrow();
+                if !m.rc.is_full() {
+                    return Ok(());
+                }
+                m.rc.victim(&[keep])
+            };
+            let Some((voff, dirty)) = victim else {
+                return Ok(());
+            };
+            if dirty {
+                // An early refcount write is always safe: increments only
+                // leak on a crash, and decrements are applied to the cache
+                // only after the references are durably gone.
+                let data = self
+                    .meta
+                    .borrow()
+                    .rc
+                    .dirty_tables()
+                    .into_iter()
+                    .find(|(o, _)| *o == voff);
+                if let Some((_, data)) = data {
+                    self.write_meta(voff, &data).await?;
+                    self.count(|c| c.refcount_writebacks += 1);
+                }
+            }
+            self.meta.borrow_mut().rc.remove(voff);
+        }
+    }
+
+    /// A metadata write; an error poisons the image.
+    pub(crate) async fn write_meta(&self, off: u64, data: &[u8]) -> Result<()> {
+        if let Err(e) = self.dev.write(off, data, WriteFlags::default()).await {
+            self.meta.borrow_mut().poisoned = true;
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// The refcount of host cluster `cluster` (0 where no block covers it).
+    pub(crate) async fn refcount(&self, cluster: u64) -> Result<u64> {
+        let (rti, idx) = self.geo.refcount_position(cluster);
+        let off = self.meta.borrow().reftable.get(rti).copied().unwrap_or(0);
+        if off == 0 {
+            return Ok(0);
+        }
+        self.load_refblock(off).await?;
+        let mut m = self.meta.borrow_mut();
+        let block = m.rc.get(off).expect("just loaded");
+        Ok(refcount::get(block, self.geo.refcount_bits, idx))
+    }
+
+    /// Set the refcount of `cluster`; its refcount block must exist.
+    pub(crate) async fn set_refcount(&self, cluster: u64, value: u64) -> Result<()> {
+        let (rti, idx) = self.geo.refcount_position(cluster);
+        let off = self.meta.borrow().reftable.get(rti).copied().unwrap_or(0);
+        assert_ne!(
+            off, 0,
+            "set_refcount on cluster {cluster} without a refcount block"
+        );
+        if value > refcount::max(self.geo.refcount_bits) {
+            return Err(Error::corrupt(
+                format!("refcount of cluster {cluster} overflows"),
+                cluster * self.geo.cluster_size,
+            ));
+        }
+        self.load_refblock(off).await?;
+        let mut m = self.meta.borrow_mut();
+        let block = m.rc.get_mut(off).expect("just loaded");
+        refcount::set(block, self.geo.refcount_bits, idx, value);
+        Ok(())
+    }
+
+    /// Allocate `n` contiguous free clusters, setting their refcounts to 1.
+    /// Returns the host offset of the first.
+    pub(crate) async fn alloc_clusters(&self, n: u64) -> Result<u64> {
+        assert!(n > 0);
+        'search: loop {
+            let mut start = self.meta.borrow().free_hint;
+            let mut len = 0;
+            let mut c = start;
+            while len < n {
+                if self.refcount(c).await? == 0 {
+                    len += 1;
+                } else {
+                    start = c + 1;
+                    len = 0;
+                }
+                c += 1;
+            }
+            let first_rt = self.geo.refcount_position(start).0;
+            let last_rt = self.geo.refcount_position(start + n - 1).0;
+            for rti in first_rt..=last_rt {
+                if self.ensure_refblock(rti).await? {
+                    // The new structure may sit inside the run: search again.
+                    continue 'search;
+                }
+            }
+            for c in start..start + n {
+                self.set_refcount(c, 1).await?;
+            }
+            let mut m = self.meta.borrow_mut();
+            m.free_hint = start + n;
+            m.end_cluster = m.end_cluster.max(start + n);
+            return Ok(start * self.geo.cluster_size);
+        }
+    }
+
+    /// Make sure refcount table entry `rti` points at a refcount block,
+    /// creating one (and growing the table) if needed. Returns whether it
+    /// allocated anything.
+    pub(crate) async fn ensure_refblock_pub(&self, rti: usize) -> Result<bool> {
+        self.ensure_refblock(rti).await
+    }
+
+    async fn ensure_refblock(&self, rti: usize) -> Result<bool> {
+        let len = self.meta.borrow().reftable.len();
+        if rti < len && self.meta.borrow().reftable[rti] != 0 {
+            return Ok(false);
+        }
+        if rti >= len {
+            self.grow_reftable(rti + 1).await?;
+            return Ok(true);
+        }
+        let epb = self.geo.rc_entries;
+        // A place for the block: a free cluster counted by an existing
+        // block, or one inside the range the new block will count itself.
+        let mut c = self.meta.borrow().free_hint;
+        let loc = loop {
+            let r = self.geo.refcount_position(c).0;
+            if r == rti {
+                break c;
+            }
+            let has_block = self.meta.borrow().reftable.get(r).is_some_and(|&o| o != 0);
+            if has_block && self.refcount(c).await? == 0 {
+                break c;
+            }
+            c += 1;
+            assert!(
+                c < (rti as u64 + 1) * epb,
+                "refcount block search ran past its own range"
+            );
+        };
+        let cs = self.geo.cluster_size;
+        let mut block = vec![0u8; cs as usize];
+        let (loc_rt, loc_idx) = self.geo.refcount_position(loc);
+        if loc_rt == rti {
+            refcount::set(&mut block, self.geo.refcount_bits, loc_idx, 1);
+        } else {
+            self.set_refcount(loc, 1).await?;
+        }
+        self.make_room_rc(loc * cs).await?;
+        let mut m = self.meta.borrow_mut();
+        m.rc.insert(loc * cs, block, true);
+        m.reftable[rti] = loc * cs;
+        m.reftable_dirty = true;
+        m.end_cluster = m.end_cluster.max(loc + 1);
+        Ok(true)
+    }
+
+    /// Replace the refcount table with a larger one of at least
+    /// `min_entries`, placed at the end of the image together with the
+    /// refcount blocks needed to count it. Written and made durable before
+    /// it returns: the header switch must never point at a table whose
+    /// blocks are not on disk.
+    async fn grow_reftable(&self, min_entries: usize) -> Result<()> {
+        let cs = self.geo.cluster_size;
+        let per_cluster = (cs / 8) as usize;
+        let (old, start) = {
+            let m = self.meta.borrow();
+            (m.reftable.clone(), m.end_cluster)
+        };
+        let mut new_len = min_entries.max(old.len() * 2).next_multiple_of(per_cluster);
+        let (t, blocks) = loop {
+            let t = (new_len / per_cluster) as u64;
+            let mut b = 0u64;
+            let mut blocks;
+            loop {
+                let end = start + t + b;
+                let (r0, r1) = (
+                    self.geo.refcount_position(start).0,
+                    self.geo.refcount_position(end - 1).0,
+                );
+                blocks = (r0..=r1)
+                    .filter(|&r| old.get(r).is_none_or(|&o| o == 0))
+                    .collect::<Vec<_>>();
+                if blocks.len() as u64 == b {
+                    break;
+                }
+                b = blocks.len() as u64;
+            }
+            let max_r = self.geo.refcount_position(start + t + b - 1).0;
+            if max_r < new_len && new_len >= min_entries {
+                break (t, blocks);
+            }
+            new_len = (max_r + 1).max(min_entries).next_multiple_of(per_cluster);
+        };
+        if t * cs > MAX_REFTABLE_BYTES {
+            return Err(Error::Unsupported(
+                "the refcount table would exceed 8 MiB".into(),
+            ));
+        }
+        let b = blocks.len() as u64;
+        let table_off = start * cs;
+        let mut table = old.clone();
+        table.resize(new_len, 0);
+        for (i, &r) in blocks.iter().enumerate() {
+            table[r] = (start + t + i as u64) * cs;
+        }
+        // Count the new table and blocks, in the new blocks or old ones.
+        let mut new_blocks: Vec<(u64, Vec<u8>)> = blocks
+            .iter()
+            .map(|&r| (table[r], vec![0u8; cs as usize]))
+            .collect();
+        for c in start..start + t + b {
+            let (r, idx) = self.geo.refcount_position(c);
+            if let Some(pos) = blocks.iter().position(|&x| x == r) {
+                refcount::set(&mut new_blocks[pos].1, self.geo.refcount_bits, idx, 1);
+            } else {
+                self.set_refcount(c, 1).await?;
+            }
+        }
+        for (off, data) in &new_blocks {
+            self.write_meta(*off, data).await?;
+        }
+        self.write_dirty_refblocks().await?;
+        self.write_meta(table_off, &be64_bytes(&table)).await?;
+        self.device_flush().await?;
+        let (old_off, old_clusters) = {
+            let mut m = self.meta.borrow_mut();
+            let old = (
+                m.header.refcount_table_offset,
+                m.header.refcount_table_clusters as u64,
+            );
+            m.header.refcount_table_offset = table_off;
+            m.header.refcount_table_clusters = t as u32;
+            m.reftable = table;
+            m.reftable_dirty = false;
+            m.end_cluster = m.end_cluster.max(start + t + b);
+            old
+        };
+        self.write_header().await?;
+        self.device_flush().await?;
+        // Nothing on disk references the old table any more.
+        for c in old_off / cs..old_off / cs + old_clusters {
+            self.set_refcount(c, 0).await?;
+        }
+        let mut m = self.meta.borrow_mut();
+        m.free_hint = m.free_hint.min(old_off / cs);
+        Ok(())
+    }
+
+    /// Write every dirty refcount block (no flush).
+    pub(crate) async fn write_dirty_refblocks(&self) -> Result<bool> {
+        let dirty = self.meta.borrow().rc.dirty_tables();
+        for (off, data) in &dirty {
+            self.write_meta(*off, data).await?;
+            self.meta.borrow_mut().rc.mark_clean(*off, data);
+            self.count(|c| c.refcount_writebacks += 1);
+        }
+        Ok(!dirty.is_empty())
+    }
+
+    /// A device flush the engine needed, counted.
+    pub(crate) async fn device_flush(&self) -> Result<()> {
+        self.count(|c| c.device_flushes += 1);
+        if let Err(e) = self.dev.flush().await {
+            self.meta.borrow_mut().poisoned = true;
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Drop a reference to `cluster` once the metadata change that removed
+    /// it is durable and no data I/O started before now can touch it.
+    pub(crate) fn queue_free(&self, cluster: u64) {
+        let io_seq = self.inflight.borrow().next_io_seq;
+        self.meta.borrow_mut().pending_frees.push(PendingFree {
+            cluster,
+            io_seq,
+            durable: false,
+        });
+    }
+
+    /// Apply the frees whose metadata is durable and whose cluster no
+    /// in-flight I/O can still touch.
+    pub(crate) async fn apply_ready_frees(&self) -> Result<()> {
+        let oldest_io = self.inflight.borrow().oldest_io();
+        let ready: Vec<PendingFree> = {
+            let mut m = self.meta.borrow_mut();
+            let (ready, keep) = m
+                .pending_frees
+                .drain(..)
+                .partition(|f| f.durable && oldest_io.is_none_or(|o| o >= f.io_seq));
+            m.pending_frees = keep;
+            ready
+        };
+        for f in ready {
+            let rc = self.refcount(f.cluster).await?;
+            if rc == 0 {
+                return Err(Error::corrupt(
+                    format!("freeing cluster {} whose refcount is already 0", f.cluster),
+                    f.cluster * self.geo.cluster_size,
+                ));
+            }
+            self.set_refcount(f.cluster, rc - 1).await?;
+            if rc == 1 {
+                let mut m = self.meta.borrow_mut();
+                m.free_hint = m.free_hint.min(f.cluster);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Largest refcount table QEMU accepts (8 MiB).
+const MAX_REFTABLE_BYTES: u64 = 8 << 20;

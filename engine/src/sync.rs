@@ -1,0 +1,115 @@
+//! Single-threaded async primitives for the engine's cooperative
+//! concurrency: a FIFO mutex (QEMU's CoMutex) and a wait queue (a condition
+//! variable: waiters re-check their condition after every wake-up).
+//!
+//! They hold no thread-safety machinery because every engine future runs on
+//! one thread; waking order is FIFO so that a seeded executor stays
+//! deterministic.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+/// A fair async mutex without data: it orders critical sections that span
+/// awaits. State protected by it lives in `RefCell`s that are never
+/// borrowed across an await.
+#[derive(Default)]
+pub struct CoMutex {
+    locked: Cell<bool>,
+    next_ticket: Cell<u64>,
+    /// Tickets waiting, in arrival order, with their wakers.
+    queue: RefCell<VecDeque<(u64, Option<Waker>)>>,
+}
+
+pub struct CoMutexGuard<'a> {
+    m: &'a CoMutex,
+}
+
+impl CoMutex {
+    pub fn lock(&self) -> impl Future<Output = CoMutexGuard<'_>> {
+        let ticket = self.next_ticket.get();
+        self.next_ticket.set(ticket + 1);
+        self.queue.borrow_mut().push_back((ticket, None));
+        LockFuture { m: self, ticket }
+    }
+}
+
+struct LockFuture<'a> {
+    m: &'a CoMutex,
+    ticket: u64,
+}
+
+impl<'a> Future for LockFuture<'a> {
+    type Output = CoMutexGuard<'a>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let m = self.m;
+        let mut q = m.queue.borrow_mut();
+        let first = q.front().map(|(t, _)| *t);
+        if !m.locked.get() && first == Some(self.ticket) {
+            q.pop_front();
+            m.locked.set(true);
+            return Poll::Ready(CoMutexGuard { m });
+        }
+        if let Some(slot) = q.iter_mut().find(|(t, _)| *t == self.ticket) {
+            slot.1 = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for LockFuture<'_> {
+    fn drop(&mut self) {
+        // A cancelled waiter gives up its place; if it was first, wake the next.
+        let mut q = self.m.queue.borrow_mut();
+        if let Some(pos) = q.iter().position(|(t, _)| *t == self.ticket) {
+            q.remove(pos);
+            if pos == 0 && !self.m.locked.get() {
+                if let Some((_, Some(w))) = q.front() {
+                    w.wake_by_ref();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for CoMutexGuard<'_> {
+    fn drop(&mut self) {
+        self.m.locked.set(false);
+        if let Some((_, Some(w))) = self.m.queue.borrow().front() {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// A wait queue: `wait_until` suspends until a condition holds, re-checking
+/// it each time someone calls `notify_all`.
+#[derive(Default)]
+pub struct WaitQueue {
+    waiters: RefCell<Vec<Waker>>,
+}
+
+impl WaitQueue {
+    pub fn notify_all(&self) {
+        let ws = std::mem::take(&mut *self.waiters.borrow_mut());
+        for w in ws {
+            w.wake();
+        }
+    }
+
+    /// Resolve once `cond()` is true. `cond` must not hold RefCell borrows
+    /// past its return.
+    pub async fn wait_until(&self, mut cond: impl FnMut() -> bool) {
+        std::future::poll_fn(|cx| {
+            if cond() {
+                Poll::Ready(())
+            } else {
+                self.waiters.borrow_mut().push(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}

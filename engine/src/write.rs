@@ -1,0 +1,589 @@
+//! The guest write path. A write is cut into steps, one per run of
+//! clusters that map the same way; each step is:
+//!
+//! 1. `handle_dependencies`: join an allocation in flight for the same
+//!    clusters (delayed COW), or wait for it to be linked;
+//! 2. `handle_copied`: write in place where the clusters are ours alone;
+//! 3. `handle_alloc`: otherwise allocate a run of new clusters (one record,
+//!    an [`Alloc`]), write the data (with its COW areas, zeroed, merged or
+//!    deferred as the switches say) and link it, now or at the next flush.
+//!
+//! Overlapping guest writes are serialised at byte granularity before any
+//! of this: a write waits for in-flight writes to the same bytes.
+
+use crate::cow::CowSource;
+use crate::dev::{BlockDev, WriteFlags, ZeroFlags};
+use crate::error::{Error, Result};
+use crate::format::L2Entry;
+use crate::image::Image;
+use crate::inflight::{Alloc, AllocState, RangeSet};
+use crate::mapping::Run;
+
+/// How many unlinked allocations may wait for their COW at once; beyond it
+/// the oldest is committed, so memory stays bounded.
+const MAX_OPEN_ALLOCS: usize = 512;
+
+impl<D: BlockDev> Image<D> {
+    pub(crate) fn check_request(&self, offset: u64, len: u64) -> Result<()> {
+        let size = self.geo.virtual_size;
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(Error::OutOfRange { offset, len, size });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_writable(&self) -> Result<()> {
+        if self.opts.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if self.meta.borrow().poisoned {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+
+    /// Wait until no in-flight write overlaps [start, end), then register
+    /// one. The returned id must be passed to `end_write`.
+    pub(crate) async fn begin_write(&self, start: u64, end: u64) -> u64 {
+        let mut waited = false;
+        self.wq
+            .wait_until(|| {
+                let busy = self.inflight.borrow().overlaps_write(start, end);
+                waited |= busy;
+                !busy
+            })
+            .await;
+        if waited {
+            self.count(|c| c.overlap_waits += 1);
+        }
+        self.inflight.borrow_mut().add_write(start, end)
+    }
+
+    pub(crate) fn end_write(&self, id: u64) {
+        self.inflight.borrow_mut().writes.remove(&id);
+        self.wq.notify_all();
+    }
+
+    /// Write `buf` at guest offset `offset`.
+    pub async fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        self.check_request(offset, buf.len() as u64)?;
+        self.count(|c| {
+            c.guest_writes += 1;
+            c.guest_bytes_written += buf.len() as u64;
+        });
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let id = self.begin_write(offset, offset + buf.len() as u64).await;
+        let r = self.write_locked_range(offset, buf).await;
+        self.end_write(id);
+        r
+    }
+
+    /// The write loop, with the byte range already reserved.
+    pub(crate) async fn write_locked_range(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        let mut done = 0usize;
+        while done < buf.len() {
+            done += self.write_step(offset + done as u64, &buf[done..]).await?;
+        }
+        Ok(())
+    }
+
+    /// One step of a write; returns how many bytes it wrote.
+    async fn write_step(&self, off: u64, data: &[u8]) -> Result<usize> {
+        loop {
+            let guard = self.meta_lock.lock().await;
+            if self.meta.borrow().poisoned {
+                return Err(Error::Poisoned);
+            }
+            // 1. handle_dependencies
+            let dep = self.inflight.borrow().alloc_at(off);
+            if let Some(key) = dep {
+                if self.may_join(key) {
+                    drop(guard);
+                    return self.join_alloc(key, off, data).await;
+                }
+                drop(guard);
+                self.wait_alloc_gone(key).await;
+                continue;
+            }
+            let limit = {
+                let inf = self.inflight.borrow();
+                let mut l = data.len() as u64;
+                if let Some(next) = inf.next_alloc_after(off) {
+                    l = l.min(next - off);
+                }
+                l
+            };
+            let (run, len) = self.map_run(off, limit).await?;
+            // 2. handle_copied
+            if let Run::Data { host, copied: true } = run {
+                let host = host + self.geo.offset_into_cluster(off);
+                let io = self.inflight.borrow_mut().begin_io();
+                drop(guard);
+                let r = self
+                    .dev
+                    .write(host, &data[..len as usize], WriteFlags::default())
+                    .await;
+                self.inflight.borrow_mut().end_io(io);
+                r?;
+                return Ok(len as usize);
+            }
+            // 3. handle_alloc
+            return self.handle_alloc(guard, off, &data[..len as usize]).await;
+        }
+    }
+
+    fn may_join(&self, key: u64) -> bool {
+        let inf = self.inflight.borrow();
+        let a = &inf.allocs[&key];
+        a.state == AllocState::Open && self.opts.switches.delayed_cow && !self.broken_double_alloc()
+    }
+
+    async fn wait_alloc_gone(&self, key: u64) {
+        self.wq
+            .wait_until(|| !self.inflight.borrow().allocs.contains_key(&key))
+            .await;
+    }
+
+    /// Write into the new clusters of an allocation still in flight; the
+    /// bytes written cancel that part of its COW.
+    async fn join_alloc(&self, key: u64, off: u64, data: &[u8]) -> Result<usize> {
+        let (host, n) = {
+            let mut inf = self.inflight.borrow_mut();
+            let a = inf.allocs.get_mut(&key).expect("alloc present");
+            a.writers += 1;
+            let n = (a.end() - off).min(data.len() as u64);
+            (a.host + (off - a.guest_start), n)
+        };
+        self.count(|c| c.alloc_joins += 1);
+        let io = self.inflight.borrow_mut().begin_io();
+        let r = self
+            .dev
+            .write(host, &data[..n as usize], WriteFlags::default())
+            .await;
+        {
+            let mut inf = self.inflight.borrow_mut();
+            inf.end_io(io);
+            let a = inf
+                .allocs
+                .get_mut(&key)
+                .expect("alloc present while it has writers");
+            a.writers -= 1;
+            if r.is_ok() {
+                a.written.insert(off, off + n);
+            }
+        }
+        self.wq.notify_all();
+        r?;
+        self.commit_if_covered(key).await?;
+        Ok(n as usize)
+    }
+
+    /// Allocate new clusters for [off, off + data.len()) (which the lookup
+    /// found unallocated, zero, compressed or shared), write the data and
+    /// the COW areas, and link them.
+    async fn handle_alloc(
+        &self,
+        guard: crate::sync::CoMutexGuard<'_>,
+        off: u64,
+        data: &[u8],
+    ) -> Result<usize> {
+        let cs = self.geo.cluster_size;
+        let gstart = self.geo.cluster_start(off);
+        let end = off + data.len() as u64;
+        let gend = end.next_multiple_of(cs);
+        let nclusters = (gend - gstart) / cs;
+        let mut old = Vec::with_capacity(nclusters as usize);
+        for i in 0..nclusters {
+            old.push(self.l2_entry(gstart + i * cs).await?);
+        }
+        let host = self.alloc_clusters(nclusters).await?;
+        let mut cow_areas = Vec::new();
+        if off > gstart {
+            cow_areas.push((gstart, off));
+        }
+        if end < gend {
+            cow_areas.push((end, gend));
+        }
+        let alloc = Alloc {
+            guest_start: gstart,
+            len: gend - gstart,
+            host,
+            old,
+            written: RangeSet::default(),
+            writers: 1,
+            state: AllocState::Open,
+            cow_areas: cow_areas.clone(),
+            linked: 0,
+        };
+        let open_allocs = {
+            let mut inf = self.inflight.borrow_mut();
+            inf.allocs.insert(gstart, alloc);
+            inf.allocs.len()
+        };
+        self.count(|c| {
+            c.clusters_allocated += nclusters;
+            c.cow_created += cow_areas.len() as u64;
+        });
+        drop(guard);
+
+        if self.broken_link_before_data() {
+            // Deliberately wrong: the link may reach the disk before the data.
+            self.inflight
+                .borrow_mut()
+                .allocs
+                .get_mut(&gstart)
+                .expect("alloc")
+                .writers -= 1;
+            self.inflight
+                .borrow_mut()
+                .allocs
+                .get_mut(&gstart)
+                .expect("alloc")
+                .written
+                .insert(gstart, gend);
+            self.commit_alloc(gstart).await?;
+            let r = self
+                .dev
+                .write(host + (off - gstart), data, WriteFlags::default())
+                .await;
+            r?;
+            return Ok(data.len());
+        }
+
+        let io = self.inflight.borrow_mut().begin_io();
+        let r = if self.opts.switches.delayed_cow {
+            self.dev
+                .write(host + (off - gstart), data, WriteFlags::default())
+                .await
+                .map_err(Error::from)
+        } else {
+            self.write_with_cow(gstart, host, off, data).await
+        };
+        let covered = {
+            let mut inf = self.inflight.borrow_mut();
+            inf.end_io(io);
+            let a = inf
+                .allocs
+                .get_mut(&gstart)
+                .expect("alloc present while it has writers");
+            a.writers -= 1;
+            if r.is_ok() {
+                a.written.insert(off, end);
+                if !self.opts.switches.delayed_cow {
+                    // The COW areas were written along with the data.
+                    a.written.insert(gstart, gend);
+                }
+            }
+            a.written.gaps(gstart, gend).is_empty()
+        };
+        self.wq.notify_all();
+        // On an error the allocation stays, to be completed (from its COW
+        // sources) by the next flush: the failed bytes read as old data.
+        r?;
+        if covered || !self.opts.switches.delayed_cow {
+            self.commit_alloc(gstart).await?;
+        } else if open_allocs > MAX_OPEN_ALLOCS {
+            let oldest = self.inflight.borrow().allocs.keys().next().copied();
+            if let Some(k) = oldest {
+                self.commit_alloc(k).await?;
+            }
+        }
+        Ok(data.len())
+    }
+
+    /// Without delayed COW: data and COW areas go to the new clusters now,
+    /// zeroed in one request, merged into one write, or written apart.
+    async fn write_with_cow(&self, gstart: u64, host: u64, off: u64, data: &[u8]) -> Result<()> {
+        let cs = self.geo.cluster_size;
+        let end = off + data.len() as u64;
+        let gend = end.next_multiple_of(cs);
+        let head = (gstart, off);
+        let tail = (end, gend);
+        let areas: Vec<(u64, u64)> = [head, tail].into_iter().filter(|(a, b)| a < b).collect();
+        if areas.is_empty() || self.broken_drop_cow() {
+            return Ok(self
+                .dev
+                .write(host + (off - gstart), data, WriteFlags::default())
+                .await?);
+        }
+        let sources: Vec<CowSource> = {
+            let inf = self.inflight.borrow();
+            let a = &inf.allocs[&gstart];
+            areas.iter().map(|&(s, _)| self.cow_source(a, s)).collect()
+        };
+        self.count(|c| c.cow_performed += areas.len() as u64);
+        let all_zero = sources.iter().all(|s| s.is_zero());
+        if all_zero && self.opts.switches.zero_cow {
+            let flags = ZeroFlags {
+                no_fallback: true,
+                ..Default::default()
+            };
+            match self.dev.write_zeroes(host, gend - gstart, flags).await {
+                Ok(()) => {
+                    self.count(|c| c.zeroing_requests += 1);
+                    return Ok(self
+                        .dev
+                        .write(host + (off - gstart), data, WriteFlags::default())
+                        .await?);
+                }
+                Err(e) if e.is_not_supported() => self.count(|c| c.zeroing_fallbacks += 1),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut bufs = Vec::with_capacity(areas.len());
+        for (&(s, e), src) in areas.iter().zip(&sources) {
+            let mut b = vec![0u8; (e - s) as usize];
+            self.read_cow_source(src, s, &mut b).await?;
+            bufs.push(b);
+        }
+        let cow_bytes: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        self.count(|c| c.cow_bytes_written += cow_bytes);
+        if self.opts.switches.merge_cow {
+            let mut merged = Vec::with_capacity((gend - gstart) as usize);
+            let mut it = areas.iter().zip(bufs);
+            let mut pending = it.next();
+            if let Some((&(s, _), b)) = &pending {
+                if s == gstart && off > gstart {
+                    merged.extend_from_slice(b);
+                    pending = it.next();
+                }
+            }
+            merged.extend_from_slice(data);
+            if let Some((_, b)) = pending {
+                merged.extend_from_slice(&b);
+            }
+            let start = if off > gstart { gstart } else { off };
+            return Ok(self
+                .dev
+                .write(host + (start - gstart), &merged, WriteFlags::default())
+                .await?);
+        }
+        for (&(s, _), b) in areas.iter().zip(&bufs) {
+            self.dev
+                .write(host + (s - gstart), b, WriteFlags::default())
+                .await?;
+        }
+        Ok(self
+            .dev
+            .write(host + (off - gstart), data, WriteFlags::default())
+            .await?)
+    }
+
+    /// Commit an allocation once writes have covered all of it.
+    async fn commit_if_covered(&self, key: u64) -> Result<()> {
+        let covered = {
+            let inf = self.inflight.borrow();
+            match inf.allocs.get(&key) {
+                Some(a) => {
+                    a.state == AllocState::Open
+                        && a.writers == 0
+                        && a.written.gaps(a.guest_start, a.end()).is_empty()
+                }
+                None => false,
+            }
+        };
+        if covered {
+            self.commit_alloc(key).await?;
+        }
+        Ok(())
+    }
+
+    /// Commit every allocation in flight now (guest flush, close).
+    pub(crate) async fn commit_all_allocs(&self) -> Result<()> {
+        let keys: Vec<u64> = self.inflight.borrow().allocs.keys().copied().collect();
+        let mut first_err = None;
+        for k in keys {
+            if let Err(e) = self.commit_alloc(k).await {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Finish an allocation: wait for the writes into it, perform what is
+    /// left of its COW, and link its clusters into the L2 table. If another
+    /// task is already committing it, wait for that instead.
+    pub(crate) async fn commit_alloc(&self, key: u64) -> Result<()> {
+        let state = self.inflight.borrow().allocs.get(&key).map(|a| a.state);
+        match state {
+            None => return Ok(()),
+            Some(AllocState::Committing) => {
+                self.wait_alloc_gone(key).await;
+                return Ok(());
+            }
+            Some(AllocState::Open) => {
+                self.inflight
+                    .borrow_mut()
+                    .allocs
+                    .get_mut(&key)
+                    .expect("alloc")
+                    .state = AllocState::Committing;
+            }
+        }
+        self.wq
+            .wait_until(|| {
+                self.inflight
+                    .borrow()
+                    .allocs
+                    .get(&key)
+                    .is_some_and(|a| a.writers == 0)
+            })
+            .await;
+        let cow = self.perform_remaining_cow(key).await;
+        if cow.is_ok() {
+            // Every byte of the new clusters now holds its data: reads may
+            // use them whole.
+            if let Some(a) = self.inflight.borrow_mut().allocs.get_mut(&key) {
+                let (s, e) = (a.guest_start, a.end());
+                a.written.insert(s, e);
+            }
+        }
+        if let Err(e) = cow {
+            // Keep the allocation (and the data already written into it)
+            // for a later flush to retry; reads still see old data there.
+            if let Some(a) = self.inflight.borrow_mut().allocs.get_mut(&key) {
+                a.state = AllocState::Open;
+            }
+            self.wq.notify_all();
+            return Err(e);
+        }
+        let guard = self.meta_lock.lock().await;
+        let r = self.link_alloc(key).await;
+        let r = match r {
+            Ok(()) if !self.opts.switches.delayed_metadata => self.writeback_all().await,
+            other => other,
+        };
+        drop(guard);
+        self.wq.notify_all();
+        r
+    }
+
+    /// Copy what no write covered, counting cancelled and performed areas.
+    async fn perform_remaining_cow(&self, key: u64) -> Result<()> {
+        let (a, gaps) = {
+            let inf = self.inflight.borrow();
+            let a = inf.allocs[&key].clone();
+            let gaps = a.written.gaps(a.guest_start, a.end());
+            (a, gaps)
+        };
+        if self.opts.switches.delayed_cow {
+            for &(s, e) in &a.cow_areas {
+                let left: u64 = a.written.gaps(s, e).iter().map(|(x, y)| y - x).sum();
+                self.count(|c| {
+                    if left == 0 {
+                        c.cow_cancelled_whole += 1;
+                    } else if left < e - s {
+                        c.cow_cancelled_partial += 1;
+                        c.cow_performed += 1;
+                    } else {
+                        c.cow_performed += 1;
+                    }
+                });
+            }
+        }
+        if gaps.is_empty() || self.broken_drop_cow() {
+            return Ok(());
+        }
+        let cs = self.geo.cluster_size;
+        // Split at cluster boundaries: each cluster has its own source.
+        let mut pieces = Vec::new();
+        for (s, e) in gaps {
+            let mut p = s;
+            while p < e {
+                let q = e.min(self.geo.cluster_start(p) + cs);
+                pieces.push((p, q));
+                p = q;
+            }
+        }
+        for (s, e) in pieces {
+            let src = self.cow_source(&a, s);
+            let host = a.host + (s - a.guest_start);
+            if src.is_zero() && self.opts.switches.zero_cow {
+                let flags = ZeroFlags {
+                    no_fallback: true,
+                    ..Default::default()
+                };
+                match self.dev.write_zeroes(host, e - s, flags).await {
+                    Ok(()) => {
+                        self.count(|c| c.zeroing_requests += 1);
+                        continue;
+                    }
+                    Err(err) if err.is_not_supported() => self.count(|c| c.zeroing_fallbacks += 1),
+                    Err(err) => return Err(err.into()),
+                }
+            }
+            let mut b = vec![0u8; (e - s) as usize];
+            self.read_cow_source(&src, s, &mut b).await?;
+            self.dev.write(host, &b, WriteFlags::default()).await?;
+            self.count(|c| c.cow_bytes_written += e - s);
+        }
+        Ok(())
+    }
+
+    /// Point the L2 entries at the new clusters and drop the allocation.
+    /// On an error the allocation stays (Open, with the clusters linked so
+    /// far remembered) so that a later flush finishes it.
+    async fn link_alloc(&self, key: u64) -> Result<()> {
+        let a = self.inflight.borrow().allocs[&key].clone();
+        let cs = self.geo.cluster_size;
+        for i in a.linked..a.len / cs {
+            let guest = a.guest_start + i * cs;
+            match self.l2_table_for_write(guest).await {
+                Ok(l2) => {
+                    let old = self.set_l2_entry(l2, guest, L2Entry::normal(a.host + i * cs, true));
+                    self.release_entry(old);
+                    self.inflight
+                        .borrow_mut()
+                        .allocs
+                        .get_mut(&key)
+                        .expect("alloc")
+                        .linked = i + 1;
+                }
+                Err(e) => {
+                    self.inflight
+                        .borrow_mut()
+                        .allocs
+                        .get_mut(&key)
+                        .expect("alloc")
+                        .state = AllocState::Open;
+                    return Err(e);
+                }
+            }
+        }
+        self.inflight.borrow_mut().allocs.remove(&key);
+        Ok(())
+    }
+
+    #[cfg(feature = "broken")]
+    fn broken_is(&self, b: crate::options::Broken) -> bool {
+        self.opts.broken == Some(b)
+    }
+
+    #[cfg(feature = "broken")]
+    fn broken_double_alloc(&self) -> bool {
+        self.broken_is(crate::options::Broken::DoubleAlloc)
+    }
+    #[cfg(feature = "broken")]
+    fn broken_link_before_data(&self) -> bool {
+        self.broken_is(crate::options::Broken::LinkBeforeData)
+    }
+    #[cfg(feature = "broken")]
+    fn broken_drop_cow(&self) -> bool {
+        self.broken_is(crate::options::Broken::DropPartialCow)
+    }
+    #[cfg(not(feature = "broken"))]
+    fn broken_double_alloc(&self) -> bool {
+        false
+    }
+    #[cfg(not(feature = "broken"))]
+    fn broken_link_before_data(&self) -> bool {
+        false
+    }
+    #[cfg(not(feature = "broken"))]
+    fn broken_drop_cow(&self) -> bool {
+        false
+    }
+}
