@@ -26,6 +26,11 @@ fn every_profile_generates_valid_bounded_cases() {
             if profile != Profile::Mixed {
                 assert_eq!(case.profile, Some(profile));
             }
+            let ops = || case.workload.iter().flatten();
+            assert!(ops().any(|op| matches!(op, Op::Read { .. })));
+            assert!(ops().any(|op| matches!(op, Op::Discard { .. })));
+            assert!(ops().any(|op| matches!(op, Op::WriteZeroes { .. })));
+            assert!(ops().any(|op| matches!(op, Op::Flush)));
         }
     }
 }
