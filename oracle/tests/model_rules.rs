@@ -385,6 +385,8 @@ fn epochs_start_from_what_recovery_read() {
     )
     .unwrap();
     assert_eq!(r.m.stats().crashes, 3);
+    assert_eq!(r.m.stats().reads, 3);
+    assert_eq!(r.m.stats().read_sectors, 5);
     assert_eq!(r.m.stats().recovered_sectors, 3 * DISK);
 }
 
