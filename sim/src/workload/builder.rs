@@ -106,7 +106,8 @@ impl Builder {
                 1 => geom.discard(sector, sectors),
                 _ => geom.zeroes(sector, sectors, rng.gen_bool(0.5)),
             };
-            let at = rng.gen_range(0..=self.groups.len());
+            // u32 draws, so that a case is the same on 32- and 64-bit hosts.
+            let at = rng.gen_range(0..=self.groups.len() as u32) as usize;
             self.groups.insert(at, vec![op]);
             self.ops += 1;
         }

@@ -13,7 +13,7 @@ use super::{backing, bench, iozone, mkfs, random, sequential, Profile};
 use crate::case::{BackingSpec, Case, DeviceSpec, FaultSpec, ImageSpec, LatencySpec, CASE_VERSION};
 
 /// Most operations a generated workload has before its crash points.
-const OP_BUDGET: usize = 300;
+const OP_BUDGET: u32 = 300;
 
 /// The concerns a generated case draws from, numbered as `sim::rng`
 /// numbers its streams (the discriminants must stay in step with it).
@@ -59,7 +59,7 @@ impl Case {
             cluster_sectors: image.create.cluster_size / SECTOR_SIZE as u64,
         };
         let mut rng = stream(seed, Concern::Workload, WORKLOAD_OPS);
-        let mut b = Builder::new(geom, rng.gen_range(OP_BUDGET / 3..=OP_BUDGET));
+        let mut b = Builder::new(geom, rng.gen_range(OP_BUDGET / 3..=OP_BUDGET) as usize);
         match profile {
             Profile::Mixed => unreachable!("resolved above"),
             Profile::Random => random::generate(&mut rng, &mut b),
@@ -69,7 +69,7 @@ impl Case {
             Profile::Mkfs => mkfs::generate(&mut rng, &mut b),
             Profile::Backing => backing::generate(&mut rng, &mut b),
         }
-        let crashes = rng.gen_range(2..=4);
+        let crashes = rng.gen_range(2..=4u32) as usize;
         let case = Case {
             version: CASE_VERSION,
             seed,
