@@ -327,6 +327,47 @@ impl Case {
         oracle::model::Model::new(self.sectors(), self.backing_data())
     }
 
+    /// One line naming what the case exercises, for progress output and
+    /// reports.
+    pub fn summary(&self) -> String {
+        let c = &self.image.create;
+        let compat = match c.compat {
+            Compat::V2 => "v2",
+            Compat::V3 => "v3",
+        };
+        let backing = match &self.image.backing {
+            None => String::new(),
+            Some(b) => format!(" backing={}", b.format_name()),
+        };
+        let f = &self.device.faults;
+        let faults = if *f == FaultSpec::NONE {
+            "none".to_string()
+        } else {
+            format!(
+                "eio-permille(r/w/f)={}/{}/{}{}{}",
+                f.read_eio_permille,
+                f.write_eio_permille,
+                f.flush_eio_permille,
+                if f.capacity.is_some() { " enospc" } else { "" },
+                if f.harsh() { " harsh" } else { "" },
+            )
+        };
+        format!(
+            "seed {} {} {}KiB cluster={} {compat} refcount_bits={}{}{backing} \
+             switches={:05b} sector={} ops={} crashes={} faults={faults}",
+            self.seed,
+            self.profile.map_or("arbitrary", |p| p.name()),
+            c.size >> 10,
+            c.cluster_size,
+            c.refcount_bits,
+            if c.lazy_refcounts { " lazy" } else { "" },
+            self.engine.switches.mask(),
+            self.device.sector_size,
+            self.workload.iter().map(Vec::len).sum::<usize>(),
+            self.crashes(),
+        )
+    }
+
     /// Number of crash-and-reopen points.
     pub fn crashes(&self) -> usize {
         self.numbered_ops()

@@ -122,3 +122,18 @@ fn ops_read_as_written() {
     );
     assert_eq!(serde_json::to_string(&ops).unwrap(), json);
 }
+
+#[test]
+fn summary_names_the_case() {
+    let case = Case::generate(4, Profile::Bench);
+    let s = case.summary();
+    assert!(s.starts_with("seed 4 bench "), "{s}");
+    assert!(s.contains(&format!("crashes={}", case.crashes())), "{s}");
+    assert!(
+        s.contains(&format!("cluster={}", case.image.create.cluster_size)),
+        "{s}"
+    );
+    let mut other = case.clone();
+    other.image.create.size /= 2;
+    assert_ne!(other.summary(), s);
+}
