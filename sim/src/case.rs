@@ -29,6 +29,8 @@ pub const MAX_OPS: usize = 4096;
 pub const MAX_GROUP_OPS: usize = 64;
 /// Longest guest request, in sectors (2 MiB).
 pub const MAX_OP_SECTORS: u64 = 4096;
+/// Most tables an engine cache of a case may hold.
+pub const MAX_CACHE_TABLES: usize = 1024;
 
 /// One simulated run, whole.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -240,6 +242,8 @@ pub enum CaseError {
     LazyRefcountsOnV2,
     #[error("backing: {0}")]
     Backing(String),
+    #[error("engine: {0}")]
+    Engine(String),
     #[error("device: {0}")]
     Device(String),
     #[error("workload holds {0} operations, more than {MAX_OPS}")]
@@ -382,9 +386,25 @@ impl Case {
                 found: self.version,
             });
         }
+        self.validate_engine()?;
         self.validate_image()?;
         self.validate_device()?;
         self.validate_workload()
+    }
+
+    fn validate_engine(&self) -> Result<(), CaseError> {
+        let e = &self.engine;
+        for (name, n) in [
+            ("l2_cache_tables", e.l2_cache_tables),
+            ("refcount_cache_tables", e.refcount_cache_tables),
+        ] {
+            if !(2..=MAX_CACHE_TABLES).contains(&n) {
+                return Err(CaseError::Engine(format!(
+                    "{name} {n}: must be 2 to {MAX_CACHE_TABLES}"
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn validate_image(&self) -> Result<(), CaseError> {

@@ -62,6 +62,8 @@ fn invalid_cases_are_refused_with_the_reason() {
     assert!(matches!(e, CaseError::ClusterSize(3000)), "{e}");
     let e = edited(|v| v["image"]["create"]["size"] = (1u64 << 40).into()).unwrap_err();
     assert!(matches!(e, CaseError::VirtualSize(_)), "{e}");
+    let e = edited(|v| v["engine"]["l2_cache_tables"] = 1.into()).unwrap_err();
+    assert!(matches!(e, CaseError::Engine(_)), "{e}");
     let e = edited(|v| v["device"]["sector_size"] = 1024.into()).unwrap_err();
     assert!(matches!(e, CaseError::Device(_)), "{e}");
     let e = edited(|v| v["workload"] = serde_json::json!([[]])).unwrap_err();
