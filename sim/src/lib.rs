@@ -2,4 +2,8 @@
 //! executor and clock, workloads and cases, the runner and campaigns.
 
 pub mod case;
+pub mod disk;
+pub mod exec;
+pub mod rng;
+pub mod trace;
 pub mod workload;
