@@ -274,7 +274,7 @@ fn generated_cases_run_on_the_engine_and_satisfy_the_model() {
         for seed in 0..3 {
             let mut case = Case::generate(seed, profile);
             // The in-memory device cannot inject faults; none are expected.
-            case.device.faults = sim::case::FaultSpec::NONE;
+            case.disk.faults = sim::disk::FaultOptions::default();
             checked += run(&case);
         }
     }

@@ -39,7 +39,7 @@ fn edited(f: impl FnOnce(&mut serde_json::Value)) -> Result<Case, CaseError> {
 fn unknown_fields_are_refused_everywhere() {
     let top = edited(|v| v["surprise"] = 1.into()).unwrap_err();
     assert!(top.to_string().contains("surprise"), "{top}");
-    let nested = edited(|v| v["device"]["faults"]["surprise"] = 1.into()).unwrap_err();
+    let nested = edited(|v| v["disk"]["faults"]["surprise"] = 1.into()).unwrap_err();
     assert!(nested.to_string().contains("surprise"), "{nested}");
     let in_op = edited(|v| v["workload"][0][0]["surprise"] = 1.into()).unwrap_err();
     assert!(in_op.to_string().contains("surprise"), "{in_op}");
@@ -64,8 +64,8 @@ fn invalid_cases_are_refused_with_the_reason() {
     assert!(matches!(e, CaseError::VirtualSize(_)), "{e}");
     let e = edited(|v| v["engine"]["l2_cache_tables"] = 1.into()).unwrap_err();
     assert!(matches!(e, CaseError::Engine(_)), "{e}");
-    let e = edited(|v| v["device"]["sector_size"] = 1024.into()).unwrap_err();
-    assert!(matches!(e, CaseError::Device(_)), "{e}");
+    let e = edited(|v| v["disk"]["sector_size"] = 1024.into()).unwrap_err();
+    assert!(matches!(e, CaseError::Disk(_)), "{e}");
     let e = edited(|v| v["workload"] = serde_json::json!([[]])).unwrap_err();
     assert!(matches!(e, CaseError::Group { group: 0, .. }), "{e}");
     let e = edited(|v| {
