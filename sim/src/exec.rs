@@ -59,6 +59,43 @@ pub struct ExecOptions {
     /// Latest simulated time a run may reach before it fails as a livelock
     /// (a task that sleeps in a loop forever). Any value is accepted.
     pub time_max: Nanos,
+    /// How the next task is chosen among the ready ones.
+    pub policy: SchedulePolicy,
+}
+
+impl ExecOptions {
+    /// Default limits with a schedule policy drawn from `seed` (swarm
+    /// testing): half the cases uniform, half PCT with one to four change
+    /// points spread over `steps_hint` steps (about how many polls a case
+    /// takes).
+    pub fn swarm(seed: u64, steps_hint: u64) -> Self {
+        let mut r = rng::stream(seed, Stream::ScheduleConfig);
+        let policy = if r.gen_bool(0.5) {
+            SchedulePolicy::Random
+        } else {
+            SchedulePolicy::Priority {
+                change_points: r.gen_range(1..=4),
+                steps_hint: steps_hint.max(1),
+            }
+        };
+        Self {
+            policy,
+            ..Self::default()
+        }
+    }
+}
+
+/// How the executor chooses which ready task to poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SchedulePolicy {
+    /// Uniformly at random at every step.
+    Random,
+    /// Probabilistic concurrency testing (PCT): every task gets a random
+    /// priority at spawn and the highest-priority ready task runs; at
+    /// `change_points` steps drawn in `1..=steps_hint`, the running task
+    /// drops below every other. Finds ordering bugs that need a few
+    /// specific preemptions far more often than uniform choice does.
+    Priority { change_points: u32, steps_hint: u64 },
 }
 
 impl Default for ExecOptions {
@@ -70,6 +107,7 @@ impl Default for ExecOptions {
             // One simulated hour: a 256 MiB benchmark of random 4 KiB writes
             // on the HDD model takes minutes.
             time_max: 3_600 * 1_000_000_000,
+            policy: SchedulePolicy::Random,
         }
     }
 }
@@ -117,6 +155,8 @@ struct Task {
     /// A daemon (background work such as a periodic writeback) does not
     /// keep a run going: `run` finishes when only daemons remain.
     daemon: bool,
+    /// Its priority under `SchedulePolicy::Priority` (higher runs first).
+    priority: i64,
     /// `None` only while the task is being polled (it is taken out so that
     /// the task may spawn or wake others without a double borrow).
     future: Option<LocalFuture>,
@@ -159,6 +199,10 @@ struct Inner {
     timers: RefCell<BTreeMap<(Nanos, u64), Waker>>,
     next_timer: Cell<u64>,
     schedule: RefCell<ChaCha8Rng>,
+    /// Under `SchedulePolicy::Priority`: the steps at which the running
+    /// task's priority drops, and the next (ever lower) priority to give.
+    change_steps: BTreeSet<u64>,
+    next_low: Cell<i64>,
     trace: RefCell<TraceHasher>,
     steps: Cell<u64>,
     running: Cell<bool>,
@@ -190,6 +234,17 @@ impl Sim {
 
     /// A simulation of case `seed` with the given limits.
     pub fn with_options(seed: u64, options: ExecOptions) -> Self {
+        let mut schedule = rng::stream(seed, Stream::Schedule);
+        let mut change_steps = BTreeSet::new();
+        if let SchedulePolicy::Priority {
+            change_points,
+            steps_hint,
+        } = options.policy
+        {
+            for _ in 0..change_points {
+                change_steps.insert(schedule.gen_range(1..=steps_hint.max(1)));
+            }
+        }
         Self {
             inner: Rc::new(Inner {
                 seed,
@@ -201,7 +256,9 @@ impl Sim {
                 ready: Arc::new(Mutex::new(BTreeSet::new())),
                 timers: RefCell::new(BTreeMap::new()),
                 next_timer: Cell::new(0),
-                schedule: RefCell::new(rng::stream(seed, Stream::Schedule)),
+                schedule: RefCell::new(schedule),
+                change_steps,
+                next_low: Cell::new(-1),
                 trace: RefCell::new(TraceHasher::new()),
                 steps: Cell::new(0),
                 running: Cell::new(false),
@@ -317,11 +374,19 @@ impl Sim {
                 w.wake();
             }
         };
+        let priority = match self.inner.options.policy {
+            SchedulePolicy::Random => 0,
+            // Non-negative, above every lowered priority.
+            SchedulePolicy::Priority { .. } => {
+                self.inner.schedule.borrow_mut().gen_range(0..i64::MAX)
+            }
+        };
         self.inner.tasks.borrow_mut().insert(
             id,
             Task {
                 name: name.into(),
                 daemon,
+                priority,
                 future: Some(Box::pin(wrapped)),
             },
         );
@@ -427,9 +492,30 @@ impl Sim {
         if ready.is_empty() {
             return None;
         }
-        let i = self.inner.schedule.borrow_mut().gen_range(0..ready.len());
-        let id = *ready.iter().nth(i).expect("index drawn below the length");
+        let id = match self.inner.options.policy {
+            SchedulePolicy::Random => {
+                let i = self.inner.schedule.borrow_mut().gen_range(0..ready.len());
+                *ready.iter().nth(i).expect("index drawn below the length")
+            }
+            SchedulePolicy::Priority { .. } => *ready
+                .iter()
+                .max_by_key(|id| (tasks[id].priority, std::cmp::Reverse(**id)))
+                .expect("ready is not empty"),
+        };
         ready.remove(&id);
+        drop(tasks);
+        // Steps count from 1; this pick is step `steps() + 1`.
+        if self
+            .inner
+            .change_steps
+            .contains(&(self.inner.steps.get() + 1))
+        {
+            let low = self.inner.next_low.get();
+            self.inner.next_low.set(low - 1);
+            if let Some(t) = self.inner.tasks.borrow_mut().get_mut(&id) {
+                t.priority = low;
+            }
+        }
         let mut trace = self.inner.trace.borrow_mut();
         trace.event("poll");
         trace.write_u64(id);

@@ -263,6 +263,10 @@ fn lost_and_misdirected_writes_report_success() {
     let mut b = [0u8; 512];
     disk.volatile().read(to, &mut b);
     assert_eq!(b, [9; 512]);
+    // Violation reports find it from where it landed too.
+    let found = disk.writes_touching(to, 512, 4);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].landed, Some((to, 512)));
 }
 
 #[test]
