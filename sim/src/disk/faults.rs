@@ -1,0 +1,147 @@
+//! Fault injection, decided at the edge: when a request is issued, this
+//! module says whether it fails, lands short, lands elsewhere or is lost,
+//! and records what it injected. The disk's stores only ever see what the
+//! decision lets through, so turning faults off (one switch) leaves a
+//! perfect disk, and the report lists every fault a run met.
+//!
+//! Each kind of request draws from its own stream, so that changing the read
+//! error rate does not move the write faults.
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use engine::dev::IoOp;
+
+use super::options::{FaultOptions, PPM};
+use crate::exec::Nanos;
+use crate::rng::{self, Stream};
+
+/// What was done to a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FaultKind {
+    /// Failed with EIO; for a write, the first `landed` bytes reached the
+    /// disk anyway.
+    Io { landed: u64 },
+    /// Failed with ENOSPC: it would have ended past the capacity.
+    NoSpace,
+    /// Reported success but never reached the disk (harsher mode).
+    Lost,
+    /// Reported success but landed at `to` instead (harsher mode).
+    Misdirected { to: u64 },
+}
+
+/// One injected fault, for the fault report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InjectedFault {
+    /// The request's number on its disk.
+    pub request: u64,
+    pub op: IoOp,
+    pub offset: u64,
+    pub len: u64,
+    pub at: Nanos,
+    pub kind: FaultKind,
+}
+
+fn op_index(op: IoOp) -> u32 {
+    match op {
+        IoOp::Read => 0,
+        IoOp::Write => 1,
+        IoOp::WriteZeroes => 2,
+        IoOp::Discard => 3,
+        IoOp::Flush => 4,
+        IoOp::Truncate => 5,
+    }
+}
+
+const OPS: usize = 6;
+
+/// The fault state of one disk: the per-kind streams and request counts.
+#[derive(Debug)]
+pub(crate) struct FaultState {
+    streams: Vec<ChaCha8Rng>,
+    counts: [u64; OPS],
+}
+
+impl FaultState {
+    /// `device` is the disk's index on its simulation (see
+    /// `Sim::next_device_index`).
+    pub(crate) fn new(seed: u64, device: u32) -> Self {
+        let streams = (0..OPS as u32)
+            .map(|op| rng::substream(seed, Stream::Faults, (device << 4) | op))
+            .collect();
+        Self {
+            streams,
+            counts: [0; OPS],
+        }
+    }
+
+    /// Decide the fate of a request (called once per request, at issue).
+    /// `sector_size` is the grain of a failed write's landed prefix.
+    pub(crate) fn decide(
+        &mut self,
+        opts: &FaultOptions,
+        enabled: bool,
+        op: IoOp,
+        offset: u64,
+        len: u64,
+        sector_size: u64,
+    ) -> Option<FaultKind> {
+        let i = op_index(op);
+        self.counts[i as usize] += 1;
+        let n = self.counts[i as usize];
+        if !enabled {
+            return None;
+        }
+        let is_write = matches!(op, IoOp::Write | IoOp::WriteZeroes);
+        if let Some(cap) = opts.capacity {
+            let grows = is_write || op == IoOp::Truncate;
+            let end = if op == IoOp::Truncate {
+                len
+            } else {
+                offset + len
+            };
+            if grows && end > cap {
+                return Some(FaultKind::NoSpace);
+            }
+        }
+        let r = &mut self.streams[i as usize];
+        let by_rank = opts.error_at.iter().any(|f| f.op == op && f.n == n);
+        let rate = match op {
+            IoOp::Read => opts.read_error_ppm,
+            IoOp::Write | IoOp::WriteZeroes | IoOp::Discard => opts.write_error_ppm,
+            IoOp::Flush => opts.flush_error_ppm,
+            IoOp::Truncate => 0,
+        };
+        if by_rank || hit(r, rate) {
+            let landed = if is_write || op == IoOp::Discard {
+                let sectors = len.div_ceil(sector_size);
+                (r.gen_range(0..=sectors) * sector_size).min(len)
+            } else {
+                0
+            };
+            return Some(FaultKind::Io { landed });
+        }
+        if is_write {
+            if hit(r, opts.lost_write_ppm) {
+                return Some(FaultKind::Lost);
+            }
+            if hit(r, opts.misdirected_write_ppm) {
+                let d = u64::from(r.gen_range(1..=opts.misdirect_sectors_max)) * sector_size;
+                let to = if r.gen_bool(0.5) && offset >= d {
+                    offset - d
+                } else {
+                    offset + d
+                };
+                return Some(FaultKind::Misdirected { to });
+            }
+        }
+        None
+    }
+}
+
+/// Draw a chance of `ppm` in a million; draws nothing when the rate is 0, so
+/// a kind of fault that is off does not consume its stream.
+fn hit(r: &mut ChaCha8Rng, ppm: u32) -> bool {
+    ppm > 0 && r.gen_range(0..PPM) < ppm
+}

@@ -1,0 +1,130 @@
+//! The write log and the request counters: what the disk was asked to do,
+//! when, and how it answered. The oracle reads the log to name the device
+//! writes behind a wrong sector; benchmarks print the counters.
+
+use std::fmt;
+use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
+
+use engine::dev::{DevError, IoOp};
+
+use super::faults::FaultKind;
+use crate::exec::Nanos;
+
+/// One request, from issue to completion.
+#[derive(Debug, Clone)]
+pub struct LogEntry {
+    /// The request's number on this disk, in issue order from 0.
+    pub id: u64,
+    pub op: IoOp,
+    /// Where the caller sent it (for flush: 0).
+    pub offset: u64,
+    /// Its length in bytes (for flush: 0; for truncate: the new length).
+    pub len: u64,
+    /// Force unit access (writes and write_zeroes).
+    pub fua: bool,
+    /// `ZeroFlags::may_unmap` (write_zeroes).
+    pub may_unmap: bool,
+    /// `ZeroFlags::no_fallback` (write_zeroes).
+    pub no_fallback: bool,
+    pub issued: Nanos,
+    /// `None` while in flight, or if the run stopped (crashed) first.
+    pub completed: Option<Nanos>,
+    /// The request's place among every issue and completion on this disk
+    /// (one counter for both): a flush makes durable exactly the writes
+    /// whose `complete_seq` is below its `issue_seq`. Times can tie; these
+    /// cannot.
+    pub issue_seq: u64,
+    /// See `issue_seq`; `None` while in flight.
+    pub complete_seq: Option<u64>,
+    /// `None` while in flight.
+    pub result: Option<Result<(), DevError>>,
+    /// FNV-1a hash of a write's payload.
+    pub data_hash: Option<u64>,
+    /// A write's payload, while the log's data budget lasts.
+    pub data: Option<Rc<[u8]>>,
+    /// The fault injected into this request, if any.
+    pub fault: Option<FaultKind>,
+}
+
+impl LogEntry {
+    /// Whether this request could change the disk's content.
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.op,
+            IoOp::Write | IoOp::WriteZeroes | IoOp::Discard | IoOp::Truncate
+        )
+    }
+
+    /// Whether it covers any byte of `[offset, offset + len)` (truncates
+    /// cover everything past their new length).
+    pub fn touches(&self, offset: u64, len: u64) -> bool {
+        match self.op {
+            IoOp::Truncate => offset + len > self.len,
+            IoOp::Flush => false,
+            _ => self.offset < offset + len && offset < self.offset + self.len,
+        }
+    }
+}
+
+impl fmt::Display for LogEntry {
+    /// One line for violation messages, e.g.
+    /// `#12 write 4096+8192 fua, issued 1200 ns, completed 1300 ns: ok`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{} {}", self.id, self.op)?;
+        match self.op {
+            IoOp::Flush => {}
+            IoOp::Truncate => write!(f, " to {}", self.len)?,
+            _ => write!(f, " {}+{}", self.offset, self.len)?,
+        }
+        for (on, name) in [
+            (self.fua, "fua"),
+            (self.may_unmap, "unmap"),
+            (self.no_fallback, "no_fallback"),
+        ] {
+            if on {
+                write!(f, " {name}")?;
+            }
+        }
+        if let Some(h) = self.data_hash {
+            write!(f, " data {h:016x}")?;
+        }
+        write!(f, ", issued {} ns", self.issued)?;
+        match (&self.completed, &self.result) {
+            (Some(t), Some(Ok(()))) => write!(f, ", completed {t} ns: ok")?,
+            (Some(t), Some(Err(e))) => write!(f, ", completed {t} ns: {e}")?,
+            _ => write!(f, ", still in flight")?,
+        }
+        if let Some(fault) = &self.fault {
+            write!(f, " (injected: {fault:?})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Exact request counts, as benchmarks print them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskCounters {
+    pub reads: u64,
+    pub read_bytes: u64,
+    /// Data writes (not counting write_zeroes).
+    pub writes: u64,
+    pub write_bytes: u64,
+    /// Data writes and write_zeroes with FUA.
+    pub fua_writes: u64,
+    /// write_zeroes requests, including those refused as not supported.
+    pub write_zeroes: u64,
+    pub write_zeroes_bytes: u64,
+    /// write_zeroes refused with `NotSupported` (no_fallback on a device
+    /// without efficient zeroing).
+    pub write_zeroes_unsupported: u64,
+    /// Bytes of zero buffers written because zeroing was not efficient.
+    pub write_zeroes_fallback_bytes: u64,
+    pub discards: u64,
+    pub discard_bytes: u64,
+    pub flushes: u64,
+    pub truncates: u64,
+    /// Requests that failed with an injected fault (EIO, ENOSPC).
+    pub errors: u64,
+}

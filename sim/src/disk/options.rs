@@ -1,0 +1,416 @@
+//! The simulated disk's settings: one nested struct per concern, every field
+//! documented with its meaning and constraint, checked by `validate` when a
+//! disk is built. Rates are integers in parts per million so that a case's
+//! JSON reproduces them exactly. `swarm` draws a whole set from a seed, so
+//! one campaign mixes gentle and brutal cases (swarm testing).
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use engine::dev::IoOp;
+
+use crate::exec::Nanos;
+use crate::rng::{self, Stream};
+
+/// One in a million: the unit of every `*_ppm` rate.
+pub const PPM: u32 = 1_000_000;
+
+/// Everything a simulated disk depends on besides its seed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiskOptions {
+    /// The device's atomic write unit in bytes, and the grain of crash
+    /// states: 512 or 4096.
+    pub sector_size: u32,
+    pub latency: LatencyOptions,
+    pub support: SupportOptions,
+    pub faults: FaultOptions,
+    pub crash: CrashOptions,
+    pub log: LogOptions,
+}
+
+impl Default for DiskOptions {
+    fn default() -> Self {
+        Self {
+            sector_size: 512,
+            latency: LatencyOptions::default(),
+            support: SupportOptions::default(),
+            faults: FaultOptions::default(),
+            crash: CrashOptions::default(),
+            log: LogOptions::default(),
+        }
+    }
+}
+
+/// How long requests take. A request's service time is drawn uniformly from
+/// `[min, 2 * mean - min]` (so its mean is `mean`, with integer arithmetic
+/// only, identical on every machine), plus `seek` if it does not start where
+/// the previous one ended, plus its transfer time at `bandwidth`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LatencyOptions {
+    /// Least time a read takes, in ns.
+    pub read_min: Nanos,
+    /// Mean time a read takes, in ns; at least `read_min`.
+    pub read_mean: Nanos,
+    /// Least time a write (also write_zeroes, discard) takes, in ns.
+    pub write_min: Nanos,
+    /// Mean time a write takes, in ns; at least `write_min`.
+    pub write_mean: Nanos,
+    /// Least time a flush takes, in ns.
+    pub flush_min: Nanos,
+    /// Mean time a flush takes, in ns; at least `flush_min`.
+    pub flush_mean: Nanos,
+    /// Extra time when a read or write does not start at the end of the
+    /// previous one the device served, in ns (0 for SSDs; milliseconds for
+    /// a disk head).
+    pub seek: Nanos,
+    /// Bytes per second the device transfers; 0 means transfers are free.
+    pub bandwidth: u64,
+    /// How many requests the device serves at once; a request waits for a
+    /// free channel. 0 means without limit.
+    pub channels: u32,
+}
+
+impl Default for LatencyOptions {
+    fn default() -> Self {
+        Self::ssd()
+    }
+}
+
+impl LatencyOptions {
+    /// A fast SSD: tens of microseconds, many requests at once.
+    pub fn ssd() -> Self {
+        Self {
+            read_min: 20_000,
+            read_mean: 80_000,
+            write_min: 20_000,
+            write_mean: 100_000,
+            flush_min: 50_000,
+            flush_mean: 500_000,
+            seek: 0,
+            bandwidth: 2_000_000_000,
+            channels: 0,
+        }
+    }
+
+    /// A spinning disk: one request at a time, milliseconds per seek.
+    pub fn hdd() -> Self {
+        Self {
+            read_min: 100_000,
+            read_mean: 200_000,
+            write_min: 100_000,
+            write_mean: 200_000,
+            flush_min: 2_000_000,
+            flush_mean: 8_000_000,
+            seek: 8_000_000,
+            bandwidth: 150_000_000,
+            channels: 1,
+        }
+    }
+}
+
+/// What the device can do efficiently.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SupportOptions {
+    /// Whether `write_zeroes` is efficient. When false, a request with
+    /// `no_fallback` fails with `NotSupported`, and one without writes zero
+    /// buffers (counted, and timed with the transfer of the zeroes).
+    pub write_zeroes: bool,
+    /// What a discard does to the data.
+    pub discard: DiscardEffect,
+}
+
+impl Default for SupportOptions {
+    fn default() -> Self {
+        Self {
+            write_zeroes: true,
+            discard: DiscardEffect::Zeroes,
+        }
+    }
+}
+
+/// What a discard does to the range (callers may rely on neither).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DiscardEffect {
+    /// The range reads as zeroes, with the durability of a write.
+    Zeroes,
+    /// The range keeps its content.
+    Nothing,
+}
+
+/// A request that fails because it is the `n`-th of its kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NthRequest {
+    /// The kind of request: read, write, write_zeroes, discard or flush.
+    pub op: IoOp,
+    /// Which one, counting from 1 over the disk's life.
+    pub n: u64,
+}
+
+/// The faults the device injects. Faults never change the disk's pristine
+/// state behind the caller's back except as the fault report says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultOptions {
+    /// Master switch: when false nothing below is injected.
+    pub enabled: bool,
+    /// Chance in a million that a read fails with EIO.
+    pub read_error_ppm: u32,
+    /// Chance in a million that a write, write_zeroes or discard fails with
+    /// EIO; the failed request may still have landed on a prefix of its
+    /// sectors.
+    pub write_error_ppm: u32,
+    /// Chance in a million that a flush fails with EIO (making nothing
+    /// durable).
+    pub flush_error_ppm: u32,
+    /// Requests that fail with EIO because of their rank.
+    pub error_at: Vec<NthRequest>,
+    /// Writes that would end past this many bytes fail with ENOSPC
+    /// (`None`: no limit).
+    pub capacity: Option<u64>,
+    /// Harsher mode: chance in a million that a write reports success but
+    /// never lands.
+    pub lost_write_ppm: u32,
+    /// Harsher mode: chance in a million that a write lands up to
+    /// `misdirect_sectors_max` sectors away from where it was sent.
+    pub misdirected_write_ppm: u32,
+    /// How far a misdirected write may land, in sectors; at least 1 when
+    /// `misdirected_write_ppm` is not 0.
+    pub misdirect_sectors_max: u32,
+}
+
+impl Default for FaultOptions {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            read_error_ppm: 0,
+            write_error_ppm: 0,
+            flush_error_ppm: 0,
+            error_at: Vec::new(),
+            capacity: None,
+            lost_write_ppm: 0,
+            misdirected_write_ppm: 0,
+            misdirect_sectors_max: 16,
+        }
+    }
+}
+
+/// How crash images are built.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CrashOptions {
+    /// Keep the durable state and the unflushed writes apart, so that crash
+    /// images can be built. Benchmarks that never crash turn it off to save
+    /// memory; `crash_image` then fails.
+    pub track: bool,
+    /// Harsher mode: chance in a million that a sector that takes a new
+    /// value in a crash is torn (only a prefix of it is new).
+    pub tear_ppm: u32,
+    /// What the torn part of a sector holds.
+    pub tear_fill: TearFill,
+}
+
+impl Default for CrashOptions {
+    fn default() -> Self {
+        Self {
+            track: true,
+            tear_ppm: 0,
+            tear_fill: TearFill::Old,
+        }
+    }
+}
+
+/// What the part of a torn sector past the tear holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TearFill {
+    /// Its durable content.
+    Old,
+    /// Random bytes (from the crash stream).
+    Garbage,
+}
+
+/// What the write log keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogOptions {
+    /// Record every request.
+    pub enabled: bool,
+    /// Most payload bytes the log keeps (summed over requests); past it,
+    /// entries keep only the payload's hash.
+    pub data_bytes_max: u64,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            data_bytes_max: 64 << 20,
+        }
+    }
+}
+
+/// A setting that breaks its documented constraint.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("disk option {field}: {reason}")]
+pub struct OptionsError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+fn check(ok: bool, field: &'static str, reason: impl Into<String>) -> Result<(), OptionsError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(OptionsError {
+            field,
+            reason: reason.into(),
+        })
+    }
+}
+
+fn check_ppm(v: u32, field: &'static str) -> Result<(), OptionsError> {
+    check(
+        v <= PPM,
+        field,
+        format!("{v} is more than {PPM} per million"),
+    )
+}
+
+impl DiskOptions {
+    /// Check every documented constraint.
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        check(
+            self.sector_size == 512 || self.sector_size == 4096,
+            "sector_size",
+            format!("{} is neither 512 nor 4096", self.sector_size),
+        )?;
+        let l = &self.latency;
+        for (min, mean, field) in [
+            (l.read_min, l.read_mean, "latency.read_mean"),
+            (l.write_min, l.write_mean, "latency.write_mean"),
+            (l.flush_min, l.flush_mean, "latency.flush_mean"),
+        ] {
+            check(
+                mean >= min,
+                field,
+                format!("{mean} is below the minimum {min}"),
+            )?;
+            // 2 * mean - min must not overflow, nor leave room for a day-long
+            // request that would trip the executor's time budget.
+            check(
+                mean <= 1_000_000_000_000,
+                field,
+                format!("{mean} ns is more than 1000 s"),
+            )?;
+        }
+        let f = &self.faults;
+        check_ppm(f.read_error_ppm, "faults.read_error_ppm")?;
+        check_ppm(f.write_error_ppm, "faults.write_error_ppm")?;
+        check_ppm(f.flush_error_ppm, "faults.flush_error_ppm")?;
+        check_ppm(f.lost_write_ppm, "faults.lost_write_ppm")?;
+        check_ppm(f.misdirected_write_ppm, "faults.misdirected_write_ppm")?;
+        check(
+            f.misdirected_write_ppm == 0 || f.misdirect_sectors_max >= 1,
+            "faults.misdirect_sectors_max",
+            "must be at least 1 when misdirected writes are on",
+        )?;
+        for nth in &f.error_at {
+            check(nth.n >= 1, "faults.error_at", "requests count from 1")?;
+            check(
+                nth.op != IoOp::Truncate,
+                "faults.error_at",
+                "truncate is not a fault target",
+            )?;
+        }
+        check_ppm(self.crash.tear_ppm, "crash.tear_ppm")?;
+        Ok(())
+    }
+
+    /// A whole set of disk options drawn from `seed` (swarm testing): sector
+    /// size, latencies, support flags and fault rates. Harsher modes (lost
+    /// and misdirected writes, torn sectors) only when `harsh`.
+    pub fn swarm(seed: u64, harsh: bool) -> Self {
+        let mut r = rng::stream(seed, Stream::DeviceConfig);
+        let latency = match r.gen_range(0..4) {
+            0 => LatencyOptions::hdd(),
+            1 => {
+                // Equal latencies: completions still reorder, but only by
+                // the uniform draw.
+                let mut l = LatencyOptions::ssd();
+                l.write_mean = l.write_min * 2;
+                l.read_mean = l.read_min * 2;
+                l
+            }
+            _ => LatencyOptions::ssd(),
+        };
+        let mut crash = CrashOptions::default();
+        if harsh && r.gen_bool(0.5) {
+            crash.tear_ppm = r.gen_range(1_000..=200_000);
+            crash.tear_fill = if r.gen_bool(0.5) {
+                TearFill::Old
+            } else {
+                TearFill::Garbage
+            };
+        }
+        Self {
+            sector_size: if r.gen_bool(0.75) { 512 } else { 4096 },
+            latency,
+            support: SupportOptions {
+                write_zeroes: r.gen_bool(0.6),
+                discard: if r.gen_bool(0.5) {
+                    DiscardEffect::Zeroes
+                } else {
+                    DiscardEffect::Nothing
+                },
+            },
+            faults: FaultOptions::swarm(seed, harsh),
+            crash,
+            log: LogOptions::default(),
+        }
+    }
+}
+
+impl FaultOptions {
+    /// Fault rates drawn from `seed`: a quarter of cases inject nothing, the
+    /// rest are gentle (rare errors) or brutal (frequent ones), and each kind
+    /// of fault is off entirely in a third of them.
+    pub fn swarm(seed: u64, harsh: bool) -> Self {
+        let mut r = rng::stream(seed, Stream::FaultConfig);
+        let mut f = FaultOptions::default();
+        let level = r.gen_range(0..100);
+        if level < 25 {
+            return f;
+        }
+        let brutal = level >= 70;
+        let rate = |r: &mut rand_chacha::ChaCha8Rng| -> u32 {
+            if r.gen_range(0..3) == 0 {
+                0
+            } else if brutal {
+                r.gen_range(10_000..=100_000)
+            } else {
+                r.gen_range(100..=3_000)
+            }
+        };
+        f.enabled = true;
+        f.read_error_ppm = rate(&mut r);
+        f.write_error_ppm = rate(&mut r);
+        f.flush_error_ppm = rate(&mut r);
+        if r.gen_range(0..4) == 0 {
+            let op = [IoOp::Read, IoOp::Write, IoOp::Flush][r.gen_range(0..3)];
+            f.error_at.push(NthRequest {
+                op,
+                n: r.gen_range(1..=200),
+            });
+        }
+        if brutal && r.gen_range(0..4) == 0 {
+            f.capacity = Some(r.gen_range(4..=256u64) << 16);
+        }
+        if harsh {
+            f.lost_write_ppm = rate(&mut r) / 10;
+            f.misdirected_write_ppm = rate(&mut r) / 10;
+        }
+        f
+    }
+}

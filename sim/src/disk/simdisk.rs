@@ -1,0 +1,771 @@
+//! `SimDisk`: the simulated block device the engine runs on in simulation.
+//!
+//! The disk keeps three things apart, as a real disk with a volatile write
+//! cache does:
+//! - the *volatile* view: every completed write applied in completion order;
+//!   reads are served from it;
+//! - the *durable* state: what survives a crash for certain;
+//! - the *pending* writes: in flight (issued, not completed) or completed
+//!   but not yet durable, each with its payload.
+//!
+//! Durability follows the Linux rule: a flush makes durable exactly the
+//! writes that completed before the flush was *issued*; a FUA write is
+//! durable when it completes. Every request takes a latency drawn from the
+//! `Latency` stream and completes on the executor's clock, so completions
+//! come back in another order than submissions, and a write changes the
+//! volatile view only when it completes.
+//!
+//! A pending write that completed before a newer write that became durable
+//! (by FUA) can no longer show through where they overlap: those bytes are
+//! marked *dead* in it, so neither a later flush nor a crash resurrects them.
+//!
+//! Faults are decided at issue by `faults::FaultState` and recorded; the
+//! stores only see what a decision lets through.
+
+use std::cell::{Cell, Ref, RefCell};
+use std::fmt;
+use std::rc::Rc;
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use engine::dev::{BlockDev, DevError, IoOp, WriteFlags, ZeroFlags};
+
+use super::faults::{FaultKind, FaultState, InjectedFault};
+use super::log::{DiskCounters, LogEntry};
+use super::options::{DiscardEffect, DiskOptions, OptionsError};
+use super::store::SparseStore;
+use crate::exec::{Nanos, Sim};
+use crate::rng::{self, Stream};
+use crate::trace::hash_bytes;
+
+/// What a write-like request puts on the disk.
+#[derive(Debug, Clone)]
+pub(crate) enum Payload {
+    Data(Rc<[u8]>),
+    Zeroes,
+}
+
+/// A write that is in flight or completed but not yet durable.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub(crate) id: u64,
+    /// Where it lands (after any misdirection) and how much of it lands.
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) payload: Payload,
+    pub(crate) fua: bool,
+    /// The completion order number, once completed.
+    pub(crate) completed: Option<u64>,
+    /// Byte ranges `[start, end)` superseded by a newer durable write.
+    pub(crate) dead: Vec<(u64, u64)>,
+}
+
+impl Pending {
+    /// The byte ranges of this write that can still show through.
+    pub(crate) fn live(&self) -> Vec<(u64, u64)> {
+        subtract((self.offset, self.offset + self.len), &self.dead)
+    }
+
+    /// Put the bytes of `[start, end)` (inside this write) into `store`.
+    pub(crate) fn apply(&self, store: &mut SparseStore, start: u64, end: u64) {
+        debug_assert!(self.offset <= start && end <= self.offset + self.len);
+        match &self.payload {
+            Payload::Data(d) => store.write(
+                start,
+                &d[(start - self.offset) as usize..(end - self.offset) as usize],
+            ),
+            Payload::Zeroes => store.zero(start, end - start),
+        }
+    }
+
+    /// Copy this write's bytes from `pos` on into `out` (all inside it).
+    pub(crate) fn copy_out(&self, pos: u64, out: &mut [u8]) {
+        debug_assert!(self.offset <= pos && pos + out.len() as u64 <= self.offset + self.len);
+        match &self.payload {
+            Payload::Data(d) => {
+                let at = (pos - self.offset) as usize;
+                out.copy_from_slice(&d[at..at + out.len()]);
+            }
+            Payload::Zeroes => out.fill(0),
+        }
+    }
+}
+
+/// `range` minus every range of `holes`.
+pub(crate) fn subtract(range: (u64, u64), holes: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = vec![range];
+    for &(hs, he) in holes {
+        let mut next = Vec::with_capacity(out.len() + 1);
+        for (s, e) in out {
+            if he <= s || e <= hs {
+                next.push((s, e));
+                continue;
+            }
+            if s < hs {
+                next.push((s, hs));
+            }
+            if he < e {
+                next.push((he, e));
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+pub(crate) struct State {
+    pub(crate) volatile: SparseStore,
+    pub(crate) durable: SparseStore,
+    /// The device length, counting writes that were issued.
+    len: u64,
+    pub(crate) pending: std::collections::BTreeMap<u64, Pending>,
+    /// Orders every issue and completion on this disk (see
+    /// `LogEntry::issue_seq`).
+    seq: u64,
+    next_id: u64,
+    latency: ChaCha8Rng,
+    faults: FaultState,
+    /// When each channel is next free (empty: unlimited channels).
+    channels: Vec<Nanos>,
+    /// Where the previous read or write ended, for seeks.
+    last_end: u64,
+    counters: DiskCounters,
+    log: Vec<LogEntry>,
+    log_data_bytes: u64,
+    injected: Vec<InjectedFault>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) sim: Sim,
+    pub(crate) options: DiskOptions,
+    /// This disk's index on its simulation (selects its streams).
+    pub(crate) index: u32,
+    faults_enabled: Cell<bool>,
+    pub(crate) state: RefCell<State>,
+}
+
+/// The simulated disk. Cheap to clone: clones are the same disk, so a test
+/// can keep one while the engine owns another.
+#[derive(Clone)]
+pub struct SimDisk {
+    pub(crate) inner: Rc<Inner>,
+}
+
+impl fmt::Debug for SimDisk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.inner.state.borrow();
+        f.debug_struct("SimDisk")
+            .field("index", &self.inner.index)
+            .field("len", &st.len)
+            .field("pending", &st.pending.len())
+            .field("counters", &st.counters)
+            .finish()
+    }
+}
+
+/// The kind of latency a request draws.
+#[derive(Clone, Copy)]
+enum Timing {
+    Read,
+    Write,
+    Flush,
+}
+
+impl SimDisk {
+    /// An empty disk on `sim`.
+    pub fn new(sim: &Sim, options: DiskOptions) -> Result<Self, OptionsError> {
+        Self::with_content(sim, options, SparseStore::new())
+    }
+
+    /// A disk on `sim` whose durable content is `content` (an image prepared
+    /// beforehand, or a crash image being reopened).
+    pub fn with_content(
+        sim: &Sim,
+        options: DiskOptions,
+        content: SparseStore,
+    ) -> Result<Self, OptionsError> {
+        options.validate()?;
+        let index = sim.next_device_index();
+        let seed = sim.seed();
+        let channels = vec![0; options.latency.channels as usize];
+        let state = State {
+            len: content.len(),
+            durable: if options.crash.track {
+                content.clone()
+            } else {
+                SparseStore::new()
+            },
+            volatile: content,
+            pending: Default::default(),
+            seq: 0,
+            next_id: 0,
+            latency: rng::substream(seed, Stream::Latency, index),
+            faults: FaultState::new(seed, index),
+            channels,
+            last_end: 0,
+            counters: DiskCounters::default(),
+            log: Vec::new(),
+            log_data_bytes: 0,
+            injected: Vec::new(),
+        };
+        Ok(Self {
+            inner: Rc::new(Inner {
+                sim: sim.clone(),
+                faults_enabled: Cell::new(options.faults.enabled),
+                options,
+                index,
+                state: RefCell::new(state),
+            }),
+        })
+    }
+
+    /// A disk holding `bytes`, all durable.
+    pub fn from_bytes(sim: &Sim, options: DiskOptions, bytes: &[u8]) -> Result<Self, OptionsError> {
+        Self::with_content(sim, options, SparseStore::from_bytes(bytes))
+    }
+
+    pub fn options(&self) -> &DiskOptions {
+        &self.inner.options
+    }
+
+    pub fn sim(&self) -> &Sim {
+        &self.inner.sim
+    }
+
+    /// Turn fault injection on or off as a whole (e.g. off while the runner
+    /// repairs an image after a crash). Starts as `options.faults.enabled`.
+    pub fn set_faults_enabled(&self, on: bool) {
+        self.inner.faults_enabled.set(on);
+    }
+
+    pub fn counters(&self) -> DiskCounters {
+        self.inner.state.borrow().counters
+    }
+
+    /// Every fault injected so far, in issue order.
+    pub fn injected_faults(&self) -> Vec<InjectedFault> {
+        self.inner.state.borrow().injected.clone()
+    }
+
+    /// The write log (empty when `options.log.enabled` is off).
+    pub fn log(&self) -> Ref<'_, [LogEntry]> {
+        Ref::map(self.inner.state.borrow(), |s| s.log.as_slice())
+    }
+
+    /// The last `n` logged write-like requests that touched any byte of
+    /// `[offset, offset + len)`, oldest first (for violation messages).
+    pub fn writes_touching(&self, offset: u64, len: u64, n: usize) -> Vec<LogEntry> {
+        let st = self.inner.state.borrow();
+        let mut v: Vec<LogEntry> = st
+            .log
+            .iter()
+            .rev()
+            .filter(|e| e.is_write() && e.touches(offset, len))
+            .take(n)
+            .cloned()
+            .collect();
+        v.reverse();
+        v
+    }
+
+    /// Writes in flight or not yet durable.
+    pub fn pending_count(&self) -> usize {
+        self.inner.state.borrow().pending.len()
+    }
+
+    /// What reads return now.
+    pub fn volatile(&self) -> SparseStore {
+        self.inner.state.borrow().volatile.clone()
+    }
+
+    /// What would survive a crash for certain (empty when crash tracking is
+    /// off).
+    pub fn durable(&self) -> SparseStore {
+        self.inner.state.borrow().durable.clone()
+    }
+
+    /// A new disk on the same simulation with the same options, holding
+    /// `content` (a crash image's store): the reopen after a crash. Its
+    /// latency and fault streams are its own.
+    pub fn reopen(&self, content: SparseStore) -> SimDisk {
+        Self::with_content(&self.inner.sim, self.inner.options.clone(), content)
+            .expect("options were validated when this disk was built")
+    }
+
+    fn sector_size(&self) -> u64 {
+        u64::from(self.inner.options.sector_size)
+    }
+
+    /// When a request issued now completes, drawing its service time.
+    /// `transfer` is how many bytes move over the bus.
+    fn schedule(st: &mut State, o: &DiskOptions, now: Nanos, req: &Request) -> Nanos {
+        let l = &o.latency;
+        let (min, mean) = match req.timing {
+            Timing::Read => (l.read_min, l.read_mean),
+            Timing::Write => (l.write_min, l.write_mean),
+            Timing::Flush => (l.flush_min, l.flush_mean),
+        };
+        let mut service = st.latency.gen_range(min..=2 * mean - min);
+        if !matches!(req.timing, Timing::Flush) {
+            if req.offset != st.last_end {
+                service += l.seek;
+            }
+            st.last_end = req.offset.saturating_add(req.len);
+            if l.bandwidth > 0 {
+                let t = u128::from(req.transfer) * 1_000_000_000 / u128::from(l.bandwidth);
+                service += u64::try_from(t).unwrap_or(u64::MAX / 4);
+            }
+        }
+        if st.channels.is_empty() {
+            return now + service;
+        }
+        let (i, free) = st
+            .channels
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by_key(|&(i, t)| (t, i))
+            .expect("at least one channel");
+        let done = free.max(now) + service;
+        st.channels[i] = done;
+        done
+    }
+
+    /// Record a new request: its number, fault decision, log entry, trace
+    /// event and completion time.
+    fn issue(&self, st: &mut State, req: &Request) -> Issued {
+        let o = &self.inner.options;
+        let now = self.inner.sim.now();
+        let id = st.next_id;
+        st.next_id += 1;
+        let issue_seq = Self::next_seq(st);
+        let fault = if req.may_fault {
+            st.faults.decide(
+                &o.faults,
+                self.inner.faults_enabled.get(),
+                req.op,
+                req.offset,
+                req.len,
+                self.sector_size(),
+            )
+        } else {
+            None
+        };
+        if let Some(kind) = fault {
+            st.injected.push(InjectedFault {
+                request: id,
+                op: req.op,
+                offset: req.offset,
+                len: req.len,
+                at: now,
+                kind,
+            });
+        }
+        let data_hash = req.data.as_ref().map(|d| hash_bytes(d));
+        let f = req.flags;
+        self.inner.sim.with_trace(|t| {
+            t.event("dev.issue");
+            t.write_u64(u64::from(self.inner.index));
+            t.write_u64(id);
+            t.write_str(&req.op.to_string());
+            t.write_u64(req.offset);
+            t.write_u64(req.len);
+            t.write_u64(
+                u64::from(f.fua) | u64::from(f.may_unmap) << 1 | u64::from(f.no_fallback) << 2,
+            );
+            t.write_u64(data_hash.unwrap_or(0));
+            t.write_u64(now);
+        });
+        if o.log.enabled {
+            let keep = req
+                .data
+                .as_ref()
+                .filter(|d| st.log_data_bytes + d.len() as u64 <= o.log.data_bytes_max);
+            if let Some(d) = keep {
+                st.log_data_bytes += d.len() as u64;
+            }
+            st.log.push(LogEntry {
+                id,
+                op: req.op,
+                offset: req.offset,
+                len: req.len,
+                fua: f.fua,
+                may_unmap: f.may_unmap,
+                no_fallback: f.no_fallback,
+                issued: now,
+                completed: None,
+                issue_seq,
+                complete_seq: None,
+                result: None,
+                data_hash,
+                data: keep.cloned(),
+                fault,
+            });
+        }
+        let done = Self::schedule(st, o, now, req);
+        Issued {
+            id,
+            fault,
+            done,
+            issue_seq,
+        }
+    }
+
+    /// The order number of the next event (issue or completion).
+    fn next_seq(st: &mut State) -> u64 {
+        st.seq += 1;
+        st.seq
+    }
+
+    /// Record a request's completion (order number `seq`) in the log, trace
+    /// and counters.
+    fn finish(
+        &self,
+        st: &mut State,
+        id: u64,
+        seq: u64,
+        result: &Result<(), DevError>,
+        read_hash: u64,
+    ) {
+        let now = self.inner.sim.now();
+        if result.is_err() {
+            st.counters.errors += 1;
+        }
+        if self.inner.options.log.enabled {
+            // Entries are pushed in id order, from the first id on.
+            if let Some(e) = st.log.get_mut(id as usize) {
+                debug_assert_eq!(e.id, id);
+                e.completed = Some(now);
+                e.complete_seq = Some(seq);
+                e.result = Some(result.clone());
+            }
+        }
+        self.inner.sim.with_trace(|t| {
+            t.event("dev.done");
+            t.write_u64(u64::from(self.inner.index));
+            t.write_u64(id);
+            t.write_u64(now);
+            t.write_u64(match result {
+                Ok(()) => 0,
+                Err(DevError::Io { .. }) => 1,
+                Err(DevError::NoSpace { .. }) => 2,
+                Err(DevError::NotSupported { .. }) => 3,
+                Err(DevError::Os { .. }) => 4,
+            });
+            t.write_u64(read_hash);
+        });
+    }
+
+    fn io_error(fault: Option<FaultKind>, op: IoOp, offset: u64, len: u64) -> Result<(), DevError> {
+        match fault {
+            Some(FaultKind::Io { .. }) => Err(DevError::Io { op, offset, len }),
+            Some(FaultKind::NoSpace) => Err(DevError::NoSpace { op, offset, len }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The common path of write, write_zeroes and discard. `payload` says
+    /// what lands on `[offset, offset + land_len)`; `None` for a discard
+    /// that changes nothing.
+    async fn submit_write(
+        &self,
+        req: Request,
+        payload: Option<Payload>,
+        land_len: u64,
+    ) -> Result<(), DevError> {
+        let (op, offset, len) = (req.op, req.offset, req.len);
+        let issued = {
+            let mut st = self.inner.state.borrow_mut();
+            let issued = self.issue(&mut st, &req);
+            let landing = match issued.fault {
+                None => Some((offset, land_len)),
+                Some(FaultKind::Io { landed }) => Some((offset, landed.min(land_len))),
+                Some(FaultKind::NoSpace) | Some(FaultKind::Lost) => None,
+                Some(FaultKind::Misdirected { to }) => Some((to, land_len)),
+            };
+            if issued.fault != Some(FaultKind::NoSpace) && payload.is_some() {
+                st.len = st.len.max(offset + land_len);
+            }
+            if let (Some((at, n)), Some(payload)) = (landing, payload) {
+                if n > 0 {
+                    // A misdirected write may land past the end it claimed.
+                    st.len = st.len.max(at + n);
+                    st.pending.insert(
+                        issued.id,
+                        Pending {
+                            id: issued.id,
+                            offset: at,
+                            len: n,
+                            payload,
+                            fua: req.flags.fua,
+                            completed: None,
+                            dead: Vec::new(),
+                        },
+                    );
+                }
+            }
+            issued
+        };
+        self.inner.sim.sleep_until(issued.done).await;
+        let mut st = self.inner.state.borrow_mut();
+        let seq = Self::next_seq(&mut st);
+        let result = Self::io_error(issued.fault, op, offset, len);
+        if let Some(p) = st.pending.get_mut(&issued.id) {
+            p.completed = Some(seq);
+            // The whole write reaches the volatile view, dead parts included:
+            // those only say what can no longer become durable or survive a
+            // crash, while reads see the newest completed data.
+            let p = p.clone();
+            p.apply(&mut st.volatile, p.offset, p.offset + p.len);
+            if !self.inner.options.crash.track {
+                st.pending.remove(&issued.id);
+            } else if p.fua && result.is_ok() {
+                Self::make_durable(&mut st, &[issued.id]);
+            }
+        }
+        self.finish(&mut st, issued.id, seq, &result, 0);
+        result
+    }
+
+    /// Move the completed pending writes `ids` (in completion order) into
+    /// the durable state, marking their bytes dead in older pending writes.
+    fn make_durable(st: &mut State, ids: &[u64]) {
+        for id in ids {
+            let p = st.pending.remove(id).expect("a pending write");
+            let done = p.completed.expect("only completed writes become durable");
+            for (s, e) in p.live() {
+                p.apply(&mut st.durable, s, e);
+            }
+            let (s, e) = (p.offset, p.offset + p.len);
+            for q in st.pending.values_mut() {
+                let older = q.completed.is_some_and(|c| c < done);
+                if older && q.offset < e && s < q.offset + q.len {
+                    q.dead.push((s.max(q.offset), e.min(q.offset + q.len)));
+                }
+            }
+        }
+        if st.pending.is_empty() {
+            // Nothing is in flight or unflushed, so the durable state is the
+            // volatile one (but for the corner of a shrinking truncate racing
+            // an older write, where the volatile view is the better answer).
+            // Share its chunks rather than keep two copies.
+            st.durable = st.volatile.clone();
+        }
+    }
+}
+
+/// A request as issued.
+struct Request {
+    op: IoOp,
+    /// Where the caller sent it (0 for flush).
+    offset: u64,
+    /// Its length as the caller asked (for truncate: the new length).
+    len: u64,
+    flags: ZeroFlags,
+    /// A write's payload, for the log and the trace.
+    data: Option<Rc<[u8]>>,
+    timing: Timing,
+    /// Bytes that cross the bus (0 for efficient zeroing and discards).
+    transfer: u64,
+    /// Whether fault injection may touch it (not for requests the device
+    /// refuses before doing anything).
+    may_fault: bool,
+}
+
+impl Request {
+    fn new(op: IoOp, offset: u64, len: u64, timing: Timing) -> Self {
+        Self {
+            op,
+            offset,
+            len,
+            flags: ZeroFlags::default(),
+            data: None,
+            timing,
+            transfer: 0,
+            may_fault: true,
+        }
+    }
+}
+
+/// What `issue` decided.
+struct Issued {
+    id: u64,
+    fault: Option<FaultKind>,
+    /// When the request completes.
+    done: Nanos,
+    /// Its place among the disk's events.
+    issue_seq: u64,
+}
+
+impl BlockDev for SimDisk {
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DevError> {
+        let len = buf.len() as u64;
+        let issued = {
+            let mut st = self.inner.state.borrow_mut();
+            st.counters.reads += 1;
+            st.counters.read_bytes += len;
+            let req = Request {
+                transfer: len,
+                ..Request::new(IoOp::Read, offset, len, Timing::Read)
+            };
+            self.issue(&mut st, &req)
+        };
+        self.inner.sim.sleep_until(issued.done).await;
+        let mut st = self.inner.state.borrow_mut();
+        let seq = Self::next_seq(&mut st);
+        let result = Self::io_error(issued.fault, IoOp::Read, offset, len);
+        let hash = if result.is_ok() {
+            st.volatile.read(offset, buf);
+            hash_bytes(buf)
+        } else {
+            0
+        };
+        self.finish(&mut st, issued.id, seq, &result, hash);
+        result
+    }
+
+    async fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DevError> {
+        let len = buf.len() as u64;
+        {
+            let mut st = self.inner.state.borrow_mut();
+            st.counters.writes += 1;
+            st.counters.write_bytes += len;
+            st.counters.fua_writes += u64::from(flags.fua);
+        }
+        let data: Rc<[u8]> = buf.into();
+        let req = Request {
+            flags: ZeroFlags {
+                fua: flags.fua,
+                ..ZeroFlags::default()
+            },
+            data: Some(data.clone()),
+            transfer: len,
+            ..Request::new(IoOp::Write, offset, len, Timing::Write)
+        };
+        self.submit_write(req, Some(Payload::Data(data)), len).await
+    }
+
+    async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
+        let efficient = self.inner.options.support.write_zeroes;
+        let req = Request {
+            flags,
+            transfer: if efficient { 0 } else { len },
+            ..Request::new(IoOp::WriteZeroes, offset, len, Timing::Write)
+        };
+        {
+            let mut st = self.inner.state.borrow_mut();
+            st.counters.write_zeroes += 1;
+            if !efficient && flags.no_fallback {
+                // Refused at once, as a kernel refuses an unsupported
+                // request: no latency, no effect, no fault.
+                st.counters.write_zeroes_unsupported += 1;
+                let issued = self.issue(
+                    &mut st,
+                    &Request {
+                        may_fault: false,
+                        ..req
+                    },
+                );
+                let result = Err(DevError::NotSupported {
+                    op: IoOp::WriteZeroes,
+                });
+                let seq = Self::next_seq(&mut st);
+                self.finish(&mut st, issued.id, seq, &result, 0);
+                return result;
+            }
+            st.counters.fua_writes += u64::from(flags.fua);
+            st.counters.write_zeroes_bytes += len;
+            if !efficient {
+                st.counters.write_zeroes_fallback_bytes += len;
+            }
+        }
+        self.submit_write(req, Some(Payload::Zeroes), len).await
+    }
+
+    async fn discard(&self, offset: u64, len: u64) -> Result<(), DevError> {
+        {
+            let mut st = self.inner.state.borrow_mut();
+            st.counters.discards += 1;
+            st.counters.discard_bytes += len;
+        }
+        // A discard never extends the device: it zeroes (if it does
+        // anything) only up to the current end.
+        let land_len = (offset + len).min(self.len()).saturating_sub(offset);
+        let payload = match self.inner.options.support.discard {
+            DiscardEffect::Zeroes if land_len > 0 => Some(Payload::Zeroes),
+            _ => None,
+        };
+        let req = Request::new(IoOp::Discard, offset, len, Timing::Write);
+        self.submit_write(req, payload, land_len).await
+    }
+
+    async fn flush(&self) -> Result<(), DevError> {
+        let issued = {
+            let mut st = self.inner.state.borrow_mut();
+            st.counters.flushes += 1;
+            self.issue(&mut st, &Request::new(IoOp::Flush, 0, 0, Timing::Flush))
+        };
+        self.inner.sim.sleep_until(issued.done).await;
+        let mut st = self.inner.state.borrow_mut();
+        let seq = Self::next_seq(&mut st);
+        let result = Self::io_error(issued.fault, IoOp::Flush, 0, 0);
+        if result.is_ok() {
+            let mut ready: Vec<(u64, u64)> = st
+                .pending
+                .values()
+                .filter_map(|p| {
+                    p.completed
+                        .filter(|&c| c < issued.issue_seq)
+                        .map(|c| (c, p.id))
+                })
+                .collect();
+            ready.sort_unstable();
+            let ids: Vec<u64> = ready.into_iter().map(|(_, id)| id).collect();
+            if !ids.is_empty() {
+                Self::make_durable(&mut st, &ids);
+            }
+        }
+        self.finish(&mut st, issued.id, seq, &result, 0);
+        result
+    }
+
+    fn len(&self) -> u64 {
+        self.inner.state.borrow().len
+    }
+
+    async fn truncate(&self, len: u64) -> Result<(), DevError> {
+        let issued = {
+            let mut st = self.inner.state.borrow_mut();
+            st.counters.truncates += 1;
+            let issued = self.issue(
+                &mut st,
+                &Request::new(IoOp::Truncate, 0, len, Timing::Write),
+            );
+            if issued.fault.is_none() {
+                st.len = len;
+            }
+            issued
+        };
+        self.inner.sim.sleep_until(issued.done).await;
+        let mut st = self.inner.state.borrow_mut();
+        let seq = Self::next_seq(&mut st);
+        let result = Self::io_error(issued.fault, IoOp::Truncate, 0, len);
+        if result.is_ok() {
+            // A truncate is a metadata change made durable at once (the
+            // engine does not truncate with writes in flight). Earlier
+            // pending writes lose whatever lay past the new end.
+            st.volatile.truncate(len);
+            if self.inner.options.crash.track {
+                st.durable.truncate(len);
+                for p in st.pending.values_mut() {
+                    if p.id < issued.id && p.offset + p.len > len {
+                        p.dead.push((len.max(p.offset), p.offset + p.len));
+                    }
+                }
+            }
+        }
+        self.finish(&mut st, issued.id, seq, &result, 0);
+        result
+    }
+}

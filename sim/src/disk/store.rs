@@ -1,0 +1,165 @@
+//! Sparse byte storage: the disk's content in 64 KiB chunks, absent chunks
+//! reading as zeroes. Chunks are reference-counted and copied on write, so
+//! the durable and volatile views (and crash images) share whatever they
+//! have in common, and a 256 MiB benchmark does not hold its data twice.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// The size of one chunk in bytes.
+pub const CHUNK: u64 = 64 << 10;
+
+/// A sparse, growable byte array with a length (bytes past it read as zero).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SparseStore {
+    chunks: BTreeMap<u64, Rc<Vec<u8>>>,
+    len: u64,
+}
+
+impl SparseStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        let mut s = Self::new();
+        s.write(0, bytes);
+        s
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes held in memory (allocated chunks).
+    pub fn allocated(&self) -> u64 {
+        self.chunks.len() as u64 * CHUNK
+    }
+
+    /// Fill `buf` from `offset`; bytes past the length or never written read
+    /// as zero.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) {
+        buf.fill(0);
+        let end = (offset + buf.len() as u64).min(self.len);
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / CHUNK;
+            let within = (pos % CHUNK) as usize;
+            let n = ((CHUNK - pos % CHUNK).min(end - pos)) as usize;
+            if let Some(chunk) = self.chunks.get(&idx) {
+                let at = (pos - offset) as usize;
+                buf[at..at + n].copy_from_slice(&chunk[within..within + n]);
+            }
+            pos += n as u64;
+        }
+    }
+
+    /// Write `data` at `offset`, growing the length to cover it.
+    pub fn write(&mut self, offset: u64, data: &[u8]) {
+        let end = offset + data.len() as u64;
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / CHUNK;
+            let within = (pos % CHUNK) as usize;
+            let n = ((CHUNK - pos % CHUNK).min(end - pos)) as usize;
+            let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
+            let chunk = self
+                .chunks
+                .entry(idx)
+                .or_insert_with(|| Rc::new(vec![0; CHUNK as usize]));
+            Rc::make_mut(chunk)[within..within + n].copy_from_slice(src);
+            pos += n as u64;
+        }
+        self.len = self.len.max(end);
+    }
+
+    /// Make `len` bytes at `offset` read as zero, growing the length to
+    /// cover them. Whole chunks are dropped rather than filled.
+    pub fn zero(&mut self, offset: u64, len: u64) {
+        let end = offset + len;
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / CHUNK;
+            let within = (pos % CHUNK) as usize;
+            let n = (CHUNK - pos % CHUNK).min(end - pos);
+            if n == CHUNK {
+                self.chunks.remove(&idx);
+            } else if let Some(chunk) = self.chunks.get_mut(&idx) {
+                Rc::make_mut(chunk)[within..within + n as usize].fill(0);
+            }
+            pos += n;
+        }
+        self.len = self.len.max(end);
+    }
+
+    /// Set the length; bytes past a shrunk end are forgotten, so a later
+    /// extension reads zeroes there.
+    pub fn truncate(&mut self, len: u64) {
+        if len < self.len {
+            let first_dead = len.div_ceil(CHUNK);
+            self.chunks.split_off(&first_dead);
+            if !len.is_multiple_of(CHUNK) {
+                if let Some(chunk) = self.chunks.get_mut(&(len / CHUNK)) {
+                    Rc::make_mut(chunk)[(len % CHUNK) as usize..].fill(0);
+                }
+            }
+        }
+        self.len = len;
+    }
+
+    /// The whole content as one buffer. Panics if it does not fit in memory
+    /// (a programmer error: only small test images are flattened).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let len = usize::try_from(self.len).expect("image larger than the address space");
+        let mut out = vec![0; len];
+        self.read(0, &mut out);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_write_zero_truncate_across_chunks() {
+        let mut s = SparseStore::new();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8 + 1).collect();
+        s.write(1000, &data);
+        assert_eq!(s.len(), 201_000);
+        let mut buf = vec![0xff; 10];
+        s.read(995, &mut buf);
+        assert_eq!(&buf[..5], &[0; 5]);
+        assert_eq!(&buf[5..], &data[..5]);
+        s.zero(CHUNK - 10, CHUNK + 20);
+        let mut buf = vec![0xff; (CHUNK + 40) as usize];
+        s.read(CHUNK - 20, &mut buf);
+        assert!(buf[..10].iter().all(|&b| b != 0));
+        assert!(buf[10..(CHUNK + 30) as usize].iter().all(|&b| b == 0));
+        assert!(buf[(CHUNK + 30) as usize..].iter().all(|&b| b != 0));
+        s.truncate(1010);
+        s.truncate(300_000);
+        let mut buf = vec![0xff; 20];
+        s.read(1000, &mut buf);
+        assert_eq!(&buf[..10], &data[..10]);
+        assert_eq!(&buf[10..], &[0; 10]);
+        assert_eq!(s.to_bytes().len(), 300_000);
+    }
+
+    #[test]
+    fn clones_share_until_written() {
+        let mut a = SparseStore::new();
+        a.write(0, &[1; 100]);
+        let mut b = a.clone();
+        b.write(0, &[2; 1]);
+        let mut x = [0u8; 1];
+        a.read(0, &mut x);
+        assert_eq!(x, [1]);
+        b.read(0, &mut x);
+        assert_eq!(x, [2]);
+    }
+}

@@ -1,0 +1,607 @@
+//! The deterministic single-threaded executor and its simulated clock.
+//!
+//! Many tasks (guest requests, the engine's own background work, the disk's
+//! completions) run interleaved on one thread. At every step the executor
+//! picks *which* ready task to poll from the seed's `Schedule` stream: that
+//! choice is the scheduling nondeterminism a campaign explores, and it is the
+//! only one. Time is simulated (nanoseconds, `u64`): it stands still while
+//! tasks run and jumps to the earliest timer when no task is ready, so a run
+//! takes as long in wall time as its computation, whatever the latencies.
+//!
+//! Everything is reachable from one seed: ready tasks and timers are kept in
+//! ordered sets, never hashed, and each choice is fed to the trace hash.
+//!
+//! Two ways a run can go wrong are reported, never looped on: a *hang*
+//! (tasks remain, none is ready and no timer is pending: they wait for a wake
+//! that will never come) and a *livelock* (the step or time budget ran out).
+//!
+//! ```
+//! use sim::exec::Sim;
+//! let sim = Sim::new(7);
+//! let s = sim.clone();
+//! let h = sim.spawn(async move {
+//!     s.sleep(1_000).await;
+//!     s.now()
+//! });
+//! sim.run().unwrap();
+//! assert_eq!(h.take(), Some(1_000));
+//! ```
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::rng::{self, Stream};
+use crate::trace::TraceHasher;
+
+/// A task's number, in spawn order (the first task is 0).
+pub type TaskId = u64;
+
+/// Simulated time in nanoseconds since the start of the run.
+pub type Nanos = u64;
+
+/// The executor's limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecOptions {
+    /// Most task polls one `run` may make before it fails as a livelock.
+    /// Must be at least 1.
+    pub steps_max: u64,
+    /// Latest simulated time a run may reach before it fails as a livelock
+    /// (a task that sleeps in a loop forever). Must be at least 1.
+    pub time_max: Nanos,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        Self {
+            steps_max: 200_000_000,
+            // One simulated day: far beyond any workload, short of overflow.
+            time_max: 86_400 * 1_000_000_000,
+        }
+    }
+}
+
+/// Why `run` stopped without finishing every task.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    #[error(
+        "hang at {now} ns: {} task(s) wait but none is ready and no timer is pending: {}",
+        stuck.len(), stuck.join(", ")
+    )]
+    Hang { now: Nanos, stuck: Vec<String> },
+    #[error(
+        "livelock: step budget of {steps_max} polls spent at {now} ns with {} task(s) left: {}",
+        running.len(), running.join(", ")
+    )]
+    StepBudget {
+        steps_max: u64,
+        now: Nanos,
+        running: Vec<String>,
+    },
+    #[error(
+        "livelock: time budget of {time_max} ns reached with {} task(s) left: {}",
+        running.len(), running.join(", ")
+    )]
+    TimeBudget {
+        time_max: Nanos,
+        running: Vec<String>,
+    },
+}
+
+/// How a run ended when it did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Every task finished.
+    Finished,
+    /// The caller's stop condition or time limit was met; tasks may remain.
+    Stopped,
+}
+
+type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
+
+struct Task {
+    name: Rc<str>,
+    /// `None` only while the task is being polled (it is taken out so that
+    /// the task may spawn or wake others without a double borrow).
+    future: Option<LocalFuture>,
+}
+
+/// The ready set, shared with wakers. Wakers must be `Send + Sync`, hence the
+/// `Arc<Mutex>`, though everything runs on one thread.
+type ReadySet = Arc<Mutex<BTreeSet<TaskId>>>;
+
+struct TaskWaker {
+    id: TaskId,
+    ready: ReadySet,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        lock(&self.ready).insert(self.id);
+    }
+}
+
+fn lock(ready: &ReadySet) -> std::sync::MutexGuard<'_, BTreeSet<TaskId>> {
+    // A poisoned lock means a task panicked while we held it, which cannot
+    // happen (we never poll under the lock); take the data regardless.
+    ready.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Inner {
+    seed: u64,
+    options: ExecOptions,
+    now: Cell<Nanos>,
+    next_task: Cell<TaskId>,
+    tasks: RefCell<BTreeMap<TaskId, Task>>,
+    ready: ReadySet,
+    /// Pending timers by (deadline, registration number).
+    timers: RefCell<BTreeMap<(Nanos, u64), Waker>>,
+    next_timer: Cell<u64>,
+    schedule: RefCell<ChaCha8Rng>,
+    trace: RefCell<TraceHasher>,
+    steps: Cell<u64>,
+    running: Cell<bool>,
+    devices: Cell<u32>,
+}
+
+/// A handle on one simulation: its executor, clock, trace and seed. Cheap to
+/// clone; every clone is the same simulation.
+#[derive(Clone)]
+pub struct Sim {
+    inner: Rc<Inner>,
+}
+
+impl fmt::Debug for Sim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sim")
+            .field("seed", &self.inner.seed)
+            .field("now", &self.inner.now.get())
+            .field("tasks", &self.inner.tasks.borrow().len())
+            .finish()
+    }
+}
+
+impl Sim {
+    /// A simulation of case `seed` with default limits.
+    pub fn new(seed: u64) -> Self {
+        Self::with_options(seed, ExecOptions::default())
+    }
+
+    /// A simulation of case `seed`. Panics if `options` break their
+    /// documented constraints (a programmer error: options come from code or
+    /// from a validated case).
+    pub fn with_options(seed: u64, options: ExecOptions) -> Self {
+        assert!(options.steps_max >= 1, "steps_max must be at least 1");
+        assert!(options.time_max >= 1, "time_max must be at least 1");
+        Self {
+            inner: Rc::new(Inner {
+                seed,
+                options,
+                now: Cell::new(0),
+                next_task: Cell::new(0),
+                tasks: RefCell::new(BTreeMap::new()),
+                ready: Arc::new(Mutex::new(BTreeSet::new())),
+                timers: RefCell::new(BTreeMap::new()),
+                next_timer: Cell::new(0),
+                schedule: RefCell::new(rng::stream(seed, Stream::Schedule)),
+                trace: RefCell::new(TraceHasher::new()),
+                steps: Cell::new(0),
+                running: Cell::new(false),
+                devices: Cell::new(0),
+            }),
+        }
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.inner.seed
+    }
+
+    /// The simulated time.
+    pub fn now(&self) -> Nanos {
+        self.inner.now.get()
+    }
+
+    /// Task polls made so far, over all runs.
+    pub fn steps(&self) -> u64 {
+        self.inner.steps.get()
+    }
+
+    /// The trace hash so far.
+    pub fn trace_hash(&self) -> u64 {
+        self.inner.trace.borrow().finish()
+    }
+
+    /// Trace events recorded so far.
+    pub fn trace_events(&self) -> u64 {
+        self.inner.trace.borrow().events()
+    }
+
+    /// Feed the trace (devices record their requests through this).
+    pub fn with_trace<R>(&self, f: impl FnOnce(&mut TraceHasher) -> R) -> R {
+        f(&mut self.inner.trace.borrow_mut())
+    }
+
+    /// A fresh index for a device opened on this simulation, so that each
+    /// disk (one per reopen after a crash) draws from its own streams.
+    pub fn next_device_index(&self) -> u32 {
+        let i = self.inner.devices.get();
+        self.inner.devices.set(i + 1);
+        i
+    }
+
+    /// Tasks not yet finished.
+    pub fn task_count(&self) -> usize {
+        self.inner.tasks.borrow().len()
+    }
+
+    /// Names of the tasks not yet finished, in spawn order.
+    pub fn task_names(&self) -> Vec<String> {
+        self.inner
+            .tasks
+            .borrow()
+            .iter()
+            .map(|(id, t)| format!("#{id} {}", t.name))
+            .collect()
+    }
+
+    /// Spawn a task; it first runs when `run` picks it.
+    pub fn spawn<F>(&self, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        self.spawn_named("task", future)
+    }
+
+    /// Spawn a task with a name that hang and livelock reports will show.
+    pub fn spawn_named<F>(&self, name: impl Into<String>, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        let id = self.inner.next_task.get();
+        self.inner.next_task.set(id + 1);
+        let state = Rc::new(RefCell::new(JoinState {
+            result: None,
+            finished: false,
+            waiter: None,
+        }));
+        let s = state.clone();
+        let wrapped = async move {
+            let out = future.await;
+            let waiter = {
+                let mut st = s.borrow_mut();
+                st.result = Some(out);
+                st.finished = true;
+                st.waiter.take()
+            };
+            if let Some(w) = waiter {
+                w.wake();
+            }
+        };
+        let name: String = name.into();
+        self.inner.tasks.borrow_mut().insert(
+            id,
+            Task {
+                name: name.into(),
+                future: Some(Box::pin(wrapped)),
+            },
+        );
+        lock(&self.inner.ready).insert(id);
+        JoinHandle { id, state }
+    }
+
+    /// Spawn `future`, run until every task has finished, and return its
+    /// result: the short way to drive one test body.
+    pub fn block_on<T: 'static>(
+        &self,
+        future: impl Future<Output = T> + 'static,
+    ) -> Result<T, ExecError> {
+        let handle = self.spawn_named("main", future);
+        self.run()?;
+        Ok(handle
+            .take()
+            .expect("run finished every task, so this one too"))
+    }
+
+    /// Run until every task has finished.
+    pub fn run(&self) -> Result<(), ExecError> {
+        self.run_until(|| false).map(|_| ())
+    }
+
+    /// Run until every task has finished or `stop` returns true (checked
+    /// before each poll, so a task's effects are seen as soon as it yields).
+    pub fn run_until(&self, stop: impl FnMut() -> bool) -> Result<RunEnd, ExecError> {
+        self.run_inner(stop, None)
+    }
+
+    /// Run until every task has finished or simulated time would pass `t`;
+    /// then the clock reads `t` (a crash at a chosen moment).
+    pub fn run_until_time(&self, t: Nanos) -> Result<RunEnd, ExecError> {
+        self.run_inner(|| false, Some(t))
+    }
+
+    fn run_inner(
+        &self,
+        mut stop: impl FnMut() -> bool,
+        time_limit: Option<Nanos>,
+    ) -> Result<RunEnd, ExecError> {
+        assert!(!self.inner.running.get(), "Sim::run called from a task");
+        self.inner.running.set(true);
+        let result = loop {
+            if self.inner.tasks.borrow().is_empty() {
+                break Ok(RunEnd::Finished);
+            }
+            if stop() {
+                break Ok(RunEnd::Stopped);
+            }
+            if let Some(id) = self.pick_ready() {
+                let steps = self.inner.steps.get() + 1;
+                if steps > self.inner.options.steps_max {
+                    break Err(ExecError::StepBudget {
+                        steps_max: self.inner.options.steps_max,
+                        now: self.now(),
+                        running: self.task_names(),
+                    });
+                }
+                self.inner.steps.set(steps);
+                self.poll_task(id);
+                continue;
+            }
+            let next = self.inner.timers.borrow().keys().next().map(|k| k.0);
+            match next {
+                Some(t) => {
+                    if let Some(limit) = time_limit {
+                        if t > limit {
+                            self.inner.now.set(limit.max(self.now()));
+                            break Ok(RunEnd::Stopped);
+                        }
+                    }
+                    if t > self.inner.options.time_max {
+                        break Err(ExecError::TimeBudget {
+                            time_max: self.inner.options.time_max,
+                            running: self.task_names(),
+                        });
+                    }
+                    self.advance_to(t);
+                }
+                None => {
+                    break Err(ExecError::Hang {
+                        now: self.now(),
+                        stuck: self.task_names(),
+                    })
+                }
+            }
+        };
+        self.inner.running.set(false);
+        result
+    }
+
+    /// Draw the next task to poll among the ready ones, if any.
+    fn pick_ready(&self) -> Option<TaskId> {
+        let tasks = self.inner.tasks.borrow();
+        let mut ready = lock(&self.inner.ready);
+        // Wakes of tasks that have finished since are stale: drop them.
+        ready.retain(|id| tasks.contains_key(id));
+        if ready.is_empty() {
+            return None;
+        }
+        let i = self.inner.schedule.borrow_mut().gen_range(0..ready.len());
+        let id = *ready.iter().nth(i).expect("index drawn below the length");
+        ready.remove(&id);
+        let mut trace = self.inner.trace.borrow_mut();
+        trace.event("poll");
+        trace.write_u64(id);
+        trace.write_u64(ready.len() as u64);
+        Some(id)
+    }
+
+    fn poll_task(&self, id: TaskId) {
+        let future = {
+            let mut tasks = self.inner.tasks.borrow_mut();
+            match tasks.get_mut(&id) {
+                Some(task) => task.future.take(),
+                None => None,
+            }
+        };
+        let Some(mut future) = future else { return };
+        let waker = Waker::from(Arc::new(TaskWaker {
+            id,
+            ready: self.inner.ready.clone(),
+        }));
+        let mut cx = Context::from_waker(&waker);
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(()) => {
+                self.inner.tasks.borrow_mut().remove(&id);
+            }
+            Poll::Pending => {
+                if let Some(task) = self.inner.tasks.borrow_mut().get_mut(&id) {
+                    task.future = Some(future);
+                }
+                // Otherwise the task was aborted while it ran; drop it here,
+                // outside the borrow.
+            }
+        }
+    }
+
+    /// Move the clock to `t` and wake every timer due by then.
+    fn advance_to(&self, t: Nanos) {
+        debug_assert!(t >= self.now());
+        self.inner.now.set(t);
+        let due: Vec<Waker> = {
+            let mut timers = self.inner.timers.borrow_mut();
+            let later = timers.split_off(&(t + 1, 0));
+            std::mem::replace(&mut *timers, later)
+                .into_values()
+                .collect()
+        };
+        let mut trace = self.inner.trace.borrow_mut();
+        trace.event("clock");
+        trace.write_u64(t);
+        trace.write_u64(due.len() as u64);
+        drop(trace);
+        for w in due {
+            w.wake();
+        }
+    }
+
+    /// Drop every task (a crash: in-flight requests are abandoned where they
+    /// stand). Their join handles never complete.
+    pub fn abort_all(&self) {
+        let tasks = std::mem::take(&mut *self.inner.tasks.borrow_mut());
+        lock(&self.inner.ready).clear();
+        // Dropping futures runs their destructors, which may touch the timers.
+        drop(tasks);
+        self.inner.timers.borrow_mut().clear();
+        self.with_trace(|t| t.event("abort"));
+    }
+
+    /// A future that completes when the clock reaches `deadline`.
+    pub fn sleep_until(&self, deadline: Nanos) -> Sleep {
+        Sleep {
+            sim: self.clone(),
+            deadline,
+            key: None,
+        }
+    }
+
+    /// A future that completes `duration` nanoseconds from now.
+    pub fn sleep(&self, duration: Nanos) -> Sleep {
+        self.sleep_until(self.now().saturating_add(duration))
+    }
+
+    /// A future that lets every other ready task have a chance to run first
+    /// (in the order the schedule picks).
+    pub fn yield_now(&self) -> YieldNow {
+        YieldNow { yielded: false }
+    }
+}
+
+/// Where a task's result lands, shared between the task and its handle.
+struct JoinState<T> {
+    result: Option<T>,
+    finished: bool,
+    waiter: Option<Waker>,
+}
+
+/// The result of a spawned task: await it from another task, or `take` it
+/// after `run`.
+pub struct JoinHandle<T> {
+    id: TaskId,
+    state: Rc<RefCell<JoinState<T>>>,
+}
+
+impl<T> fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinHandle")
+            .field("id", &self.id)
+            .field("finished", &self.state.borrow().finished)
+            .finish()
+    }
+}
+
+impl<T> JoinHandle<T> {
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+
+    /// Whether the task ran to completion (its result may have been taken).
+    pub fn is_finished(&self) -> bool {
+        self.state.borrow().finished
+    }
+
+    /// The task's result, once; `None` if it has not finished (or was
+    /// aborted, or the result was taken already).
+    pub fn take(&self) -> Option<T> {
+        self.state.borrow_mut().result.take()
+    }
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = T;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let mut st = self.state.borrow_mut();
+        match st.result.take() {
+            Some(v) => Poll::Ready(v),
+            None => {
+                assert!(!st.finished, "JoinHandle polled after its result was taken");
+                st.waiter = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// A timer future (see `Sim::sleep_until`).
+pub struct Sleep {
+    sim: Sim,
+    deadline: Nanos,
+    key: Option<(Nanos, u64)>,
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.sim.now() >= self.deadline {
+            if let Some(key) = self.key.take() {
+                self.sim.inner.timers.borrow_mut().remove(&key);
+            }
+            return Poll::Ready(());
+        }
+        let key = match self.key {
+            Some(key) => key,
+            None => {
+                let n = self.sim.inner.next_timer.get();
+                self.sim.inner.next_timer.set(n + 1);
+                let key = (self.deadline, n);
+                self.key = Some(key);
+                key
+            }
+        };
+        self.sim
+            .inner
+            .timers
+            .borrow_mut()
+            .insert(key, cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            if let Ok(mut timers) = self.sim.inner.timers.try_borrow_mut() {
+                timers.remove(&key);
+            }
+        }
+    }
+}
+
+/// See `Sim::yield_now`.
+pub struct YieldNow {
+    yielded: bool,
+}
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.yielded {
+            return Poll::Ready(());
+        }
+        self.yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
