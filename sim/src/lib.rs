@@ -1,7 +1,9 @@
 //! qcsim's simulation harness: the simulated disk, the deterministic
 //! executor and clock, workloads and cases, the runner and campaigns.
 
+pub mod case;
 pub mod disk;
 pub mod exec;
 pub mod rng;
 pub mod trace;
+pub mod workload;

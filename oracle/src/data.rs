@@ -1,0 +1,258 @@
+//! Guest data: the 512-byte sectors a workload writes, generated from
+//! (write id, guest sector), and their decoding.
+//!
+//! Every sector a workload writes names itself: read back, it says which
+//! write put it there and for which sector it was meant, so the model can
+//! keep ids instead of bytes and a violation can name the write a wrong
+//! sector came from (or say it was written to the wrong place). Backing-file
+//! data is generated the same way under a distinct tag.
+//!
+//! Layout of a generated sector (all integers little-endian):
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  MAGIC
+//!      8     1  tag: TAG_WRITTEN or TAG_BACKING
+//!      9     7  zero
+//!     16     8  write id (0 for backing data)
+//!     24     8  guest sector the data was generated for
+//!     32   472  filler, a pseudo-random function of (tag, id, sector)
+//!    504     8  check: a hash of bytes 0..504
+//! ```
+//!
+//! Decoding regenerates the whole sector from its header and compares every
+//! byte, so a torn or corrupted sector is never taken for a valid one; the
+//! check word only lets most garbage be rejected without regenerating.
+
+use serde::{Deserialize, Serialize};
+
+/// The guest sector: the model's unit and the size of generated data.
+pub const SECTOR_SIZE: usize = 512;
+
+const MAGIC: [u8; 8] = *b"qcsimSD1";
+const MAGIC_OFFSET: usize = 0;
+const TAG_OFFSET: usize = MAGIC_OFFSET + MAGIC.len();
+const PAD_OFFSET: usize = TAG_OFFSET + 1;
+const ID_OFFSET: usize = PAD_OFFSET + 7;
+const SECTOR_OFFSET: usize = ID_OFFSET + 8;
+const FILLER_OFFSET: usize = SECTOR_OFFSET + 8;
+const CHECK_OFFSET: usize = SECTOR_SIZE - 8;
+
+const TAG_WRITTEN: u8 = b'W';
+const TAG_BACKING: u8 = b'B';
+
+/// The id of one guest data write; unique within a run, across crashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct WriteId(pub u64);
+
+impl std::fmt::Display for WriteId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "write #{}", self.0)
+    }
+}
+
+/// What 512 bytes read back from the guest hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Content {
+    /// All zero bytes.
+    Zero,
+    /// Exactly the data `id` wrote for guest sector `sector`.
+    Written { id: WriteId, sector: u64 },
+    /// Exactly the backing file's data for guest sector `sector`.
+    Backing { sector: u64 },
+    /// Anything else.
+    Garbage(Garbage),
+}
+
+/// What can be said about a sector that is neither zero nor generated data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Garbage {
+    /// The generated sector whose header it carries, if its header is
+    /// intact: a torn write usually keeps one.
+    pub header_of: Option<Claim>,
+}
+
+/// A decoded header: the generated data a sector claims to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Claim {
+    Written { id: WriteId, sector: u64 },
+    Backing { sector: u64 },
+}
+
+impl std::fmt::Display for Content {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Content::Zero => write!(f, "zeroes"),
+            Content::Written { id, sector } => write!(f, "{id} (data for sector {sector})"),
+            Content::Backing { sector } => write!(f, "backing data for sector {sector}"),
+            Content::Garbage(Garbage { header_of: None }) => write!(f, "garbage"),
+            Content::Garbage(Garbage {
+                header_of: Some(Claim::Written { id, sector }),
+            }) => write!(f, "garbage with the header of {id} for sector {sector}"),
+            Content::Garbage(Garbage {
+                header_of: Some(Claim::Backing { sector }),
+            }) => write!(f, "garbage with the header of backing sector {sector}"),
+        }
+    }
+}
+
+/// Fills `buf` (exactly one sector) with the data write `id` puts at guest
+/// sector `sector`.
+pub fn fill_written(buf: &mut [u8], id: WriteId, sector: u64) {
+    generate(buf, TAG_WRITTEN, id.0, sector);
+}
+
+/// Fills `buf` (exactly one sector) with the backing file's data for guest
+/// sector `sector` (a sector that [`BackingPattern::has_data`] says holds
+/// data; elsewhere the backing file holds zeroes).
+pub fn fill_backing(buf: &mut [u8], sector: u64) {
+    generate(buf, TAG_BACKING, 0, sector);
+}
+
+/// Fills `buf` (a whole number of sectors) with what write `id` puts at the
+/// sectors starting at `first_sector`.
+pub fn fill_write_buffer(buf: &mut [u8], id: WriteId, first_sector: u64) {
+    assert_eq!(buf.len() % SECTOR_SIZE, 0, "buffer is not whole sectors");
+    for (i, chunk) in buf.chunks_exact_mut(SECTOR_SIZE).enumerate() {
+        fill_written(chunk, id, first_sector + i as u64);
+    }
+}
+
+/// Decodes one sector read back.
+pub fn decode(buf: &[u8]) -> Content {
+    assert_eq!(buf.len(), SECTOR_SIZE, "decode takes exactly one sector");
+    if buf.iter().all(|b| *b == 0) {
+        return Content::Zero;
+    }
+    let Some(claim) = decode_header(buf) else {
+        return Content::Garbage(Garbage { header_of: None });
+    };
+    let (tag, id, sector) = match claim {
+        Claim::Written { id, sector } => (TAG_WRITTEN, id.0, sector),
+        Claim::Backing { sector } => (TAG_BACKING, 0, sector),
+    };
+    let mut expected = [0u8; SECTOR_SIZE];
+    generate(&mut expected, tag, id, sector);
+    if expected[..] != buf[..] {
+        return Content::Garbage(Garbage {
+            header_of: Some(claim),
+        });
+    }
+    match claim {
+        Claim::Written { id, sector } => Content::Written { id, sector },
+        Claim::Backing { sector } => Content::Backing { sector },
+    }
+}
+
+fn decode_header(buf: &[u8]) -> Option<Claim> {
+    if buf[MAGIC_OFFSET..TAG_OFFSET] != MAGIC || buf[PAD_OFFSET..ID_OFFSET].iter().any(|b| *b != 0)
+    {
+        return None;
+    }
+    let id = u64::from_le_bytes(buf[ID_OFFSET..SECTOR_OFFSET].try_into().ok()?);
+    let sector = u64::from_le_bytes(buf[SECTOR_OFFSET..FILLER_OFFSET].try_into().ok()?);
+    match buf[TAG_OFFSET] {
+        TAG_WRITTEN => Some(Claim::Written {
+            id: WriteId(id),
+            sector,
+        }),
+        TAG_BACKING if id == 0 => Some(Claim::Backing { sector }),
+        _ => None,
+    }
+}
+
+fn generate(buf: &mut [u8], tag: u8, id: u64, sector: u64) {
+    assert_eq!(buf.len(), SECTOR_SIZE, "generated data is one sector");
+    buf[MAGIC_OFFSET..TAG_OFFSET].copy_from_slice(&MAGIC);
+    buf[TAG_OFFSET] = tag;
+    buf[PAD_OFFSET..ID_OFFSET].fill(0);
+    buf[ID_OFFSET..SECTOR_OFFSET].copy_from_slice(&id.to_le_bytes());
+    buf[SECTOR_OFFSET..FILLER_OFFSET].copy_from_slice(&sector.to_le_bytes());
+    let mut state = mix(mix(u64::from(tag) ^ 0x5143_5349_4d00_0000) ^ id) ^ sector;
+    for word in buf[FILLER_OFFSET..CHECK_OFFSET].chunks_exact_mut(8) {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        word.copy_from_slice(&mix(state).to_le_bytes());
+    }
+    let check = check_word(&buf[..CHECK_OFFSET]);
+    buf[CHECK_OFFSET..].copy_from_slice(&check.to_le_bytes());
+}
+
+/// splitmix64's finaliser: a bijective mix of 64 bits.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// FNV-1a over the bytes, finished with a mix so the word looks random.
+fn check_word(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    mix(h)
+}
+
+/// Which sectors of a backing file hold data (the rest hold zeroes): a
+/// description, so a case stores a few numbers instead of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum BackingPattern {
+    /// Every sector holds data.
+    Full,
+    /// Repeating runs: `data` sectors of data then `hole` sectors of zeroes,
+    /// starting at sector 0. `data + hole` must be at least 1.
+    Stripes { data: u32, hole: u32 },
+    /// Each sector holds data with probability `percent`/100, decided by a
+    /// hash of (`seed`, sector).
+    Scattered { seed: u64, percent: u8 },
+}
+
+impl BackingPattern {
+    /// Whether guest sector `sector` of the backing file holds data.
+    pub fn has_data(&self, sector: u64) -> bool {
+        match *self {
+            BackingPattern::Full => true,
+            BackingPattern::Stripes { data, hole } => {
+                let period = u64::from(data) + u64::from(hole);
+                period != 0 && sector % period < u64::from(data)
+            }
+            BackingPattern::Scattered { seed, percent } => {
+                mix(mix(seed) ^ sector) % 100 < u64::from(percent)
+            }
+        }
+    }
+}
+
+/// A backing file as the model sees it: its length and where its data is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackingData {
+    /// Length of the backing file in sectors; guest sectors past it read as
+    /// zeroes through the overlay.
+    pub sectors: u64,
+    pub pattern: BackingPattern,
+}
+
+impl BackingData {
+    /// Whether guest sector `sector` reads backing data (not zeroes) when
+    /// the overlay does not cover it.
+    pub fn has_data(&self, sector: u64) -> bool {
+        sector < self.sectors && self.pattern.has_data(sector)
+    }
+
+    /// Fills `buf` (a whole number of sectors) with the backing file's bytes
+    /// for the sectors starting at `first_sector`.
+    pub fn fill(&self, buf: &mut [u8], first_sector: u64) {
+        assert_eq!(buf.len() % SECTOR_SIZE, 0, "buffer is not whole sectors");
+        for (i, chunk) in buf.chunks_exact_mut(SECTOR_SIZE).enumerate() {
+            let sector = first_sector + i as u64;
+            if self.has_data(sector) {
+                fill_backing(chunk, sector);
+            } else {
+                chunk.fill(0);
+            }
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! The model itself: the events a run feeds it and the checks it makes.
+//!
+//! A run is a sequence of epochs separated by crashes. Within an epoch the
+//! model keeps, per sector touched, its base value (what the epoch started
+//! with) and the history of writes to it ([`super::history`]). A crash ends
+//! the epoch: [`Model::crash`] fixes what each sector may hold, the runner
+//! reopens the image and reads it whole, and [`Model::check_recovered`]
+//! checks those bytes and makes them the next epoch's base.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::history::{self, Entry, Put, Seq};
+use super::types::{OpId, SectorRange, Status, Value, WriteKind};
+use super::violation::{Violation, When};
+use crate::data::{decode, BackingData, WriteId, SECTOR_SIZE};
+
+/// Counts for a run's summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Sectors returned by guest reads and checked.
+    pub read_sectors: u64,
+    /// Crashes the model went through.
+    pub crashes: u64,
+    /// Sectors checked after crashes.
+    pub recovered_sectors: u64,
+}
+
+struct PendingWrite {
+    range: SectorRange,
+}
+
+struct PendingRead {
+    range: SectorRange,
+    issued: Seq,
+}
+
+/// What a crash left each sector allowed to hold, until the runner has
+/// read the reopened image back.
+struct Recovery {
+    /// Sectors with a history this epoch; the others must hold their base.
+    allowed: BTreeMap<u64, Vec<Value>>,
+    /// The next sector [`Model::check_recovered`] expects.
+    next: u64,
+    /// The next epoch's base values, where they differ from the unwritten
+    /// value.
+    base: BTreeMap<u64, Value>,
+}
+
+/// The reference model of one guest disk.
+pub struct Model {
+    sectors: u64,
+    backing: Option<BackingData>,
+    now: Seq,
+    epoch: u32,
+    /// The epoch's starting values, where they differ from
+    /// [`Model::unwritten`].
+    base: BTreeMap<u64, Value>,
+    history: BTreeMap<u64, Vec<Entry>>,
+    writes: BTreeMap<OpId, PendingWrite>,
+    reads: BTreeMap<OpId, PendingRead>,
+    flushes: BTreeMap<OpId, Seq>,
+    /// The latest issue time of a flush that completed successfully in
+    /// this epoch: writes done before it are durable.
+    durable_point: Seq,
+    ids: BTreeSet<WriteId>,
+    recovery: Option<Recovery>,
+    stats: Stats,
+}
+
+impl Model {
+    /// A model of a fresh disk of `sectors` guest sectors, reading as the
+    /// backing file (or zeroes) everywhere.
+    pub fn new(sectors: u64, backing: Option<BackingData>) -> Model {
+        Model {
+            sectors,
+            backing,
+            now: 0,
+            epoch: 0,
+            base: BTreeMap::new(),
+            history: BTreeMap::new(),
+            writes: BTreeMap::new(),
+            reads: BTreeMap::new(),
+            flushes: BTreeMap::new(),
+            durable_point: 0,
+            ids: BTreeSet::new(),
+            recovery: None,
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn sectors(&self) -> u64 {
+        self.sectors
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Crashes so far: the current epoch's number.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// What `sector` reads when the image does not cover it.
+    pub fn unwritten(&self, sector: u64) -> Value {
+        match &self.backing {
+            Some(b) if b.has_data(sector) => Value::Backing,
+            _ => Value::Zero,
+        }
+    }
+
+    fn tick(&mut self) -> Seq {
+        self.now += 1;
+        self.now
+    }
+
+    fn base_of(&self, sector: u64) -> Value {
+        self.base
+            .get(&sector)
+            .copied()
+            .unwrap_or_else(|| self.unwritten(sector))
+    }
+
+    fn assert_running(&self) {
+        assert!(
+            self.recovery.is_none(),
+            "guest request between a crash and the end of its recovery check"
+        );
+    }
+
+    fn assert_in_disk(&self, range: SectorRange) {
+        assert!(
+            range.len > 0 && range.end() <= self.sectors,
+            "{range:?} is not inside a disk of {} sectors",
+            self.sectors
+        );
+    }
+
+    /// Reads issued before this may still see entries that compaction would
+    /// drop, so compaction never looks past the oldest of them.
+    fn compaction_point(&self) -> Seq {
+        self.reads
+            .values()
+            .map(|r| r.issued)
+            .min()
+            .unwrap_or(Seq::MAX)
+            .min(self.durable_point)
+    }
+
+    /// A guest write (data, write_zeroes or discard) was issued.
+    pub fn write_issued(&mut self, op: OpId, range: SectorRange, kind: WriteKind) {
+        self.assert_running();
+        self.assert_in_disk(range);
+        if let WriteKind::Data(id) = kind {
+            assert!(self.ids.insert(id), "{id} issued twice");
+        }
+        let issued = self.tick();
+        let put = match kind {
+            WriteKind::Data(id) => Put::Value(Value::Data(id)),
+            WriteKind::Zero => Put::Value(Value::Zero),
+            WriteKind::Discard => Put::Discard,
+        };
+        let old = self.writes.insert(op, PendingWrite { range });
+        assert!(old.is_none(), "{op} issued twice");
+        let keep_from = self.compaction_point();
+        for s in range.sectors() {
+            let entries = self.history.entry(s).or_default();
+            history::compact(entries, keep_from);
+            entries.push(Entry {
+                op,
+                put,
+                issued,
+                completed: None,
+            });
+        }
+    }
+
+    /// A guest write issued with [`Model::write_issued`] returned.
+    pub fn write_completed(&mut self, op: OpId, status: Status) {
+        self.assert_running();
+        let w = self
+            .writes
+            .remove(&op)
+            .unwrap_or_else(|| panic!("{op} completed but is not an issued write"));
+        let done = self.tick();
+        for s in w.range.sectors() {
+            let entry = self
+                .history
+                .get_mut(&s)
+                .and_then(|es| es.iter_mut().rev().find(|e| e.op == op))
+                .expect("an issued write has an entry in every sector it covers");
+            entry.completed = Some((done, status));
+        }
+    }
+
+    /// A guest flush was issued.
+    pub fn flush_issued(&mut self, op: OpId) {
+        self.assert_running();
+        let issued = self.tick();
+        let old = self.flushes.insert(op, issued);
+        assert!(old.is_none(), "{op} issued twice");
+    }
+
+    /// A guest flush returned. On success every write done before it was
+    /// issued is durable.
+    pub fn flush_completed(&mut self, op: OpId, status: Status) {
+        self.assert_running();
+        let issued = self
+            .flushes
+            .remove(&op)
+            .unwrap_or_else(|| panic!("{op} completed but is not an issued flush"));
+        self.tick();
+        if status == Status::Ok {
+            self.durable_point = self.durable_point.max(issued);
+        }
+    }
+
+    /// A guest read was issued.
+    pub fn read_issued(&mut self, op: OpId, range: SectorRange) {
+        self.assert_running();
+        self.assert_in_disk(range);
+        let issued = self.tick();
+        let old = self.reads.insert(op, PendingRead { range, issued });
+        assert!(old.is_none(), "{op} issued twice");
+    }
+
+    /// A guest read returned an error: nothing to check.
+    pub fn read_failed(&mut self, op: OpId) {
+        self.assert_running();
+        self.reads
+            .remove(&op)
+            .unwrap_or_else(|| panic!("{op} failed but is not an issued read"));
+        self.tick();
+    }
+
+    /// A guest read returned `bytes`. Each sector must hold a value that was
+    /// settled when the read was issued, or one a write in flight during the
+    /// read put there.
+    pub fn read_completed(&mut self, op: OpId, bytes: &[u8]) -> Result<(), Vec<Violation>> {
+        self.assert_running();
+        let r = self
+            .reads
+            .remove(&op)
+            .unwrap_or_else(|| panic!("{op} completed but is not an issued read"));
+        let now = self.tick();
+        assert_eq!(
+            bytes.len() as u64,
+            r.range.len * SECTOR_SIZE as u64,
+            "{op} returned a buffer of the wrong length"
+        );
+        let mut violations = Vec::new();
+        let mut allowed = Vec::new();
+        for (s, chunk) in r.range.sectors().zip(bytes.chunks_exact(SECTOR_SIZE)) {
+            allowed.clear();
+            let unwritten = self.unwritten(s);
+            let base = self.base_of(s);
+            match self.history.get(&s) {
+                Some(entries) => {
+                    history::settled(base, entries, r.issued, unwritten, &mut allowed);
+                    history::pending(entries, r.issued, now, unwritten, &mut allowed);
+                }
+                None => allowed.push(base),
+            }
+            check_sector(s, chunk, &mut allowed, When::Read { op }, &mut violations);
+        }
+        self.stats.read_sectors += r.range.len;
+        if violations.is_empty() {
+            Ok(())
+        } else {
+            Err(violations)
+        }
+    }
+
+    /// A read issued and completed with nothing else happening in between.
+    pub fn check_read(
+        &mut self,
+        op: OpId,
+        first_sector: u64,
+        bytes: &[u8],
+    ) -> Result<(), Vec<Violation>> {
+        let len = (bytes.len() / SECTOR_SIZE) as u64;
+        self.read_issued(op, SectorRange::new(first_sector, len));
+        self.read_completed(op, bytes)
+    }
+
+    /// The machine crashed. Requests still in flight never complete. Until
+    /// [`Model::finish_recovery`], the model only checks the reopened disk.
+    ///
+    /// Each sector may then hold its durable value (what the writes done
+    /// before the last successful flush was issued left there, or the
+    /// epoch's base when no flush made anything durable) or the value of
+    /// any write not done before that flush was issued.
+    pub fn crash(&mut self) {
+        self.assert_running();
+        let d = self.durable_point;
+        let mut allowed = BTreeMap::new();
+        for (&s, entries) in &self.history {
+            let mut values = Vec::new();
+            let unwritten = self.unwritten(s);
+            history::settled(self.base_of(s), entries, d, unwritten, &mut values);
+            history::pending(entries, d, Seq::MAX, unwritten, &mut values);
+            history::normalise(&mut values);
+            allowed.insert(s, values);
+        }
+        self.writes.clear();
+        self.reads.clear();
+        self.flushes.clear();
+        self.tick();
+        self.recovery = Some(Recovery {
+            allowed,
+            next: 0,
+            base: BTreeMap::new(),
+        });
+        self.stats.crashes += 1;
+    }
+
+    /// Checks `bytes`, the reopened disk's sectors from `first_sector` on.
+    /// Calls after a crash must cover the disk in order, from sector 0.
+    /// Whatever was read becomes the next epoch's base.
+    pub fn check_recovered(&mut self, first_sector: u64, bytes: &[u8]) -> Vec<Violation> {
+        assert_eq!(
+            bytes.len() % SECTOR_SIZE,
+            0,
+            "recovery read of part of a sector"
+        );
+        let epoch = self.epoch;
+        let unwritten: Vec<Value> = (0..(bytes.len() / SECTOR_SIZE) as u64)
+            .map(|i| self.unwritten(first_sector + i))
+            .collect();
+        let bases: Vec<Value> = (0..unwritten.len() as u64)
+            .map(|i| self.base_of(first_sector + i))
+            .collect();
+        let rec = self
+            .recovery
+            .as_mut()
+            .expect("check_recovered without a crash");
+        assert_eq!(first_sector, rec.next, "recovery reads must be in order");
+        assert!(
+            first_sector + unwritten.len() as u64 <= self.sectors,
+            "recovery read past the end of the disk"
+        );
+        let mut violations = Vec::new();
+        let mut allowed = Vec::new();
+        for (i, chunk) in bytes.chunks_exact(SECTOR_SIZE).enumerate() {
+            let s = first_sector + i as u64;
+            allowed.clear();
+            match rec.allowed.get(&s) {
+                Some(values) => allowed.extend_from_slice(values),
+                None => allowed.push(bases[i]),
+            }
+            let observed = check_sector(
+                s,
+                chunk,
+                &mut allowed,
+                When::Recovery { epoch },
+                &mut violations,
+            );
+            // A sector holding another sector's data stays wrong; calling
+            // it garbage keeps the next epoch from reporting it again.
+            let value = observed.unwrap_or(Value::Garbage);
+            if value != unwritten[i] {
+                rec.base.insert(s, value);
+            }
+        }
+        rec.next = first_sector + unwritten.len() as u64;
+        self.stats.recovered_sectors += unwritten.len() as u64;
+        violations
+    }
+
+    /// Ends the recovery check and starts the next epoch.
+    pub fn finish_recovery(&mut self) {
+        let rec = self
+            .recovery
+            .take()
+            .expect("finish_recovery without a crash");
+        assert_eq!(
+            rec.next, self.sectors,
+            "recovery did not read the whole disk"
+        );
+        self.base = rec.base;
+        self.history.clear();
+        self.durable_point = self.tick();
+        self.epoch += 1;
+    }
+
+    /// [`Model::check_recovered`] of the whole disk, then
+    /// [`Model::finish_recovery`].
+    pub fn after_crash_check(&mut self, disk: &[u8]) -> Result<(), Vec<Violation>> {
+        assert_eq!(
+            disk.len() as u64,
+            self.sectors * SECTOR_SIZE as u64,
+            "the recovery read is not the whole disk"
+        );
+        let violations = self.check_recovered(0, disk);
+        self.finish_recovery();
+        if violations.is_empty() {
+            Ok(())
+        } else {
+            Err(violations)
+        }
+    }
+}
+
+/// Decodes one sector and checks it against `allowed`; returns the value it
+/// stands for (None when it is data meant for another sector).
+fn check_sector(
+    sector: u64,
+    bytes: &[u8],
+    allowed: &mut Vec<Value>,
+    when: When,
+    violations: &mut Vec<Violation>,
+) -> Option<Value> {
+    let observed = decode(bytes);
+    let value = Value::of_content(observed, sector);
+    if !value.is_some_and(|v| allowed.contains(&v)) {
+        history::normalise(allowed);
+        violations.push(Violation {
+            sector,
+            when,
+            observed,
+            allowed: allowed.clone(),
+        });
+    }
+    value
+}

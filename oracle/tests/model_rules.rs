@@ -1,0 +1,407 @@
+//! The model's rules, on hand-built event sequences: reads during flight,
+//! failed writes, discards, and what a crash may leave behind.
+
+use oracle::data::{
+    fill_backing, fill_written, BackingData, BackingPattern, Content, WriteId, SECTOR_SIZE,
+};
+use oracle::model::{Model, OpId, SectorRange, Status, Value, Violation, When, WriteKind};
+
+const DISK: u64 = 64;
+
+/// What a sector may be made to hold in a test.
+#[derive(Clone, Copy)]
+enum S {
+    Zero,
+    W(u64),
+    /// Write `id`'s data meant for another sector.
+    Misplaced(u64, u64),
+    Backing,
+    Junk,
+}
+
+fn sectors(first: u64, contents: &[S]) -> Vec<u8> {
+    let mut buf = vec![0u8; contents.len() * SECTOR_SIZE];
+    for (i, (c, chunk)) in contents
+        .iter()
+        .zip(buf.chunks_exact_mut(SECTOR_SIZE))
+        .enumerate()
+    {
+        let s = first + i as u64;
+        match *c {
+            S::Zero => {}
+            S::W(id) => fill_written(chunk, WriteId(id), s),
+            S::Misplaced(id, other) => fill_written(chunk, WriteId(id), other),
+            S::Backing => fill_backing(chunk, s),
+            S::Junk => chunk.fill(0xa5),
+        }
+    }
+    buf
+}
+
+/// The whole disk: `contents` at `first`, `rest` everywhere else.
+fn disk(first: u64, contents: &[S], rest: S) -> Vec<u8> {
+    let mut all = vec![rest; DISK as usize];
+    all[first as usize..first as usize + contents.len()].copy_from_slice(contents);
+    sectors(0, &all)
+}
+
+struct Run {
+    m: Model,
+    next: u64,
+}
+
+impl Run {
+    fn new() -> Run {
+        Run::with_backing(None)
+    }
+
+    fn with_backing(b: Option<BackingData>) -> Run {
+        Run {
+            m: Model::new(DISK, b),
+            next: 1000,
+        }
+    }
+
+    fn op(&mut self) -> OpId {
+        self.next += 1;
+        OpId(self.next)
+    }
+
+    fn issue(&mut self, start: u64, len: u64, kind: WriteKind) -> OpId {
+        let op = self.op();
+        self.m.write_issued(op, SectorRange::new(start, len), kind);
+        op
+    }
+
+    fn write(&mut self, id: u64, start: u64, len: u64) {
+        let op = self.issue(start, len, WriteKind::Data(WriteId(id)));
+        self.m.write_completed(op, Status::Ok);
+    }
+
+    fn flush(&mut self) {
+        let op = self.op();
+        self.m.flush_issued(op);
+        self.m.flush_completed(op, Status::Ok);
+    }
+
+    fn read(&mut self, first: u64, contents: &[S]) -> Result<(), Vec<Violation>> {
+        let op = self.op();
+        self.m.check_read(op, first, &sectors(first, contents))
+    }
+
+    fn recover(&mut self, first: u64, contents: &[S], rest: S) -> Result<(), Vec<Violation>> {
+        self.m.crash();
+        self.m.after_crash_check(&disk(first, contents, rest))
+    }
+}
+
+fn only(r: Result<(), Vec<Violation>>) -> Violation {
+    let mut v = r.expect_err("the model should have found a violation");
+    assert_eq!(v.len(), 1, "{v:?}");
+    v.pop().unwrap()
+}
+
+#[test]
+fn fresh_disk_reads_zero_and_nothing_else() {
+    let mut r = Run::new();
+    r.read(0, &[S::Zero, S::Zero]).unwrap();
+    let v = only(r.read(0, &[S::Zero, S::Junk]));
+    assert_eq!(v.sector, 1);
+    assert_eq!(v.allowed, vec![Value::Zero]);
+    assert!(matches!(v.observed, Content::Garbage(_)));
+    assert!(matches!(v.when, When::Read { .. }));
+    assert!(v.to_string().contains("guest sector 1"), "{v}");
+}
+
+#[test]
+fn completed_write_is_the_only_value() {
+    let mut r = Run::new();
+    r.write(1, 4, 2);
+    r.read(4, &[S::W(1), S::W(1)]).unwrap();
+    r.write(2, 5, 1);
+    r.read(4, &[S::W(1), S::W(2)]).unwrap();
+    let v = only(r.read(5, &[S::W(1)]));
+    assert_eq!(v.allowed, vec![Value::Data(WriteId(2))]);
+    assert_eq!(
+        v.observed,
+        Content::Written {
+            id: WriteId(1),
+            sector: 5
+        }
+    );
+}
+
+#[test]
+fn misplaced_data_is_a_violation() {
+    let mut r = Run::new();
+    r.write(1, 0, 4);
+    let v = only(r.read(2, &[S::Misplaced(1, 3)]));
+    assert_eq!(v.sector, 2);
+    assert_eq!(v.allowed, vec![Value::Data(WriteId(1))]);
+}
+
+#[test]
+fn read_during_a_write_sees_old_or_new() {
+    let mut r = Run::new();
+    r.write(1, 0, 2);
+    let w = r.issue(0, 2, WriteKind::Data(WriteId(2)));
+    r.read(0, &[S::W(1), S::W(2)]).unwrap();
+    let v = only(r.read(0, &[S::W(1), S::Zero]));
+    assert_eq!(
+        v.allowed,
+        vec![Value::Data(WriteId(1)), Value::Data(WriteId(2))]
+    );
+    r.m.write_completed(w, Status::Ok);
+    only(r.read(0, &[S::W(2), S::W(1)]));
+}
+
+#[test]
+fn write_issued_during_a_read_may_be_seen() {
+    let mut r = Run::new();
+    let rd = r.op();
+    r.m.read_issued(rd, SectorRange::new(0, 1));
+    let w = r.issue(0, 1, WriteKind::Data(WriteId(7)));
+    r.m.read_completed(rd, &sectors(0, &[S::W(7)])).unwrap();
+    r.m.write_completed(w, Status::Ok);
+    // A write that completes during a read may also be missed by it.
+    let rd = r.op();
+    r.m.read_issued(rd, SectorRange::new(0, 1));
+    r.write(8, 0, 1);
+    r.m.read_completed(rd, &sectors(0, &[S::W(7)])).unwrap();
+    // A write issued after the read returned may not be seen by it.
+    only(r.read(0, &[S::W(7)]));
+}
+
+#[test]
+fn overlapping_writes_may_land_in_either_order() {
+    let mut r = Run::new();
+    let a = r.issue(0, 1, WriteKind::Data(WriteId(1)));
+    let b = r.issue(0, 1, WriteKind::Data(WriteId(2)));
+    r.m.write_completed(b, Status::Ok);
+    r.m.write_completed(a, Status::Ok);
+    r.read(0, &[S::W(1)]).unwrap();
+    r.read(0, &[S::W(2)]).unwrap();
+    // A write issued after both completed settles it.
+    r.write(3, 0, 1);
+    only(r.read(0, &[S::W(2)]));
+}
+
+#[test]
+fn failed_write_leaves_old_or_new_until_overwritten() {
+    let mut r = Run::new();
+    r.write(1, 0, 2);
+    let w = r.issue(0, 2, WriteKind::Data(WriteId(2)));
+    r.m.write_completed(w, Status::Failed);
+    r.read(0, &[S::W(1), S::W(2)]).unwrap();
+    r.read(0, &[S::W(2), S::W(1)]).unwrap();
+    only(r.read(0, &[S::Zero, S::W(1)]));
+    r.write(3, 0, 1);
+    only(r.read(0, &[S::W(2)]));
+    r.read(1, &[S::W(2)]).unwrap();
+}
+
+#[test]
+fn write_zeroes_reads_zero_and_discard_reads_old_zero_or_backing() {
+    let backing = BackingData {
+        sectors: DISK,
+        pattern: BackingPattern::Full,
+    };
+    let mut r = Run::with_backing(Some(backing));
+    r.read(0, &[S::Backing]).unwrap();
+    r.write(1, 0, 3);
+    let z = r.issue(0, 1, WriteKind::Zero);
+    r.m.write_completed(z, Status::Ok);
+    r.read(0, &[S::Zero]).unwrap();
+    only(r.read(0, &[S::Backing]));
+    let d = r.issue(1, 2, WriteKind::Discard);
+    r.m.write_completed(d, Status::Ok);
+    r.read(1, &[S::W(1), S::Zero]).unwrap();
+    r.read(1, &[S::Backing, S::Backing]).unwrap();
+    only(r.read(1, &[S::Junk, S::Backing]));
+}
+
+#[test]
+fn discard_without_backing_allows_old_or_zero() {
+    let mut r = Run::new();
+    r.write(1, 0, 1);
+    let d = r.issue(0, 1, WriteKind::Discard);
+    r.m.write_completed(d, Status::Ok);
+    r.read(0, &[S::W(1)]).unwrap();
+    r.read(0, &[S::Zero]).unwrap();
+    let v = only(r.read(0, &[S::Backing]));
+    assert_eq!(v.allowed, vec![Value::Zero, Value::Data(WriteId(1))]);
+}
+
+#[test]
+fn crash_keeps_flushed_writes_exactly() {
+    let mut r = Run::new();
+    r.write(1, 0, 2);
+    r.flush();
+    r.recover(0, &[S::W(1), S::W(1)], S::Zero).unwrap();
+    let mut r = Run::new();
+    r.write(1, 0, 2);
+    r.flush();
+    let v = only(r.recover(0, &[S::W(1), S::Zero], S::Zero));
+    assert_eq!(v.sector, 1);
+    assert_eq!(v.when, When::Recovery { epoch: 0 });
+    assert_eq!(v.allowed, vec![Value::Data(WriteId(1))]);
+}
+
+#[test]
+fn untouched_sectors_must_keep_their_value_after_a_crash() {
+    let mut r = Run::new();
+    r.write(1, 0, 1);
+    let v = only(r.recover(0, &[S::Zero, S::Junk], S::Zero));
+    assert_eq!(v.sector, 1);
+    assert_eq!(v.allowed, vec![Value::Zero]);
+}
+
+#[test]
+fn lost_backing_data_is_lost_data() {
+    let backing = BackingData {
+        sectors: DISK,
+        pattern: BackingPattern::Stripes { data: 1, hole: 1 },
+    };
+    let mut r = Run::with_backing(Some(backing));
+    r.write(1, 0, 1);
+    r.flush();
+    // Sector 2 holds backing data; sector 3 is a hole of the backing file.
+    let mut contents = vec![S::W(1), S::Zero, S::Backing, S::Zero];
+    contents.extend((4..DISK).map(|s| if s % 2 == 0 { S::Backing } else { S::Zero }));
+    r.recover(0, &contents, S::Zero).unwrap();
+    let mut r = Run::with_backing(Some(backing));
+    r.write(1, 0, 1);
+    r.flush();
+    contents[2] = S::Zero;
+    let v = only(r.recover(0, &contents, S::Zero));
+    assert_eq!((v.sector, v.allowed), (2, vec![Value::Backing]));
+}
+
+#[test]
+fn unflushed_writes_may_or_may_not_survive() {
+    for survivor in [S::Zero, S::W(1)] {
+        let mut r = Run::new();
+        r.write(1, 0, 1);
+        r.recover(0, &[survivor], S::Zero).unwrap();
+    }
+    let mut r = Run::new();
+    r.write(1, 0, 1);
+    r.flush();
+    r.write(2, 0, 1);
+    r.write(3, 0, 1);
+    // Any value written since the flush, or the flushed one; nothing older.
+    for survivor in [S::W(1), S::W(2), S::W(3)] {
+        let mut r2 = Run::new();
+        r2.write(1, 0, 1);
+        r2.flush();
+        r2.write(2, 0, 1);
+        r2.write(3, 0, 1);
+        r2.recover(0, &[survivor], S::Zero).unwrap();
+    }
+    let v = only(r.recover(0, &[S::Zero], S::Zero));
+    assert_eq!(
+        v.allowed,
+        vec![
+            Value::Data(WriteId(1)),
+            Value::Data(WriteId(2)),
+            Value::Data(WriteId(3))
+        ]
+    );
+}
+
+#[test]
+fn in_flight_writes_and_flushes_at_a_crash() {
+    let mut r = Run::new();
+    r.write(1, 0, 1);
+    // The flush is issued while write 2 is in flight: it does not cover it.
+    let w = r.issue(1, 1, WriteKind::Data(WriteId(2)));
+    let f = r.op();
+    r.m.flush_issued(f);
+    r.m.write_completed(w, Status::Ok);
+    r.m.flush_completed(f, Status::Ok);
+    // A flush still in flight at the crash makes nothing durable.
+    r.write(3, 2, 1);
+    let f2 = r.op();
+    r.m.flush_issued(f2);
+    let _in_flight = r.issue(3, 1, WriteKind::Data(WriteId(4)));
+    r.recover(0, &[S::W(1), S::Zero, S::Zero, S::W(4)], S::Zero)
+        .unwrap();
+
+    let mut r = Run::new();
+    r.write(1, 0, 1);
+    let f = r.op();
+    r.m.flush_issued(f);
+    r.m.flush_completed(f, Status::Failed);
+    // A failed flush makes nothing durable either.
+    r.recover(0, &[S::Zero], S::Zero).unwrap();
+}
+
+#[test]
+fn flush_covers_only_writes_done_before_it_was_issued() {
+    let mut r = Run::new();
+    r.write(1, 0, 1);
+    let f = r.op();
+    r.m.flush_issued(f);
+    r.write(2, 1, 1);
+    r.m.flush_completed(f, Status::Ok);
+    // Sector 1's write completed after the flush was issued: it may be lost.
+    r.recover(0, &[S::W(1), S::Zero], S::Zero).unwrap();
+}
+
+#[test]
+fn failed_write_before_a_flush_allows_old_or_new_after_a_crash() {
+    for survivor in [S::W(1), S::W(2)] {
+        let mut r = Run::new();
+        r.write(1, 0, 1);
+        let w = r.issue(0, 1, WriteKind::Data(WriteId(2)));
+        r.m.write_completed(w, Status::Failed);
+        r.flush();
+        r.recover(0, &[survivor], S::Zero).unwrap();
+    }
+}
+
+#[test]
+fn epochs_start_from_what_recovery_read() {
+    let mut r = Run::new();
+    r.write(1, 0, 2);
+    r.write(2, 0, 2);
+    // Epoch 0 ends with write 1 in sector 0 and write 2 in sector 1.
+    r.recover(0, &[S::W(1), S::W(2)], S::Zero).unwrap();
+    assert_eq!(r.m.epoch(), 1);
+    r.read(0, &[S::W(1), S::W(2)]).unwrap();
+    only(r.read(0, &[S::W(2)]));
+    // Epoch 1: nothing written, so the disk must come back as it was.
+    let v = only(r.recover(0, &[S::W(2), S::W(2)], S::Zero));
+    assert_eq!(v.when, When::Recovery { epoch: 1 });
+    assert_eq!(v.allowed, vec![Value::Data(WriteId(1))]);
+    // Epoch 2 starts from what was read, even when it was wrong.
+    r.read(0, &[S::W(2), S::W(2)]).unwrap();
+    r.write(3, 5, 1);
+    r.flush();
+    r.recover(
+        0,
+        &[S::W(2), S::W(2), S::Zero, S::Zero, S::Zero, S::W(3)],
+        S::Zero,
+    )
+    .unwrap();
+    assert_eq!(r.m.stats().crashes, 3);
+    assert_eq!(r.m.stats().recovered_sectors, 3 * DISK);
+}
+
+#[test]
+fn long_histories_are_compacted_without_changing_answers() {
+    let mut r = Run::new();
+    for id in 1..=200 {
+        r.write(id, 0, 4);
+        if id % 10 == 0 {
+            r.flush();
+        }
+    }
+    r.write(201, 0, 1);
+    r.read(0, &[S::W(201), S::W(200)]).unwrap();
+    only(r.read(0, &[S::W(200)]));
+    only(r.read(1, &[S::W(199)]));
+    // Flushed at write 200; 201 came later.
+    r.recover(0, &[S::W(200), S::W(200), S::W(200), S::W(200)], S::Zero)
+        .unwrap();
+}

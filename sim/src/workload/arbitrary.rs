@@ -1,0 +1,181 @@
+//! [`Case::from_arbitrary`]: any byte string decoded into a valid, bounded
+//! case, so that fuzz targets and seeded runs share one case type.
+//!
+//! Every choice is a bounded draw (`int_in_range`, `choose`), so the decoder
+//! never fails: when the bytes run out, draws return their smallest value
+//! and the workload simply ends. The harsh fault modes stay off, since the
+//! oracle's verdicts do not hold under them.
+
+use arbitrary::{Arbitrary, Unstructured};
+use engine::{Compat, CreateOptions, EngineOptions, Switches};
+use oracle::data::{BackingData, BackingPattern, SECTOR_SIZE};
+
+use crate::case::{
+    BackingSpec, Case, DeviceSpec, FaultSpec, ImageSpec, LatencySpec, Op, CASE_VERSION,
+    MAX_GROUP_OPS,
+};
+
+/// Most operations a decoded case holds.
+pub const MAX_ARBITRARY_OPS: usize = 256;
+/// Most sectors one decoded request covers.
+const MAX_ARBITRARY_OP_SECTORS: u64 = 256;
+
+impl Case {
+    /// Decodes a case from fuzzer bytes. Never fails, and the result always
+    /// passes [`Case::validate`].
+    pub fn from_arbitrary(u: &mut Unstructured<'_>) -> arbitrary::Result<Case> {
+        let seed = u64::arbitrary(u)?;
+        let engine = EngineOptions {
+            switches: Switches::from_mask(u.int_in_range(0..=31)?),
+            l2_cache_tables: u.int_in_range(2..=32)?,
+            refcount_cache_tables: u.int_in_range(2..=8)?,
+            ..EngineOptions::default()
+        };
+        let image = image(u)?;
+        let device = device(u, image.create.size)?;
+        let workload = workload(u, image.create.size / SECTOR_SIZE as u64)?;
+        let case = Case {
+            version: CASE_VERSION,
+            seed,
+            profile: None,
+            engine,
+            image,
+            device,
+            workload,
+        };
+        debug_assert!(case.validate().is_ok(), "{:?}", case.validate());
+        Ok(case)
+    }
+}
+
+impl<'a> Arbitrary<'a> for Case {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Case> {
+        Case::from_arbitrary(u)
+    }
+}
+
+fn image(u: &mut Unstructured<'_>) -> arbitrary::Result<ImageSpec> {
+    // 64 KiB to 8 MiB, in 64 KiB steps.
+    let size = u.int_in_range(1..=128u64)? << 16;
+    let cluster_size = 1u64 << u.int_in_range(9..=21u32)?;
+    let compat = if u.ratio(1, 8)? {
+        Compat::V2
+    } else {
+        Compat::V3
+    };
+    let refcount_bits = match compat {
+        Compat::V2 => 16,
+        // Rotated so that exhausted bytes (a draw of 0) give the usual 16.
+        Compat::V3 => 1 << ((u.int_in_range(0..=6u32)? + 4) % 7),
+    };
+    let lazy_refcounts = compat == Compat::V3 && u.ratio(1, 4)?;
+    let backing = if u.ratio(1, 3)? {
+        let sectors = u.int_in_range(1..=size / SECTOR_SIZE as u64)?;
+        let pattern = match u.int_in_range(0..=2u8)? {
+            0 => BackingPattern::Full,
+            1 => BackingPattern::Stripes {
+                data: u.int_in_range(0..=64)?,
+                hole: u.int_in_range(0..=64)?,
+            },
+            _ => BackingPattern::Scattered {
+                seed: u64::arbitrary(u)?,
+                percent: u.int_in_range(0..=100)?,
+            },
+        };
+        let data = BackingData { sectors, pattern };
+        Some(if u.arbitrary()? {
+            BackingSpec::Qcow2 {
+                cluster_size: 1 << u.int_in_range(9..=16u32)?,
+                data,
+            }
+        } else {
+            BackingSpec::Raw { data }
+        })
+    } else {
+        None
+    };
+    Ok(ImageSpec {
+        create: CreateOptions {
+            size,
+            cluster_size,
+            refcount_bits,
+            compat,
+            lazy_refcounts,
+            extended_l2: false,
+            backing_file: backing.map(|b| b.file_name().to_string()),
+            backing_format: backing.map(|b| b.format_name().to_string()),
+        },
+        backing,
+    })
+}
+
+fn device(u: &mut Unstructured<'_>, virtual_size: u64) -> arbitrary::Result<DeviceSpec> {
+    let span = |u: &mut Unstructured<'_>| -> arbitrary::Result<(u32, u32)> {
+        let min = u.int_in_range(0..=1000u32)?;
+        Ok((min, min + u.int_in_range(0..=10_000u32)?))
+    };
+    let (read_min, read_max) = span(u)?;
+    let (write_min, write_max) = span(u)?;
+    let (flush_min, flush_max) = span(u)?;
+    let faults = FaultSpec {
+        read_eio_permille: u.int_in_range(0..=50)?,
+        write_eio_permille: u.int_in_range(0..=50)?,
+        flush_eio_permille: u.int_in_range(0..=50)?,
+        capacity: if u.ratio(1, 8)? {
+            Some(u.int_in_range(0..=2 * virtual_size)?)
+        } else {
+            None
+        },
+        ..FaultSpec::NONE
+    };
+    Ok(DeviceSpec {
+        sector_size: if u.ratio(1, 4)? { 4096 } else { 512 },
+        latency: LatencySpec {
+            read_min,
+            read_max,
+            write_min,
+            write_max,
+            flush_min,
+            flush_max,
+        },
+        write_zeroes_supported: !u.ratio(1, 5)?,
+        discard_supported: !u.ratio(1, 5)?,
+        faults,
+    })
+}
+
+fn workload(u: &mut Unstructured<'_>, sectors: u64) -> arbitrary::Result<Vec<Vec<Op>>> {
+    let mut groups: Vec<Vec<Op>> = Vec::new();
+    let mut ops = 0;
+    while ops < MAX_ARBITRARY_OPS && !u.is_empty() {
+        let op = match u.int_in_range(0..=9u8)? {
+            0 => Op::Flush,
+            1 => Op::Crash,
+            kind => {
+                let sector = u.int_in_range(0..=sectors - 1)?;
+                let most = MAX_ARBITRARY_OP_SECTORS.min(sectors - sector);
+                let n = u.int_in_range(1..=most)?;
+                match kind {
+                    2..=4 => Op::Write { sector, sectors: n },
+                    5 | 6 => Op::Read { sector, sectors: n },
+                    7 => Op::WriteZeroes {
+                        sector,
+                        sectors: n,
+                        unmap: u.arbitrary()?,
+                    },
+                    _ => Op::Discard { sector, sectors: n },
+                }
+            }
+        };
+        // Join the previous group (run concurrently with it) or start one.
+        let join = u.arbitrary::<bool>()?;
+        match groups.last_mut() {
+            Some(g) if join && g.len() < MAX_GROUP_OPS && !(op == Op::Crash && g.contains(&op)) => {
+                g.push(op)
+            }
+            _ => groups.push(vec![op]),
+        }
+        ops += 1;
+    }
+    Ok(groups)
+}

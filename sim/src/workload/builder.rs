@@ -1,0 +1,127 @@
+//! What every profile shares: the disk's shape, bounded ranges, grouping,
+//! and the crash points sprinkled over a finished workload.
+
+use rand::seq::SliceRandom;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::case::{Op, MAX_GROUP_OPS, MAX_OP_SECTORS};
+
+/// The virtual disk a workload is generated for.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Geometry {
+    /// Virtual size in guest sectors.
+    pub sectors: u64,
+    /// Cluster size in guest sectors (at least 1).
+    pub cluster_sectors: u64,
+}
+
+impl Geometry {
+    pub fn clusters(&self) -> u64 {
+        self.sectors.div_ceil(self.cluster_sectors)
+    }
+
+    /// `(sector, sectors)` cut to the disk and to [`MAX_OP_SECTORS`], and
+    /// at least one sector long.
+    pub fn clamp(&self, sector: u64, sectors: u64) -> (u64, u64) {
+        let sector = sector.min(self.sectors - 1);
+        let sectors = sectors.clamp(1, MAX_OP_SECTORS).min(self.sectors - sector);
+        (sector, sectors)
+    }
+
+    pub fn write(&self, sector: u64, sectors: u64) -> Op {
+        let (sector, sectors) = self.clamp(sector, sectors);
+        Op::Write { sector, sectors }
+    }
+
+    pub fn read(&self, sector: u64, sectors: u64) -> Op {
+        let (sector, sectors) = self.clamp(sector, sectors);
+        Op::Read { sector, sectors }
+    }
+
+    pub fn zeroes(&self, sector: u64, sectors: u64, unmap: bool) -> Op {
+        let (sector, sectors) = self.clamp(sector, sectors);
+        Op::WriteZeroes {
+            sector,
+            sectors,
+            unmap,
+        }
+    }
+
+    pub fn discard(&self, sector: u64, sectors: u64) -> Op {
+        let (sector, sectors) = self.clamp(sector, sectors);
+        Op::Discard { sector, sectors }
+    }
+}
+
+/// A workload under construction, with an operation budget.
+pub(super) struct Builder {
+    pub geom: Geometry,
+    groups: Vec<Vec<Op>>,
+    ops: usize,
+    budget: usize,
+}
+
+impl Builder {
+    pub fn new(geom: Geometry, budget: usize) -> Builder {
+        assert!(geom.sectors > 0 && geom.cluster_sectors > 0);
+        Builder {
+            geom,
+            groups: Vec::new(),
+            ops: 0,
+            budget,
+        }
+    }
+
+    /// Whether the budget is spent; profiles loop until it is.
+    pub fn full(&self) -> bool {
+        self.ops >= self.budget
+    }
+
+    /// Adds a concurrency group (split if too large; dropped if empty).
+    pub fn group(&mut self, ops: Vec<Op>) {
+        for chunk in ops.chunks(MAX_GROUP_OPS) {
+            self.ops += chunk.len();
+            self.groups.push(chunk.to_vec());
+        }
+    }
+
+    /// Adds an operation on its own.
+    pub fn one(&mut self, op: Op) {
+        self.group(vec![op]);
+    }
+
+    /// Ends the workload with a flush and adds `crashes` crash points at
+    /// random places: either inside a group (crashing with its requests in
+    /// flight) or as a group of their own (crashing at rest).
+    pub fn finish(mut self, rng: &mut ChaCha8Rng, crashes: usize) -> Vec<Vec<Op>> {
+        self.one(Op::Flush);
+        let mut places: Vec<usize> = (0..self.groups.len()).collect();
+        places.shuffle(rng);
+        places.truncate(crashes);
+        places.sort_unstable();
+        // From the back, so earlier indices stay valid.
+        for &g in places.iter().rev() {
+            let group = &mut self.groups[g];
+            let roomy = group.len() < MAX_GROUP_OPS && !group.contains(&Op::Crash);
+            if roomy && rng.gen_bool(0.5) {
+                group.push(Op::Crash);
+            } else {
+                self.groups.insert(g + 1, vec![Op::Crash]);
+            }
+        }
+        self.groups
+    }
+}
+
+/// A random `(sector, sectors)` anywhere on the disk, at most `max` long.
+pub(super) fn anywhere(rng: &mut ChaCha8Rng, geom: &Geometry, max: u64) -> (u64, u64) {
+    let sector = rng.gen_range(0..geom.sectors);
+    let sectors = rng.gen_range(1..=max.max(1));
+    geom.clamp(sector, sectors)
+}
+
+/// One of `choices`, uniformly.
+pub(super) fn pick<T: Copy>(rng: &mut ChaCha8Rng, choices: &[T]) -> T {
+    *choices.choose(rng).expect("choices are never empty")
+}

@@ -1,0 +1,20 @@
+//! Workloads: the guest operations of a case, generated from a seed by a
+//! profile that imitates a real program (dd, iozone, qemu-img bench, mkfs),
+//! or decoded from fuzzer bytes.
+//!
+//! Every generated workload mixes in flushes, reads and several
+//! crash-and-reopen points, and stays small (a few MiB of virtual disk, a
+//! few hundred operations) so that a campaign runs thousands of cases.
+
+mod arbitrary;
+mod backing;
+mod bench;
+mod builder;
+mod generate;
+mod iozone;
+mod mkfs;
+mod profile;
+mod random;
+mod sequential;
+
+pub use profile::{Profile, UnknownProfile};

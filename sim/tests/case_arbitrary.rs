@@ -1,0 +1,73 @@
+//! `Case::from_arbitrary`: any bytes give a valid, bounded case.
+
+use arbitrary::Unstructured;
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use sim::case::{Case, Op, MAX_GROUP_OPS};
+
+fn decode(bytes: &[u8]) -> Case {
+    let case =
+        Case::from_arbitrary(&mut Unstructured::new(bytes)).expect("from_arbitrary never fails");
+    if let Err(e) = case.validate() {
+        panic!("decoded case is invalid: {e}\n{}", case.to_json());
+    }
+    case
+}
+
+#[test]
+fn empty_and_tiny_inputs_decode() {
+    let empty = decode(&[]);
+    assert!(empty.workload.is_empty());
+    for len in 1..64 {
+        decode(&vec![0xff; len]);
+        decode(&vec![0; len]);
+    }
+}
+
+#[test]
+fn random_bytes_decode_to_valid_bounded_cases() {
+    let mut rng = ChaCha8Rng::seed_from_u64(0x5eed);
+    let mut ops_seen = 0;
+    let mut kinds = [false; 6];
+    for _ in 0..400 {
+        let len = rng.gen_range(0..8192);
+        let mut bytes = vec![0u8; len];
+        rng.fill_bytes(&mut bytes);
+        let case = decode(&bytes);
+        assert!(case.image.create.size <= 8 << 20);
+        let ops: Vec<&Op> = case.workload.iter().flatten().collect();
+        assert!(ops.len() <= 256);
+        for g in &case.workload {
+            assert!(!g.is_empty() && g.len() <= MAX_GROUP_OPS);
+        }
+        for op in ops {
+            ops_seen += 1;
+            if let Some((_, n)) = op.range() {
+                assert!(n <= 256);
+            }
+            kinds[match op {
+                Op::Write { .. } => 0,
+                Op::Read { .. } => 1,
+                Op::WriteZeroes { .. } => 2,
+                Op::Discard { .. } => 3,
+                Op::Flush => 4,
+                Op::Crash => 5,
+            }] = true;
+        }
+        // The JSON form of a decoded case is a case too.
+        assert_eq!(Case::from_json(&case.to_json()).unwrap(), case);
+    }
+    assert!(ops_seen > 1000, "only {ops_seen} ops decoded");
+    assert_eq!(kinds, [true; 6], "some op kinds never decoded");
+}
+
+#[test]
+fn decoding_is_a_function_of_the_bytes() {
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let mut bytes = vec![0u8; 4096];
+    rng.fill_bytes(&mut bytes);
+    assert_eq!(decode(&bytes), decode(&bytes));
+    let mut other = bytes.clone();
+    other[0] ^= 1;
+    assert_ne!(decode(&bytes), decode(&other));
+}

@@ -1,0 +1,124 @@
+//! Cases as JSON: round trips, and strict refusal of what is not a case.
+
+use sim::case::{Case, CaseError, Op, CASE_VERSION};
+use sim::workload::Profile;
+
+#[test]
+fn generated_cases_round_trip_through_json() {
+    for profile in Profile::ALL {
+        for seed in 0..5 {
+            let case = Case::generate(seed, profile);
+            let text = case.to_json();
+            let back = Case::from_json(&text).unwrap_or_else(|e| panic!("{profile} {seed}: {e}"));
+            assert_eq!(back, case);
+            assert_eq!(back.to_json(), text);
+        }
+    }
+}
+
+#[test]
+fn save_and_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("case.json");
+    let case = Case::generate(11, Profile::Backing);
+    case.save(&path).unwrap();
+    assert_eq!(Case::load(&path).unwrap(), case);
+    let missing = Case::load(&dir.path().join("none.json")).unwrap_err();
+    assert!(matches!(missing, CaseError::Io { .. }), "{missing}");
+    assert!(missing.to_string().contains("none.json"), "{missing}");
+}
+
+fn edited(f: impl FnOnce(&mut serde_json::Value)) -> Result<Case, CaseError> {
+    let case = Case::generate(3, Profile::Random);
+    let mut v: serde_json::Value = serde_json::from_str(&case.to_json()).unwrap();
+    f(&mut v);
+    Case::from_json(&v.to_string())
+}
+
+#[test]
+fn unknown_fields_are_refused_everywhere() {
+    let top = edited(|v| v["surprise"] = 1.into()).unwrap_err();
+    assert!(top.to_string().contains("surprise"), "{top}");
+    let nested = edited(|v| v["device"]["faults"]["surprise"] = 1.into()).unwrap_err();
+    assert!(nested.to_string().contains("surprise"), "{nested}");
+    let in_op = edited(|v| v["workload"][0][0]["surprise"] = 1.into()).unwrap_err();
+    assert!(in_op.to_string().contains("surprise"), "{in_op}");
+}
+
+#[test]
+fn other_versions_are_refused_by_version() {
+    let e = edited(|v| {
+        v["version"] = 2.into();
+        v["new_field"] = true.into();
+    })
+    .unwrap_err();
+    assert!(matches!(e, CaseError::Version { found: 2 }), "{e}");
+    assert_eq!(CASE_VERSION, 1);
+}
+
+#[test]
+fn invalid_cases_are_refused_with_the_reason() {
+    let e = edited(|v| v["image"]["create"]["cluster_size"] = 3000.into()).unwrap_err();
+    assert!(matches!(e, CaseError::ClusterSize(3000)), "{e}");
+    let e = edited(|v| v["image"]["create"]["size"] = (1u64 << 40).into()).unwrap_err();
+    assert!(matches!(e, CaseError::VirtualSize(_)), "{e}");
+    let e = edited(|v| v["device"]["sector_size"] = 1024.into()).unwrap_err();
+    assert!(matches!(e, CaseError::Device(_)), "{e}");
+    let e = edited(|v| v["workload"] = serde_json::json!([[]])).unwrap_err();
+    assert!(matches!(e, CaseError::Group { group: 0, .. }), "{e}");
+    let e = edited(|v| {
+        v["workload"] = serde_json::json!([[{"op": "crash"}, {"op": "crash"}]]);
+    })
+    .unwrap_err();
+    assert!(matches!(e, CaseError::Group { group: 0, .. }), "{e}");
+    let e = edited(|v| {
+        v["workload"] = serde_json::json!([
+            [{"op": "flush"}],
+            [{"op": "write", "sector": u64::MAX, "sectors": 2}]
+        ]);
+    })
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            CaseError::OpRange {
+                group: 1,
+                index: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = edited(|v| {
+        v["image"]["create"]["backing_file"] = serde_json::Value::Null;
+    });
+    // Generated random cases may or may not have a backing file; the
+    // mismatch only exists when they do.
+    if let Err(e) = e {
+        assert!(matches!(e, CaseError::Backing(_)), "{e}");
+    }
+    let e = Case::from_json("{\"version\": 1").unwrap_err();
+    assert!(matches!(e, CaseError::Json(_)), "{e}");
+}
+
+#[test]
+fn ops_read_as_written() {
+    let json = r#"[{"op":"write","sector":8,"sectors":16},{"op":"write_zeroes","sector":0,"sectors":1,"unmap":true},{"op":"crash"}]"#;
+    let ops: Vec<Op> = serde_json::from_str(json).unwrap();
+    assert_eq!(
+        ops,
+        [
+            Op::Write {
+                sector: 8,
+                sectors: 16
+            },
+            Op::WriteZeroes {
+                sector: 0,
+                sectors: 1,
+                unmap: true
+            },
+            Op::Crash
+        ]
+    );
+    assert_eq!(serde_json::to_string(&ops).unwrap(), json);
+}
