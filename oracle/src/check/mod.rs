@@ -9,6 +9,7 @@
 mod bitmap;
 mod header;
 mod image;
+mod overlap;
 mod pass;
 mod rebuild;
 mod refcounts;

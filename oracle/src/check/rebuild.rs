@@ -6,6 +6,7 @@
 //! frees it.
 
 use super::header::{OFF_REFCOUNT_TABLE_CLUSTERS, OFF_REFCOUNT_TABLE_OFFSET};
+use super::overlap::Ol;
 use super::pass::{Abort, Pass};
 use super::refcounts::{set_entry, Imrt};
 
@@ -86,7 +87,7 @@ impl Pass<'_, '_> {
                     set_entry(&mut buf, h.refcount_order, k, v);
                 }
             }
-            self.write_bytes(block_offset, &buf)?;
+            self.guarded_write(Ol::None, block_offset, &buf)?;
             cluster = start + block_size;
         }
         Ok(grown)
@@ -119,7 +120,7 @@ impl Pass<'_, '_> {
             }
         }
         let bytes: Vec<u8> = reftable.iter().flat_map(|e| e.to_be_bytes()).collect();
-        self.write_bytes(table_offset, &bytes)?;
+        self.guarded_write(Ol::None, table_offset, &bytes)?;
         let mut hdr = [0u8; 12];
         hdr[..8].copy_from_slice(&table_offset.to_be_bytes());
         hdr[8..].copy_from_slice(&(table_clusters as u32).to_be_bytes());

@@ -5,8 +5,8 @@
 
 use super::header::{INCOMPAT_CORRUPT, INCOMPAT_DIRTY, OFF_INCOMPATIBLE};
 use super::image::{Io, OpenImage};
-use super::pass::{Abort, Counts, Fix, Pass, L1E_OFFSET_MASK};
-use super::refcounts::{Imrt, MAX_CLUSTERS, REFT_OFFSET_MASK};
+use super::pass::{Abort, Counts, Fix, Pass};
+use super::refcounts::{Imrt, MAX_CLUSTERS};
 use super::report::{CheckReport, Finding, FindingKind};
 use super::snapshot;
 use super::source::{ImageSink, ImageSource};
@@ -50,12 +50,14 @@ pub fn repair(img: &mut dyn ImageSink, mode: RepairMode) -> Result<CheckReport, 
         },
     };
     let first = run(Io::Rw(&mut *img), fix);
-    if let Some(msg) = first.failure.as_ref().filter(|_| first.findings.is_empty()) {
+    let _ = img.flush();
+    if let Some(msg) = &first.failure {
         if msg.starts_with("Could not open") {
             return Err(RepairError::Open(msg.clone()));
         }
+        // A failed repair reports the failure only, as qemu-img does.
+        return Ok(first);
     }
-    let _ = img.flush();
     if first.corruptions_fixed == 0 && first.leaks_fixed == 0 {
         return Ok(first);
     }
@@ -210,59 +212,6 @@ fn check_refcounts(pass: &mut Pass<'_, '_>) -> Result<u64, Abort> {
         }
     }
 
-    let overlaps = overlap_checker(pass);
-    pass.check_copied(&|off| overlaps(off))?;
+    pass.check_copied()?;
     Ok(highest)
-}
-
-/// QEMU's pre-write overlap check for an active L2 table, in its default
-/// ("cached") mode: what metadata a cluster at `offset` would overwrite.
-fn overlap_checker(pass: &Pass<'_, '_>) -> impl Fn(u64) -> Option<&'static str> {
-    let h = pass.img.h.clone();
-    let cs = h.cluster_size();
-    let mut ranges: Vec<(u64, u64, &'static str)> = Vec::new();
-    ranges.push((0, cs, "qcow2_header"));
-    if h.l1_size != 0 {
-        ranges.push((
-            h.l1_table_offset,
-            u64::from(h.l1_size) * 8,
-            "active L1 table",
-        ));
-    }
-    let rt = &pass.img.disk;
-    if !rt.table.is_empty() {
-        ranges.push((rt.table_offset, rt.table.len() as u64 * 8, "refcount table"));
-    }
-    if pass.snapshots.size != 0 {
-        ranges.push((h.snapshots_offset, pass.snapshots.size, "snapshot table"));
-    }
-    for sn in &pass.snapshots.snapshots {
-        if sn.l1_size != 0 {
-            ranges.push((
-                sn.l1_table_offset,
-                u64::from(sn.l1_size) * 8,
-                "inactive L1 table",
-            ));
-        }
-    }
-    for &e in &rt.table {
-        let off = e & REFT_OFFSET_MASK;
-        if off != 0 {
-            ranges.push((off, cs, "refcount block"));
-        }
-    }
-    if let Some(b) = h.bitmaps {
-        if b.directory_size != 0 {
-            ranges.push((b.directory_offset, b.directory_size, "bitmap directory"));
-        }
-    }
-    let _ = L1E_OFFSET_MASK;
-    move |offset: u64| {
-        let start = offset & !(cs - 1);
-        let end = (offset + cs).div_ceil(cs) * cs;
-        ranges
-            .iter()
-            .find(|&&(o, l, _)| o < end && start < o.saturating_add(l))
-            .map(|r| r.2)
-    }
 }
