@@ -51,3 +51,36 @@ fn checker_agrees_with_qemu_img_on_corrupted_images() {
         failures.join("\n")
     );
 }
+
+/// The human report must read exactly as `qemu-img check`'s stdout.
+#[test]
+fn human_output_matches_qemu_img_wording() {
+    let s = Scratch::new();
+    let mut compared = 0;
+    let mut failures = Vec::new();
+    for (i, base) in bases(&s).iter().enumerate() {
+        for case in cases(base, 0x4a11 + i as u64, 0).iter().step_by(4) {
+            let path = s.path("human.qcow2");
+            std::fs::write(&path, &case.bytes).expect("write case");
+            let out = check_support::run(
+                "qemu-img",
+                &["check", "-f", "qcow2", path.to_str().expect("utf-8")],
+            );
+            let ours = oracle::check::check(&case.bytes);
+            if ours.failure.is_some() {
+                continue;
+            }
+            compared += 1;
+            let want = String::from_utf8_lossy(&out.stdout).into_owned();
+            if want != ours.human() {
+                failures.push(format!(
+                    "{}:\n--- qemu-img\n{want}--- checker\n{}",
+                    case.name,
+                    ours.human()
+                ));
+            }
+        }
+    }
+    assert!(compared > 30, "only {compared} reports compared");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

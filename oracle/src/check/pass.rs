@@ -21,6 +21,8 @@ pub(crate) const L2E_STD_RESERVED_MASK: u64 = 0x3f00_0000_0000_01fe;
 pub(crate) const OFLAG_COPIED: u64 = 1 << 63;
 pub(crate) const OFLAG_COMPRESSED: u64 = 1 << 62;
 pub(crate) const OFLAG_ZERO: u64 = 1;
+/// The most findings one pass keeps.
+pub(crate) const MAX_FINDINGS: usize = 10_000;
 const L2_BITMAP_ALL_ALLOC: u64 = 0xffff_ffff;
 const L2_BITMAP_ALL_ZEROES: u64 = 0xffff_ffff << 32;
 
@@ -110,6 +112,11 @@ impl<'a, 'b> Pass<'a, 'b> {
     }
 
     fn note(&mut self, kind: FindingKind, offset: Option<u64>, message: String) {
+        // A garbage table can yield a finding per entry; the counters keep
+        // counting, but the list stays bounded.
+        if self.findings.len() >= MAX_FINDINGS {
+            return;
+        }
         self.findings.push(Finding {
             kind,
             offset,
