@@ -152,3 +152,18 @@ impl<D: BlockDev> Image<D> {
         Ok(out)
     }
 }
+
+impl<D: BlockDev> Image<D> {
+    /// Where guest offset `guest` lives on the device, if it is a data
+    /// cluster linked in the L2 table (for reports naming device writes).
+    pub async fn host_offset(&self, guest: u64) -> Result<Option<u64>> {
+        self.check_request(guest, 1)?;
+        let _g = self.meta_lock.lock().await;
+        match self.l2_entry(guest).await?.decode(self.geo.cluster_bits, self.geo.version) {
+            crate::format::L2Mapping::Normal { host, .. } => {
+                Ok(Some(host + self.geo.offset_into_cluster(guest)))
+            }
+            _ => Ok(None),
+        }
+    }
+}
