@@ -159,7 +159,11 @@ impl<D: BlockDev> Image<D> {
     pub async fn host_offset(&self, guest: u64) -> Result<Option<u64>> {
         self.check_request(guest, 1)?;
         let _g = self.meta_lock.lock().await;
-        match self.l2_entry(guest).await?.decode(self.geo.cluster_bits, self.geo.version) {
+        match self
+            .l2_entry(guest)
+            .await?
+            .decode(self.geo.cluster_bits, self.geo.version)
+        {
             crate::format::L2Mapping::Normal { host, .. } => {
                 Ok(Some(host + self.geo.offset_into_cluster(guest)))
             }

@@ -5,5 +5,6 @@ pub mod case;
 pub mod disk;
 pub mod exec;
 pub mod rng;
+pub mod runner;
 pub mod trace;
 pub mod workload;

@@ -7,3 +7,5 @@ pub mod create;
 pub mod dump;
 pub mod info;
 pub mod io;
+pub mod replay;
+pub mod run;
