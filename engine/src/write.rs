@@ -105,7 +105,7 @@ impl<D: BlockDev> Image<D> {
                     return self.join_alloc(key, off, data).await;
                 }
                 drop(guard);
-                self.wait_alloc_gone(key).await;
+                self.wait_alloc_settled(key).await;
                 continue;
             }
             let limit = {
@@ -141,10 +141,34 @@ impl<D: BlockDev> Image<D> {
         a.state == AllocState::Open && self.opts.switches.delayed_cow && !self.broken_double_alloc()
     }
 
-    async fn wait_alloc_gone(&self, key: u64) {
+    /// Wait until the allocation is linked (gone), can be joined, or the
+    /// image has failed.
+    async fn wait_alloc_settled(&self, key: u64) {
         self.wq
-            .wait_until(|| !self.inflight.borrow().allocs.contains_key(&key))
+            .wait_until(|| {
+                !self.inflight.borrow().allocs.contains_key(&key)
+                    || self.may_join(key)
+                    || self.meta.borrow().poisoned
+            })
             .await;
+    }
+
+    /// Give up an allocation whose write failed before anything was
+    /// linked to it (without delayed COW no other write can have joined
+    /// it): the clusters not yet linked go back to the free pool.
+    async fn abort_alloc(&self, key: u64) {
+        let _g = self.meta_lock.lock().await;
+        let Some(a) = self.inflight.borrow_mut().allocs.remove(&key) else { return };
+        let cs = self.geo.cluster_size;
+        for i in a.linked..a.len / cs {
+            let c = a.host / cs + i;
+            // Failing to read the refcount block only leaks the cluster.
+            if self.set_refcount(c, 0).await.is_ok() {
+                let mut m = self.meta.borrow_mut();
+                m.free_hint = m.free_hint.min(c);
+            }
+        }
+        self.wq.notify_all();
     }
 
     /// Write into the new clusters of an allocation still in flight; the
@@ -280,10 +304,23 @@ impl<D: BlockDev> Image<D> {
             a.written.gaps(gstart, gend).is_empty()
         };
         self.wq.notify_all();
-        // On an error the allocation stays, to be completed (from its COW
-        // sources) by the next flush: the failed bytes read as old data.
+        if !self.opts.switches.delayed_cow {
+            // The guest learns of any failure here, so the allocation can
+            // be given up: the failed write reads as old data.
+            let r = match r {
+                Ok(()) => self.commit_alloc(gstart).await,
+                Err(e) => Err(e),
+            };
+            if r.is_err() {
+                self.abort_alloc(gstart).await;
+            }
+            return r.map(|()| data.len());
+        }
+        // With delayed COW, other writes may have joined the allocation:
+        // on an error it stays, to be completed (from its COW sources) by
+        // the next flush, and the failed bytes read as old data.
         r?;
-        if covered || !self.opts.switches.delayed_cow {
+        if covered {
             self.commit_alloc(gstart).await?;
         } else if open_allocs > MAX_OPEN_ALLOCS {
             let oldest = self.inflight.borrow().allocs.keys().next().copied();
@@ -407,20 +444,28 @@ impl<D: BlockDev> Image<D> {
     /// left of its COW, and link its clusters into the L2 table. If another
     /// task is already committing it, wait for that instead.
     pub(crate) async fn commit_alloc(&self, key: u64) -> Result<()> {
-        let state = self.inflight.borrow().allocs.get(&key).map(|a| a.state);
-        match state {
-            None => return Ok(()),
-            Some(AllocState::Committing) => {
-                self.wait_alloc_gone(key).await;
-                return Ok(());
-            }
-            Some(AllocState::Open) => {
-                self.inflight
-                    .borrow_mut()
-                    .allocs
-                    .get_mut(&key)
-                    .expect("alloc")
-                    .state = AllocState::Committing;
+        loop {
+            let state = self.inflight.borrow().allocs.get(&key).map(|a| a.state);
+            match state {
+                None => return Ok(()),
+                Some(AllocState::Committing) => {
+                    // Someone else is committing it; if that fails it goes
+                    // back to Open and this commit tries again.
+                    self.wq
+                        .wait_until(|| {
+                            self.inflight
+                                .borrow()
+                                .allocs
+                                .get(&key)
+                                .is_none_or(|a| a.state == AllocState::Open)
+                        })
+                        .await;
+                }
+                Some(AllocState::Open) => {
+                    self.inflight.borrow_mut().allocs.get_mut(&key).expect("alloc").state =
+                        AllocState::Committing;
+                    break;
+                }
             }
         }
         self.wq
