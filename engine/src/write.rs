@@ -158,7 +158,9 @@ impl<D: BlockDev> Image<D> {
     /// it): the clusters not yet linked go back to the free pool.
     async fn abort_alloc(&self, key: u64) {
         let _g = self.meta_lock.lock().await;
-        let Some(a) = self.inflight.borrow_mut().allocs.remove(&key) else { return };
+        let Some(a) = self.inflight.borrow_mut().allocs.remove(&key) else {
+            return;
+        };
         let cs = self.geo.cluster_size;
         for i in a.linked..a.len / cs {
             let c = a.host / cs + i;
@@ -462,8 +464,12 @@ impl<D: BlockDev> Image<D> {
                         .await;
                 }
                 Some(AllocState::Open) => {
-                    self.inflight.borrow_mut().allocs.get_mut(&key).expect("alloc").state =
-                        AllocState::Committing;
+                    self.inflight
+                        .borrow_mut()
+                        .allocs
+                        .get_mut(&key)
+                        .expect("alloc")
+                        .state = AllocState::Committing;
                     break;
                 }
             }
