@@ -130,8 +130,10 @@ pub struct EngineOptions {
     pub metadata_memory_limit: u64,
     /// Open read-only: no header update, no writes.
     pub read_only: bool,
-    /// A broken variant to run instead of the correct engine.
+    /// A broken variant to run instead of the correct engine. Left out of
+    /// the JSON when unset, so cases replay in builds without the feature.
     #[cfg(feature = "broken")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub broken: Option<Broken>,
 }
 

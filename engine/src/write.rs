@@ -158,6 +158,17 @@ impl<D: BlockDev> Image<D> {
     /// it): the clusters not yet linked go back to the free pool.
     async fn abort_alloc(&self, key: u64) {
         let _g = self.meta_lock.lock().await;
+        // A flush may have taken it over meanwhile: then it is completed
+        // from its COW sources and linked, which is as good.
+        let open = self
+            .inflight
+            .borrow()
+            .allocs
+            .get(&key)
+            .is_some_and(|a| a.state == AllocState::Open);
+        if !open {
+            return;
+        }
         let Some(a) = self.inflight.borrow_mut().allocs.remove(&key) else {
             return;
         };
@@ -480,9 +491,12 @@ impl<D: BlockDev> Image<D> {
                     .borrow()
                     .allocs
                     .get(&key)
-                    .is_some_and(|a| a.writers == 0)
+                    .is_none_or(|a| a.writers == 0)
             })
             .await;
+        if !self.inflight.borrow().allocs.contains_key(&key) {
+            return Ok(());
+        }
         let cow = self.perform_remaining_cow(key).await;
         if cow.is_ok() {
             // Every byte of the new clusters now holds its data: reads may
