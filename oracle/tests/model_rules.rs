@@ -4,7 +4,9 @@
 use oracle::data::{
     fill_backing, fill_written, BackingData, BackingPattern, Content, WriteId, SECTOR_SIZE,
 };
-use oracle::model::{Model, OpId, SectorRange, Status, Value, Violation, When, WriteKind};
+use oracle::model::{
+    summarize, Model, OpId, SectorRange, Status, Value, Violation, When, WriteKind,
+};
 
 const DISK: u64 = 64;
 
@@ -385,6 +387,8 @@ fn epochs_start_from_what_recovery_read() {
     )
     .unwrap();
     assert_eq!(r.m.stats().crashes, 3);
+    assert_eq!(r.m.stats().reads, 3);
+    assert_eq!(r.m.stats().read_sectors, 5);
     assert_eq!(r.m.stats().recovered_sectors, 3 * DISK);
 }
 
@@ -404,4 +408,31 @@ fn long_histories_are_compacted_without_changing_answers() {
     // Flushed at write 200; 201 came later.
     r.recover(0, &[S::W(200), S::W(200), S::W(200), S::W(200)], S::Zero)
         .unwrap();
+}
+
+#[test]
+fn violations_summarize_into_runs() {
+    let mut r = Run::new();
+    r.write(1, 0, 8);
+    r.flush();
+    // Sectors 0..4 lost (zeroes), 4 garbage, 5..8 fine, the rest fine.
+    let contents = [
+        S::Zero,
+        S::Zero,
+        S::Zero,
+        S::Zero,
+        S::Junk,
+        S::W(1),
+        S::W(1),
+        S::W(1),
+    ];
+    let v = r.recover(0, &contents, S::Zero).unwrap_err();
+    assert_eq!(v.len(), 5);
+    let lines = summarize(&v, 10);
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(lines[0].contains("guest sector 0 ") && lines[0].contains("next 3 sectors"));
+    assert!(lines[1].contains("guest sector 4 ") && lines[1].contains("garbage"));
+    let capped = summarize(&v, 1);
+    assert_eq!(capped.len(), 2);
+    assert!(capped[1].contains("1 more"), "{capped:?}");
 }

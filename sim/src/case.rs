@@ -16,6 +16,7 @@ use engine::{Compat, CreateOptions, EngineOptions};
 use oracle::data::{BackingData, BackingPattern, SECTOR_SIZE};
 use serde::{Deserialize, Serialize};
 
+use crate::disk::{DiskOptions, OptionsError};
 use crate::workload::Profile;
 
 /// The case format this build reads and writes.
@@ -29,6 +30,8 @@ pub const MAX_OPS: usize = 4096;
 pub const MAX_GROUP_OPS: usize = 64;
 /// Longest guest request, in sectors (2 MiB).
 pub const MAX_OP_SECTORS: u64 = 4096;
+/// Most tables an engine cache of a case may hold.
+pub const MAX_CACHE_TABLES: usize = 1024;
 
 /// One simulated run, whole.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,7 +47,7 @@ pub struct Case {
     pub engine: EngineOptions,
     pub image: ImageSpec,
     /// The simulated disk and its faults.
-    pub device: DeviceSpec,
+    pub disk: DiskOptions,
     /// Concurrency groups, run in order; the operations of one group are
     /// issued together and run concurrently.
     pub workload: Vec<Vec<Op>>,
@@ -97,74 +100,6 @@ impl BackingSpec {
             BackingSpec::Raw { .. } => "raw",
             BackingSpec::Qcow2 { .. } => "qcow2",
         }
-    }
-}
-
-/// The simulated disk's settings and faults.
-///
-/// This is qcsim's own description of a device until the simulated disk's
-/// options type lands; the two are to be unified (see `sim::disk`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeviceSpec {
-    /// The device's atomic unit in bytes: 512 or 4096.
-    pub sector_size: u32,
-    pub latency: LatencySpec,
-    /// Whether write_zeroes is done efficiently; when false the device
-    /// refuses it with "not supported".
-    pub write_zeroes_supported: bool,
-    /// Whether discard does anything; when false it is a no-op.
-    pub discard_supported: bool,
-    pub faults: FaultSpec,
-}
-
-/// Request latencies in simulated microseconds, each drawn uniformly from
-/// `min..=max` (so `min <= max`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LatencySpec {
-    pub read_min: u32,
-    pub read_max: u32,
-    pub write_min: u32,
-    pub write_max: u32,
-    pub flush_min: u32,
-    pub flush_max: u32,
-}
-
-/// Injected faults. Rates are per mille of requests of the kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FaultSpec {
-    pub read_eio_permille: u16,
-    pub write_eio_permille: u16,
-    pub flush_eio_permille: u16,
-    /// Writes past this many bytes of device fail with ENOSPC.
-    pub capacity: Option<u64>,
-    /// Harsher than qcow2 can survive without checksums: a crash may tear
-    /// a write inside a device sector. Only "no panic, no hang" holds.
-    pub torn_writes: bool,
-    /// Harsh: writes that report success but never reach the medium.
-    pub lost_writes_permille: u16,
-    /// Harsh: writes that land at the wrong offset.
-    pub misdirected_writes_permille: u16,
-}
-
-impl FaultSpec {
-    /// No faults at all.
-    pub const NONE: FaultSpec = FaultSpec {
-        read_eio_permille: 0,
-        write_eio_permille: 0,
-        flush_eio_permille: 0,
-        capacity: None,
-        torn_writes: false,
-        lost_writes_permille: 0,
-        misdirected_writes_permille: 0,
-    };
-
-    /// Whether any fault beyond what the oracle's rules cover is on; the
-    /// model's verdicts do not apply then.
-    pub fn harsh(&self) -> bool {
-        self.torn_writes || self.lost_writes_permille > 0 || self.misdirected_writes_permille > 0
     }
 }
 
@@ -240,8 +175,10 @@ pub enum CaseError {
     LazyRefcountsOnV2,
     #[error("backing: {0}")]
     Backing(String),
-    #[error("device: {0}")]
-    Device(String),
+    #[error("engine: {0}")]
+    Engine(String),
+    #[error(transparent)]
+    Disk(#[from] OptionsError),
     #[error("workload holds {0} operations, more than {MAX_OPS}")]
     TooManyOps(usize),
     #[error("group {group}: {problem}")]
@@ -327,6 +264,56 @@ impl Case {
         oracle::model::Model::new(self.sectors(), self.backing_data())
     }
 
+    /// One line naming what the case exercises, for progress output and
+    /// reports.
+    pub fn summary(&self) -> String {
+        let c = &self.image.create;
+        let compat = match c.compat {
+            Compat::V2 => "v2",
+            Compat::V3 => "v3",
+        };
+        let backing = match &self.image.backing {
+            None => String::new(),
+            Some(b) => format!(" backing={}", b.format_name()),
+        };
+        let f = &self.disk.faults;
+        let faults = if !f.enabled {
+            "none".to_string()
+        } else {
+            format!(
+                "eio-ppm(r/w/f)={}/{}/{}{}{}",
+                f.read_error_ppm,
+                f.write_error_ppm,
+                f.flush_error_ppm,
+                if f.capacity.is_some() { " enospc" } else { "" },
+                if self.harsh() { " harsh" } else { "" },
+            )
+        };
+        format!(
+            "seed {} {} {}KiB cluster={} {compat} refcount_bits={}{}{backing} \
+             switches={:05b} sector={} ops={} crashes={} faults={faults}",
+            self.seed,
+            self.profile.map_or("arbitrary", |p| p.name()),
+            c.size >> 10,
+            c.cluster_size,
+            c.refcount_bits,
+            if c.lazy_refcounts { " lazy" } else { "" },
+            self.engine.switches.mask(),
+            self.disk.sector_size,
+            self.workload.iter().map(Vec::len).sum::<usize>(),
+            self.crashes(),
+        )
+    }
+
+    /// Whether any fault beyond what the oracle's rules cover is on (lost
+    /// or misdirected writes, torn sectors); the model's verdicts do not
+    /// apply then, only "no panic, no hang".
+    pub fn harsh(&self) -> bool {
+        let f = &self.disk.faults;
+        (f.enabled && (f.lost_write_ppm > 0 || f.misdirected_write_ppm > 0))
+            || self.disk.crash.tear_ppm > 0
+    }
+
     /// Number of crash-and-reopen points.
     pub fn crashes(&self) -> usize {
         self.numbered_ops()
@@ -341,9 +328,25 @@ impl Case {
                 found: self.version,
             });
         }
+        self.validate_engine()?;
         self.validate_image()?;
         self.validate_device()?;
         self.validate_workload()
+    }
+
+    fn validate_engine(&self) -> Result<(), CaseError> {
+        let e = &self.engine;
+        for (name, n) in [
+            ("l2_cache_tables", e.l2_cache_tables),
+            ("refcount_cache_tables", e.refcount_cache_tables),
+        ] {
+            if !(2..=MAX_CACHE_TABLES).contains(&n) {
+                return Err(CaseError::Engine(format!(
+                    "{name} {n}: must be 2 to {MAX_CACHE_TABLES}"
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn validate_image(&self) -> Result<(), CaseError> {
@@ -410,38 +413,7 @@ impl Case {
     }
 
     fn validate_device(&self) -> Result<(), CaseError> {
-        let d = &self.device;
-        if d.sector_size != 512 && d.sector_size != 4096 {
-            return Err(CaseError::Device(format!(
-                "sector size {}: must be 512 or 4096",
-                d.sector_size
-            )));
-        }
-        let l = &d.latency;
-        for (name, min, max) in [
-            ("read", l.read_min, l.read_max),
-            ("write", l.write_min, l.write_max),
-            ("flush", l.flush_min, l.flush_max),
-        ] {
-            if min > max {
-                return Err(CaseError::Device(format!(
-                    "{name} latency {min}..={max} is empty"
-                )));
-            }
-        }
-        let f = &d.faults;
-        for (name, rate) in [
-            ("read_eio_permille", f.read_eio_permille),
-            ("write_eio_permille", f.write_eio_permille),
-            ("flush_eio_permille", f.flush_eio_permille),
-            ("lost_writes_permille", f.lost_writes_permille),
-            ("misdirected_writes_permille", f.misdirected_writes_permille),
-        ] {
-            if rate > 1000 {
-                return Err(CaseError::Device(format!("{name} {rate}: at most 1000")));
-            }
-        }
-        Ok(())
+        Ok(self.disk.validate()?)
     }
 
     fn validate_workload(&self) -> Result<(), CaseError> {

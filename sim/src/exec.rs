@@ -51,21 +51,63 @@ pub type Nanos = u64;
 
 /// The executor's limits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ExecOptions {
-    /// Most task polls one `run` may make before it fails as a livelock.
-    /// Must be at least 1.
+    /// Most task polls the simulation may make (over all its runs) before
+    /// a run fails as a livelock. Any value is accepted; 0 fails at once.
     pub steps_max: u64,
     /// Latest simulated time a run may reach before it fails as a livelock
-    /// (a task that sleeps in a loop forever). Must be at least 1.
+    /// (a task that sleeps in a loop forever). Any value is accepted.
     pub time_max: Nanos,
+    /// How the next task is chosen among the ready ones.
+    pub policy: SchedulePolicy,
+}
+
+impl ExecOptions {
+    /// Default limits with a schedule policy drawn from `seed` (swarm
+    /// testing): half the cases uniform, half PCT with one to four change
+    /// points spread over `steps_hint` steps (about how many polls a case
+    /// takes).
+    pub fn swarm(seed: u64, steps_hint: u64) -> Self {
+        let mut r = rng::stream(seed, Stream::ScheduleConfig);
+        let policy = if r.gen_bool(0.5) {
+            SchedulePolicy::Random
+        } else {
+            SchedulePolicy::Priority {
+                change_points: r.gen_range(1..=4),
+                steps_hint: steps_hint.max(1),
+            }
+        };
+        Self {
+            policy,
+            ..Self::default()
+        }
+    }
+}
+
+/// How the executor chooses which ready task to poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SchedulePolicy {
+    /// Uniformly at random at every step.
+    Random,
+    /// Probabilistic concurrency testing (PCT): every task gets a random
+    /// priority at spawn and the highest-priority ready task runs; at
+    /// `change_points` steps drawn in `1..=steps_hint`, the running task
+    /// drops below every other. Finds ordering bugs that need a few
+    /// specific preemptions far more often than uniform choice does.
+    Priority { change_points: u32, steps_hint: u64 },
 }
 
 impl Default for ExecOptions {
     fn default() -> Self {
         Self {
-            steps_max: 200_000_000,
-            // One simulated day: far beyond any workload, short of overflow.
-            time_max: 86_400 * 1_000_000_000,
+            // About ten seconds of polling: far beyond a simulated case, and
+            // enough for a 256 MiB benchmark in 4 KiB requests.
+            steps_max: 20_000_000,
+            // One simulated hour: a 256 MiB benchmark of random 4 KiB writes
+            // on the HDD model takes minutes.
+            time_max: 3_600 * 1_000_000_000,
+            policy: SchedulePolicy::Random,
         }
     }
 }
@@ -110,6 +152,11 @@ type LocalFuture = Pin<Box<dyn Future<Output = ()>>>;
 
 struct Task {
     name: Rc<str>,
+    /// A daemon (background work such as a periodic writeback) does not
+    /// keep a run going: `run` finishes when only daemons remain.
+    daemon: bool,
+    /// Its priority under `SchedulePolicy::Priority` (higher runs first).
+    priority: i64,
     /// `None` only while the task is being polled (it is taken out so that
     /// the task may spawn or wake others without a double borrow).
     future: Option<LocalFuture>,
@@ -145,11 +192,17 @@ struct Inner {
     now: Cell<Nanos>,
     next_task: Cell<TaskId>,
     tasks: RefCell<BTreeMap<TaskId, Task>>,
+    /// How many tasks in `tasks` are not daemons.
+    foreground: Cell<usize>,
     ready: ReadySet,
     /// Pending timers by (deadline, registration number).
     timers: RefCell<BTreeMap<(Nanos, u64), Waker>>,
     next_timer: Cell<u64>,
     schedule: RefCell<ChaCha8Rng>,
+    /// Under `SchedulePolicy::Priority`: the steps at which the running
+    /// task's priority drops, and the next (ever lower) priority to give.
+    change_steps: BTreeSet<u64>,
+    next_low: Cell<i64>,
     trace: RefCell<TraceHasher>,
     steps: Cell<u64>,
     running: Cell<bool>,
@@ -179,12 +232,19 @@ impl Sim {
         Self::with_options(seed, ExecOptions::default())
     }
 
-    /// A simulation of case `seed`. Panics if `options` break their
-    /// documented constraints (a programmer error: options come from code or
-    /// from a validated case).
+    /// A simulation of case `seed` with the given limits.
     pub fn with_options(seed: u64, options: ExecOptions) -> Self {
-        assert!(options.steps_max >= 1, "steps_max must be at least 1");
-        assert!(options.time_max >= 1, "time_max must be at least 1");
+        let mut schedule = rng::stream(seed, Stream::Schedule);
+        let mut change_steps = BTreeSet::new();
+        if let SchedulePolicy::Priority {
+            change_points,
+            steps_hint,
+        } = options.policy
+        {
+            for _ in 0..change_points {
+                change_steps.insert(schedule.gen_range(1..=steps_hint.max(1)));
+            }
+        }
         Self {
             inner: Rc::new(Inner {
                 seed,
@@ -192,10 +252,13 @@ impl Sim {
                 now: Cell::new(0),
                 next_task: Cell::new(0),
                 tasks: RefCell::new(BTreeMap::new()),
+                foreground: Cell::new(0),
                 ready: Arc::new(Mutex::new(BTreeSet::new())),
                 timers: RefCell::new(BTreeMap::new()),
                 next_timer: Cell::new(0),
-                schedule: RefCell::new(rng::stream(seed, Stream::Schedule)),
+                schedule: RefCell::new(schedule),
+                change_steps,
+                next_low: Cell::new(-1),
                 trace: RefCell::new(TraceHasher::new()),
                 steps: Cell::new(0),
                 running: Cell::new(false),
@@ -241,17 +304,18 @@ impl Sim {
         i
     }
 
-    /// Tasks not yet finished.
+    /// Tasks not yet finished, daemons included.
     pub fn task_count(&self) -> usize {
         self.inner.tasks.borrow().len()
     }
 
-    /// Names of the tasks not yet finished, in spawn order.
+    /// Names of the tasks (not daemons) not yet finished, in spawn order.
     pub fn task_names(&self) -> Vec<String> {
         self.inner
             .tasks
             .borrow()
             .iter()
+            .filter(|(_, t)| !t.daemon)
             .map(|(id, t)| format!("#{id} {}", t.name))
             .collect()
     }
@@ -267,6 +331,25 @@ impl Sim {
 
     /// Spawn a task with a name that hang and livelock reports will show.
     pub fn spawn_named<F>(&self, name: impl Into<String>, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        self.spawn_task(name.into(), false, future)
+    }
+
+    /// Spawn a daemon: a task that runs while others do but does not keep a
+    /// run going (`run` returns once only daemons remain; they resume on the
+    /// next run). For background work that loops forever.
+    pub fn spawn_daemon<F>(&self, name: impl Into<String>, future: F) -> JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        self.spawn_task(name.into(), true, future)
+    }
+
+    fn spawn_task<F>(&self, name: String, daemon: bool, future: F) -> JoinHandle<F::Output>
     where
         F: Future + 'static,
         F::Output: 'static,
@@ -291,14 +374,25 @@ impl Sim {
                 w.wake();
             }
         };
-        let name: String = name.into();
+        let priority = match self.inner.options.policy {
+            SchedulePolicy::Random => 0,
+            // Non-negative, above every lowered priority.
+            SchedulePolicy::Priority { .. } => {
+                self.inner.schedule.borrow_mut().gen_range(0..i64::MAX)
+            }
+        };
         self.inner.tasks.borrow_mut().insert(
             id,
             Task {
                 name: name.into(),
+                daemon,
+                priority,
                 future: Some(Box::pin(wrapped)),
             },
         );
+        if !daemon {
+            self.inner.foreground.set(self.inner.foreground.get() + 1);
+        }
         lock(&self.inner.ready).insert(id);
         JoinHandle { id, state }
     }
@@ -316,18 +410,18 @@ impl Sim {
             .expect("run finished every task, so this one too"))
     }
 
-    /// Run until every task has finished.
+    /// Run until every task (but daemons) has finished.
     pub fn run(&self) -> Result<(), ExecError> {
         self.run_until(|| false).map(|_| ())
     }
 
-    /// Run until every task has finished or `stop` returns true (checked
+    /// Run until every task (but daemons) has finished or `stop` returns true (checked
     /// before each poll, so a task's effects are seen as soon as it yields).
     pub fn run_until(&self, stop: impl FnMut() -> bool) -> Result<RunEnd, ExecError> {
         self.run_inner(stop, None)
     }
 
-    /// Run until every task has finished or simulated time would pass `t`;
+    /// Run until every task (but daemons) has finished or simulated time would pass `t`;
     /// then the clock reads `t` (a crash at a chosen moment).
     pub fn run_until_time(&self, t: Nanos) -> Result<RunEnd, ExecError> {
         self.run_inner(|| false, Some(t))
@@ -341,7 +435,7 @@ impl Sim {
         assert!(!self.inner.running.get(), "Sim::run called from a task");
         self.inner.running.set(true);
         let result = loop {
-            if self.inner.tasks.borrow().is_empty() {
+            if self.inner.foreground.get() == 0 {
                 break Ok(RunEnd::Finished);
             }
             if stop() {
@@ -398,9 +492,30 @@ impl Sim {
         if ready.is_empty() {
             return None;
         }
-        let i = self.inner.schedule.borrow_mut().gen_range(0..ready.len());
-        let id = *ready.iter().nth(i).expect("index drawn below the length");
+        let id = match self.inner.options.policy {
+            SchedulePolicy::Random => {
+                let i = self.inner.schedule.borrow_mut().gen_range(0..ready.len());
+                *ready.iter().nth(i).expect("index drawn below the length")
+            }
+            SchedulePolicy::Priority { .. } => *ready
+                .iter()
+                .max_by_key(|id| (tasks[id].priority, std::cmp::Reverse(**id)))
+                .expect("ready is not empty"),
+        };
         ready.remove(&id);
+        drop(tasks);
+        // Steps count from 1; this pick is step `steps() + 1`.
+        if self
+            .inner
+            .change_steps
+            .contains(&(self.inner.steps.get() + 1))
+        {
+            let low = self.inner.next_low.get();
+            self.inner.next_low.set(low - 1);
+            if let Some(t) = self.inner.tasks.borrow_mut().get_mut(&id) {
+                t.priority = low;
+            }
+        }
         let mut trace = self.inner.trace.borrow_mut();
         trace.event("poll");
         trace.write_u64(id);
@@ -424,7 +539,10 @@ impl Sim {
         let mut cx = Context::from_waker(&waker);
         match future.as_mut().poll(&mut cx) {
             Poll::Ready(()) => {
-                self.inner.tasks.borrow_mut().remove(&id);
+                let task = self.inner.tasks.borrow_mut().remove(&id);
+                if task.is_some_and(|t| !t.daemon) {
+                    self.inner.foreground.set(self.inner.foreground.get() - 1);
+                }
             }
             Poll::Pending => {
                 if let Some(task) = self.inner.tasks.borrow_mut().get_mut(&id) {
@@ -457,10 +575,11 @@ impl Sim {
         }
     }
 
-    /// Drop every task (a crash: in-flight requests are abandoned where they
-    /// stand). Their join handles never complete.
+    /// Drop every task, daemons included (a crash: in-flight requests are
+    /// abandoned where they stand). Their join handles never complete.
     pub fn abort_all(&self) {
         let tasks = std::mem::take(&mut *self.inner.tasks.borrow_mut());
+        self.inner.foreground.set(0);
         lock(&self.inner.ready).clear();
         // Dropping futures runs their destructors, which may touch the timers.
         drop(tasks);

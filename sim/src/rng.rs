@@ -31,6 +31,8 @@ pub enum Stream {
     DeviceConfig = 7,
     /// The engine options of a generated case.
     EngineConfig = 8,
+    /// The executor's schedule policy of a generated case.
+    ScheduleConfig = 9,
 }
 
 /// The stream of `concern` for the case `seed`.

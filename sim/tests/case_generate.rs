@@ -22,10 +22,15 @@ fn every_profile_generates_valid_bounded_cases() {
                 "{profile} seed {seed}: {crashes} crashes"
             );
             assert!(case.image.create.size <= 8 << 20);
-            assert!(!case.device.faults.harsh());
+            assert!(!case.harsh());
             if profile != Profile::Mixed {
                 assert_eq!(case.profile, Some(profile));
             }
+            let ops = || case.workload.iter().flatten();
+            assert!(ops().any(|op| matches!(op, Op::Read { .. })));
+            assert!(ops().any(|op| matches!(op, Op::Discard { .. })));
+            assert!(ops().any(|op| matches!(op, Op::WriteZeroes { .. })));
+            assert!(ops().any(|op| matches!(op, Op::Flush)));
         }
     }
 }
@@ -77,8 +82,8 @@ fn mixed_covers_every_profile_and_options_vary() {
     };
     assert!(distinct(&|c| c.image.create.cluster_size.to_string()) >= 5);
     assert!(distinct(&|c| format!("{:?}", c.engine.switches)) >= 10);
-    assert!(distinct(&|c| format!("{:?}", c.device.faults)) >= 5);
-    assert!(cases.iter().any(|c| c.device.sector_size == 4096));
+    assert!(distinct(&|c| format!("{:?}", c.disk.faults)) >= 5);
+    assert!(cases.iter().any(|c| c.disk.sector_size == 4096));
     assert!(cases.iter().any(|c| c.image.backing.is_some()));
     let kinds = |c: &Case| {
         let mut k = [false; 6];

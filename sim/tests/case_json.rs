@@ -39,7 +39,7 @@ fn edited(f: impl FnOnce(&mut serde_json::Value)) -> Result<Case, CaseError> {
 fn unknown_fields_are_refused_everywhere() {
     let top = edited(|v| v["surprise"] = 1.into()).unwrap_err();
     assert!(top.to_string().contains("surprise"), "{top}");
-    let nested = edited(|v| v["device"]["faults"]["surprise"] = 1.into()).unwrap_err();
+    let nested = edited(|v| v["disk"]["faults"]["surprise"] = 1.into()).unwrap_err();
     assert!(nested.to_string().contains("surprise"), "{nested}");
     let in_op = edited(|v| v["workload"][0][0]["surprise"] = 1.into()).unwrap_err();
     assert!(in_op.to_string().contains("surprise"), "{in_op}");
@@ -62,8 +62,10 @@ fn invalid_cases_are_refused_with_the_reason() {
     assert!(matches!(e, CaseError::ClusterSize(3000)), "{e}");
     let e = edited(|v| v["image"]["create"]["size"] = (1u64 << 40).into()).unwrap_err();
     assert!(matches!(e, CaseError::VirtualSize(_)), "{e}");
-    let e = edited(|v| v["device"]["sector_size"] = 1024.into()).unwrap_err();
-    assert!(matches!(e, CaseError::Device(_)), "{e}");
+    let e = edited(|v| v["engine"]["l2_cache_tables"] = 1.into()).unwrap_err();
+    assert!(matches!(e, CaseError::Engine(_)), "{e}");
+    let e = edited(|v| v["disk"]["sector_size"] = 1024.into()).unwrap_err();
+    assert!(matches!(e, CaseError::Disk(_)), "{e}");
     let e = edited(|v| v["workload"] = serde_json::json!([[]])).unwrap_err();
     assert!(matches!(e, CaseError::Group { group: 0, .. }), "{e}");
     let e = edited(|v| {
@@ -121,4 +123,19 @@ fn ops_read_as_written() {
         ]
     );
     assert_eq!(serde_json::to_string(&ops).unwrap(), json);
+}
+
+#[test]
+fn summary_names_the_case() {
+    let case = Case::generate(4, Profile::Bench);
+    let s = case.summary();
+    assert!(s.starts_with("seed 4 bench "), "{s}");
+    assert!(s.contains(&format!("crashes={}", case.crashes())), "{s}");
+    assert!(
+        s.contains(&format!("cluster={}", case.image.create.cluster_size)),
+        "{s}"
+    );
+    let mut other = case.clone();
+    other.image.create.size /= 2;
+    assert_ne!(other.summary(), s);
 }

@@ -78,6 +78,11 @@ fn eio_at_the_nth_request_of_a_kind() {
     let report = disk.injected_faults();
     assert_eq!(report.len(), 2);
     assert_eq!((report[0].request, report[0].op), (4, IoOp::Write));
+    let line = report[1].to_string();
+    assert!(
+        line.starts_with("#9 read 2048+512 at ") && line.ends_with(" ns: EIO"),
+        "{line}"
+    );
     assert!(matches!(report[0].kind, FaultKind::Io { landed } if landed == 0 || landed == 512));
     assert_eq!(disk.counters().errors, 2);
 }
@@ -258,6 +263,10 @@ fn lost_and_misdirected_writes_report_success() {
     let mut b = [0u8; 512];
     disk.volatile().read(to, &mut b);
     assert_eq!(b, [9; 512]);
+    // Violation reports find it from where it landed too.
+    let found = disk.writes_touching(to, 512, 4);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].landed, Some((to, 512)));
 }
 
 #[test]
@@ -283,9 +292,7 @@ fn swarm_mixes_gentle_brutal_and_off_and_round_trips_through_json() {
         off > 30 && brutal > 30 && gentle > 30 && no_reads > 20,
         "{off} {brutal} {gentle} {no_reads}"
     );
-    assert!(all
-        .iter()
-        .all(|o| o.faults.lost_write_ppm == 0 && o.crash.tear_ppm == 0));
+    assert!(all.iter().all(|o| !o.is_harsh()));
     assert!(all.iter().any(|o| o.sector_size == 4096));
     for o in &all {
         o.validate().unwrap();
@@ -295,6 +302,7 @@ fn swarm_mixes_gentle_brutal_and_off_and_round_trips_through_json() {
     }
     let harsh: Vec<DiskOptions> = (0..100).map(|s| DiskOptions::swarm(s, true)).collect();
     assert!(harsh.iter().any(|o| o.faults.lost_write_ppm > 0));
+    assert!(harsh.iter().any(|o| o.is_harsh()) && !harsh.iter().all(|o| o.is_harsh()));
     assert!(harsh.iter().any(|o| o.crash.tear_ppm > 0));
     // Unknown fields are refused, so a typo in a saved case is loud.
     let bad = serde_json::from_str::<DiskOptions>(r#"{"sector_sise": 512}"#);

@@ -366,3 +366,18 @@ fn log_lines_name_the_request_and_block_on_drives_a_body() {
         "#1 flush, issued 1000 ns, completed 6000 ns: ok"
     );
 }
+
+#[test]
+fn transfers_share_the_bus() {
+    let sim = Sim::new(11);
+    let mut o = fixed(0, 0, 0);
+    // 1 MB/s: a 1000-byte transfer takes 1 ms.
+    o.latency.bandwidth = 1_000_000;
+    let disk = sim.disk(o).unwrap();
+    for i in 0..4u64 {
+        let d = disk.clone();
+        sim.spawn(async move { d.write(i * 1000, &[1; 1000], WriteFlags::default()).await });
+    }
+    sim.run().unwrap();
+    assert_eq!(sim.now(), 4_000_000);
+}

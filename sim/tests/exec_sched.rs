@@ -2,6 +2,7 @@
 //! handles, and the hang and livelock reports.
 
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::rc::Rc;
 
 use sim::exec::{ExecError, ExecOptions, RunEnd, Sim};
@@ -196,4 +197,114 @@ fn tasks_spawned_from_tasks_run() {
     });
     sim.run().unwrap();
     assert_eq!(outer.take(), Some(43));
+}
+
+#[test]
+fn daemons_do_not_keep_a_run_going() {
+    let sim = Sim::with_options(
+        6,
+        ExecOptions {
+            steps_max: 10_000,
+            ..ExecOptions::default()
+        },
+    );
+    let ticks = Rc::new(RefCell::new(0u64));
+    let s = sim.clone();
+    let t = ticks.clone();
+    sim.spawn_daemon("writeback", async move {
+        loop {
+            s.sleep(100).await;
+            *t.borrow_mut() += 1;
+        }
+    });
+    let s = sim.clone();
+    let v = sim
+        .block_on(async move {
+            s.sleep(1_050).await;
+            7
+        })
+        .unwrap();
+    assert_eq!(v, 7);
+    assert_eq!(*ticks.borrow(), 10);
+    assert_eq!(sim.task_count(), 1, "the daemon is still there");
+    assert!(
+        sim.task_names().is_empty(),
+        "daemons are not listed as stuck"
+    );
+    // A foreground task that never wakes while a daemon ticks on is caught
+    // by the budget, and named.
+    sim.spawn_named("stuck", std::future::pending::<()>());
+    let err = sim.run().unwrap_err();
+    assert!(matches!(err, ExecError::StepBudget { .. }), "{err}");
+    assert!(err.to_string().ends_with("#2 stuck"), "{err}");
+}
+
+/// Four tasks that log (task, step) around yields, under `policy`.
+fn interleaving(seed: u64, policy: sim::exec::SchedulePolicy) -> Vec<u64> {
+    let sim = Sim::with_options(
+        seed,
+        ExecOptions {
+            policy,
+            ..ExecOptions::default()
+        },
+    );
+    let log = Rc::new(RefCell::new(Vec::new()));
+    for t in 0..4u64 {
+        let s = sim.clone();
+        let l = log.clone();
+        sim.spawn(async move {
+            for _ in 0..3 {
+                l.borrow_mut().push(t);
+                s.yield_now().await;
+            }
+        });
+    }
+    sim.run().unwrap();
+    let v = log.borrow().clone();
+    v
+}
+
+#[test]
+fn priority_schedules_run_tasks_whole_until_a_change_point() {
+    use sim::exec::SchedulePolicy;
+    let runs = |v: &[u64]| 1 + v.windows(2).filter(|w| w[0] != w[1]).count();
+    let calm = SchedulePolicy::Priority {
+        change_points: 0,
+        steps_hint: 12,
+    };
+    for seed in 0..10 {
+        let v = interleaving(seed, calm);
+        assert_eq!(v.len(), 12);
+        assert_eq!(runs(&v), 4, "seed {seed}: {v:?}");
+    }
+    let orders: BTreeSet<Vec<u64>> = (0..10).map(|s| interleaving(s, calm)).collect();
+    assert!(orders.len() > 1, "priorities ignore the seed");
+    let stormy = SchedulePolicy::Priority {
+        change_points: 3,
+        steps_hint: 12,
+    };
+    assert_eq!(interleaving(5, stormy), interleaving(5, stormy));
+    assert!(
+        (0..20).any(|s| runs(&interleaving(s, stormy)) > 4),
+        "change points never preempt"
+    );
+    // Uniform choice interleaves freely.
+    assert!((0..5).any(|s| runs(&interleaving(s, SchedulePolicy::Random)) > 6));
+}
+
+#[test]
+fn swarm_policies_mix_and_are_seeded() {
+    use sim::exec::SchedulePolicy;
+    let all: Vec<ExecOptions> = (0..40).map(|s| ExecOptions::swarm(s, 500)).collect();
+    assert_eq!(all[3], ExecOptions::swarm(3, 500));
+    assert!(all.iter().any(|o| o.policy == SchedulePolicy::Random));
+    assert!(all.iter().any(|o| matches!(
+        o.policy,
+        SchedulePolicy::Priority {
+            steps_hint: 500,
+            ..
+        }
+    )));
+    let json = serde_json::to_string(&all[0]).unwrap();
+    assert_eq!(serde_json::from_str::<ExecOptions>(&json).unwrap(), all[0]);
 }

@@ -14,4 +14,4 @@ mod violation;
 
 pub use state::{Model, Stats};
 pub use types::{OpId, SectorRange, Status, Value, WriteKind};
-pub use violation::{Violation, When};
+pub use violation::{summarize, Violation, When};

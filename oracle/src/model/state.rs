@@ -17,6 +17,8 @@ use crate::data::{decode, BackingData, WriteId, SECTOR_SIZE};
 /// Counts for a run's summary.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Guest reads checked.
+    pub reads: u64,
     /// Sectors returned by guest reads and checked.
     pub read_sectors: u64,
     /// Crashes the model went through.
@@ -263,6 +265,7 @@ impl Model {
             }
             check_sector(s, chunk, &mut allowed, When::Read { op }, &mut violations);
         }
+        self.stats.reads += 1;
         self.stats.read_sectors += r.range.len;
         if violations.is_empty() {
             Ok(())

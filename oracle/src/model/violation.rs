@@ -47,3 +47,55 @@ impl std::fmt::Display for Violation {
 }
 
 impl std::error::Error for Violation {}
+
+/// Violations grouped into runs of consecutive sectors that went wrong the
+/// same way (same moment, same allowed values, and the same content shifted
+/// by one sector per sector), one line per run, at most `max_lines` lines
+/// (the last saying how many runs were left out). A lost cluster is one
+/// line instead of a hundred.
+pub fn summarize(violations: &[Violation], max_lines: usize) -> Vec<String> {
+    let mut runs: Vec<(&Violation, u64)> = Vec::new();
+    for v in violations {
+        match runs.last_mut() {
+            Some((first, n)) if continues(first, *n, v) => *n += 1,
+            _ => runs.push((v, 1)),
+        }
+    }
+    let mut lines: Vec<String> = runs
+        .iter()
+        .take(max_lines)
+        .map(|(v, n)| {
+            if *n == 1 {
+                v.to_string()
+            } else {
+                format!("{v} (and the same for the next {} sectors)", n - 1)
+            }
+        })
+        .collect();
+    if runs.len() > max_lines {
+        lines.push(format!(
+            "... and {} more runs of wrong sectors",
+            runs.len() - max_lines
+        ));
+    }
+    lines
+}
+
+/// Whether `v` extends the run of `n` violations starting at `first`.
+fn continues(first: &Violation, n: u64, v: &Violation) -> bool {
+    let delta = n;
+    v.sector == first.sector + delta
+        && v.when == first.when
+        && v.allowed == first.allowed
+        && match (first.observed, v.observed) {
+            (Content::Zero, Content::Zero) => true,
+            (Content::Garbage(_), Content::Garbage(_)) => true,
+            (Content::Written { id: a, sector: s }, Content::Written { id: b, sector: t }) => {
+                a == b && s.checked_add(delta) == Some(t)
+            }
+            (Content::Backing { sector: s }, Content::Backing { sector: t }) => {
+                s.checked_add(delta) == Some(t)
+            }
+            _ => false,
+        }
+}

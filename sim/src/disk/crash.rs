@@ -2,23 +2,35 @@
 //!
 //! The rule (DESIGN.md): the durable state, plus, independently for every
 //! sector, any one of the values that the pending writes (in flight, or
-//! completed but not yet flushed) put there, or none of them. A sector's
-//! value from a write that covers only part of it is the durable sector
-//! with that write's bytes laid over it.
+//! completed but not yet flushed) put there, or none of them. The value a
+//! write put there is the sector as it stood once that write had landed:
+//! the durable value with the bytes of the pending writes before it (in
+//! completion order, in-flight ones last) and then its own laid over. With
+//! whole-sector writes that is just the write's data; a write covering part
+//! of a sector keeps the bytes earlier writes put around it, as a page cache
+//! writing the sector back would. In write-by-write states only the writes
+//! that landed are laid over.
 //!
-//! `SimDisk::crash_image` samples one such state, either sector by sector
-//! or write by write (each pending write lands whole or not at all, later
-//! completions on top), the second being a subset of the first that makes
-//! the "whole request landed" states likely. Harsher mode may tear a sector.
-//! `SimDisk::crash_states` enumerates every state, up to a cap.
+//! A `CrashPoint` freezes the durable state and the pending writes of one
+//! moment: now (`SimDisk::crash_point`), or any past moment rebuilt from
+//! the write log (`SimDisk::crash_point_at`), so that one run yields crash
+//! states at every point of its history. From a crash point:
+//! - `sample` draws one state, either sector by sector or write by write
+//!   (each pending write lands whole or not at all, later completions on
+//!   top), the second a subset of the first that makes the "whole request
+//!   landed" states likely; harsher mode may tear a sector;
+//! - `states` enumerates every state, up to a cap; `states_by_write` the
+//!   2^n whole-write states.
 
 use std::collections::BTreeMap;
 
+use engine::dev::IoOp;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use super::options::{TearFill, PPM};
-use super::simdisk::{Pending, SimDisk};
+use super::durability::{Durability, Payload, Pending};
+use super::options::{CrashOptions, TearFill, PPM};
+use super::simdisk::SimDisk;
 use super::store::SparseStore;
 
 /// Why no crash image could be built.
@@ -26,6 +38,15 @@ use super::store::SparseStore;
 pub enum CrashError {
     #[error("crash images need crash tracking (disk option crash.track is off)")]
     NotTracked,
+    #[error("crash states of past moments need the write log (disk option log.enabled is off)")]
+    NoLog,
+    #[error(
+        "the write log lacks the payload of request #{request} (past log.data_bytes_max), \
+         so the state at that moment cannot be rebuilt"
+    )]
+    LogIncomplete { request: u64 },
+    #[error("event {at} is in the future (the disk is at event {now})")]
+    Future { at: u64, now: u64 },
 }
 
 /// How a sampled crash chose its sectors.
@@ -47,8 +68,14 @@ pub struct SectorChoice {
     /// The pending writes (request ids) whose value it could take, in
     /// completion order (in-flight ones last).
     pub candidates: Vec<u64>,
-    /// The write whose value it took; `None` for its durable value.
+    /// The last write that landed on it; `None` if it kept its durable
+    /// value.
     pub kept: Option<u64>,
+    /// Every write that landed on it, in the order they were laid over the
+    /// durable value (completion order). With whole-sector writes only the
+    /// last one shows; a write covering part of the sector leaves the
+    /// earlier ones' bytes visible around it.
+    pub landed: Vec<u64>,
     /// If torn: how many leading bytes are the new value (the rest is old
     /// or garbage, per the options).
     pub torn: Option<u32>,
@@ -73,11 +100,13 @@ impl CrashImage {
     }
 }
 
-/// The disk's state at the moment of the crash, frozen.
+/// The disk's state at the moment of a crash, frozen: build as many crash
+/// images from it as wanted.
 #[derive(Debug, Clone)]
-struct CrashBase {
+pub struct CrashPoint {
     durable: SparseStore,
     sector_size: u64,
+    options: CrashOptions,
     /// Pending writes in completion order, in-flight ones last by id.
     writes: Vec<Pending>,
     /// For every touched sector, the indexes into `writes` that can put a
@@ -85,15 +114,11 @@ struct CrashBase {
     sectors: BTreeMap<u64, Vec<usize>>,
 }
 
-impl CrashBase {
-    fn new(disk: &SimDisk) -> Result<Self, CrashError> {
-        if !disk.inner.options.crash.track {
-            return Err(CrashError::NotTracked);
-        }
-        let st = disk.inner.state.borrow();
-        let mut writes: Vec<Pending> = st.pending.values().cloned().collect();
+impl CrashPoint {
+    fn new(dur: &Durability, sector_size: u32, options: CrashOptions) -> Self {
+        let mut writes: Vec<Pending> = dur.pending.values().cloned().collect();
         writes.sort_by_key(|p| (p.completed.unwrap_or(u64::MAX), p.id));
-        let ss = u64::from(disk.inner.options.sector_size);
+        let ss = u64::from(sector_size);
         let mut sectors: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
         for (i, w) in writes.iter().enumerate() {
             for (s, e) in w.live() {
@@ -102,51 +127,72 @@ impl CrashBase {
                 }
             }
         }
-        Ok(Self {
-            durable: st.durable.clone(),
+        Self {
+            durable: dur.durable.clone(),
             sector_size: ss,
+            options,
             writes,
             sectors,
-        })
+        }
     }
 
-    /// The value sector `sector` takes from write `w`: its durable value
-    /// with the write's live bytes laid over. Also returns the end of the
-    /// write's bytes within the sector (the image must reach that far).
-    fn value(&self, sector: u64, w: &Pending) -> (Vec<u8>, u64) {
+    /// What survives the crash for certain.
+    pub fn durable(&self) -> &SparseStore {
+        &self.durable
+    }
+
+    /// The request ids of the pending writes, in completion order
+    /// (in-flight ones last).
+    pub fn pending(&self) -> Vec<u64> {
+        self.writes.iter().map(|w| w.id).collect()
+    }
+
+    /// Sectors some pending write could change.
+    pub fn touched_sectors(&self) -> usize {
+        self.sectors.len()
+    }
+
+    /// The value sector `sector` takes when the writes `ws` landed on it,
+    /// in that order, over its durable value (only their live bytes). Also
+    /// returns the end of their bytes within the sector (the image must
+    /// reach that far).
+    fn value(&self, sector: u64, ws: &[&Pending]) -> (Vec<u8>, u64) {
         let ss = self.sector_size;
         let start = sector * ss;
         let mut buf = vec![0; ss as usize];
         self.durable.read(start, &mut buf);
         let mut end = 0;
-        for (s, e) in w.live() {
-            let (s, e) = (s.max(start), e.min(start + ss));
-            if s < e {
-                w.copy_out(s, &mut buf[(s - start) as usize..(e - start) as usize]);
-                end = end.max(e);
+        for w in ws {
+            for (s, e) in w.live() {
+                let (s, e) = (s.max(start), e.min(start + ss));
+                if s < e {
+                    w.copy_out(s, &mut buf[(s - start) as usize..(e - start) as usize]);
+                    end = end.max(e);
+                }
             }
         }
         (buf, end)
     }
 
     /// Build the image that `pick` describes: for each touched sector (by
-    /// ordinal among the touched ones), the index in its candidate list of
-    /// the write it keeps, or `None`; `tear` may tear a kept sector.
+    /// ordinal among the touched ones), the indexes in its candidate list of
+    /// the writes that landed on it, ascending (empty: it keeps its durable
+    /// value); `tear` may tear a sector that took a new value.
     fn build(
         &self,
         mode: CrashMode,
-        mut pick: impl FnMut(usize, &[usize]) -> Option<usize>,
+        mut pick: impl FnMut(usize, &[usize]) -> Vec<usize>,
         mut tear: impl FnMut(usize, &mut [u8], &[u8]) -> Option<u32>,
     ) -> CrashImage {
         let ss = self.sector_size;
         let mut content = self.durable.clone();
         let mut choices = Vec::with_capacity(self.sectors.len());
         for (ordinal, (&sector, cands)) in self.sectors.iter().enumerate() {
-            let chosen = pick(ordinal, cands);
+            let landed = pick(ordinal, cands);
             let mut torn = None;
-            if let Some(k) = chosen {
-                let w = &self.writes[cands[k]];
-                let (mut value, end) = self.value(sector, w);
+            if !landed.is_empty() {
+                let ws: Vec<&Pending> = landed.iter().map(|&k| &self.writes[cands[k]]).collect();
+                let (mut value, end) = self.value(sector, &ws);
                 let mut old = vec![0; ss as usize];
                 self.durable.read(sector * ss, &mut old);
                 torn = tear(ordinal, &mut value, &old);
@@ -159,7 +205,8 @@ impl CrashBase {
             choices.push(SectorChoice {
                 sector,
                 candidates: cands.iter().map(|&i| self.writes[i].id).collect(),
-                kept: chosen.map(|k| self.writes[cands[k]].id),
+                kept: landed.last().map(|&k| self.writes[cands[k]].id),
+                landed: landed.iter().map(|&k| self.writes[cands[k]].id).collect(),
                 torn,
             });
         }
@@ -169,22 +216,13 @@ impl CrashBase {
             choices,
         }
     }
-
-    /// How many crash states there are (`None` past `u64::MAX`).
-    fn count(&self) -> Option<u64> {
-        self.sectors
-            .values()
-            .try_fold(1u64, |acc, c| acc.checked_mul(c.len() as u64 + 1))
-    }
 }
 
-impl SimDisk {
-    /// Sample one crash state of the disk as it stands, drawing from `rng`
-    /// (give it the case's `Crash` stream). Call it with the simulation
-    /// stopped: the pending writes are those of this moment.
-    pub fn crash_image(&self, rng: &mut impl Rng) -> Result<CrashImage, CrashError> {
-        let base = CrashBase::new(self)?;
-        let opts = &self.inner.options.crash;
+impl CrashPoint {
+    /// Sample one crash state, drawing from `rng` (give it the case's
+    /// `Crash` stream).
+    pub fn sample(&self, rng: &mut impl Rng) -> CrashImage {
+        let opts = &self.options;
         let mode = if rng.gen_bool(0.5) {
             CrashMode::Sectors
         } else {
@@ -195,27 +233,26 @@ impl SimDisk {
         let landed: Vec<bool> = match mode {
             CrashMode::Writes => {
                 let p = rng.gen_range(0..=4) as f64 / 4.0;
-                base.writes.iter().map(|_| rng.gen_bool(p)).collect()
+                self.writes.iter().map(|_| rng.gen_bool(p)).collect()
             }
             _ => Vec::new(),
         };
-        let mut picks: Vec<Option<usize>> = Vec::with_capacity(base.sectors.len());
-        for cands in base.sectors.values() {
+        let mut picks: Vec<Vec<usize>> = Vec::with_capacity(self.sectors.len());
+        for cands in self.sectors.values() {
             picks.push(match mode {
-                CrashMode::Writes => cands.iter().rposition(|&i| landed[i]),
-                _ => {
-                    let k = rng.gen_range(0..=cands.len());
-                    k.checked_sub(1)
-                }
+                CrashMode::Writes => (0..cands.len()).filter(|&k| landed[cands[k]]).collect(),
+                // The sector as it stood once its k-th write had landed
+                // (every earlier one with it), or as durable.
+                _ => (0..rng.gen_range(0..=cands.len())).collect(),
             });
         }
-        let mut tears: Vec<(u32, Option<Vec<u8>>)> = Vec::new();
         // Tears are drawn after the picks, in sector order, so that turning
         // tearing on does not change which values the sectors took.
+        let mut tears: Vec<(u32, Option<Vec<u8>>)> = Vec::new();
         if opts.tear_ppm > 0 {
-            let ss = base.sector_size as usize;
+            let ss = self.sector_size as usize;
             for p in &picks {
-                if p.is_some() && rng.gen_range(0..PPM) < opts.tear_ppm {
+                if !p.is_empty() && rng.gen_range(0..PPM) < opts.tear_ppm {
                     let cut = rng.gen_range(1..ss) as u32;
                     let garbage = (opts.tear_fill == TearFill::Garbage).then(|| {
                         let mut g = vec![0u8; ss];
@@ -228,9 +265,9 @@ impl SimDisk {
                 }
             }
         }
-        let image = base.build(
+        self.build(
             mode,
-            |ordinal, _| picks[ordinal],
+            |ordinal, _| std::mem::take(&mut picks[ordinal]),
             |ordinal, value, old| match tears.get(ordinal) {
                 Some((cut, fill)) if *cut > 0 => {
                     let cut = *cut as usize;
@@ -242,33 +279,125 @@ impl SimDisk {
                 }
                 _ => None,
             },
-        );
-        Ok(image)
+        )
     }
 
-    /// Every crash state of the disk as it stands (sector by sector, no
-    /// tearing), the all-durable state first, at most `cap` of them.
-    pub fn crash_states(&self, cap: u64) -> Result<CrashStates, CrashError> {
-        let base = CrashBase::new(self)?;
-        let radix: Vec<usize> = base.sectors.values().map(|c| c.len() + 1).collect();
-        Ok(CrashStates {
-            total: base.count(),
-            counter: vec![0; radix.len()],
-            radix,
-            base,
-            cap,
-            emitted: 0,
-            done: false,
-        })
+    /// Every crash state (sector by sector, no tearing), the all-durable
+    /// state first, at most `cap` of them.
+    pub fn states(self, cap: u64) -> CrashStates {
+        let radix: Vec<usize> = self.sectors.values().map(|c| c.len() + 1).collect();
+        CrashStates::new(self, Granularity::Sector, radix, cap)
+    }
+
+    /// Every crash state in which each pending write landed whole or not at
+    /// all (later completions on top): 2^n states for n pending writes, a
+    /// subset of `states` small enough to enumerate when writes span many
+    /// sectors. The all-durable state first, at most `cap` of them.
+    pub fn states_by_write(self, cap: u64) -> CrashStates {
+        let radix = vec![2; self.writes.len()];
+        CrashStates::new(self, Granularity::Write, radix, cap)
     }
 }
 
-/// The iterator of `SimDisk::crash_states`.
+impl SimDisk {
+    /// The crash point of this moment. Call it with the simulation stopped:
+    /// the pending writes are those of now.
+    pub fn crash_point(&self) -> Result<CrashPoint, CrashError> {
+        let o = &self.inner.options;
+        if !o.crash.track {
+            return Err(CrashError::NotTracked);
+        }
+        let st = self.inner.state.borrow();
+        Ok(CrashPoint::new(&st.dur, o.sector_size, o.crash.clone()))
+    }
+
+    /// The crash point just after event `at` (an `issue_seq` or
+    /// `complete_seq` of the log; 0 is before the first request), rebuilt
+    /// by replaying the write log over the disk's initial content. Needs
+    /// the log with every payload up to that moment.
+    pub fn crash_point_at(&self, at: u64) -> Result<CrashPoint, CrashError> {
+        let o = &self.inner.options;
+        if !o.log.enabled {
+            return Err(CrashError::NoLog);
+        }
+        let st = self.inner.state.borrow();
+        let now = self.event_seq();
+        if at > now {
+            return Err(CrashError::Future { at, now });
+        }
+        // Every issue and completion up to `at`, in event order.
+        let mut events: Vec<(u64, bool, usize)> = Vec::new();
+        for (i, e) in st.log.iter().enumerate() {
+            if e.issue_seq <= at {
+                events.push((e.issue_seq, false, i));
+            }
+            if let Some(c) = e.complete_seq.filter(|&c| c <= at) {
+                events.push((c, true, i));
+            }
+        }
+        events.sort_unstable();
+        let mut dur = Durability::new(st.initial.clone());
+        for (seq, completion, i) in events {
+            let e = &st.log[i];
+            let ok = e.result == Some(Ok(()));
+            match (e.op, completion) {
+                (IoOp::Write | IoOp::WriteZeroes | IoOp::Discard, false) => {
+                    if let Some((at, n)) = e.landed {
+                        let payload = match e.op {
+                            IoOp::Write => Payload::Data(
+                                e.data
+                                    .clone()
+                                    .ok_or(CrashError::LogIncomplete { request: e.id })?,
+                            ),
+                            _ => Payload::Zeroes,
+                        };
+                        dur.issue(e.id, at, n, payload, e.fua);
+                    }
+                }
+                (IoOp::Write | IoOp::WriteZeroes | IoOp::Discard, true) => {
+                    dur.complete(e.id, seq, ok);
+                }
+                (IoOp::Flush, true) if ok => dur.flush(e.issue_seq),
+                (IoOp::Truncate, true) if ok => dur.truncate(e.id, e.len),
+                _ => {}
+            }
+        }
+        Ok(CrashPoint::new(&dur, o.sector_size, o.crash.clone()))
+    }
+
+    /// Sample one crash state of this moment (see `CrashPoint::sample`).
+    pub fn crash_image(&self, rng: &mut impl Rng) -> Result<CrashImage, CrashError> {
+        Ok(self.crash_point()?.sample(rng))
+    }
+
+    /// Every crash state of this moment (see `CrashPoint::states`).
+    pub fn crash_states(&self, cap: u64) -> Result<CrashStates, CrashError> {
+        Ok(self.crash_point()?.states(cap))
+    }
+
+    /// Every whole-write crash state of this moment (see
+    /// `CrashPoint::states_by_write`).
+    pub fn crash_states_by_write(&self, cap: u64) -> Result<CrashStates, CrashError> {
+        Ok(self.crash_point()?.states_by_write(cap))
+    }
+}
+
+/// What one digit of an enumeration stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Granularity {
+    /// A touched sector: 0 for durable, k for its k-th candidate.
+    Sector,
+    /// A pending write: 1 if it landed.
+    Write,
+}
+
+/// The iterator of `SimDisk::crash_states` and `crash_states_by_write`.
 #[derive(Debug)]
 pub struct CrashStates {
-    base: CrashBase,
+    base: CrashPoint,
+    granularity: Granularity,
     radix: Vec<usize>,
-    /// The next state, as one digit per touched sector (0: durable).
+    /// The next state as a mixed-radix number, one digit per sector or write.
     counter: Vec<usize>,
     cap: u64,
     emitted: u64,
@@ -277,6 +406,22 @@ pub struct CrashStates {
 }
 
 impl CrashStates {
+    fn new(base: CrashPoint, granularity: Granularity, radix: Vec<usize>, cap: u64) -> Self {
+        let total = radix
+            .iter()
+            .try_fold(1u64, |acc, &r| acc.checked_mul(r as u64));
+        Self {
+            base,
+            granularity,
+            counter: vec![0; radix.len()],
+            radix,
+            cap,
+            emitted: 0,
+            total,
+            done: false,
+        }
+    }
+
     /// How many states exist in all (`None` past `u64::MAX`); more than the
     /// cap means the enumeration is not exhaustive.
     pub fn total(&self) -> Option<u64> {
@@ -297,11 +442,22 @@ impl Iterator for CrashStates {
             return None;
         }
         let counter = &self.counter;
-        let image = self.base.build(
-            CrashMode::Enumerated,
-            |ordinal, _| counter[ordinal].checked_sub(1),
-            |_, _, _| None,
-        );
+        let image = match self.granularity {
+            Granularity::Sector => self.base.build(
+                CrashMode::Enumerated,
+                |ordinal, _| (0..counter[ordinal]).collect(),
+                |_, _, _| None,
+            ),
+            Granularity::Write => self.base.build(
+                CrashMode::Enumerated,
+                |_, cands| {
+                    (0..cands.len())
+                        .filter(|&k| counter[cands[k]] == 1)
+                        .collect()
+                },
+                |_, _, _| None,
+            ),
+        };
         self.emitted += 1;
         // Advance the mixed-radix counter; wrapping past the top ends it.
         self.done = true;

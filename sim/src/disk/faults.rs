@@ -7,6 +7,8 @@
 //! Each kind of request draws from its own stream, so that changing the read
 //! error rate does not move the write faults.
 
+use std::fmt;
+
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -41,6 +43,27 @@ pub struct InjectedFault {
     pub len: u64,
     pub at: Nanos,
     pub kind: FaultKind,
+}
+
+impl fmt::Display for InjectedFault {
+    /// One line for fault reports, e.g.
+    /// `#12 write 4096+512 at 1200 ns: EIO, 0 bytes landed`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "#{} {} {}+{} at {} ns: ",
+            self.request, self.op, self.offset, self.len, self.at
+        )?;
+        match self.kind {
+            FaultKind::Io { landed } if self.op == IoOp::Write || self.op == IoOp::WriteZeroes => {
+                write!(f, "EIO, {landed} bytes landed")
+            }
+            FaultKind::Io { .. } => write!(f, "EIO"),
+            FaultKind::NoSpace => write!(f, "ENOSPC"),
+            FaultKind::Lost => write!(f, "lost (reported success)"),
+            FaultKind::Misdirected { to } => write!(f, "misdirected to {to} (reported success)"),
+        }
+    }
 }
 
 fn op_index(op: IoOp) -> u32 {

@@ -46,6 +46,10 @@ pub struct LogEntry {
     pub data: Option<Rc<[u8]>>,
     /// The fault injected into this request, if any.
     pub fault: Option<FaultKind>,
+    /// For a write-like request: where its payload went, as `(offset,
+    /// len)`, after faults (a short landing, a misdirection) and clipping (a
+    /// discard stops at the device's end); `None` if nothing landed.
+    pub landed: Option<(u64, u64)>,
 }
 
 impl LogEntry {
@@ -57,13 +61,17 @@ impl LogEntry {
         )
     }
 
-    /// Whether it covers any byte of `[offset, offset + len)` (truncates
+    /// Whether it covers any byte of `[offset, offset + len)`, where it was
+    /// sent or where it landed (a misdirected write touches both; truncates
     /// cover everything past their new length).
     pub fn touches(&self, offset: u64, len: u64) -> bool {
+        let overlaps = |s: u64, n: u64| s < offset + len && offset < s + n;
         match self.op {
             IoOp::Truncate => offset + len > self.len,
-            IoOp::Flush => false,
-            _ => self.offset < offset + len && offset < self.offset + self.len,
+            IoOp::Flush | IoOp::Read => false,
+            _ => {
+                overlaps(self.offset, self.len) || self.landed.is_some_and(|(s, n)| overlaps(s, n))
+            }
         }
     }
 }

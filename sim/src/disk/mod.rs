@@ -2,18 +2,45 @@
 //! latencies that reorder completions, Linux flush and FUA semantics, crash
 //! images built from its pending writes, and injected faults.
 //!
-//! Pristine state (durable, volatile, pending writes) lives in `simdisk`;
-//! faults are decided at the edge in `faults`; `crash` builds crash states;
-//! `log` holds the write log and counters; `options` the settings.
+//! `simdisk` serves requests from the volatile view, times and logs them;
+//! `durability` holds the durable state and the pending writes with the
+//! flush and FUA rules (shared with the log replay); faults are decided at
+//! the edge in `faults`; `crash` builds crash states, now or at any past
+//! event; `log` holds the write log and counters; `store` the sparse byte
+//! storage; `options` the settings.
+//!
+//! Typical use:
+//!
+//! ```
+//! use engine::dev::{BlockDev, WriteFlags};
+//! use sim::disk::DiskOptions;
+//! use sim::exec::Sim;
+//! use sim::rng::{stream, Stream};
+//!
+//! let sim = Sim::new(42);
+//! let disk = sim.disk(DiskOptions::default()).unwrap();
+//! let d = disk.clone();
+//! sim.spawn(async move {
+//!     d.write(0, &[1; 4096], WriteFlags::default()).await.unwrap();
+//!     d.flush().await.unwrap();
+//!     d.write(4096, &[2; 4096], WriteFlags::default()).await.unwrap();
+//! });
+//! sim.run().unwrap();
+//! let crash = disk.crash_image(&mut stream(42, Stream::Crash)).unwrap();
+//! let reopened = disk.reopen(crash.content);
+//! assert!(reopened.len() >= 4096);
+//! println!("trace {:016x}", sim.trace_hash());
+//! ```
 
 mod crash;
+mod durability;
 mod faults;
 mod log;
 mod options;
 mod simdisk;
 mod store;
 
-pub use crash::{CrashError, CrashImage, CrashMode, CrashStates, SectorChoice};
+pub use crash::{CrashError, CrashImage, CrashMode, CrashPoint, CrashStates, SectorChoice};
 pub use faults::{FaultKind, InjectedFault};
 pub use log::{DiskCounters, LogEntry};
 pub use options::{

@@ -42,10 +42,13 @@ impl Default for DiskOptions {
     }
 }
 
-/// How long requests take. A request's service time is drawn uniformly from
+/// How long requests take. A request's latency is drawn uniformly from
 /// `[min, 2 * mean - min]` (so its mean is `mean`, with integer arithmetic
 /// only, identical on every machine), plus `seek` if it does not start where
-/// the previous one ended, plus its transfer time at `bandwidth`.
+/// the previous one ended, plus its transfer time at `bandwidth`. Transfers
+/// share one bus: with unlimited channels latencies overlap but transfers
+/// follow one another; with limited channels a request holds a channel for
+/// its latency and transfer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LatencyOptions {
@@ -328,6 +331,15 @@ impl DiskOptions {
         Ok(())
     }
 
+    /// Whether a harsher mode is on (lost or misdirected writes, torn
+    /// sectors): then qcow2 cannot promise the crash rules, and only "no
+    /// panic, no hang, and the checker says what happened" holds.
+    pub fn is_harsh(&self) -> bool {
+        let f = &self.faults;
+        (f.enabled && (f.lost_write_ppm > 0 || f.misdirected_write_ppm > 0))
+            || self.crash.tear_ppm > 0
+    }
+
     /// A whole set of disk options drawn from `seed` (swarm testing): sector
     /// size, latencies, support flags and fault rates. Harsher modes (lost
     /// and misdirected writes, torn sectors) only when `harsh`.
@@ -336,8 +348,7 @@ impl DiskOptions {
         let latency = match r.gen_range(0..4) {
             0 => LatencyOptions::hdd(),
             1 => {
-                // Equal latencies: completions still reorder, but only by
-                // the uniform draw.
+                // A narrow spread: completions reorder less often.
                 let mut l = LatencyOptions::ssd();
                 l.write_mean = l.write_min * 2;
                 l.read_mean = l.read_min * 2;

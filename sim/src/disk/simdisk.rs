@@ -15,9 +15,8 @@
 //! come back in another order than submissions, and a write changes the
 //! volatile view only when it completes.
 //!
-//! A pending write that completed before a newer write that became durable
-//! (by FUA) can no longer show through where they overlap: those bytes are
-//! marked *dead* in it, so neither a later flush nor a crash resurrects them.
+//! The durability rules live in `durability`; this module keeps the
+//! volatile view, times the requests and records them.
 //!
 //! Faults are decided at issue by `faults::FaultState` and recorded; the
 //! stores only see what a decision lets through.
@@ -31,6 +30,7 @@ use rand_chacha::ChaCha8Rng;
 
 use engine::dev::{BlockDev, DevError, IoOp, WriteFlags, ZeroFlags};
 
+use super::durability::{Durability, Payload};
 use super::faults::{FaultKind, FaultState, InjectedFault};
 use super::log::{DiskCounters, LogEntry};
 use super::options::{DiscardEffect, DiskOptions, OptionsError};
@@ -39,87 +39,14 @@ use crate::exec::{Nanos, Sim};
 use crate::rng::{self, Stream};
 use crate::trace::hash_bytes;
 
-/// What a write-like request puts on the disk.
-#[derive(Debug, Clone)]
-pub(crate) enum Payload {
-    Data(Rc<[u8]>),
-    Zeroes,
-}
-
-/// A write that is in flight or completed but not yet durable.
-#[derive(Debug, Clone)]
-pub(crate) struct Pending {
-    pub(crate) id: u64,
-    /// Where it lands (after any misdirection) and how much of it lands.
-    pub(crate) offset: u64,
-    pub(crate) len: u64,
-    pub(crate) payload: Payload,
-    pub(crate) fua: bool,
-    /// The completion order number, once completed.
-    pub(crate) completed: Option<u64>,
-    /// Byte ranges `[start, end)` superseded by a newer durable write.
-    pub(crate) dead: Vec<(u64, u64)>,
-}
-
-impl Pending {
-    /// The byte ranges of this write that can still show through.
-    pub(crate) fn live(&self) -> Vec<(u64, u64)> {
-        subtract((self.offset, self.offset + self.len), &self.dead)
-    }
-
-    /// Put the bytes of `[start, end)` (inside this write) into `store`.
-    pub(crate) fn apply(&self, store: &mut SparseStore, start: u64, end: u64) {
-        debug_assert!(self.offset <= start && end <= self.offset + self.len);
-        match &self.payload {
-            Payload::Data(d) => store.write(
-                start,
-                &d[(start - self.offset) as usize..(end - self.offset) as usize],
-            ),
-            Payload::Zeroes => store.zero(start, end - start),
-        }
-    }
-
-    /// Copy this write's bytes from `pos` on into `out` (all inside it).
-    pub(crate) fn copy_out(&self, pos: u64, out: &mut [u8]) {
-        debug_assert!(self.offset <= pos && pos + out.len() as u64 <= self.offset + self.len);
-        match &self.payload {
-            Payload::Data(d) => {
-                let at = (pos - self.offset) as usize;
-                out.copy_from_slice(&d[at..at + out.len()]);
-            }
-            Payload::Zeroes => out.fill(0),
-        }
-    }
-}
-
-/// `range` minus every range of `holes`.
-pub(crate) fn subtract(range: (u64, u64), holes: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    let mut out = vec![range];
-    for &(hs, he) in holes {
-        let mut next = Vec::with_capacity(out.len() + 1);
-        for (s, e) in out {
-            if he <= s || e <= hs {
-                next.push((s, e));
-                continue;
-            }
-            if s < hs {
-                next.push((s, hs));
-            }
-            if he < e {
-                next.push((he, e));
-            }
-        }
-        out = next;
-    }
-    out
-}
-
 pub(crate) struct State {
     pub(crate) volatile: SparseStore,
-    pub(crate) durable: SparseStore,
+    /// Empty (and unused) when crash tracking is off.
+    pub(crate) dur: Durability,
+    /// The content the disk started with, for replays of the log.
+    pub(crate) initial: SparseStore,
     /// The device length, counting writes that were issued.
     len: u64,
-    pub(crate) pending: std::collections::BTreeMap<u64, Pending>,
     /// Orders every issue and completion on this disk (see
     /// `LogEntry::issue_seq`).
     seq: u64,
@@ -130,8 +57,10 @@ pub(crate) struct State {
     channels: Vec<Nanos>,
     /// Where the previous read or write ended, for seeks.
     last_end: u64,
+    /// When the bus is next free (unlimited channels only).
+    bus_free: Nanos,
     counters: DiskCounters,
-    log: Vec<LogEntry>,
+    pub(crate) log: Vec<LogEntry>,
     log_data_bytes: u64,
     injected: Vec<InjectedFault>,
 }
@@ -158,7 +87,7 @@ impl fmt::Debug for SimDisk {
         f.debug_struct("SimDisk")
             .field("index", &self.inner.index)
             .field("len", &st.len)
-            .field("pending", &st.pending.len())
+            .field("pending", &st.dur.pending.len())
             .field("counters", &st.counters)
             .finish()
     }
@@ -191,19 +120,24 @@ impl SimDisk {
         let channels = vec![0; options.latency.channels as usize];
         let state = State {
             len: content.len(),
-            durable: if options.crash.track {
+            dur: Durability::new(if options.crash.track {
+                content.clone()
+            } else {
+                SparseStore::new()
+            }),
+            initial: if options.log.enabled {
                 content.clone()
             } else {
                 SparseStore::new()
             },
             volatile: content,
-            pending: Default::default(),
             seq: 0,
             next_id: 0,
             latency: rng::substream(seed, Stream::Latency, index),
             faults: FaultState::new(seed, index),
             channels,
             last_end: 0,
+            bus_free: 0,
             counters: DiskCounters::default(),
             log: Vec::new(),
             log_data_bytes: 0,
@@ -248,7 +182,8 @@ impl SimDisk {
         self.inner.state.borrow().injected.clone()
     }
 
-    /// The write log (empty when `options.log.enabled` is off).
+    /// The write log (empty when `options.log.enabled` is off). Do not hold
+    /// it across an await: requests update it.
     pub fn log(&self) -> Ref<'_, [LogEntry]> {
         Ref::map(self.inner.state.borrow(), |s| s.log.as_slice())
     }
@@ -269,9 +204,15 @@ impl SimDisk {
         v
     }
 
+    /// The number of the last event (issue or completion) on this disk: the
+    /// latest moment `crash_point_at` accepts.
+    pub fn event_seq(&self) -> u64 {
+        self.inner.state.borrow().seq
+    }
+
     /// Writes in flight or not yet durable.
     pub fn pending_count(&self) -> usize {
-        self.inner.state.borrow().pending.len()
+        self.inner.state.borrow().dur.pending.len()
     }
 
     /// What reads return now.
@@ -282,7 +223,7 @@ impl SimDisk {
     /// What would survive a crash for certain (empty when crash tracking is
     /// off).
     pub fn durable(&self) -> SparseStore {
-        self.inner.state.borrow().durable.clone()
+        self.inner.state.borrow().dur.durable.clone()
     }
 
     /// A new disk on the same simulation with the same options, holding
@@ -298,7 +239,11 @@ impl SimDisk {
     }
 
     /// When a request issued now completes, drawing its service time.
-    /// `transfer` is how many bytes move over the bus.
+    ///
+    /// With limited channels a request waits for a free one and holds it
+    /// for its latency and transfer. With unlimited channels latencies
+    /// overlap freely, but transfers share one bus at `bandwidth`, one after
+    /// the other, so that many requests at once cannot beat the bandwidth.
     fn schedule(st: &mut State, o: &DiskOptions, now: Nanos, req: &Request) -> Nanos {
         let l = &o.latency;
         let (min, mean) = match req.timing {
@@ -307,6 +252,7 @@ impl SimDisk {
             Timing::Flush => (l.flush_min, l.flush_mean),
         };
         let mut service = st.latency.gen_range(min..=2 * mean - min);
+        let mut transfer = 0;
         if !matches!(req.timing, Timing::Flush) {
             if req.offset != st.last_end {
                 service += l.seek;
@@ -314,12 +260,15 @@ impl SimDisk {
             st.last_end = req.offset.saturating_add(req.len);
             if l.bandwidth > 0 {
                 let t = u128::from(req.transfer) * 1_000_000_000 / u128::from(l.bandwidth);
-                service += u64::try_from(t).unwrap_or(u64::MAX / 4);
+                transfer = u64::try_from(t).unwrap_or(u64::MAX / 4);
             }
         }
         if st.channels.is_empty() {
-            return now + service;
+            let bus_done = st.bus_free.max(now) + transfer;
+            st.bus_free = bus_done;
+            return bus_done + service;
         }
+        let service = service + transfer;
         let (i, free) = st
             .channels
             .iter()
@@ -401,6 +350,7 @@ impl SimDisk {
                 data_hash,
                 data: keep.cloned(),
                 fault,
+                landed: None,
             });
         }
         let done = Self::schedule(st, o, now, req);
@@ -488,22 +438,12 @@ impl SimDisk {
                 st.len = st.len.max(offset + land_len);
             }
             if let (Some((at, n)), Some(payload)) = (landing, payload) {
+                // A misdirected write may land past the end it claimed.
+                st.len = st.len.max(at + n);
                 if n > 0 {
-                    // A misdirected write may land past the end it claimed.
-                    st.len = st.len.max(at + n);
-                    st.pending.insert(
-                        issued.id,
-                        Pending {
-                            id: issued.id,
-                            offset: at,
-                            len: n,
-                            payload,
-                            fua: req.flags.fua,
-                            completed: None,
-                            dead: Vec::new(),
-                        },
-                    );
+                    st.dur.issue(issued.id, at, n, payload, req.flags.fua);
                 }
+                Self::log_landing(&mut st, issued.id, at, n);
             }
             issued
         };
@@ -511,46 +451,34 @@ impl SimDisk {
         let mut st = self.inner.state.borrow_mut();
         let seq = Self::next_seq(&mut st);
         let result = Self::io_error(issued.fault, op, offset, len);
-        if let Some(p) = st.pending.get_mut(&issued.id) {
-            p.completed = Some(seq);
+        if let Some(p) = st.dur.complete(issued.id, seq, result.is_ok()) {
             // The whole write reaches the volatile view, dead parts included:
             // those only say what can no longer become durable or survive a
             // crash, while reads see the newest completed data.
-            let p = p.clone();
             p.apply(&mut st.volatile, p.offset, p.offset + p.len);
             if !self.inner.options.crash.track {
-                st.pending.remove(&issued.id);
-            } else if p.fua && result.is_ok() {
-                Self::make_durable(&mut st, &[issued.id]);
+                st.dur.pending.remove(&issued.id);
             }
+            Self::share_if_settled(&mut st);
         }
         self.finish(&mut st, issued.id, seq, &result, 0);
         result
     }
 
-    /// Move the completed pending writes `ids` (in completion order) into
-    /// the durable state, marking their bytes dead in older pending writes.
-    fn make_durable(st: &mut State, ids: &[u64]) {
-        for id in ids {
-            let p = st.pending.remove(id).expect("a pending write");
-            let done = p.completed.expect("only completed writes become durable");
-            for (s, e) in p.live() {
-                p.apply(&mut st.durable, s, e);
-            }
-            let (s, e) = (p.offset, p.offset + p.len);
-            for q in st.pending.values_mut() {
-                let older = q.completed.is_some_and(|c| c < done);
-                if older && q.offset < e && s < q.offset + q.len {
-                    q.dead.push((s.max(q.offset), e.min(q.offset + q.len)));
-                }
-            }
+    /// When nothing is in flight or unflushed, the durable state is the
+    /// volatile one (but for the corner of a shrinking truncate racing an
+    /// older write, where the volatile view is the better answer): share its
+    /// chunks rather than keep two copies.
+    fn share_if_settled(st: &mut State) {
+        if st.dur.pending.is_empty() {
+            st.dur.durable = st.volatile.clone();
         }
-        if st.pending.is_empty() {
-            // Nothing is in flight or unflushed, so the durable state is the
-            // volatile one (but for the corner of a shrinking truncate racing
-            // an older write, where the volatile view is the better answer).
-            // Share its chunks rather than keep two copies.
-            st.durable = st.volatile.clone();
+    }
+
+    /// Record in the log where a write-like request's payload landed.
+    fn log_landing(st: &mut State, id: u64, at: u64, len: u64) {
+        if let Some(e) = st.log.get_mut(id as usize) {
+            e.landed = Some((at, len));
         }
     }
 }
@@ -710,21 +638,9 @@ impl BlockDev for SimDisk {
         let mut st = self.inner.state.borrow_mut();
         let seq = Self::next_seq(&mut st);
         let result = Self::io_error(issued.fault, IoOp::Flush, 0, 0);
-        if result.is_ok() {
-            let mut ready: Vec<(u64, u64)> = st
-                .pending
-                .values()
-                .filter_map(|p| {
-                    p.completed
-                        .filter(|&c| c < issued.issue_seq)
-                        .map(|c| (c, p.id))
-                })
-                .collect();
-            ready.sort_unstable();
-            let ids: Vec<u64> = ready.into_iter().map(|(_, id)| id).collect();
-            if !ids.is_empty() {
-                Self::make_durable(&mut st, &ids);
-            }
+        if result.is_ok() && self.inner.options.crash.track {
+            st.dur.flush(issued.issue_seq);
+            Self::share_if_settled(&mut st);
         }
         self.finish(&mut st, issued.id, seq, &result, 0);
         result
@@ -752,17 +668,11 @@ impl BlockDev for SimDisk {
         let seq = Self::next_seq(&mut st);
         let result = Self::io_error(issued.fault, IoOp::Truncate, 0, len);
         if result.is_ok() {
-            // A truncate is a metadata change made durable at once (the
-            // engine does not truncate with writes in flight). Earlier
-            // pending writes lose whatever lay past the new end.
+            // Durable at once (see `durability`); the engine does not
+            // truncate with writes in flight.
             st.volatile.truncate(len);
             if self.inner.options.crash.track {
-                st.durable.truncate(len);
-                for p in st.pending.values_mut() {
-                    if p.id < issued.id && p.offset + p.len > len {
-                        p.dead.push((len.max(p.offset), p.offset + p.len));
-                    }
-                }
+                st.dur.truncate(issued.id, len);
             }
         }
         self.finish(&mut st, issued.id, seq, &result, 0);

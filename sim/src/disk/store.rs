@@ -10,11 +10,36 @@ use std::rc::Rc;
 pub const CHUNK: u64 = 64 << 10;
 
 /// A sparse, growable byte array with a length (bytes past it read as zero).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Two stores are equal when their lengths and contents are, however their
+/// chunks happen to be allocated.
+#[derive(Debug, Clone, Default)]
 pub struct SparseStore {
     chunks: BTreeMap<u64, Rc<Vec<u8>>>,
     len: u64,
 }
+
+impl PartialEq for SparseStore {
+    fn eq(&self, other: &Self) -> bool {
+        if self.len != other.len {
+            return false;
+        }
+        let zero = |c: &Rc<Vec<u8>>| c.iter().all(|&b| b == 0);
+        let keys: std::collections::BTreeSet<u64> = self
+            .chunks
+            .keys()
+            .chain(other.chunks.keys())
+            .copied()
+            .collect();
+        keys.into_iter()
+            .all(|k| match (self.chunks.get(&k), other.chunks.get(&k)) {
+                (Some(a), Some(b)) => Rc::ptr_eq(a, b) || a == b,
+                (Some(c), None) | (None, Some(c)) => zero(c),
+                (None, None) => true,
+            })
+    }
+}
+
+impl Eq for SparseStore {}
 
 impl SparseStore {
     pub fn new() -> Self {
@@ -78,20 +103,25 @@ impl SparseStore {
     }
 
     /// Make `len` bytes at `offset` read as zero, growing the length to
-    /// cover them. Whole chunks are dropped rather than filled.
+    /// cover them. Whole chunks are dropped rather than filled, and only the
+    /// chunks that exist are visited, so zeroing a huge range is cheap.
     pub fn zero(&mut self, offset: u64, len: u64) {
         let end = offset + len;
-        let mut pos = offset;
-        while pos < end {
-            let idx = pos / CHUNK;
-            let within = (pos % CHUNK) as usize;
-            let n = (CHUNK - pos % CHUNK).min(end - pos);
-            if n == CHUNK {
-                self.chunks.remove(&idx);
-            } else if let Some(chunk) = self.chunks.get_mut(&idx) {
-                Rc::make_mut(chunk)[within..within + n as usize].fill(0);
+        if len > 0 {
+            let present: Vec<u64> = self
+                .chunks
+                .range(offset / CHUNK..=(end - 1) / CHUNK)
+                .map(|(&idx, _)| idx)
+                .collect();
+            for idx in present {
+                let (start, stop) = ((idx * CHUNK).max(offset), ((idx + 1) * CHUNK).min(end));
+                if stop - start == CHUNK {
+                    self.chunks.remove(&idx);
+                } else if let Some(chunk) = self.chunks.get_mut(&idx) {
+                    let within = (start - idx * CHUNK) as usize;
+                    Rc::make_mut(chunk)[within..within + (stop - start) as usize].fill(0);
+                }
             }
-            pos += n;
         }
         self.len = self.len.max(end);
     }
@@ -148,6 +178,33 @@ mod tests {
         assert_eq!(&buf[..10], &data[..10]);
         assert_eq!(&buf[10..], &[0; 10]);
         assert_eq!(s.to_bytes().len(), 300_000);
+    }
+
+    #[test]
+    fn zeroing_a_huge_range_visits_only_present_chunks() {
+        let mut s = SparseStore::new();
+        s.write(5 * CHUNK + 7, &[9; 10]);
+        s.zero(0, 1 << 50);
+        assert_eq!(s.len(), 1 << 50);
+        assert_eq!(s.allocated(), 0);
+        let mut b = [1u8; 4];
+        s.read(5 * CHUNK + 7, &mut b);
+        assert_eq!(b, [0; 4]);
+    }
+
+    #[test]
+    fn equality_is_by_content() {
+        let mut a = SparseStore::new();
+        a.write(10, &[1; 4]);
+        a.zero(10, 4);
+        let mut b = SparseStore::new();
+        b.zero(0, 14);
+        assert_eq!(a, b);
+        b.write(3, &[1]);
+        assert_ne!(a, b);
+        b.zero(3, 1);
+        b.truncate(15);
+        assert_ne!(a, b, "lengths differ");
     }
 
     #[test]

@@ -10,9 +10,11 @@ use arbitrary::{Arbitrary, Unstructured};
 use engine::{Compat, CreateOptions, EngineOptions, Switches};
 use oracle::data::{BackingData, BackingPattern, SECTOR_SIZE};
 
-use crate::case::{
-    BackingSpec, Case, DeviceSpec, FaultSpec, ImageSpec, LatencySpec, Op, CASE_VERSION,
-    MAX_GROUP_OPS,
+use engine::dev::IoOp;
+
+use crate::case::{BackingSpec, Case, ImageSpec, Op, CASE_VERSION, MAX_GROUP_OPS};
+use crate::disk::{
+    DiscardEffect, DiskOptions, FaultOptions, LatencyOptions, NthRequest, SupportOptions,
 };
 
 /// Most operations a decoded case holds.
@@ -32,7 +34,7 @@ impl Case {
             ..EngineOptions::default()
         };
         let image = image(u)?;
-        let device = device(u, image.create.size)?;
+        let disk = disk(u)?;
         let workload = workload(u, image.create.size / SECTOR_SIZE as u64)?;
         let case = Case {
             version: CASE_VERSION,
@@ -40,7 +42,7 @@ impl Case {
             profile: None,
             engine,
             image,
-            device,
+            disk,
             workload,
         };
         debug_assert!(case.validate().is_ok(), "{:?}", case.validate());
@@ -109,38 +111,60 @@ fn image(u: &mut Unstructured<'_>) -> arbitrary::Result<ImageSpec> {
     })
 }
 
-fn device(u: &mut Unstructured<'_>, virtual_size: u64) -> arbitrary::Result<DeviceSpec> {
-    let span = |u: &mut Unstructured<'_>| -> arbitrary::Result<(u32, u32)> {
-        let min = u.int_in_range(0..=1000u32)?;
-        Ok((min, min + u.int_in_range(0..=10_000u32)?))
+fn disk(u: &mut Unstructured<'_>) -> arbitrary::Result<DiskOptions> {
+    // Latencies in microseconds, scaled to the disk's nanoseconds.
+    let span = |u: &mut Unstructured<'_>| -> arbitrary::Result<(u64, u64)> {
+        let min = u.int_in_range(0..=1000u64)?;
+        Ok((min * 1000, (min + u.int_in_range(0..=10_000u64)?) * 1000))
     };
-    let (read_min, read_max) = span(u)?;
-    let (write_min, write_max) = span(u)?;
-    let (flush_min, flush_max) = span(u)?;
-    let faults = FaultSpec {
-        read_eio_permille: u.int_in_range(0..=50)?,
-        write_eio_permille: u.int_in_range(0..=50)?,
-        flush_eio_permille: u.int_in_range(0..=50)?,
+    let (read_min, read_mean) = span(u)?;
+    let (write_min, write_mean) = span(u)?;
+    let (flush_min, flush_mean) = span(u)?;
+    let latency = LatencyOptions {
+        read_min,
+        read_mean,
+        write_min,
+        write_mean,
+        flush_min,
+        flush_mean,
+        seek: u.int_in_range(0..=1_000u64)? * 1000,
+        bandwidth: u.choose(&[0u64, 150_000_000, 2_000_000_000])?.to_owned(),
+        channels: u.int_in_range(0..=4)?,
+    };
+    let enabled = u.ratio(1, 2)?;
+    let faults = FaultOptions {
+        enabled,
+        read_error_ppm: u.int_in_range(0..=50_000)?,
+        write_error_ppm: u.int_in_range(0..=50_000)?,
+        flush_error_ppm: u.int_in_range(0..=50_000)?,
+        error_at: if u.ratio(1, 4)? {
+            vec![NthRequest {
+                op: *u.choose(&[IoOp::Read, IoOp::Write, IoOp::WriteZeroes, IoOp::Flush])?,
+                n: u.int_in_range(1..=200)?,
+            }]
+        } else {
+            Vec::new()
+        },
         capacity: if u.ratio(1, 8)? {
-            Some(u.int_in_range(0..=2 * virtual_size)?)
+            Some(u.int_in_range(0..=256u64)? << 16)
         } else {
             None
         },
-        ..FaultSpec::NONE
+        ..FaultOptions::default()
     };
-    Ok(DeviceSpec {
+    Ok(DiskOptions {
         sector_size: if u.ratio(1, 4)? { 4096 } else { 512 },
-        latency: LatencySpec {
-            read_min,
-            read_max,
-            write_min,
-            write_max,
-            flush_min,
-            flush_max,
+        latency,
+        support: SupportOptions {
+            write_zeroes: !u.ratio(1, 3)?,
+            discard: if u.arbitrary()? {
+                DiscardEffect::Nothing
+            } else {
+                DiscardEffect::Zeroes
+            },
         },
-        write_zeroes_supported: !u.ratio(1, 5)?,
-        discard_supported: !u.ratio(1, 5)?,
         faults,
+        ..DiskOptions::default()
     })
 }
 

@@ -91,10 +91,26 @@ impl Builder {
         self.group(vec![op]);
     }
 
-    /// Ends the workload with a flush and adds `crashes` crash points at
-    /// random places: either inside a group (crashing with its requests in
-    /// flight) or as a group of their own (crashing at rest).
+    /// Ends the workload: adds, at random places, what a file system on
+    /// top would issue whatever the program (a read, an fstrim-like discard
+    /// and a fallocate-like zero write), a final flush, and `crashes` crash
+    /// points, each either inside a group (crashing with its requests in
+    /// flight) or as a group of its own (crashing at rest).
     pub fn finish(mut self, rng: &mut ChaCha8Rng, crashes: usize) -> Vec<Vec<Op>> {
+        let geom = self.geom;
+        let max = (4 * geom.cluster_sectors).clamp(8, 1024);
+        for kind in 0..3 {
+            let (sector, sectors) = anywhere(rng, &geom, max);
+            let op = match kind {
+                0 => geom.read(sector, sectors),
+                1 => geom.discard(sector, sectors),
+                _ => geom.zeroes(sector, sectors, rng.gen_bool(0.5)),
+            };
+            // u32 draws, so that a case is the same on 32- and 64-bit hosts.
+            let at = rng.gen_range(0..=self.groups.len() as u32) as usize;
+            self.groups.insert(at, vec![op]);
+            self.ops += 1;
+        }
         self.one(Op::Flush);
         let mut places: Vec<usize> = (0..self.groups.len()).collect();
         places.shuffle(rng);

@@ -5,38 +5,26 @@
 
 use engine::{Compat, CreateOptions, EngineOptions, Switches};
 use oracle::data::{BackingData, BackingPattern, SECTOR_SIZE};
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::builder::{pick, Builder, Geometry};
 use super::{backing, bench, iozone, mkfs, random, sequential, Profile};
-use crate::case::{BackingSpec, Case, DeviceSpec, FaultSpec, ImageSpec, LatencySpec, CASE_VERSION};
+use crate::case::{BackingSpec, Case, ImageSpec, CASE_VERSION};
+use crate::disk::DiskOptions;
+use crate::rng::{self, Stream};
 
 /// Most operations a generated workload has before its crash points.
-const OP_BUDGET: usize = 300;
+const OP_BUDGET: u32 = 300;
 
-/// The concerns a generated case draws from, numbered as `sim::rng`
-/// numbers its streams (the discriminants must stay in step with it).
-#[derive(Clone, Copy)]
-enum Concern {
-    FaultConfig = 6,
-    DeviceConfig = 7,
-    EngineConfig = 8,
-    Workload = 4,
-}
-
-/// Index of the workload concern's sub-streams.
+/// Sub-streams of the workload stream: the operations, the image's shape,
+/// and the profile [`Profile::Mixed`] picks.
 const WORKLOAD_OPS: u32 = 0;
 const WORKLOAD_IMAGE: u32 = 1;
 const WORKLOAD_PROFILE: u32 = 2;
 
-/// The same derivation as `sim::rng::substream`: ChaCha8 seeded from the
-/// case seed, the concern and index in the stream word. (Kept here until
-/// that module lands, then to be replaced by it.)
-fn stream(seed: u64, concern: Concern, index: u32) -> ChaCha8Rng {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    rng.set_stream(((concern as u64) << 32) | u64::from(index));
-    rng
+fn stream(seed: u64, concern: Stream, index: u32) -> ChaCha8Rng {
+    rng::substream(seed, concern, index)
 }
 
 impl Case {
@@ -45,21 +33,18 @@ impl Case {
     pub fn generate(seed: u64, profile: Profile) -> Case {
         let profile = match profile {
             Profile::Mixed => pick(
-                &mut stream(seed, Concern::Workload, WORKLOAD_PROFILE),
+                &mut stream(seed, Stream::Workload, WORKLOAD_PROFILE),
                 &Profile::CONCRETE,
             ),
             p => p,
         };
-        let image = image(
-            &mut stream(seed, Concern::Workload, WORKLOAD_IMAGE),
-            profile,
-        );
+        let image = image(&mut stream(seed, Stream::Workload, WORKLOAD_IMAGE), profile);
         let geom = Geometry {
             sectors: image.create.size / SECTOR_SIZE as u64,
             cluster_sectors: image.create.cluster_size / SECTOR_SIZE as u64,
         };
-        let mut rng = stream(seed, Concern::Workload, WORKLOAD_OPS);
-        let mut b = Builder::new(geom, rng.gen_range(OP_BUDGET / 3..=OP_BUDGET));
+        let mut rng = stream(seed, Stream::Workload, WORKLOAD_OPS);
+        let mut b = Builder::new(geom, rng.gen_range(OP_BUDGET / 3..=OP_BUDGET) as usize);
         match profile {
             Profile::Mixed => unreachable!("resolved above"),
             Profile::Random => random::generate(&mut rng, &mut b),
@@ -69,19 +54,16 @@ impl Case {
             Profile::Mkfs => mkfs::generate(&mut rng, &mut b),
             Profile::Backing => backing::generate(&mut rng, &mut b),
         }
-        let crashes = rng.gen_range(2..=4);
+        let crashes = rng.gen_range(2..=4u32) as usize;
         let case = Case {
             version: CASE_VERSION,
             seed,
             profile: Some(profile),
-            engine: engine_options(&mut stream(seed, Concern::EngineConfig, 0)),
-            device: DeviceSpec {
-                faults: faults(
-                    &mut stream(seed, Concern::FaultConfig, 0),
-                    image.create.size,
-                ),
-                ..device(&mut stream(seed, Concern::DeviceConfig, 0))
-            },
+            engine: engine_options(&mut stream(seed, Stream::EngineConfig, 0)),
+            // The disk's settings and fault rates (swarm testing); the
+            // harsh modes stay off, since the oracle's rules do not hold
+            // under them: campaigns turn them on explicitly.
+            disk: DiskOptions::swarm(seed, false),
             image,
             workload: b.finish(&mut rng, crashes),
         };
@@ -182,63 +164,5 @@ fn backing_spec(rng: &mut ChaCha8Rng, size: u64) -> BackingSpec {
             cluster_size: pick(rng, &[4u64 << 10, 64 << 10]),
             data,
         }
-    }
-}
-
-fn device(rng: &mut ChaCha8Rng) -> DeviceSpec {
-    let latency = match rng.gen_range(0..3) {
-        // SSD-like.
-        0 => LatencySpec {
-            read_min: 20,
-            read_max: 120,
-            write_min: 20,
-            write_max: 200,
-            flush_min: 50,
-            flush_max: 1000,
-        },
-        // HDD-like.
-        1 => LatencySpec {
-            read_min: 500,
-            read_max: 12_000,
-            write_min: 500,
-            write_max: 12_000,
-            flush_min: 2_000,
-            flush_max: 20_000,
-        },
-        // Wildly variable: completions come back in any order.
-        _ => LatencySpec {
-            read_min: 1,
-            read_max: 10_000,
-            write_min: 1,
-            write_max: 10_000,
-            flush_min: 1,
-            flush_max: 10_000,
-        },
-    };
-    DeviceSpec {
-        sector_size: if rng.gen_bool(0.75) { 512 } else { 4096 },
-        latency,
-        write_zeroes_supported: rng.gen_bool(0.8),
-        discard_supported: rng.gen_bool(0.8),
-        faults: FaultSpec::NONE,
-    }
-}
-
-/// Fault rates, gentle to brutal; the harsh modes stay off (the oracle's
-/// rules do not hold under them, so campaigns turn them on explicitly).
-fn faults(rng: &mut ChaCha8Rng, virtual_size: u64) -> FaultSpec {
-    if rng.gen_bool(0.5) {
-        return FaultSpec::NONE;
-    }
-    let rate = |rng: &mut ChaCha8Rng| pick(rng, &[0u16, 0, 1, 5, 20]);
-    FaultSpec {
-        read_eio_permille: rate(rng),
-        write_eio_permille: rate(rng),
-        flush_eio_permille: rate(rng),
-        // Room for part of the data plus some metadata.
-        capacity: rng
-            .gen_bool(0.15)
-            .then(|| virtual_size / 2 + rng.gen_range(0..=virtual_size)),
-        ..FaultSpec::NONE
     }
 }

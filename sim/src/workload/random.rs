@@ -9,7 +9,7 @@ use crate::case::Op;
 
 pub(super) fn generate(rng: &mut ChaCha8Rng, b: &mut Builder) {
     let geom = b.geom;
-    let depth = pick(rng, &[1usize, 2, 4, 8, 16]);
+    let depth = pick(rng, &[1u32, 2, 4, 8, 16]);
     let hot: Vec<u64> = (0..rng.gen_range(2..=8))
         .map(|_| rng.gen_range(0..geom.clusters()))
         .collect();

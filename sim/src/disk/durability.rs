@@ -1,0 +1,186 @@
+//! Durability bookkeeping: the durable state and the pending writes (in
+//! flight, or completed but not yet durable), with the Linux rules that move
+//! writes from one to the other. The live disk drives it as requests issue
+//! and complete; a replay of the write log drives it to rebuild the state
+//! at any past moment. Both share this one implementation of the rules.
+//!
+//! - A flush makes durable exactly the writes that completed before it was
+//!   issued (in completion order).
+//! - A FUA write is durable when it completes.
+//! - A pending write that completed before a newer write that became
+//!   durable can no longer show through where they overlap: those bytes are
+//!   marked *dead* in it, so neither a later flush nor a crash resurrects
+//!   them.
+//! - A truncate is a metadata change made durable at once; earlier pending
+//!   writes lose whatever lay past the new end.
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use super::store::SparseStore;
+
+/// What a write-like request puts on the disk.
+#[derive(Debug, Clone)]
+pub(crate) enum Payload {
+    Data(Rc<[u8]>),
+    Zeroes,
+}
+
+/// A write that is in flight or completed but not yet durable.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub(crate) id: u64,
+    /// Where it lands (after any misdirection) and how much of it lands.
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) payload: Payload,
+    pub(crate) fua: bool,
+    /// The completion order number, once completed.
+    pub(crate) completed: Option<u64>,
+    /// Byte ranges `[start, end)` superseded by a newer durable write.
+    pub(crate) dead: Vec<(u64, u64)>,
+}
+
+impl Pending {
+    /// The byte ranges of this write that can still show through.
+    pub(crate) fn live(&self) -> Vec<(u64, u64)> {
+        subtract((self.offset, self.offset + self.len), &self.dead)
+    }
+
+    /// Put the bytes of `[start, end)` (inside this write) into `store`.
+    pub(crate) fn apply(&self, store: &mut SparseStore, start: u64, end: u64) {
+        debug_assert!(self.offset <= start && end <= self.offset + self.len);
+        match &self.payload {
+            Payload::Data(d) => store.write(
+                start,
+                &d[(start - self.offset) as usize..(end - self.offset) as usize],
+            ),
+            Payload::Zeroes => store.zero(start, end - start),
+        }
+    }
+
+    /// Copy this write's bytes from `pos` on into `out` (all inside it).
+    pub(crate) fn copy_out(&self, pos: u64, out: &mut [u8]) {
+        debug_assert!(self.offset <= pos && pos + out.len() as u64 <= self.offset + self.len);
+        match &self.payload {
+            Payload::Data(d) => {
+                let at = (pos - self.offset) as usize;
+                out.copy_from_slice(&d[at..at + out.len()]);
+            }
+            Payload::Zeroes => out.fill(0),
+        }
+    }
+}
+
+/// `range` minus every range of `holes`.
+pub(crate) fn subtract(range: (u64, u64), holes: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = vec![range];
+    for &(hs, he) in holes {
+        let mut next = Vec::with_capacity(out.len() + 1);
+        for (s, e) in out {
+            if he <= s || e <= hs {
+                next.push((s, e));
+                continue;
+            }
+            if s < hs {
+                next.push((s, hs));
+            }
+            if he < e {
+                next.push((he, e));
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+/// The durable state and the pending writes.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Durability {
+    pub(crate) durable: SparseStore,
+    /// By request id.
+    pub(crate) pending: BTreeMap<u64, Pending>,
+}
+
+impl Durability {
+    pub(crate) fn new(durable: SparseStore) -> Self {
+        Self {
+            durable,
+            pending: BTreeMap::new(),
+        }
+    }
+
+    /// A write-like request `id` was issued; it will land `len` bytes of
+    /// `payload` at `offset` (after faults), unless it never completes.
+    pub(crate) fn issue(&mut self, id: u64, offset: u64, len: u64, payload: Payload, fua: bool) {
+        if len == 0 {
+            return;
+        }
+        self.pending.insert(
+            id,
+            Pending {
+                id,
+                offset,
+                len,
+                payload,
+                fua,
+                completed: None,
+                dead: Vec::new(),
+            },
+        );
+    }
+
+    /// Request `id` completed as event `seq`, successfully or not (a failed
+    /// write may still have landed what `issue` said). Returns the write,
+    /// for the caller to apply to its volatile view.
+    pub(crate) fn complete(&mut self, id: u64, seq: u64, ok: bool) -> Option<Pending> {
+        let p = self.pending.get_mut(&id)?;
+        p.completed = Some(seq);
+        let p = p.clone();
+        if p.fua && ok {
+            self.make_durable(&[id]);
+        }
+        Some(p)
+    }
+
+    /// A flush issued as event `issue_seq` completed successfully.
+    pub(crate) fn flush(&mut self, issue_seq: u64) {
+        let mut ready: Vec<(u64, u64)> = self
+            .pending
+            .values()
+            .filter_map(|p| p.completed.filter(|&c| c < issue_seq).map(|c| (c, p.id)))
+            .collect();
+        ready.sort_unstable();
+        let ids: Vec<u64> = ready.into_iter().map(|(_, id)| id).collect();
+        self.make_durable(&ids);
+    }
+
+    /// A truncate `id` to `len` bytes completed successfully.
+    pub(crate) fn truncate(&mut self, id: u64, len: u64) {
+        self.durable.truncate(len);
+        for p in self.pending.values_mut() {
+            if p.id < id && p.offset + p.len > len {
+                p.dead.push((len.max(p.offset), p.offset + p.len));
+            }
+        }
+    }
+
+    /// Move the completed pending writes `ids` (in completion order) into
+    /// the durable state, marking their bytes dead in older pending writes.
+    fn make_durable(&mut self, ids: &[u64]) {
+        for id in ids {
+            let p = self.pending.remove(id).expect("a pending write");
+            let done = p.completed.expect("only completed writes become durable");
+            for (s, e) in p.live() {
+                p.apply(&mut self.durable, s, e);
+            }
+            let (s, e) = (p.offset, p.offset + p.len);
+            for q in self.pending.values_mut() {
+                let older = q.completed.is_some_and(|c| c < done);
+                if older && q.offset < e && s < q.offset + q.len {
+                    q.dead.push((s.max(q.offset), e.min(q.offset + q.len)));
+                }
+            }
+        }
+    }
+}
