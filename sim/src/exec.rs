@@ -10,10 +10,13 @@
 //!
 //! Everything is reachable from one seed: ready tasks and timers are kept in
 //! ordered sets, never hashed, and each choice is fed to the trace hash.
+//! The choice is uniform, or PCT-style by priorities (`SchedulePolicy`).
 //!
 //! Two ways a run can go wrong are reported, never looped on: a *hang*
 //! (tasks remain, none is ready and no timer is pending: they wait for a wake
 //! that will never come) and a *livelock* (the step or time budget ran out).
+//! Daemon tasks (background loops) do not keep a run going; `abort_all`
+//! drops every task at once, as a power cut does.
 //!
 //! ```
 //! use sim::exec::Sim;
@@ -434,6 +437,15 @@ impl Sim {
     ) -> Result<RunEnd, ExecError> {
         assert!(!self.inner.running.get(), "Sim::run called from a task");
         self.inner.running.set(true);
+        // Cleared however the loop ends, a panicking task included, so a
+        // caller that catches the panic can still inspect and drop the Sim.
+        struct Running<'a>(&'a Cell<bool>);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                self.0.set(false);
+            }
+        }
+        let _running = Running(&self.inner.running);
         let result = loop {
             if self.inner.foreground.get() == 0 {
                 break Ok(RunEnd::Finished);
@@ -479,7 +491,6 @@ impl Sim {
                 }
             }
         };
-        self.inner.running.set(false);
         result
     }
 

@@ -237,6 +237,29 @@ fn discard_effect_is_configurable() {
         assert_eq!(disk.len(), 4096, "a discard does not extend the device");
         assert_eq!(disk.counters().discards, 1);
     }
+    // Either: some discards zero, some do not, by the seed.
+    let sim = Sim::new(7);
+    let mut opts = fixed(10, 10, 10);
+    opts.support.discard = DiscardEffect::Either;
+    let disk = sim.disk(opts).unwrap();
+    let d = disk.clone();
+    let zeroed = sim
+        .block_on(async move {
+            let mut zeroed = Vec::new();
+            for _ in 0..16 {
+                d.write(0, &[3; 512], WriteFlags::default()).await.unwrap();
+                d.discard(0, 512).await.unwrap();
+                let mut b = [9u8; 1];
+                d.read(0, &mut b).await.unwrap();
+                zeroed.push(b[0] == 0);
+            }
+            zeroed
+        })
+        .unwrap();
+    assert!(
+        zeroed.iter().any(|&z| z) && zeroed.iter().any(|&z| !z),
+        "{zeroed:?}"
+    );
 }
 
 #[test]
@@ -320,6 +343,11 @@ fn bad_options_are_refused_with_the_field_named() {
     o.latency.write_mean = 1;
     let e = SimDisk::new(&sim, o.clone()).unwrap_err();
     assert_eq!(e.field, "latency.write_mean");
+    o.latency = LatencyOptions::hdd();
+    o.latency.channels = u32::MAX;
+    let e = SimDisk::new(&sim, o.clone()).unwrap_err();
+    assert_eq!(e.field, "latency.channels");
+    assert!(e.to_string().contains("4294967295"), "{e}");
     o.latency = LatencyOptions::hdd();
     o.faults.read_error_ppm = 2_000_000;
     assert_eq!(

@@ -308,3 +308,14 @@ fn swarm_policies_mix_and_are_seeded() {
     let json = serde_json::to_string(&all[0]).unwrap();
     assert_eq!(serde_json::from_str::<ExecOptions>(&json).unwrap(), all[0]);
 }
+
+#[test]
+fn a_panicking_task_leaves_the_sim_usable() {
+    let sim = Sim::new(0);
+    sim.spawn_named("boom", async { panic!("task failed on purpose") });
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.run()));
+    assert!(caught.is_err());
+    // The panicked task is gone with its future; new work still runs.
+    sim.abort_all();
+    assert_eq!(sim.block_on(async { 5 }).unwrap(), 5);
+}

@@ -116,6 +116,10 @@ impl Durability {
         if len == 0 {
             return;
         }
+        assert!(
+            !self.pending.contains_key(&id),
+            "request #{id} issued twice"
+        );
         self.pending.insert(
             id,
             Pending {
@@ -135,6 +139,7 @@ impl Durability {
     /// for the caller to apply to its volatile view.
     pub(crate) fn complete(&mut self, id: u64, seq: u64, ok: bool) -> Option<Pending> {
         let p = self.pending.get_mut(&id)?;
+        assert!(p.completed.is_none(), "request #{id} completed twice");
         p.completed = Some(seq);
         let p = p.clone();
         if p.fua && ok {
@@ -145,6 +150,7 @@ impl Durability {
 
     /// A flush issued as event `issue_seq` completed successfully.
     pub(crate) fn flush(&mut self, issue_seq: u64) {
+        // Writes that completed before the flush was issued, oldest first.
         let mut ready: Vec<(u64, u64)> = self
             .pending
             .values()
@@ -153,6 +159,10 @@ impl Durability {
         ready.sort_unstable();
         let ids: Vec<u64> = ready.into_iter().map(|(_, id)| id).collect();
         self.make_durable(&ids);
+        debug_assert!(self
+            .pending
+            .values()
+            .all(|p| p.completed.is_none_or(|c| c > issue_seq)));
     }
 
     /// A truncate `id` to `len` bytes completed successfully.

@@ -71,7 +71,7 @@ pub struct LatencyOptions {
     /// Bytes per second the device transfers; 0 means transfers are free.
     pub bandwidth: u64,
     /// How many requests the device serves at once; a request waits for a
-    /// free channel. 0 means without limit.
+    /// free channel. 0 means without limit; at most 4096.
     pub channels: u32,
 }
 
@@ -141,6 +141,9 @@ pub enum DiscardEffect {
     Zeroes,
     /// The range keeps its content.
     Nothing,
+    /// Each discard, drawn from the disk's own stream, does one or the
+    /// other.
+    Either,
 }
 
 /// A request that fails because it is the `n`-th of its kind.
@@ -308,6 +311,11 @@ impl DiskOptions {
                 format!("{mean} ns is more than 1000 s"),
             )?;
         }
+        check(
+            l.channels <= 4096,
+            "latency.channels",
+            format!("{} is more than 4096", l.channels),
+        )?;
         let f = &self.faults;
         check_ppm(f.read_error_ppm, "faults.read_error_ppm")?;
         check_ppm(f.write_error_ppm, "faults.write_error_ppm")?;
@@ -370,11 +378,11 @@ impl DiskOptions {
             latency,
             support: SupportOptions {
                 write_zeroes: r.gen_bool(0.6),
-                discard: if r.gen_bool(0.5) {
-                    DiscardEffect::Zeroes
-                } else {
-                    DiscardEffect::Nothing
-                },
+                discard: [
+                    DiscardEffect::Zeroes,
+                    DiscardEffect::Nothing,
+                    DiscardEffect::Either,
+                ][r.gen_range(0..3)],
             },
             faults: FaultOptions::swarm(seed, harsh),
             crash,

@@ -53,6 +53,8 @@ pub(crate) struct State {
     next_id: u64,
     latency: ChaCha8Rng,
     faults: FaultState,
+    /// Draws the effect of each discard under `DiscardEffect::Either`.
+    discard: ChaCha8Rng,
     /// When each channel is next free (empty: unlimited channels).
     channels: Vec<Nanos>,
     /// Where the previous read or write ended, for seeks.
@@ -135,6 +137,8 @@ impl SimDisk {
             next_id: 0,
             latency: rng::substream(seed, Stream::Latency, index),
             faults: FaultState::new(seed, index),
+            // Fault streams use indexes (device << 4) | 0..=5; 15 is free.
+            discard: rng::substream(seed, Stream::Faults, (index << 4) | 15),
             channels,
             last_end: 0,
             bus_free: 0,
@@ -620,10 +624,12 @@ impl BlockDev for SimDisk {
         // A discard never extends the device: it zeroes (if it does
         // anything) only up to the current end.
         let land_len = (offset + len).min(self.len()).saturating_sub(offset);
-        let payload = match self.inner.options.support.discard {
-            DiscardEffect::Zeroes if land_len > 0 => Some(Payload::Zeroes),
-            _ => None,
+        let zeroes = match self.inner.options.support.discard {
+            DiscardEffect::Zeroes => true,
+            DiscardEffect::Nothing => false,
+            DiscardEffect::Either => self.inner.state.borrow_mut().discard.gen_bool(0.5),
         };
+        let payload = (zeroes && land_len > 0).then_some(Payload::Zeroes);
         let req = Request::new(IoOp::Discard, offset, len, Timing::Write);
         self.submit_write(req, payload, land_len).await
     }

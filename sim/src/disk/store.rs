@@ -220,3 +220,60 @@ mod tests {
         assert_eq!(x, [2]);
     }
 }
+
+#[cfg(test)]
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Write(u64, Vec<u8>),
+        Zero(u64, u64),
+        Truncate(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        // Offsets around chunk boundaries, within three chunks.
+        let off = 0..3 * CHUNK;
+        prop_oneof![
+            (off.clone(), prop::collection::vec(any::<u8>(), 1..3000))
+                .prop_map(|(o, d)| Op::Write(o, d)),
+            (off.clone(), 1..2 * CHUNK).prop_map(|(o, n)| Op::Zero(o, n)),
+            off.prop_map(Op::Truncate),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The store reads back exactly what a flat vector would hold.
+        #[test]
+        fn behaves_like_a_vector(ops in prop::collection::vec(op(), 1..20)) {
+            let mut s = SparseStore::new();
+            let mut v: Vec<u8> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Write(o, d) => {
+                        s.write(o, &d);
+                        let end = o as usize + d.len();
+                        if v.len() < end { v.resize(end, 0); }
+                        v[o as usize..end].copy_from_slice(&d);
+                    }
+                    Op::Zero(o, n) => {
+                        s.zero(o, n);
+                        let end = (o + n) as usize;
+                        if v.len() < end { v.resize(end, 0); }
+                        v[o as usize..end].fill(0);
+                    }
+                    Op::Truncate(n) => {
+                        s.truncate(n);
+                        v.resize(n as usize, 0);
+                    }
+                }
+                prop_assert_eq!(s.len(), v.len() as u64);
+            }
+            prop_assert_eq!(s.to_bytes(), v.clone());
+            prop_assert_eq!(s.clone(), SparseStore::from_bytes(&v));
+        }
+    }
+}
