@@ -18,6 +18,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run many seeded cases on all cores.
+    Campaign(cli::campaign::Args),
     /// Run one simulated case from a seed.
     Run(cli::run::Args),
     /// Replay a saved case.
@@ -39,6 +41,7 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Campaign(a) => cli::campaign::run(a),
         Command::Run(a) => cli::run::run(a),
         Command::Replay(a) => cli::replay::run(a),
         Command::Create(a) => cli::create::run(a),

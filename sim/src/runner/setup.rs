@@ -6,8 +6,8 @@ use engine::{Backing, CreateOptions, EngineOptions, Image};
 use oracle::data::SECTOR_SIZE;
 
 use super::{Failure, Img, Run};
-use crate::case::{BackingSpec, DeviceSpec};
-use crate::disk::{DiskOptions, FaultOptions, LatencyOptions, SimDisk, SupportOptions, PPM};
+use crate::case::BackingSpec;
+use crate::disk::{DiskOptions, SimDisk};
 
 /// A disk without faults or crash tracking: for backing files, which the
 /// engine only reads.
@@ -15,52 +15,6 @@ pub(super) fn quiet_disk() -> DiskOptions {
     let mut o = DiskOptions::default();
     o.crash.track = false;
     o.log.enabled = false;
-    o
-}
-
-/// The case's device description as the simulated disk's options.
-pub(super) fn disk_options(d: &DeviceSpec) -> DiskOptions {
-    let us = 1_000u64;
-    let lat = |min: u32, max: u32| (min as u64 * us, (min as u64 + max as u64) * us / 2);
-    let (read_min, read_mean) = lat(d.latency.read_min, d.latency.read_max);
-    let (write_min, write_mean) = lat(d.latency.write_min, d.latency.write_max);
-    let (flush_min, flush_mean) = lat(d.latency.flush_min, d.latency.flush_max);
-    let f = &d.faults;
-    let ppm = |permille: u16| permille as u32 * (PPM / 1000);
-    let mut o = DiskOptions {
-        sector_size: d.sector_size,
-        latency: LatencyOptions {
-            read_min,
-            read_mean,
-            write_min,
-            write_mean,
-            flush_min,
-            flush_mean,
-            ..LatencyOptions::ssd()
-        },
-        support: SupportOptions {
-            write_zeroes: d.write_zeroes_supported,
-            discard: if d.discard_supported {
-                crate::disk::DiscardEffect::Zeroes
-            } else {
-                crate::disk::DiscardEffect::Nothing
-            },
-        },
-        faults: FaultOptions {
-            enabled: true,
-            read_error_ppm: ppm(f.read_eio_permille),
-            write_error_ppm: ppm(f.write_eio_permille),
-            flush_error_ppm: ppm(f.flush_eio_permille),
-            capacity: f.capacity,
-            lost_write_ppm: ppm(f.lost_writes_permille),
-            misdirected_write_ppm: ppm(f.misdirected_writes_permille),
-            ..FaultOptions::default()
-        },
-        ..DiskOptions::default()
-    };
-    if f.torn_writes {
-        o.crash.tear_ppm = PPM / 20;
-    }
     o
 }
 
@@ -109,7 +63,7 @@ impl Run<'_> {
             }
             self.backing = Some(BackingDisk { disk, spec });
         }
-        let opts = disk_options(&case.device);
+        let opts = case.disk.clone();
         self.disk = SimDisk::new(&self.sim, opts).map_err(|e| Failure::Engine {
             what: format!("device options: {e}"),
         })?;
