@@ -2,5 +2,6 @@
 //! rules it enforces, and the qcow2 image checker (the `qemu-img check`
 //! equivalent), which reads images on its own, without the engine's code.
 
+pub mod check;
 pub mod data;
 pub mod model;

@@ -18,6 +18,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run many seeded cases on all cores.
+    Campaign(cli::campaign::Args),
+    /// Run one simulated case from a seed.
+    Run(cli::run::Args),
+    /// Replay a saved case.
+    Replay(cli::replay::Args),
     /// Create a qcow2 image (as qemu-img create).
     Create(cli::create::Args),
     /// Show information about an image (as qemu-img info).
@@ -35,6 +41,9 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Campaign(a) => cli::campaign::run(a),
+        Command::Run(a) => cli::run::run(a),
+        Command::Replay(a) => cli::replay::run(a),
         Command::Create(a) => cli::create::run(a),
         Command::Info(a) => cli::info::run(a),
         Command::Check(a) => cli::check::run(a),

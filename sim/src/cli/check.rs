@@ -1,11 +1,86 @@
-//! `qcsim check` (not implemented yet).
+//! `qcsim check`: the image checker on a real file, with `qemu-img
+//! check`'s flags, output and exit codes (0 clean, 1 check errors or a
+//! failed check, 2 corruptions, 3 leaks only).
+
+use anyhow::Context;
+use oracle::check::{self, RepairMode};
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum Repair {
+    /// Free leaked clusters.
+    Leaks,
+    /// Fix leaks and errors, rebuilding the refcount structure if needed.
+    All,
+}
+
+#[derive(Clone, Copy, Debug, Default, clap::ValueEnum)]
+pub enum Output {
+    #[default]
+    Human,
+    Json,
+}
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// Repair the image (as qemu-img check -r).
+    #[arg(short = 'r', long = "repair", value_enum)]
+    pub repair: Option<Repair>,
+    /// Output format.
+    #[arg(long = "output", value_enum, default_value = "human")]
+    pub output: Output,
+    /// Image format; only qcow2 is supported.
+    #[arg(short = 'f', long = "format", default_value = "qcow2")]
+    pub format: String,
+    /// Suppress the human report.
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
     /// Image file.
     pub file: std::path::PathBuf,
 }
 
-pub fn run(_args: Args) -> anyhow::Result<i32> {
-    anyhow::bail!("check: not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    if args.format != "qcow2" {
+        anyhow::bail!(
+            "unsupported format '{}': only qcow2 can be checked",
+            args.format
+        );
+    }
+    let path = &args.file;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(args.repair.is_some())
+        .open(path)
+        .with_context(|| format!("Could not open '{}'", path.display()))?;
+    let mut report = match args.repair {
+        None => check::check(&file),
+        Some(r) => {
+            let mode = match r {
+                Repair::Leaks => RepairMode::Leaks,
+                Repair::All => RepairMode::All,
+            };
+            check::repair(&mut file, mode)
+                .with_context(|| format!("Could not open '{}'", path.display()))?
+        }
+    };
+    report.filename = path.display().to_string();
+    for f in &report.findings {
+        eprintln!("{}", f.message);
+    }
+    if let Some(msg) = &report.failure {
+        eprintln!("qcsim: {msg}");
+        eprintln!("qcsim: Check failed");
+        return Ok(1);
+    }
+    match args.output {
+        Output::Human => {
+            if !args.quiet {
+                print!("{}", report.human());
+            }
+        }
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    if report.check_errors != 0 {
+        eprintln!("qcsim: Check failed");
+    }
+    Ok(report.exit_code())
 }

@@ -1,6 +1,7 @@
 //! One module per `qcsim` subcommand; each has `Args` and `run`, which
 //! returns the process exit code.
 
+pub mod campaign;
 pub mod check;
 pub mod convert;
 pub mod create;
@@ -8,3 +9,5 @@ pub mod dump;
 pub mod info;
 pub mod io;
 pub mod qemu_args;
+pub mod replay;
+pub mod run;

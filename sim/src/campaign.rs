@@ -1,0 +1,184 @@
+//! Campaigns: many seeded cases on all cores. Each worker thread builds
+//! and runs its cases alone (a run is single-threaded and deterministic);
+//! results come back in any order and are summed, and every failing case
+//! is run a second time to prove it replays to the same trace hash.
+
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use engine::Switches;
+use serde::Serialize;
+
+use crate::case::Case;
+use crate::runner::{run_case, Failure, RunOptions, RunReport, RunStats};
+use crate::workload::Profile;
+
+/// Which switch combination each case runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SwitchPlan {
+    /// The case generator's choice (all on unless the case says otherwise).
+    AsGenerated,
+    /// One combination for every case.
+    Fixed(Switches),
+    /// Combination `seed % 32`: every combination, in turn.
+    Cycle,
+}
+
+impl SwitchPlan {
+    pub fn apply(&self, case: &mut Case) {
+        match *self {
+            SwitchPlan::AsGenerated => {}
+            SwitchPlan::Fixed(s) => case.engine.switches = s,
+            SwitchPlan::Cycle => case.engine.switches = Switches::from_mask((case.seed % 32) as u8),
+        }
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct CampaignPlan {
+    pub seeds: Range<u64>,
+    /// Stop starting new cases after this long (wall clock: a campaign's
+    /// length, never a case's content).
+    pub time_limit: Option<Duration>,
+    pub profile: Profile,
+    pub switches: SwitchPlan,
+    /// Run only seeds with `seed % shard.1 == shard.0`.
+    pub shard: (u64, u64),
+    pub jobs: usize,
+}
+
+/// One failing case, with its verdict and whether it replayed.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseFailure {
+    pub case: Case,
+    pub report: RunReport,
+    /// The second run's trace hash equals the first's.
+    pub deterministic: bool,
+}
+
+/// The sum of a campaign.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CampaignSummary {
+    pub cases: u64,
+    pub passed: u64,
+    pub failed: u64,
+    pub totals: Totals,
+    #[serde(skip)]
+    pub failures: Vec<CaseFailure>,
+}
+
+/// Counts summed over every case.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Totals {
+    pub guest_ops: u64,
+    pub failed_ops: u64,
+    pub read_sectors_checked: u64,
+    pub crashes: u64,
+    pub crash_states_checked: u64,
+    pub recovered_sectors_checked: u64,
+    pub leaked_clusters: u64,
+    pub faults_injected: u64,
+}
+
+impl Totals {
+    fn add(&mut self, s: &RunStats) {
+        self.guest_ops += s.guest_ops;
+        self.failed_ops += s.failed_ops;
+        self.read_sectors_checked += s.read_sectors_checked;
+        self.crashes += s.crashes;
+        self.crash_states_checked += s.crash_states_checked;
+        self.recovered_sectors_checked += s.recovered_sectors_checked;
+        self.leaked_clusters += s.leaked_clusters;
+        self.faults_injected += s.faults_injected;
+    }
+}
+
+/// Build the case of `seed` under the plan.
+pub fn case_for(plan: &CampaignPlan, seed: u64) -> Case {
+    let mut case = Case::generate(seed, plan.profile);
+    plan.switches.apply(&mut case);
+    case
+}
+
+/// Run a case, turning a panic into a failure.
+pub fn run_guarded(case: &Case) -> RunReport {
+    match catch_unwind(AssertUnwindSafe(|| run_case(case, &RunOptions::default()))) {
+        Ok(r) => r,
+        Err(p) => {
+            let message = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "non-string panic".into());
+            RunReport {
+                seed: case.seed,
+                profile: case.profile,
+                failures: vec![Failure::Panic { message }],
+                trace_hash: 0,
+                stats: RunStats::default(),
+            }
+        }
+    }
+}
+
+/// Run the plan; `progress` is called after each case with (done, failed).
+pub fn run_campaign(plan: &CampaignPlan, progress: &(dyn Fn(u64, u64) + Sync)) -> CampaignSummary {
+    let next = AtomicU64::new(plan.seeds.start);
+    let stop = AtomicBool::new(false);
+    let started = Instant::now();
+    let (tx, rx) = mpsc::channel::<(Case, RunReport)>();
+    let mut summary = CampaignSummary::default();
+    std::thread::scope(|scope| {
+        for _ in 0..plan.jobs.max(1) {
+            let tx = tx.clone();
+            let (next, stop) = (&next, &stop);
+            scope.spawn(move || loop {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if plan.time_limit.is_some_and(|t| started.elapsed() >= t) {
+                    break;
+                }
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed >= plan.seeds.end {
+                    break;
+                }
+                if seed % plan.shard.1 != plan.shard.0 {
+                    continue;
+                }
+                let case = case_for(plan, seed);
+                let report = run_guarded(&case);
+                if tx.send((case, report)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        for (case, report) in rx {
+            summary.cases += 1;
+            summary.totals.add(&report.stats);
+            if report.passed() {
+                summary.passed += 1;
+            } else {
+                summary.failed += 1;
+                // A failure must replay: run it again and compare.
+                let again = run_guarded(&case);
+                let deterministic =
+                    again.trace_hash == report.trace_hash && again.failures == report.failures;
+                summary.failures.push(CaseFailure {
+                    case,
+                    report,
+                    deterministic,
+                });
+            }
+            progress(summary.cases, summary.failed);
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    summary.failures.sort_by_key(|f| f.case.seed);
+    summary
+}

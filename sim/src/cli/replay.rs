@@ -1,0 +1,30 @@
+//! `qcsim replay CASE.json`: one saved case, bit for bit as it first ran.
+
+use std::path::PathBuf;
+
+use sim::case::Case;
+use sim::runner::{run_case, RunOptions};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The case file.
+    pub case: PathBuf,
+    /// Write each post-crash image and the final image, with verdicts, here.
+    #[arg(long)]
+    pub export: Option<PathBuf>,
+    /// Print the run's counts as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let case = Case::load(&args.case)?;
+    let report = run_case(
+        &case,
+        &RunOptions {
+            export: args.export,
+        },
+    );
+    super::run::print_report(&report, args.json);
+    Ok(if report.passed() { 0 } else { 1 })
+}

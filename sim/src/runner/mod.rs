@@ -1,0 +1,542 @@
+//! The runner: one case, run over the simulated disk under the
+//! deterministic executor. The reference model checks every guest read and
+//! the whole disk after every crash; the checker judges the image after
+//! every crash and at the end. A run is a pure function of its case.
+//!
+//! The steps, per case:
+//! 1. `setup`: the backing file (raw or qcow2) on its own quiet disk, the
+//!    image created on the case's disk with faults off, then opened;
+//! 2. each concurrency group: its operations spawned as tasks; without a
+//!    crash the group runs to completion, with one it runs until a crash
+//!    time drawn from the crash stream, then `crash` takes a crash image,
+//!    reopens it through the engine (which repairs a dirty image), checks
+//!    it and reads it whole against the model;
+//! 3. `finish`: a last whole-disk read, a clean close, and a check that
+//!    finds neither corruption nor leak.
+
+mod report;
+mod setup;
+
+pub use report::{Failure, RunReport, RunStats};
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use engine::Image;
+use oracle::check::FindingKind;
+use oracle::data::{fill_write_buffer, WriteId, SECTOR_SIZE};
+use oracle::model::{Model, OpId, SectorRange, Status, Violation, WriteKind};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::case::{Case, Op};
+use crate::disk::SimDisk;
+use crate::exec::Sim;
+use crate::rng::{self, Stream};
+
+/// What a run does besides running.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Write every post-crash image and the final image, with the
+    /// checker's and the model's verdicts, under `DIR/seed-N/`.
+    pub export: Option<PathBuf>,
+}
+
+/// Longest simulated time a crash group runs before the power goes.
+const CRASH_HORIZON_NS: u64 = 3_000_000;
+/// Violations reported in full per check (the rest are counted).
+const VIOLATIONS_SHOWN: usize = 8;
+/// Chunk of the whole-disk reads after a crash and at the end.
+const SWEEP_CHUNK: u64 = 1 << 20;
+
+type Img = Image<SimDisk>;
+
+/// State shared by the op tasks of a run.
+struct Shared {
+    model: RefCell<Model>,
+    failures: RefCell<Vec<Failure>>,
+    stats: RefCell<RunStats>,
+}
+
+struct Run<'a> {
+    case: &'a Case,
+    opts: &'a RunOptions,
+    sim: Sim,
+    shared: Rc<Shared>,
+    disk: SimDisk,
+    backing: Option<setup::BackingDisk>,
+    crash_rng: ChaCha8Rng,
+    crashes: u32,
+    /// Faults injected on disks that are gone (before a crash).
+    faults_before: u64,
+    /// Clusters leaked after the last crash (by host offset), counting
+    /// those past the crash image's end that a refcount still claims: a
+    /// crash-free epoch must not leak any other.
+    leaked_after_crash: BTreeSet<u64>,
+}
+
+/// A crash image seen as longer than it is, reading zeroes past its end: a
+/// crash may leave refcounts for clusters past the end of the file (their
+/// data never landed), leaks `qemu-img check` cannot see until the file
+/// grows over them.
+struct Padded<'a> {
+    bytes: &'a [u8],
+    len: u64,
+}
+
+impl oracle::check::ImageSource for Padded<'_> {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.bytes.read_at(off, buf)
+    }
+}
+
+/// How far past a crash image's end leaks are looked for.
+const HIDDEN_LEAK_SPAN: u64 = 64 << 20;
+
+/// Run one case.
+pub fn run_case(case: &Case, opts: &RunOptions) -> RunReport {
+    let sim = Sim::new(case.seed);
+    let shared = Rc::new(Shared {
+        model: RefCell::new(case.model()),
+        failures: RefCell::new(Vec::new()),
+        stats: RefCell::new(RunStats::default()),
+    });
+    let mut run = Run {
+        case,
+        opts,
+        disk: SimDisk::new(&sim, setup::quiet_disk()).expect("quiet disk options are valid"),
+        sim,
+        shared,
+        backing: None,
+        crash_rng: rng::stream(case.seed, Stream::Crash),
+        crashes: 0,
+        faults_before: 0,
+        leaked_after_crash: BTreeSet::new(),
+    };
+    run.go();
+    let trace_hash = run.sim.trace_hash();
+    let mut stats = *run.shared.stats.borrow();
+    let m = run.shared.model.borrow().stats();
+    stats.read_sectors_checked = m.read_sectors;
+    stats.recovered_sectors_checked = m.recovered_sectors;
+    stats.crashes = m.crashes;
+    stats.faults_injected = run.faults_before + run.disk.injected_faults().len() as u64;
+    RunReport {
+        seed: case.seed,
+        profile: case.profile,
+        failures: run.shared.failures.take(),
+        trace_hash,
+        stats,
+    }
+}
+
+impl Run<'_> {
+    fn fail(&self, f: Failure) {
+        self.shared.failures.borrow_mut().push(f);
+    }
+
+    fn go(&mut self) {
+        let img = match self.setup() {
+            Ok(img) => img,
+            Err(f) => return self.fail(f),
+        };
+        let mut img = Some(Rc::new(img));
+        let groups = self.case.workload.len();
+        let mut numbered = self.case.numbered_ops().peekable();
+        for g in 0..groups {
+            let ops: Vec<(u64, Op)> =
+                std::iter::from_fn(|| numbered.next_if(|(gi, _, _)| *gi == g))
+                    .map(|(_, n, op)| (n, *op))
+                    .collect();
+            let live = img.take().expect("an open image between groups");
+            let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
+            for &(n, op) in ops.iter().filter(|(_, op)| !matches!(op, Op::Crash)) {
+                self.spawn_op(&live, n, op);
+            }
+            let ran = if crash {
+                let horizon = self.crash_rng.gen_range(0..=CRASH_HORIZON_NS);
+                self.sim
+                    .run_until_time(self.sim.now() + horizon)
+                    .map(|_| ())
+            } else {
+                self.sim.run()
+            };
+            if let Err(e) = ran {
+                self.sim.abort_all();
+                return self.fail(Failure::Hang {
+                    group: g,
+                    message: e.to_string(),
+                });
+            }
+            if crash {
+                self.sim.abort_all();
+                drop(live);
+                match self.crash() {
+                    Ok(next) => img = Some(next),
+                    Err(f) => return self.fail(f),
+                }
+            } else {
+                img = Some(live);
+            }
+        }
+        if let Some(img) = img {
+            self.finish(img);
+        }
+    }
+
+    fn faults_so_far(&self) -> u64 {
+        self.faults_before + self.disk.injected_faults().len() as u64
+    }
+
+    /// Spawn guest operation number `n` as a task.
+    fn spawn_op(&self, img: &Rc<Img>, n: u64, op: Op) {
+        let img = img.clone();
+        let shared = self.shared.clone();
+        let disk = self.disk.clone();
+        let faults_before = self.faults_before;
+        let name = format!("op {n} {op:?}");
+        self.sim.spawn_named(name, async move {
+            let id = OpId(n);
+            let ss = SECTOR_SIZE as u64;
+            let result = match op {
+                Op::Write { sector, sectors } => {
+                    let mut buf = vec![0u8; (sectors * ss) as usize];
+                    fill_write_buffer(&mut buf, WriteId(n), sector);
+                    let range = SectorRange::new(sector, sectors);
+                    shared
+                        .model
+                        .borrow_mut()
+                        .write_issued(id, range, WriteKind::Data(WriteId(n)));
+                    let r = img.write(sector * ss, &buf).await;
+                    shared.model.borrow_mut().write_completed(id, status(&r));
+                    shared.stats.borrow_mut().guest_writes += 1;
+                    r
+                }
+                Op::WriteZeroes {
+                    sector,
+                    sectors,
+                    unmap,
+                } => {
+                    let range = SectorRange::new(sector, sectors);
+                    shared
+                        .model
+                        .borrow_mut()
+                        .write_issued(id, range, WriteKind::Zero);
+                    let r = img.write_zeroes(sector * ss, sectors * ss, unmap).await;
+                    shared.model.borrow_mut().write_completed(id, status(&r));
+                    shared.stats.borrow_mut().guest_writes += 1;
+                    r
+                }
+                Op::Discard { sector, sectors } => {
+                    let range = SectorRange::new(sector, sectors);
+                    shared
+                        .model
+                        .borrow_mut()
+                        .write_issued(id, range, WriteKind::Discard);
+                    let r = img.discard(sector * ss, sectors * ss).await;
+                    shared.model.borrow_mut().write_completed(id, status(&r));
+                    r
+                }
+                Op::Flush => {
+                    shared.model.borrow_mut().flush_issued(id);
+                    let r = img.flush().await;
+                    shared.model.borrow_mut().flush_completed(id, status(&r));
+                    shared.stats.borrow_mut().guest_flushes += 1;
+                    r
+                }
+                Op::Read { sector, sectors } => {
+                    let mut buf = vec![0u8; (sectors * ss) as usize];
+                    shared
+                        .model
+                        .borrow_mut()
+                        .read_issued(id, SectorRange::new(sector, sectors));
+                    let r = img.read(sector * ss, &mut buf).await;
+                    shared.stats.borrow_mut().guest_reads += 1;
+                    match &r {
+                        Ok(()) => {
+                            let v = shared.model.borrow_mut().read_completed(id, &buf);
+                            if let Err(vs) = v {
+                                let text = describe_violations(&img, &disk, &vs).await;
+                                shared.failures.borrow_mut().push(Failure::Model { text });
+                            }
+                        }
+                        Err(_) => shared.model.borrow_mut().read_failed(id),
+                    }
+                    r
+                }
+                Op::Crash => unreachable!("crashes are not spawned"),
+            };
+            shared.stats.borrow_mut().guest_ops += 1;
+            if let Err(e) = result {
+                shared.stats.borrow_mut().failed_ops += 1;
+                // Errors are legitimate only as the echo of an injected fault.
+                if faults_before + disk.injected_faults().len() as u64 == 0 {
+                    shared.failures.borrow_mut().push(Failure::Engine {
+                        what: format!("op {n} ({op:?}) failed with no fault injected: {e}"),
+                    });
+                }
+            }
+        });
+    }
+
+    /// The power goes: take a crash image, reopen it, check it.
+    fn crash(&mut self) -> Result<Rc<Img>, Failure> {
+        self.crashes += 1;
+        let image = self
+            .disk
+            .crash_image(&mut self.crash_rng)
+            .map_err(|e| Failure::Engine {
+                what: format!("crash image: {e}"),
+            })?;
+        self.shared.model.borrow_mut().crash();
+        self.faults_before += self.disk.injected_faults().len() as u64;
+        let next = self.disk.reopen(image.content);
+        self.disk = next;
+        self.recover(&format!("crash-{}", self.crashes))
+    }
+
+    /// Reopen the image on `self.disk` after a crash (or a failed close),
+    /// check it, read it whole against the model.
+    fn recover(&mut self, label: &str) -> Result<Rc<Img>, Failure> {
+        self.disk.set_faults_enabled(false);
+        let raw = self.disk.volatile().to_bytes();
+        let dirty =
+            raw.len() >= 80 && u64::from_be_bytes(raw[72..80].try_into().expect("8")) & 1 != 0;
+        let img = self.open_image().map_err(|e| Failure::Engine {
+            what: format!("reopen after {label} failed: {e}"),
+        })?;
+        // A dirty image's refcounts are stale by design: judge it after the
+        // engine's repair; a clean one exactly as the crash left it.
+        let judged = if dirty {
+            self.disk.volatile().to_bytes()
+        } else {
+            raw
+        };
+        // A crash may leak clusters (allocated, never linked).
+        let leaks = self.judge(label, &judged, None);
+        self.shared.stats.borrow_mut().leaked_clusters += leaks;
+        let padded = Padded {
+            bytes: &judged,
+            len: judged.len() as u64 + HIDDEN_LEAK_SPAN,
+        };
+        self.leaked_after_crash = leak_offsets(&oracle::check::check(&padded));
+        self.shared.stats.borrow_mut().crash_states_checked += 1;
+        let img = Rc::new(img);
+        let sectors = self.case.sectors();
+        let mut violations = Vec::new();
+        let mut first = 0;
+        while first < sectors {
+            let n = (SWEEP_CHUNK / SECTOR_SIZE as u64).min(sectors - first);
+            let buf = self.read_all(&img, first, n)?;
+            violations.extend(self.shared.model.borrow_mut().check_recovered(first, &buf));
+            first += n;
+        }
+        self.shared.model.borrow_mut().finish_recovery();
+        if !violations.is_empty() {
+            let text = self.block(describe_owned(img.clone(), self.disk.clone(), violations));
+            self.fail(Failure::Model { text });
+        }
+        self.disk.set_faults_enabled(true);
+        Ok(img)
+    }
+
+    /// The checker's verdict on `bytes`: no corruption, and no leak but
+    /// those in `leaks_allowed` (any, with `None`). Returns the leaks found.
+    fn judge(&self, label: &str, bytes: &[u8], leaks_allowed: Option<&BTreeSet<u64>>) -> u64 {
+        let report = oracle::check::check(&Padded {
+            bytes,
+            len: bytes.len() as u64,
+        });
+        if let Some(dir) = self.export_dir() {
+            export(&dir, label, bytes, &report);
+        }
+        let new_leaks: Vec<u64> = match leaks_allowed {
+            None => Vec::new(),
+            Some(allowed) => leak_offsets(&report).difference(allowed).copied().collect(),
+        };
+        if report.corruptions > 0 || report.check_errors > 0 || !new_leaks.is_empty() {
+            let mut summary = report.human();
+            for f in report
+                .findings
+                .iter()
+                .filter(|f| f.kind != FindingKind::Leak)
+                .take(VIOLATIONS_SHOWN)
+            {
+                summary.push_str(&format!("{}\n", f.message));
+            }
+            if !new_leaks.is_empty() {
+                summary.push_str(&format!("leaked since the last crash: {new_leaks:x?}\n"));
+            }
+            self.fail(Failure::Check {
+                label: label.to_string(),
+                summary,
+            });
+        }
+        report.leaks
+    }
+
+    fn export_dir(&self) -> Option<PathBuf> {
+        self.opts
+            .export
+            .as_ref()
+            .map(|d| d.join(format!("seed-{}", self.case.seed)))
+    }
+
+    fn read_all(&self, img: &Rc<Img>, first: u64, sectors: u64) -> Result<Vec<u8>, Failure> {
+        let i = img.clone();
+        let ss = SECTOR_SIZE as u64;
+        let r = self.block(async move {
+            let mut buf = vec![0u8; (sectors * ss) as usize];
+            i.read(first * ss, &mut buf).await.map(|_| buf)
+        });
+        r.map_err(|e| Failure::Engine {
+            what: format!("whole-disk read at sector {first} failed with faults off: {e}"),
+        })
+    }
+
+    /// Drive one future to completion on the simulation.
+    fn block<T: 'static>(&self, f: impl std::future::Future<Output = T> + 'static) -> T {
+        self.sim
+            .block_on(f)
+            .expect("a single engine request cannot hang the executor")
+    }
+
+    /// The end of a run without a crash: read everything, close cleanly,
+    /// and find neither corruption nor leak.
+    fn finish(&mut self, img: Rc<Img>) {
+        self.disk.set_faults_enabled(false);
+        let sectors = self.case.sectors();
+        let ss = SECTOR_SIZE as u64;
+        let mut first = 0;
+        let mut op = u64::MAX / 2;
+        while first < sectors {
+            let n = (SWEEP_CHUNK / ss).min(sectors - first);
+            op += 1;
+            self.shared
+                .model
+                .borrow_mut()
+                .read_issued(OpId(op), SectorRange::new(first, n));
+            match self.read_all(&img, first, n) {
+                Ok(buf) => {
+                    if let Err(vs) = self
+                        .shared
+                        .model
+                        .borrow_mut()
+                        .read_completed(OpId(op), &buf)
+                    {
+                        let text = self.block(describe_owned(img.clone(), self.disk.clone(), vs));
+                        self.fail(Failure::Model { text });
+                    }
+                }
+                Err(f) => {
+                    self.shared.model.borrow_mut().read_failed(OpId(op));
+                    return self.fail(f);
+                }
+            }
+            first += n;
+        }
+        let img = match Rc::try_unwrap(img) {
+            Ok(i) => i,
+            Err(_) => {
+                return self.fail(Failure::Engine {
+                    what: "image still shared at the end".into(),
+                })
+            }
+        };
+        self.shared.stats.borrow_mut().engine = img.counters();
+        let closed = self.block(async move { img.close().await });
+        self.shared.stats.borrow_mut().disk = self.disk.counters();
+        match closed {
+            Ok(_) => {
+                let bytes = self.disk.volatile().to_bytes();
+                // No new leak since the last crash, unless an injected
+                // fault explains it.
+                let allowed = self.leaked_after_crash.clone();
+                let allowed = (self.faults_so_far() == 0).then_some(&allowed);
+                self.judge("final", &bytes, allowed);
+            }
+            Err(_) if self.faults_so_far() > 0 => {
+                // An injected fault poisoned the image: treat the close as
+                // a crash; what is on disk must still be sound.
+                if let Err(f) = self.crash() {
+                    self.fail(f);
+                }
+            }
+            Err(e) => self.fail(Failure::Engine {
+                what: format!("close failed with no fault injected: {e}"),
+            }),
+        }
+    }
+}
+
+fn leak_offsets(report: &oracle::check::CheckReport) -> BTreeSet<u64> {
+    report
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::Leak)
+        .filter_map(|f| f.offset)
+        .collect()
+}
+
+fn status<T, E>(r: &Result<T, E>) -> Status {
+    if r.is_ok() {
+        Status::Ok
+    } else {
+        Status::Failed
+    }
+}
+
+/// Violations, each with where the sector lives on the device now and
+/// the last device writes that touched it.
+async fn describe_violations(img: &Img, disk: &SimDisk, vs: &[Violation]) -> String {
+    let mut text = String::new();
+    for v in vs.iter().take(VIOLATIONS_SHOWN) {
+        text.push_str(&format!("{v}\n"));
+        match img.host_offset(v.sector * SECTOR_SIZE as u64).await {
+            Ok(Some(host)) => {
+                text.push_str(&format!(
+                    "  maps to host offset {host:#x}; last device writes there:\n"
+                ));
+                for w in disk.writes_touching(host, SECTOR_SIZE as u64, 4) {
+                    text.push_str(&format!("    {w}\n"));
+                }
+            }
+            Ok(None) => text.push_str("  not mapped to a data cluster now\n"),
+            Err(e) => text.push_str(&format!("  mapping unknown: {e}\n")),
+        }
+    }
+    if vs.len() > VIOLATIONS_SHOWN {
+        text.push_str(&format!(
+            "... and {} more sectors\n",
+            vs.len() - VIOLATIONS_SHOWN
+        ));
+    }
+    text
+}
+
+async fn describe_owned(img: Rc<Img>, disk: SimDisk, vs: Vec<Violation>) -> String {
+    describe_violations(&img, &disk, &vs).await
+}
+
+fn export(dir: &Path, label: &str, bytes: &[u8], report: &oracle::check::CheckReport) {
+    // Export is a diagnostic: a failure to write it must not change the
+    // verdict, but it must not pass silently either.
+    let r = std::fs::create_dir_all(dir)
+        .and_then(|_| std::fs::write(dir.join(format!("{label}.qcow2")), bytes))
+        .and_then(|_| {
+            let j = serde_json::json!({ "label": label, "check": report.to_qemu_json() });
+            std::fs::write(
+                dir.join(format!("{label}.json")),
+                serde_json::to_string_pretty(&j).unwrap_or_default(),
+            )
+        });
+    if let Err(e) = r {
+        eprintln!("qcsim: export to {}: {e}", dir.display());
+    }
+}

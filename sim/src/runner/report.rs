@@ -1,0 +1,81 @@
+//! What a run found: its failures, its counts, and its trace hash.
+
+use engine::Counters;
+use serde::Serialize;
+
+use crate::disk::DiskCounters;
+use crate::workload::Profile;
+
+/// One way a run failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Failure {
+    /// The model saw a value it did not allow (during a read, or after a
+    /// crash); the text names sectors, values and device writes.
+    Model { text: String },
+    /// The checker found corruption (or a leak where none is allowed).
+    Check { label: String, summary: String },
+    /// The engine failed where no injected fault explains it.
+    Engine { what: String },
+    /// The executor found no task ready, or ran out of budget.
+    Hang { group: usize, message: String },
+    /// The engine panicked (caught by the campaign).
+    Panic { message: String },
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Model { text } => write!(f, "model violation:\n{text}"),
+            Failure::Check { label, summary } => {
+                write!(f, "check of the {label} image:\n{summary}")
+            }
+            Failure::Engine { what } => write!(f, "engine: {what}"),
+            Failure::Hang { group, message } => write!(f, "group {group}: {message}"),
+            Failure::Panic { message } => write!(f, "panic: {message}"),
+        }
+    }
+}
+
+/// Counts of what a run did and checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RunStats {
+    pub guest_ops: u64,
+    pub guest_writes: u64,
+    pub guest_reads: u64,
+    pub guest_flushes: u64,
+    /// Guest operations that returned an error.
+    pub failed_ops: u64,
+    /// Sectors of guest reads the model checked.
+    pub read_sectors_checked: u64,
+    pub crashes: u64,
+    /// Post-crash images reopened, checked and read whole.
+    pub crash_states_checked: u64,
+    /// Sectors the model checked after crashes.
+    pub recovered_sectors_checked: u64,
+    /// Leaked clusters the checker counted after crashes.
+    pub leaked_clusters: u64,
+    pub faults_injected: u64,
+    /// The engine's counters at the end of the last epoch.
+    pub engine: Counters,
+    /// The last disk's request counts.
+    pub disk: DiskCounters,
+}
+
+/// The outcome of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub seed: u64,
+    pub profile: Option<Profile>,
+    pub failures: Vec<Failure>,
+    /// A hash of every scheduling choice and device request: equal hashes
+    /// mean the run went the same way.
+    pub trace_hash: u64,
+    pub stats: RunStats,
+}
+
+impl RunReport {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}

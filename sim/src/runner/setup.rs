@@ -1,0 +1,106 @@
+//! Building a run's world: the backing file on its own quiet disk, the
+//! image created on the case's disk, and opening (or reopening) the image
+//! with its backing file attached.
+
+use engine::{Backing, CreateOptions, EngineOptions, Image};
+use oracle::data::SECTOR_SIZE;
+
+use super::{Failure, Img, Run};
+use crate::case::BackingSpec;
+use crate::disk::{DiskOptions, SimDisk};
+
+/// A disk without faults or crash tracking: for backing files, which the
+/// engine only reads.
+pub(super) fn quiet_disk() -> DiskOptions {
+    let mut o = DiskOptions::default();
+    o.crash.track = false;
+    o.log.enabled = false;
+    o
+}
+
+/// The backing file of a run: its disk (never crashed) and its format.
+pub(super) struct BackingDisk {
+    disk: SimDisk,
+    spec: BackingSpec,
+}
+
+impl Run<'_> {
+    /// Create the backing file and the image, and open the image.
+    pub(super) fn setup(&mut self) -> Result<Img, Failure> {
+        let case = self.case;
+        if let Some(spec) = case.image.backing {
+            let data = spec.data();
+            let len = data.sectors * SECTOR_SIZE as u64;
+            let mut bytes = vec![0u8; len as usize];
+            data.fill(&mut bytes, 0);
+            let disk = match spec {
+                BackingSpec::Raw { .. } => SimDisk::from_bytes(&self.sim, quiet_disk(), &bytes)
+                    .expect("quiet disk options are valid"),
+                BackingSpec::Qcow2 { cluster_size, .. } => {
+                    let disk = SimDisk::new(&self.sim, quiet_disk())
+                        .expect("quiet disk options are valid");
+                    let d = disk.clone();
+                    let co = CreateOptions {
+                        size: len,
+                        cluster_size,
+                        ..Default::default()
+                    };
+                    let r = self.block(async move {
+                        Image::create(&d, &co).await?;
+                        let img = Image::open(d, EngineOptions::default()).await?;
+                        img.write(0, &bytes).await?;
+                        img.close().await.map(|_| ())
+                    });
+                    r.map_err(|e| Failure::Engine {
+                        what: format!("building the qcow2 backing file: {e}"),
+                    })?;
+                    disk
+                }
+            };
+            if let Some(dir) = self.export_dir() {
+                let _ = std::fs::create_dir_all(&dir);
+                let _ = std::fs::write(dir.join(spec.file_name()), disk.volatile().to_bytes());
+            }
+            self.backing = Some(BackingDisk { disk, spec });
+        }
+        let opts = case.disk.clone();
+        self.disk = SimDisk::new(&self.sim, opts).map_err(|e| Failure::Engine {
+            what: format!("device options: {e}"),
+        })?;
+        self.disk.set_faults_enabled(false);
+        let d = self.disk.clone();
+        let co = case.image.create.clone();
+        self.block(async move { Image::create(&d, &co).await })
+            .map_err(|e| Failure::Engine {
+                what: format!("create: {e}"),
+            })?;
+        let img = self.open_image().map_err(|e| Failure::Engine {
+            what: format!("open after create: {e}"),
+        })?;
+        self.disk.set_faults_enabled(true);
+        Ok(img)
+    }
+
+    /// Open the image on the current disk and attach the backing file.
+    pub(super) fn open_image(&self) -> Result<Img, engine::Error> {
+        let d = self.disk.clone();
+        let eo = self.case.engine.clone();
+        let mut img = self.block(async move { Image::open(d, eo).await })?;
+        if let Some(b) = &self.backing {
+            let backing = match b.spec {
+                BackingSpec::Raw { .. } => Backing::Raw(b.disk.clone()),
+                BackingSpec::Qcow2 { .. } => {
+                    let d = b.disk.clone();
+                    let ro = EngineOptions {
+                        read_only: true,
+                        ..Default::default()
+                    };
+                    let bimg = self.block(async move { Image::open(d, ro).await })?;
+                    Backing::Qcow2(Box::new(bimg))
+                }
+            };
+            img.attach_backing(backing);
+        }
+        Ok(img)
+    }
+}
