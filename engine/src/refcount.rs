@@ -103,6 +103,12 @@ impl<D: BlockDev> Image<D> {
     /// Returns the host offset of the first.
     pub(crate) async fn alloc_clusters(&self, n: u64) -> Result<u64> {
         assert!(n > 0);
+        #[cfg(feature = "broken")]
+        if self.opts.broken == Some(crate::options::Broken::ReuseBeforeDurable) {
+            // Frees queued by the broken `queue_free` land before this
+            // allocation looks for free clusters, so it may reuse them.
+            self.apply_ready_frees().await?;
+        }
         'search: loop {
             let mut start = self.meta.borrow().free_hint;
             let mut len = 0;
@@ -303,6 +309,17 @@ impl<D: BlockDev> Image<D> {
     /// it is durable and no data I/O started before now can touch it.
     pub(crate) fn queue_free(&self, cluster: u64) {
         let io_seq = self.inflight.borrow().next_io_seq;
+        #[cfg(feature = "broken")]
+        if self.opts.broken == Some(crate::options::Broken::ReuseBeforeDurable) {
+            // The broken variant: the free counts as durable at once and
+            // waits for no in-flight I/O; the next allocation applies it.
+            self.meta.borrow_mut().pending_frees.push(PendingFree {
+                cluster,
+                io_seq: 0,
+                durable: true,
+            });
+            return;
+        }
         self.meta.borrow_mut().pending_frees.push(PendingFree {
             cluster,
             io_seq,

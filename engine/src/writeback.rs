@@ -30,8 +30,12 @@ impl<D: BlockDev> Image<D> {
             return Ok(false);
         }
         let mut flushed = false;
-        if self.write_dirty_refblocks().await? && !self.broken_skip_refcount_flush() {
-            self.device_flush().await?;
+        if self.write_dirty_refblocks().await? {
+            // The broken variant skips the flush but reports it done, so
+            // that the caller's own ordering flush is skipped too.
+            if !self.broken_skip_refcount_flush() {
+                self.device_flush().await?;
+            }
             flushed = true;
         }
         if self.meta.borrow().reftable_dirty {
