@@ -210,8 +210,12 @@ pub(crate) fn parse(src: &dyn ImageSource) -> Result<Header, String> {
     if backing_file_offset > cluster_size {
         return Err("Invalid backing file offset".into());
     }
+    // A check never opens the backing file, but its name must be sane.
     if backing_file_offset != 0 {
-        return Err("Backing files are not supported by this checker".into());
+        let len = u64::from(be32(&b, OFF_BACKING_FILE_SIZE));
+        if len > 1023.min(cluster_size - backing_file_offset) {
+            return Err("Backing file name too long".into());
+        }
     }
     if incompatible & !INCOMPAT_KNOWN != 0 {
         return Err(format!(
@@ -289,7 +293,7 @@ pub(crate) fn parse(src: &dyn ImageSource) -> Result<Header, String> {
     }
     // Each L1 entry maps one L2 table of guest clusters.
     let l2_span_bits = cluster_bits + cluster_bits - if h.extended_l2() { 4 } else { 3 };
-    let needed = (h.size / 512 * 512).div_ceil(1u64 << l2_span_bits);
+    let needed = h.size.div_ceil(1u64 << l2_span_bits);
     if needed > i32::MAX as u64 {
         return Err("Image is too big".into());
     }
