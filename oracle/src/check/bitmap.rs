@@ -34,7 +34,7 @@ pub(crate) fn read_directory(
 ) -> Result<Vec<BitmapTable>, String> {
     let size = ext.directory_size;
     let mut dir = vec![0u8; size as usize];
-    src.read_at(ext.directory_offset, &mut dir)
+    super::source::read_checked(src, ext.directory_offset, &mut dir)
         .map_err(|e| format!("Failed to read bitmap directory: {e}"))?;
     let mut out = Vec::new();
     let mut pos = 0u64;

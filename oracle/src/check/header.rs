@@ -172,7 +172,7 @@ fn validate_table(
 pub(crate) fn parse(src: &dyn ImageSource) -> Result<Header, String> {
     let io = |e: std::io::Error| format!("Could not read qcow2 header: {e}");
     let mut b = vec![0u8; V3_HEADER_LENGTH_MIN as usize + 1];
-    src.read_at(0, &mut b).map_err(io)?;
+    super::source::read_checked(src, 0, &mut b).map_err(io)?;
     if be32(&b, 0) != MAGIC {
         return Err("Image is not in qcow2 format".into());
     }
@@ -325,7 +325,7 @@ fn read_extensions(
             return Err("qcow2_read_extension: suspicious offset".into());
         }
         let mut eh = [0u8; 8];
-        src.read_at(offset, &mut eh).map_err(io)?;
+        super::source::read_checked(src, offset, &mut eh).map_err(io)?;
         let magic = be32(&eh, 0);
         let len = u64::from(be32(&eh, 4));
         offset += 8;
@@ -348,7 +348,7 @@ fn read_extensions(
                 }
                 if h.autoclear & AUTOCLEAR_BITMAPS != 0 {
                     let mut e = [0u8; 24];
-                    src.read_at(offset, &mut e).map_err(io)?;
+                    super::source::read_checked(src, offset, &mut e).map_err(io)?;
                     let nb_bitmaps = be32(&e, 0);
                     let reserved = be32(&e, 4);
                     let directory_size = be64(&e, 8);

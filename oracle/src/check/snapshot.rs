@@ -42,7 +42,7 @@ pub(crate) fn read(src: &dyn ImageSource, h: &Header) -> Result<SnapshotTable, S
     for i in 0..h.nb_snapshots {
         offset = offset.div_ceil(8) * 8;
         let mut b = [0u8; SNAPSHOT_HEADER_SIZE as usize];
-        src.read_at(offset, &mut b).map_err(io)?;
+        super::source::read_checked(src, offset, &mut b).map_err(io)?;
         offset += SNAPSHOT_HEADER_SIZE;
         let l1_table_offset = u64::from_be_bytes(b[0..8].try_into().expect("8"));
         let l1_size = u32::from_be_bytes(b[8..12].try_into().expect("4"));
@@ -56,10 +56,10 @@ pub(crate) fn read(src: &dyn ImageSource, h: &Header) -> Result<SnapshotTable, S
         }
         offset += u64::from(extra_data_size);
         let mut id = vec![0u8; id_size as usize];
-        src.read_at(offset, &mut id).map_err(io)?;
+        super::source::read_checked(src, offset, &mut id).map_err(io)?;
         offset += id_size;
         let mut name = vec![0u8; name_size as usize];
-        src.read_at(offset, &mut name).map_err(io)?;
+        super::source::read_checked(src, offset, &mut name).map_err(io)?;
         offset += name_size;
         if offset - start > MAX_TABLE_SIZE {
             return Err("Snapshot table is too big".into());
