@@ -94,7 +94,7 @@ fn human_output_matches_qemu_img_wording() {
 fn checker_agrees_with_qemu_img_on_random_metadata_flips() {
     const PER_BASE: usize = 12;
     let s = Scratch::new();
-    let mut rng = ChaCha8Rng::seed_from_u64(0xf11e);
+    let mut rng = ChaCha8Rng::seed_from_u64(0xf120);
     let mut failures = Vec::new();
     for base in bases(&s) {
         let cs = check_support::Layout::read(&base.bytes).cluster_size();

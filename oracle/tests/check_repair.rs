@@ -11,26 +11,28 @@ use oracle::check::{check, repair, RepairMode};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// The guest data as `qemu-img convert -O raw` reads it; `None` when QEMU
-/// cannot read the image (its own repair can leave zero flags in a
-/// version 2 image, which it then refuses to read).
-fn to_raw(s: &Scratch, img: &std::path::Path, name: &str) -> Option<Vec<u8>> {
-    let out = s.path(name);
+/// Whether QEMU reads the same guest data from both images (`qemu-img
+/// compare`): `Some(equal)`, or `None` when it cannot read one of them
+/// (QEMU's own repair can leave zero flags in a version 2 image, which it
+/// then refuses to read).
+fn same_guest_data(a: &std::path::Path, b: &std::path::Path) -> Option<bool> {
     let o = run(
         "qemu-img",
         &[
-            "convert",
+            "compare",
             "-f",
             "qcow2",
-            "-O",
-            "raw",
-            img.to_str().expect("utf-8"),
-            out.to_str().expect("utf-8"),
+            "-F",
+            "qcow2",
+            a.to_str().expect("utf-8"),
+            b.to_str().expect("utf-8"),
         ],
     );
-    o.status
-        .success()
-        .then(|| std::fs::read(out).expect("read raw"))
+    match o.status.code() {
+        Some(0) => Some(true),
+        Some(1) => Some(false),
+        _ => None,
+    }
 }
 
 /// Repairs copies of `bytes` with both tools and records disagreements;
@@ -81,8 +83,17 @@ fn compare_repairs(s: &Scratch, name: &str, bytes: &[u8], failures: &mut Vec<Str
             failures.push(format!("{name}: {who} exits {rc} after repair"));
         }
     }
-    if to_raw(s, &theirs, "theirs.raw") != to_raw(s, &ours_path, "ours.raw") {
-        failures.push(format!("{name}: guest data differs after repair"));
+    match same_guest_data(&theirs, &ours_path) {
+        Some(true) => {}
+        Some(false) => failures.push(format!("{name}: guest data differs after repair")),
+        // Unreadable for QEMU: then it must be unreadable on both sides.
+        None => {
+            let alone = same_guest_data(&theirs, &theirs).is_some()
+                || same_guest_data(&ours_path, &ours_path).is_some();
+            if alone {
+                failures.push(format!("{name}: only one repaired image is readable"));
+            }
+        }
     }
     true
 }
@@ -93,7 +104,13 @@ fn repair_all_agrees_with_qemu_img_and_preserves_data() {
     let mut failures = Vec::new();
     let mut repaired = 0;
     for (i, base) in bases(&s).iter().enumerate() {
-        for case in cases(base, 0x5eed_0000 + i as u64, 2) {
+        // Each base repairs a different third of the corruptions: every
+        // kind is still repaired on several bases, at a third of the cost.
+        for case in cases(base, 0x5eed_0000 + i as u64, 0)
+            .into_iter()
+            .skip(i % 3)
+            .step_by(3)
+        {
             // Rewriting an incomplete snapshot table (which QEMU's -r all
             // does) is not implemented by the checker's repair.
             if case.name.contains("snapshot-extra-data") {
@@ -104,7 +121,7 @@ fn repair_all_agrees_with_qemu_img_and_preserves_data() {
             }
         }
     }
-    assert!(repaired > 50, "only {repaired} repairs succeeded");
+    assert!(repaired > 25, "only {repaired} repairs succeeded");
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",
@@ -154,7 +171,7 @@ fn repair_leaks_frees_leaked_clusters_like_qemu_img() {
 /// Seeded random bit flips in the metadata clusters, repaired by both.
 #[test]
 fn repair_all_agrees_with_qemu_img_on_random_metadata_flips() {
-    const PER_BASE: usize = 15;
+    const PER_BASE: usize = 10;
     let s = Scratch::new();
     let mut rng = ChaCha8Rng::seed_from_u64(0x7e9a);
     let mut failures = Vec::new();
