@@ -170,6 +170,16 @@ impl DiskRefcounts {
         img.write_at(block, &bytes).map_err(RefcountReadError::Io)
     }
 
+    /// Whether a refcount block is present for `cluster`.
+    pub fn covers(&self, cluster: u64) -> bool {
+        matches!(self.block_of(cluster), Ok(Some(_)))
+    }
+
+    /// How many clusters the refcount table could describe.
+    pub fn covered_clusters(&self) -> u64 {
+        (self.table.len() as u64) << self.block_bits
+    }
+
     pub fn invalidate(&mut self) {
         self.cached = None;
     }
