@@ -14,6 +14,8 @@ pub(crate) const TABLE_OFFSET_MASK: u64 = 0x00ff_ffff_ffff_fe00;
 const TABLE_ALL_ONES: u64 = 1;
 const MAX_TABLE_ENTRIES: u64 = 0x0800_0000;
 const MAX_NAME: u64 = 1023;
+/// The most bitmap data one bitmap may hold; bounds its table too.
+const MAX_PHYS_SIZE: u64 = 0x2000_0000;
 const FLAGS_KNOWN: u32 = 0x3;
 const FLAG_IN_USE: u32 = 0x1;
 
@@ -63,8 +65,9 @@ pub(crate) fn read_directory(
             || name_size > MAX_NAME
             || flags & !FLAGS_KNOWN != 0
             || u64::from(entries) > MAX_TABLE_ENTRIES
+            || u64::from(entries) * h.cluster_size() > MAX_PHYS_SIZE
             || h.offset_into_cluster(offset) != 0
-            || (offset == 0) != (entries == 0)
+            || offset == 0
         {
             return Err("Bitmap directory entry is invalid".into());
         }
