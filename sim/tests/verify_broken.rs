@@ -73,21 +73,35 @@ fn caught(broken: Broken, profile: Profile, switches: Switches) {
     assert_eq!(replayed.failures, report.failures, "{broken:?}: replay");
 }
 
+// Measured (first 100 seeds of each setting, dev profile): the share of
+// seeds that fail is ~77% (LinkBeforeData), ~6% (SkipRefcountFlush),
+// ~75% (DropPartialCow), ~6% (ReuseBeforeDurable), ~82% (DoubleAlloc) with
+// the random profile and every switch on; the whole file runs in seconds.
+
+/// Concurrent writes to a few clusters, with crashes: an L2 entry durable
+/// before its data reads back as garbage.
 #[test]
 fn link_before_data_is_caught() {
     caught(Broken::LinkBeforeData, Profile::Random, Switches::ALL_ON);
 }
 
+/// Needs delayed metadata (writeback at guest flush) and a crash between
+/// the L2 write and the flush after it, with the refcount block not kept:
+/// the checker finds a referenced cluster with refcount 0.
 #[test]
 fn skip_refcount_flush_is_caught() {
     caught(Broken::SkipRefcountFlush, Profile::Random, Switches::ALL_ON);
 }
 
+/// Partial-cluster writes over backing data: the uncopied part of the new
+/// cluster reads zeroes where the model wants the backing data.
 #[test]
 fn drop_partial_cow_is_caught() {
     caught(Broken::DropPartialCow, Profile::Backing, Switches::ALL_ON);
 }
 
+/// Discards and zero writes free clusters that later writes reuse; a crash
+/// that keeps the old L2 entry shows the new owner's data.
 #[test]
 fn reuse_before_durable_is_caught() {
     caught(
@@ -97,6 +111,11 @@ fn reuse_before_durable_is_caught() {
     );
 }
 
+/// With delayed COW on, the broken engine refuses to join an allocation in
+/// flight and waits for it to settle instead; an open delayed-COW
+/// allocation settles only when something takes it over, so the writes wait
+/// for good and the executor reports a hang. Every failure seen in 100
+/// seeds is that hang: the hook never reaches a second allocation.
 #[test]
 fn double_alloc_is_caught() {
     caught(Broken::DoubleAlloc, Profile::Random, Switches::ALL_ON);
