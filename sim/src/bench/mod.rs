@@ -1,0 +1,43 @@
+//! The simulated benchmarks of `qcsim bench --sim`: sequential 4 KiB guest
+//! writes at queue depth 1 and one flush, on a fresh 64 KiB-cluster image on
+//! a `SimDisk`, with every optimisation on, all off, and each turned off
+//! alone. Device counts come from the disk's `DiskCounters` (exact), engine
+//! counts from `Image::counters()`; both are taken as the difference between
+//! the end of the job and the moment the image was open, so creating and
+//! opening the image are not counted.
+//!
+//! `job` runs one (workload, switches) pair and returns a `Row`; `table`
+//! renders rows for people.
+
+mod job;
+mod table;
+
+pub use job::{run_job, run_job_with, BenchError, JobSetup, Observed, Row, Workload};
+pub use table::render_table;
+
+use engine::Switches;
+
+/// The switch settings a benchmark reports, in order: all on, all off, then
+/// each switch off alone (in `Switches::NAMES` order).
+pub fn switch_rows() -> Vec<Switches> {
+    let mut v = vec![Switches::ALL_ON, Switches::ALL_OFF];
+    for name in Switches::NAMES {
+        v.push(
+            Switches::ALL_ON
+                .with(name, false)
+                .expect("NAMES holds known switch names"),
+        );
+    }
+    v
+}
+
+/// Every row of the benchmark for `workloads`, `size` bytes per job.
+pub fn run_all(workloads: &[Workload], size: u64, hdd: bool) -> Result<Vec<Row>, BenchError> {
+    let mut rows = Vec::new();
+    for &w in workloads {
+        for s in switch_rows() {
+            rows.push(run_job(w, size, s, hdd)?);
+        }
+    }
+    Ok(rows)
+}
