@@ -212,7 +212,7 @@ pub fn run_job_with(
     ops: impl IntoIterator<Item = GuestOp> + 'static,
 ) -> Result<Observed, BenchError> {
     let size = setup.size;
-    if size == 0 || size % CLUSTER_SIZE != 0 {
+    if size == 0 || !size.is_multiple_of(CLUSTER_SIZE) {
         return Err(BenchError::BadSize {
             size,
             unit: CLUSTER_SIZE,
