@@ -18,7 +18,7 @@ fn rows_of(w: Workload) -> Vec<Row> {
     rows
 }
 
-fn row<'a>(rows: &'a [Row], s: Switches) -> &'a Row {
+fn row(rows: &[Row], s: Switches) -> &Row {
     rows.iter()
         .find(|r| r.switches.0 == s)
         .unwrap_or_else(|| panic!("no row for {s:?}"))
