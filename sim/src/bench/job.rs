@@ -2,6 +2,8 @@
 //! a quiet `SimDisk`, a list of guest writes issued one at a time, then one
 //! guest flush; the counters it moved become a `Row`.
 
+use std::rc::Rc;
+
 use serde::Serialize;
 
 use engine::{Backing, Counters, CreateOptions, EngineOptions, Image, Switches};
@@ -151,7 +153,7 @@ pub struct Observed {
     pub row: Row,
     pub sim: Sim,
     pub disk: SimDisk,
-    pub image: Image<SimDisk>,
+    pub image: Rc<Image<SimDisk>>,
     pub engine: Counters,
     pub device: DiskCounters,
 }
@@ -353,7 +355,7 @@ pub fn run_job_with(
         row,
         sim,
         disk,
-        image,
+        image: Rc::new(image),
         engine,
         device,
     })

@@ -12,7 +12,10 @@
 mod job;
 mod table;
 
-pub use job::{run_job, run_job_with, BenchError, JobSetup, Observed, Row, Workload};
+pub use job::{
+    backing_byte, guest_byte, run_job, run_job_with, sequential_ops, BenchError, GuestOp, JobSetup,
+    Observed, Row, Workload, CLUSTER_SIZE, REQUEST_SIZE,
+};
 pub use table::render_table;
 
 use engine::Switches;
