@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use engine::{Backing, Counters, CreateOptions, EngineOptions, Image, Switches};
 
-use crate::disk::{DiskCounters, DiskOptions, LatencyOptions, SimDisk};
+use crate::disk::{DiskCounters, DiskOptions, LatencyOptions, SimDisk, SparseStore};
 use crate::exec::{ExecError, ExecOptions, Nanos, Sim};
 
 /// Cluster size of every benchmark image.
@@ -247,12 +247,20 @@ pub fn run_job_with(
     let sim = Sim::with_options(SEED, exec);
 
     let backing = if setup.workload.has_backing() {
-        let mut bytes = vec![0u8; size as usize];
-        for (i, sector) in bytes.chunks_mut(512).enumerate() {
-            sector.fill(backing_byte(i as u64 * 512));
+        // Filled a mebibyte at a time, so only the store holds the data.
+        let mut store = SparseStore::new();
+        let mut piece = vec![0u8; 1 << 20];
+        let mut at = 0;
+        while at < size {
+            let n = (size - at).min(piece.len() as u64) as usize;
+            for (i, sector) in piece[..n].chunks_mut(512).enumerate() {
+                sector.fill(backing_byte(at + i as u64 * 512));
+            }
+            store.write(at, &piece[..n]);
+            at += n as u64;
         }
         Some(
-            SimDisk::from_bytes(&sim, quiet_options(LatencyOptions::ssd(), false), &bytes)
+            SimDisk::with_content(&sim, quiet_options(LatencyOptions::ssd(), false), store)
                 .expect("quiet disk options are valid"),
         )
     } else {
