@@ -13,7 +13,7 @@ const SIZE: u64 = 16 << 20;
 const CLUSTER: u64 = 64 << 10;
 
 fn rows_of(w: Workload) -> Vec<Row> {
-    let rows = run_all(&[w], SIZE, false).expect("benchmark runs");
+    let rows = run_all(&[w], SIZE, false, false).expect("benchmark runs");
     assert_eq!(rows.len(), 7, "all on, all off, five single switches off");
     rows
 }

@@ -34,11 +34,33 @@ pub fn switch_rows() -> Vec<Switches> {
     v
 }
 
-/// Every row of the benchmark for `workloads`, `size` bytes per job.
-pub fn run_all(workloads: &[Workload], size: u64, hdd: bool) -> Result<Vec<Row>, BenchError> {
+/// Rows beyond the seven: on these jobs delayed_cow cancels every COW
+/// area, leaving zero_cow and merge_cow nothing to do, so their worth shows
+/// only against a base with delayed_cow off.
+pub fn extra_switch_rows() -> Vec<Switches> {
+    let no_delay = Switches::ALL_ON
+        .with("delayed_cow", false)
+        .expect("known switch");
+    let no_zero = no_delay.with("zero_cow", false).expect("known switch");
+    let no_merge = no_zero.with("merge_cow", false).expect("known switch");
+    vec![no_zero, no_merge]
+}
+
+/// Every row of the benchmark for `workloads`, `size` bytes per job; with
+/// `extra`, the `extra_switch_rows` too.
+pub fn run_all(
+    workloads: &[Workload],
+    size: u64,
+    hdd: bool,
+    extra: bool,
+) -> Result<Vec<Row>, BenchError> {
     let mut rows = Vec::new();
     for &w in workloads {
-        for s in switch_rows() {
+        let mut settings = switch_rows();
+        if extra {
+            settings.extend(extra_switch_rows());
+        }
+        for s in settings {
             rows.push(run_job(w, size, s, hdd)?);
         }
     }

@@ -1,4 +1,4 @@
-//! `qcsim bench --sim [--json] [--size 256M] [--workload W] [--hdd]`: the
+//! `qcsim bench --sim [--json] [--size 256M] [--workload W] [--hdd] [--extra]`: the
 //! simulated benchmarks, each optimisation on and off (see `sim::bench`).
 
 use anyhow::{bail, Context};
@@ -24,6 +24,10 @@ pub struct Args {
     /// Also time each job on the HDD model (runs every job twice).
     #[arg(long)]
     pub hdd: bool,
+    /// Add rows with delayed_cow off and then zero_cow and merge_cow off,
+    /// where those two switches show their worth.
+    #[arg(long)]
+    pub extra: bool,
 }
 
 /// Workloads as the command line spells them.
@@ -46,7 +50,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         WorkloadArg::Seq4kBacking => vec![Workload::Seq4kBacking],
         WorkloadArg::All => Workload::ALL.to_vec(),
     };
-    let rows = run_all(&workloads, size, a.hdd)?;
+    let rows = run_all(&workloads, size, a.hdd, a.extra)?;
     if a.json {
         for r in &rows {
             println!("{}", serde_json::to_string(r)?);
