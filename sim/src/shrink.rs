@@ -304,10 +304,7 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
             .collect();
         for (g, i) in positions {
             // One sector first; failing that, halve while it still fails.
-            loop {
-                let Some((_, n)) = self.best.workload[g][i].range() else {
-                    break;
-                };
+            while let Some((_, n)) = self.best.workload[g][i].range() {
                 if n <= 1 {
                     break;
                 }
