@@ -41,19 +41,19 @@ impl ImageSource for Bounded {
     }
 
     fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.0.read_at(off, buf)
+        ImageSource::read_at(&self.0, off, buf)
     }
 }
 
 impl ImageSink for Bounded {
     fn write_at(&mut self, off: u64, buf: &[u8]) -> io::Result<()> {
         self.room(off.checked_add(buf.len() as u64))?;
-        self.0.write_at(off, buf)
+        ImageSink::write_at(&mut self.0, off, buf)
     }
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         self.room(Some(len))?;
-        self.0.set_len(len)
+        ImageSink::set_len(&mut self.0, len)
     }
 
     fn flush(&mut self) -> io::Result<()> {
