@@ -108,7 +108,7 @@ impl<D: BlockDev> Image<D> {
         // are final.
         let keys = self.inflight.borrow().allocs_overlapping(start, end);
         for k in keys {
-            self.commit_alloc(k).await?;
+            self.settle_alloc(k).await?;
         }
         let cs = self.geo.cluster_size;
         let _g = self.meta_lock.lock().await;

@@ -446,11 +446,26 @@ impl<D: BlockDev> Image<D> {
         let keys: Vec<u64> = self.inflight.borrow().allocs.keys().copied().collect();
         let mut first_err = None;
         for k in keys {
-            if let Err(e) = self.commit_alloc(k).await {
+            if let Err(e) = self.settle_alloc(k).await {
                 first_err.get_or_insert(e);
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// See an allocation through before a flush or discard relies on the
+    /// L2 table. With delayed COW it is committed here; without, its owner
+    /// (the write that made it, still in flight) always commits or gives
+    /// it up before completing, so only waiting is needed, and taking it
+    /// over would race with the owner giving it up.
+    pub(crate) async fn settle_alloc(&self, key: u64) -> Result<()> {
+        if self.opts.switches.delayed_cow {
+            return self.commit_alloc(key).await;
+        }
+        self.wq
+            .wait_until(|| !self.inflight.borrow().allocs.contains_key(&key))
+            .await;
+        Ok(())
     }
 
     /// Finish an allocation: wait for the writes into it, perform what is

@@ -4,4 +4,5 @@
 
 pub mod check;
 pub mod data;
+pub mod dump;
 pub mod model;

@@ -6,6 +6,8 @@ mod check_support;
 
 use check_support::corrupt::cases;
 use check_support::{bases, project, qemu_check, Scratch};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 #[test]
 fn checker_agrees_with_qemu_img_on_corrupted_images() {
@@ -82,5 +84,49 @@ fn human_output_matches_qemu_img_wording() {
         }
     }
     assert!(compared > 30, "only {compared} reports compared");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Seeded random bit flips anywhere in the metadata clusters (header and
+/// extensions included), compared with `qemu-img check` like the named
+/// cases.
+#[test]
+fn checker_agrees_with_qemu_img_on_random_metadata_flips() {
+    const PER_BASE: usize = 12;
+    let s = Scratch::new();
+    let mut rng = ChaCha8Rng::seed_from_u64(0xf120);
+    let mut failures = Vec::new();
+    for base in bases(&s) {
+        let cs = check_support::Layout::read(&base.bytes).cluster_size();
+        let hot = (12 * cs).min(base.bytes.len() as u64);
+        for n in 0..PER_BASE {
+            let mut img = base.bytes.clone();
+            let mut what = Vec::new();
+            for _ in 0..rng.gen_range(1..=6) {
+                let at = rng.gen_range(0..hot) as usize;
+                let bit = rng.gen_range(0..8);
+                img[at] ^= 1 << bit;
+                what.push(format!("{at:#x}.{bit}"));
+            }
+            let path = s.path("flip.qcow2");
+            std::fs::write(&path, &img).expect("write case");
+            let (qrc, qjson) = qemu_check(&path, None);
+            let ours = oracle::check::check(&img);
+            let want = qjson.as_ref().map(project);
+            let got = ours
+                .failure
+                .is_none()
+                .then(|| project(&ours.to_qemu_json()));
+            if qrc != ours.exit_code() || want != got {
+                failures.push(format!(
+                    "{}/flip-{n} [{}]: qemu-img exit {qrc} {want:?}\n    checker exit {} {got:?} failure={:?}",
+                    base.name,
+                    what.join(" "),
+                    ours.exit_code(),
+                    ours.failure
+                ));
+            }
+        }
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

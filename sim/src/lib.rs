@@ -1,6 +1,7 @@
 //! qcsim's simulation harness: the simulated disk, the deterministic
 //! executor and clock, workloads and cases, the runner and campaigns.
 
+pub mod bench;
 pub mod campaign;
 pub mod case;
 pub mod disk;

@@ -20,6 +20,8 @@ struct Cli {
 enum Command {
     /// Run many seeded cases on all cores.
     Campaign(cli::campaign::Args),
+    /// Simulated benchmarks: I/O counts with each optimisation on and off.
+    Bench(cli::bench::Args),
     /// Run one simulated case from a seed.
     Run(cli::run::Args),
     /// Replay a saved case.
@@ -46,6 +48,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Campaign(a) => cli::campaign::run(a),
+        Command::Bench(a) => cli::bench::run(a),
         Command::Run(a) => cli::run::run(a),
         Command::Replay(a) => cli::replay::run(a),
         Command::Shrink(a) => cli::shrink::run(a),

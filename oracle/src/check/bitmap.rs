@@ -14,13 +14,18 @@ pub(crate) const TABLE_OFFSET_MASK: u64 = 0x00ff_ffff_ffff_fe00;
 const TABLE_ALL_ONES: u64 = 1;
 const MAX_TABLE_ENTRIES: u64 = 0x0800_0000;
 const MAX_NAME: u64 = 1023;
+/// The most bitmap data one bitmap may hold; bounds its table too.
+const MAX_PHYS_SIZE: u64 = 0x2000_0000;
 const FLAGS_KNOWN: u32 = 0x3;
+const FLAG_IN_USE: u32 = 0x1;
 
 /// One bitmap's table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BitmapTable {
     pub offset: u64,
     pub entries: u32,
+    /// Marked in use: left inconsistent by a crash, so QEMU does not load it.
+    pub in_use: bool,
 }
 
 /// Parses the directory; `Err` is what makes QEMU refuse the image.
@@ -31,7 +36,7 @@ pub(crate) fn read_directory(
 ) -> Result<Vec<BitmapTable>, String> {
     let size = ext.directory_size;
     let mut dir = vec![0u8; size as usize];
-    src.read_at(ext.directory_offset, &mut dir)
+    super::source::read_checked(src, ext.directory_offset, &mut dir)
         .map_err(|e| format!("Failed to read bitmap directory: {e}"))?;
     let mut out = Vec::new();
     let mut pos = 0u64;
@@ -60,12 +65,17 @@ pub(crate) fn read_directory(
             || name_size > MAX_NAME
             || flags & !FLAGS_KNOWN != 0
             || u64::from(entries) > MAX_TABLE_ENTRIES
+            || u64::from(entries) * h.cluster_size() > MAX_PHYS_SIZE
             || h.offset_into_cluster(offset) != 0
-            || (offset == 0) != (entries == 0)
+            || offset == 0
         {
             return Err("Bitmap directory entry is invalid".into());
         }
-        out.push(BitmapTable { offset, entries });
+        out.push(BitmapTable {
+            offset,
+            entries,
+            in_use: flags & FLAG_IN_USE != 0,
+        });
         pos += len;
     }
     if out.len() as u64 != u64::from(ext.nb_bitmaps) {
@@ -89,4 +99,26 @@ pub(crate) fn entry_is_valid(entry: u64, cluster_size: u64) -> bool {
         return false;
     }
     true
+}
+
+/// What QEMU's open does with the bitmaps: it loads every bitmap not in
+/// use, and refuses the image when a loaded bitmap's table is malformed.
+pub(crate) fn validate_for_open(src: &dyn ImageSource, h: &Header) -> Result<(), String> {
+    let Some(ext) = h.bitmaps else {
+        return Ok(());
+    };
+    for t in read_directory(src, h, &ext)? {
+        if t.in_use {
+            continue;
+        }
+        let entries =
+            read_table(src, &t).map_err(|e| format!("Could not read bitmap table: {e}"))?;
+        if entries
+            .iter()
+            .any(|&e| !entry_is_valid(e, h.cluster_size()))
+        {
+            return Err("Could not read bitmap_table table from image: Invalid argument".into());
+        }
+    }
+    Ok(())
 }

@@ -172,7 +172,7 @@ fn validate_table(
 pub(crate) fn parse(src: &dyn ImageSource) -> Result<Header, String> {
     let io = |e: std::io::Error| format!("Could not read qcow2 header: {e}");
     let mut b = vec![0u8; V3_HEADER_LENGTH_MIN as usize + 1];
-    src.read_at(0, &mut b).map_err(io)?;
+    super::source::read_checked(src, 0, &mut b).map_err(io)?;
     if be32(&b, 0) != MAGIC {
         return Err("Image is not in qcow2 format".into());
     }
@@ -210,8 +210,12 @@ pub(crate) fn parse(src: &dyn ImageSource) -> Result<Header, String> {
     if backing_file_offset > cluster_size {
         return Err("Invalid backing file offset".into());
     }
+    // A check never opens the backing file, but its name must be sane.
     if backing_file_offset != 0 {
-        return Err("Backing files are not supported by this checker".into());
+        let len = u64::from(be32(&b, OFF_BACKING_FILE_SIZE));
+        if len > 1023.min(cluster_size - backing_file_offset) {
+            return Err("Backing file name too long".into());
+        }
     }
     if incompatible & !INCOMPAT_KNOWN != 0 {
         return Err(format!(
@@ -289,7 +293,7 @@ pub(crate) fn parse(src: &dyn ImageSource) -> Result<Header, String> {
     }
     // Each L1 entry maps one L2 table of guest clusters.
     let l2_span_bits = cluster_bits + cluster_bits - if h.extended_l2() { 4 } else { 3 };
-    let needed = (h.size / 512 * 512).div_ceil(1u64 << l2_span_bits);
+    let needed = h.size.div_ceil(1u64 << l2_span_bits);
     if needed > i32::MAX as u64 {
         return Err("Image is too big".into());
     }
@@ -321,7 +325,7 @@ fn read_extensions(
             return Err("qcow2_read_extension: suspicious offset".into());
         }
         let mut eh = [0u8; 8];
-        src.read_at(offset, &mut eh).map_err(io)?;
+        super::source::read_checked(src, offset, &mut eh).map_err(io)?;
         let magic = be32(&eh, 0);
         let len = u64::from(be32(&eh, 4));
         offset += 8;
@@ -344,7 +348,7 @@ fn read_extensions(
                 }
                 if h.autoclear & AUTOCLEAR_BITMAPS != 0 {
                     let mut e = [0u8; 24];
-                    src.read_at(offset, &mut e).map_err(io)?;
+                    super::source::read_checked(src, offset, &mut e).map_err(io)?;
                     let nb_bitmaps = be32(&e, 0);
                     let reserved = be32(&e, 4);
                     let directory_size = be64(&e, 8);

@@ -52,6 +52,7 @@ impl<'a> OpenImage<'a> {
         let h = header::parse(io.src())?;
         let l1 = read_u64s(io.src(), h.l1_table_offset, h.l1_size as usize)
             .map_err(|e| format!("Could not read L1 table: {e}"))?;
+        super::bitmap::validate_for_open(io.src(), &h)?;
         let disk = DiskRefcounts::load(io.src(), &h)
             .map_err(|e| format!("Could not read refcount table: {e}"))?;
         Ok(OpenImage { io, h, l1, disk })

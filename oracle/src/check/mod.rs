@@ -16,6 +16,7 @@ mod refcounts;
 mod report;
 mod run;
 mod snapshot;
+mod snapshot_repair;
 mod source;
 
 pub use report::{CheckReport, Finding, FindingKind};

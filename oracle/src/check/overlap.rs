@@ -105,8 +105,10 @@ impl Pass<'_, '_> {
         }
         self.img.h.incompatible |= INCOMPAT_CORRUPT;
         let flags = self.img.h.incompatible;
+        // Best effort, as in QEMU: the refused write already fails the
+        // repair, whether or not the flag reaches the disk.
         if let Ok(sink) = self.img.io.sink() {
-            let _ = sink.write_at(OFF_INCOMPATIBLE, &flags.to_be_bytes());
+            sink.write_at(OFF_INCOMPATIBLE, &flags.to_be_bytes()).ok();
         }
     }
 }

@@ -8,13 +8,13 @@
 use super::header::{OFF_REFCOUNT_TABLE_CLUSTERS, OFF_REFCOUNT_TABLE_OFFSET};
 use super::overlap::Ol;
 use super::pass::{Abort, Pass};
-use super::refcounts::{set_entry, Imrt};
+use super::refcounts::{set_entry, Imrt, MAX_CLUSTERS};
 
 impl Pass<'_, '_> {
     /// Finds `count` contiguous free clusters at or after `*first_free`
     /// (growing the image when needed), marks them used, and returns the
     /// offset of the first. `*first_free` moves to the first gap seen.
-    fn alloc_imrt(&self, imrt: &mut Imrt, count: u64, first_free: &mut u64) -> u64 {
+    fn alloc_imrt(&self, imrt: &mut Imrt, count: u64, first_free: &mut u64) -> Result<u64, Abort> {
         let mut cluster = *first_free;
         let mut first_gap = true;
         let mut run = 0;
@@ -31,13 +31,17 @@ impl Pass<'_, '_> {
             cluster += 1;
         }
         if run < count {
-            imrt.grow(cluster + count - run);
+            let needed = cluster + count - run;
+            if needed > MAX_CLUSTERS {
+                return Err(Abort("ERROR allocating refblock: File too large".into()));
+            }
+            imrt.grow(needed);
         }
         let start = cluster - run;
         for c in start..start + count {
             imrt.set(c, 1);
         }
-        start << self.img.h.cluster_bits
+        Ok(start << self.img.h.cluster_bits)
     }
 
     /// Writes a refcount block for every block-sized range of clusters in
@@ -68,7 +72,7 @@ impl Pass<'_, '_> {
                 _ => {
                     // Never allocate inside a block already written.
                     first_free = first_free.max(start);
-                    let off = self.alloc_imrt(imrt, 1, &mut first_free);
+                    let off = self.alloc_imrt(imrt, 1, &mut first_free)?;
                     end = end.max((off >> h.cluster_bits) + 1);
                     if reftable.len() as u64 <= index {
                         let entries =
@@ -112,7 +116,7 @@ impl Pass<'_, '_> {
         loop {
             let mut first_free = 0;
             table_clusters = (reftable.len() as u64 * 8).div_ceil(cs);
-            table_offset = self.alloc_imrt(imrt, table_clusters, &mut first_free);
+            table_offset = self.alloc_imrt(imrt, table_clusters, &mut first_free)?;
             let start = table_offset / cs;
             changed = self.write_refblocks(imrt, start, start + table_clusters, &mut reftable)?;
             if !changed {

@@ -134,7 +134,7 @@ impl DiskRefcounts {
     fn load_block(&mut self, src: &dyn ImageSource, block: u64) -> io::Result<&mut Vec<u8>> {
         if self.cached.as_ref().map(|c| c.0) != Some(block) {
             let mut buf = vec![0u8; self.cluster_size() as usize];
-            src.read_at(block, &mut buf)?;
+            super::source::read_checked(src, block, &mut buf)?;
             self.cached = Some((block, buf));
         }
         Ok(&mut self.cached.as_mut().expect("just cached").1)
@@ -168,6 +168,16 @@ impl DiskRefcounts {
         set_entry(buf, order, idx, value);
         let bytes = buf.clone();
         img.write_at(block, &bytes).map_err(RefcountReadError::Io)
+    }
+
+    /// Whether a refcount block is present for `cluster`.
+    pub fn covers(&self, cluster: u64) -> bool {
+        matches!(self.block_of(cluster), Ok(Some(_)))
+    }
+
+    /// How many clusters the refcount table could describe.
+    pub fn covered_clusters(&self) -> u64 {
+        (self.table.len() as u64) << self.block_bits
     }
 
     pub fn invalidate(&mut self) {
@@ -211,5 +221,46 @@ pub(crate) fn set_entry(buf: &mut [u8], order: u32, idx: u64, value: u64) {
             let be = value.to_be_bytes();
             buf[idx * bytes..idx * bytes + bytes].copy_from_slice(&be[8 - bytes..]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{get_entry, set_entry};
+
+    /// Every width packs entries without disturbing their neighbours, and
+    /// sub-byte entries fill a byte from its least significant bit.
+    #[test]
+    fn entries_round_trip_at_every_width() {
+        for order in 0..=6u32 {
+            let bits = 1u32 << order;
+            let max = if bits == 64 {
+                u64::MAX
+            } else {
+                (1u64 << bits) - 1
+            };
+            let mut buf = vec![0u8; 64];
+            let n = 64 * 8 / u64::from(bits);
+            for i in 0..n {
+                set_entry(
+                    &mut buf,
+                    order,
+                    i,
+                    i.wrapping_mul(0x9e37_79b9_7f4a_7c15) & max,
+                );
+            }
+            for i in 0..n {
+                assert_eq!(
+                    get_entry(&buf, order, i),
+                    i.wrapping_mul(0x9e37_79b9_7f4a_7c15) & max,
+                    "order {order} index {i}"
+                );
+            }
+        }
+        let mut buf = vec![0u8; 1];
+        set_entry(&mut buf, 0, 0, 1);
+        assert_eq!(buf[0], 0b0000_0001);
+        set_entry(&mut buf, 1, 3, 2);
+        assert_eq!(buf[0], 0b1000_0001);
     }
 }

@@ -49,8 +49,10 @@ pub fn repair(img: &mut dyn ImageSink, mode: RepairMode) -> Result<CheckReport, 
             errors: true,
         },
     };
-    let first = run(Io::Rw(&mut *img), fix);
-    let _ = img.flush();
+    let mut first = run(Io::Rw(&mut *img), fix);
+    if let Err(e) = img.flush() {
+        first.failure.get_or_insert(format!("flush failed: {e}"));
+    }
     if let Some(msg) = &first.failure {
         if msg.starts_with("Could not open") {
             return Err(RepairError::Open(msg.clone()));
@@ -102,9 +104,21 @@ fn run(io: Io<'_>, fix: Fix) -> CheckReport {
             message: format!("ERROR snapshot table entry {i} is incomplete"),
         });
     }
-    let sn_corruptions = snapshots.incomplete.len() as u64;
+    let mut sn_corruptions = snapshots.incomplete.len() as u64;
+    let mut sn_fixed = 0;
     let mut pass = Pass::new(&mut img, &snapshots, fix);
-    let outcome = check_refcounts(&mut pass);
+    let mut outcome = check_refcounts(&mut pass);
+    if outcome.is_ok() && sn_corruptions != 0 && fix.errors {
+        match pass.rewrite_snapshot_table() {
+            Ok(()) => {
+                sn_fixed = std::mem::take(&mut sn_corruptions);
+            }
+            Err(e) => {
+                pass.res.check_errors += 1;
+                outcome = Err(e);
+            }
+        }
+    }
     let res = pass.res;
     let mut findings = pass.findings;
     findings.append(&mut sn_findings);
@@ -112,7 +126,7 @@ fn run(io: Io<'_>, fix: Fix) -> CheckReport {
     report.check_errors = to_u64(res.check_errors);
     report.corruptions = to_u64(res.corruptions) + sn_corruptions;
     report.leaks = to_u64(res.leaks);
-    report.corruptions_fixed = to_u64(res.corruptions_fixed);
+    report.corruptions_fixed = to_u64(res.corruptions_fixed) + sn_fixed;
     report.leaks_fixed = to_u64(res.leaks_fixed);
     report.allocated_clusters = res.allocated;
     report.fragmented_clusters = res.fragmented;
@@ -188,10 +202,10 @@ fn check_refcounts(pass: &mut Pass<'_, '_>) -> Result<u64, Abort> {
                 },
                 &mut rebuild,
             );
+            // What this pass fixed is the old structure QEMU's rebuild just
+            // leaked; only leaks it could not fix are kept.
             fresh_leaks = pass.res.leaks;
-            let fixed_now = pass.res.leaks_fixed;
             pass.res = saved;
-            let _ = fixed_now;
         }
         if pass.res.corruptions < old.corruptions {
             pass.res.corruptions_fixed += old.corruptions - pass.res.corruptions;

@@ -127,17 +127,35 @@ impl ImageSink for std::fs::File {
     }
 }
 
+/// The largest offset QEMU's block layer accepts: 2^63 - 1 rounded down to
+/// its maximum alignment (1 GiB). Requests reaching past it fail with an
+/// I/O error, whatever the file's length.
+pub(crate) const MAX_REQUEST_END: u64 = (i64::MAX as u64) & !((1 << 30) - 1);
+
+/// Reads as the checker's every read must: a request ending past
+/// `MAX_REQUEST_END` is an I/O error (as in QEMU), the rest goes to `src`.
+pub(crate) fn read_checked(src: &dyn ImageSource, off: u64, buf: &mut [u8]) -> io::Result<()> {
+    let end = off.checked_add(buf.len() as u64);
+    if end.is_none_or(|e| e > MAX_REQUEST_END) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("read at {off:#x} is past the largest possible offset"),
+        ));
+    }
+    src.read_at(off, buf)
+}
+
 /// Reads a big-endian u64 at `off`.
 pub(crate) fn read_u64(src: &dyn ImageSource, off: u64) -> io::Result<u64> {
     let mut b = [0u8; 8];
-    src.read_at(off, &mut b)?;
+    read_checked(src, off, &mut b)?;
     Ok(u64::from_be_bytes(b))
 }
 
 /// Reads `count` big-endian u64 entries at `off`.
 pub(crate) fn read_u64s(src: &dyn ImageSource, off: u64, count: usize) -> io::Result<Vec<u64>> {
     let mut raw = vec![0u8; count * 8];
-    src.read_at(off, &mut raw)?;
+    read_checked(src, off, &mut raw)?;
     Ok(raw
         .chunks_exact(8)
         .map(|c| u64::from_be_bytes(c.try_into().expect("8-byte chunk")))

@@ -192,6 +192,74 @@ pub fn cases(base: &Base, seed: u64, random: usize) -> Vec<Case> {
     if let Some(k) = unused {
         add("leaked-cluster", edit(&|c| l.set_refcount(c, k, 1)));
     }
+    if let Some(sn) = l.first_snapshot {
+        let l1 = get64(b, sn);
+        let size_word = get64(b, sn + 8);
+        add("snapshot-l1-unaligned", edit(&|c| put64(c, sn, l1 + 0x200)));
+        add("snapshot-l1-beyond-eof", edit(&|c| put64(c, sn, far)));
+        add(
+            "snapshot-l1-at-reftable",
+            edit(&|c| put64(c, sn, l.reftable_offset)),
+        );
+        add(
+            "snapshot-l1-too-large",
+            edit(&|c| put64(c, sn + 8, (size_word & 0xffff_ffff) | (0x0100_0000 << 32))),
+        );
+        // extra_data_size is the low half of the word at +32.
+        let w = get64(b, sn + 32);
+        add(
+            "snapshot-extra-data-short",
+            edit(&|c| put64(c, sn + 32, w & !0xffff_ffff)),
+        );
+        add(
+            "snapshot-count-too-many",
+            edit(&|c| {
+                let w = get64(c, 56);
+                put64(c, 56, (w & !0xffff_ffff) | 65537);
+            }),
+        );
+        add(
+            "snapshot-table-unaligned",
+            edit(&|c| {
+                let o = get64(c, 64);
+                put64(c, 64, o + 8);
+            }),
+        );
+    }
+    if let Some(ext) = l.bitmaps_ext {
+        let dir = get64(b, ext + 16);
+        let table = get64(b, dir);
+        let entries = get64(b, dir + 8) >> 32;
+        add(
+            "bitmap-directory-beyond-eof",
+            edit(&|c| put64(c, ext + 16, far)),
+        );
+        add(
+            "bitmap-directory-unaligned",
+            edit(&|c| put64(c, ext + 16, dir + 0x200)),
+        );
+        add(
+            "bitmap-table-at-l1",
+            edit(&|c| put64(c, dir, l.l1_offset & !(cs - 1))),
+        );
+        add("bitmap-table-beyond-eof", edit(&|c| put64(c, dir, far)));
+        let used = (0..entries)
+            .map(|k| table + 8 * k)
+            .find(|&a| get64(b, a) != 0);
+        if let Some(at) = used {
+            let e = get64(b, at);
+            add("bitmap-entry-reserved-bit", edit(&|c| put64(c, at, e | 2)));
+            add("bitmap-entry-unaligned", edit(&|c| put64(c, at, e + 0x200)));
+            add("bitmap-entry-cleared", edit(&|c| put64(c, at, 0)));
+        }
+        add(
+            "bitmap-autoclear-cleared",
+            edit(&|c| {
+                let f = get64(c, 88);
+                put64(c, 88, f & !1);
+            }),
+        );
+    }
     let len = b.len() as u64;
     add(
         "truncated-last-half-cluster",

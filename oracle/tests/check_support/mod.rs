@@ -144,6 +144,21 @@ pub fn bases(s: &Scratch) -> Vec<Base> {
     io(&p, &writes[..2]);
     add("rc8-1k", &p);
 
+    for (name, opts) in [
+        ("rc2-4k", "refcount_bits=2,cluster_size=4k"),
+        ("rc4-2k", "refcount_bits=4,cluster_size=2k"),
+        ("rc32-8k", "refcount_bits=32,cluster_size=8k"),
+    ] {
+        let p = create(s, &format!("{name}.qcow2"), opts, "2M");
+        io(&p, &writes[..2]);
+        run_ok(
+            "qemu-img",
+            &["snapshot", "-c", "s1", p.to_str().expect("utf-8")],
+        );
+        io(&p, &["write -P 0x99 0 8k"]);
+        add(name, &p);
+    }
+
     let p = create(s, "rc64.qcow2", "refcount_bits=64,cluster_size=512", "1M");
     io(&p, &["write -P 0x44 0 20k", "write -P 0x55 512k 3k"]);
     add("rc64-512", &p);
@@ -236,6 +251,10 @@ pub struct Layout {
     pub compressed_entries: Vec<u64>,
     /// Byte offsets of refcount table entries in use.
     pub reftable_used: Vec<u64>,
+    /// Byte offset of the first snapshot table entry, if any.
+    pub first_snapshot: Option<u64>,
+    /// Byte offset of the bitmaps header extension's body, if any.
+    pub bitmaps_ext: Option<u64>,
 }
 
 impl Layout {
@@ -266,7 +285,23 @@ impl Layout {
             l2_entries: vec![],
             compressed_entries: vec![],
             reftable_used: vec![],
+            first_snapshot: (be32(b, 60) != 0).then(|| be64(b, 64)),
+            bitmaps_ext: None,
         };
+        if version >= 3 {
+            let mut at = u64::from(be32(b, 100));
+            while at + 8 <= cs {
+                let magic = be32(b, at as usize);
+                let len = u64::from(be32(b, at as usize + 4));
+                if magic == 0 {
+                    break;
+                }
+                if magic == 0x2385_2875 {
+                    l.bitmaps_ext = Some(at + 8);
+                }
+                at += 8 + len.div_ceil(8) * 8;
+            }
+        }
         for i in 0..l1_size {
             let at = l1_offset + i * 8;
             let e = be64(b, at as usize);

@@ -1,6 +1,7 @@
 //! One module per `qcsim` subcommand; each has `Args` and `run`, which
 //! returns the process exit code.
 
+pub mod bench;
 pub mod campaign;
 pub mod check;
 pub mod convert;

@@ -1,0 +1,204 @@
+//! A deterministic text dump of an image's metadata: header, extensions,
+//! L1 and L2 tables, refcount table and refcounts, snapshot table. Stable
+//! enough for snapshot tests: one fact per line, in offset order, only
+//! what is set; runs of equal refcounts are merged.
+//!
+//! Like the checker, it parses the image itself. It never fails: what
+//! cannot be read is written into the dump as such.
+
+use std::fmt::Write;
+
+use crate::check::ImageSource;
+
+/// Bound on the tables dumped, so a hostile image cannot make the dump
+/// allocate without limit.
+const MAX_TABLE_BYTES: u64 = 32 << 20;
+
+fn be32(b: &[u8], o: usize) -> u32 {
+    u32::from_be_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+
+fn be64(b: &[u8], o: usize) -> u64 {
+    u64::from_be_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+fn read(src: &dyn ImageSource, off: u64, len: u64) -> Option<Vec<u8>> {
+    if len > MAX_TABLE_BYTES {
+        return None;
+    }
+    let mut b = vec![0u8; len as usize];
+    src.read_at(off, &mut b).ok().map(|_| b)
+}
+
+/// The dump of the image in `src`.
+pub fn dump(src: &dyn ImageSource) -> String {
+    let mut out = String::new();
+    if let Err(e) = dump_into(src, &mut out) {
+        let _ = writeln!(out, "unreadable: {e}");
+    }
+    out
+}
+
+fn dump_into(src: &dyn ImageSource, o: &mut String) -> Result<(), String> {
+    let h = read(src, 0, 112).ok_or("header")?;
+    if be32(&h, 0) != 0x5146_49fb {
+        return Err("bad magic".into());
+    }
+    let version = be32(&h, 4);
+    let cluster_bits = be32(&h, 20);
+    if !(9..=21).contains(&cluster_bits) {
+        return Err(format!("cluster_bits {cluster_bits}"));
+    }
+    let cs = 1u64 << cluster_bits;
+    let size = be64(&h, 24);
+    let l1_size = be32(&h, 36) as u64;
+    let l1_off = be64(&h, 40);
+    let rt_off = be64(&h, 48);
+    let rt_clusters = be32(&h, 56) as u64;
+    let nb_snapshots = be32(&h, 60);
+    let snap_off = be64(&h, 64);
+    let (incompat, compat, autoclear, order, hlen) = if version >= 3 {
+        (
+            be64(&h, 72),
+            be64(&h, 80),
+            be64(&h, 88),
+            be32(&h, 96),
+            be32(&h, 100),
+        )
+    } else {
+        (0, 0, 0, 4, 72)
+    };
+    let _ = writeln!(o, "header");
+    let _ = writeln!(o, "  version {version}");
+    let _ = writeln!(o, "  cluster_size {cs}");
+    let _ = writeln!(o, "  size {size}");
+    let _ = writeln!(
+        o,
+        "  backing_file_offset {:#x} size {}",
+        be64(&h, 8),
+        be32(&h, 16)
+    );
+    let _ = writeln!(o, "  crypt_method {}", be32(&h, 32));
+    let _ = writeln!(o, "  l1 {l1_size} entries at {l1_off:#x}");
+    let _ = writeln!(o, "  refcount_table {rt_clusters} clusters at {rt_off:#x}");
+    let _ = writeln!(o, "  snapshots {nb_snapshots} at {snap_off:#x}");
+    let _ = writeln!(
+        o,
+        "  features incompatible {incompat:#x} compatible {compat:#x} autoclear {autoclear:#x}"
+    );
+    let _ = writeln!(o, "  refcount_bits {}", 1u32 << order.min(6));
+    let _ = writeln!(o, "  header_length {hlen}");
+    if let Some(c) = read(src, 0, cs.min(1 << 16)) {
+        let mut p = if version >= 3 { hlen as usize } else { 72 };
+        while p + 8 <= c.len() {
+            let (kind, len) = (be32(&c, p), be32(&c, p + 4) as usize);
+            if kind == 0 {
+                break;
+            }
+            let _ = writeln!(o, "  extension {kind:#010x} length {len}");
+            p += 8 + len.div_ceil(8) * 8;
+        }
+    }
+    let entries = |off: u64, n: u64| -> Option<Vec<u64>> {
+        read(src, off, n.checked_mul(8)?).map(|b| b.chunks_exact(8).map(|c| be64(c, 0)).collect())
+    };
+    let l1 = entries(l1_off, l1_size).ok_or("L1 table")?;
+    let _ = writeln!(o, "l1");
+    let l2_entries = cs / 8;
+    for (i, &e) in l1.iter().enumerate() {
+        if e == 0 {
+            continue;
+        }
+        let l2 = e & 0x00ff_ffff_ffff_fe00;
+        let copied = if e >> 63 != 0 { " copied" } else { "" };
+        let _ = writeln!(o, "  [{i}] l2 {l2:#x}{copied}");
+        let Some(t) = entries(l2, l2_entries) else {
+            let _ = writeln!(o, "    unreadable");
+            continue;
+        };
+        for (j, &x) in t.iter().enumerate() {
+            if x == 0 {
+                continue;
+            }
+            let guest = (i as u64 * l2_entries + j as u64) * cs;
+            let _ = writeln!(
+                o,
+                "    guest {guest:#x} {}",
+                l2_entry(x, cluster_bits, version)
+            );
+        }
+    }
+    let rt = entries(rt_off, rt_clusters * cs / 8).ok_or("refcount table")?;
+    let _ = writeln!(o, "refcount table");
+    let bits = 1u64 << order.min(6);
+    let per_block = cs * 8 / bits;
+    let mut runs: Vec<(u64, u64, u64)> = Vec::new();
+    for (i, &b) in rt.iter().enumerate() {
+        if b == 0 {
+            continue;
+        }
+        let _ = writeln!(o, "  [{i}] block {b:#x}");
+        let Some(block) = read(src, b, cs) else {
+            continue;
+        };
+        for k in 0..per_block {
+            let v = refcount(&block, bits, k as usize);
+            let c = i as u64 * per_block + k;
+            match runs.last_mut() {
+                Some((_, end, rv)) if *rv == v && *end == c => *end += 1,
+                _ => runs.push((c, c + 1, v)),
+            }
+        }
+    }
+    let _ = writeln!(o, "refcounts");
+    for (a, b, v) in runs.into_iter().filter(|r| r.2 != 0) {
+        let _ = writeln!(o, "  clusters {a}..{b}: {v}");
+    }
+    if nb_snapshots > 0 {
+        let _ = writeln!(o, "snapshot table at {snap_off:#x}");
+        let mut p = snap_off;
+        for i in 0..nb_snapshots.min(1024) {
+            let Some(s) = read(src, p, 40) else { break };
+            let (sl1, n) = (be64(&s, 0), be32(&s, 8));
+            let (id, name, extra) = (
+                u16::from_be_bytes([s[12], s[13]]) as u64,
+                u16::from_be_bytes([s[14], s[15]]) as u64,
+                be32(&s, 36) as u64,
+            );
+            let _ = writeln!(o, "  [{i}] l1 {n} entries at {sl1:#x}");
+            p += (40 + extra + id + name).next_multiple_of(8);
+        }
+    }
+    Ok(())
+}
+
+fn l2_entry(x: u64, cluster_bits: u32, version: u32) -> String {
+    if x & (1 << 62) != 0 {
+        let shift = 62 - (cluster_bits - 8);
+        let host = x & ((1 << shift) - 1);
+        let sectors = ((x >> shift) & ((1 << (62 - shift)) - 1)) + 1;
+        return format!("compressed {host:#x} sectors {sectors}");
+    }
+    let host = x & 0x00ff_ffff_ffff_fe00;
+    let copied = if x >> 63 != 0 { " copied" } else { "" };
+    if version >= 3 && x & 1 != 0 {
+        if host == 0 {
+            return "zero".into();
+        }
+        return format!("zero, allocated {host:#x}{copied}");
+    }
+    format!("data {host:#x}{copied}")
+}
+
+fn refcount(block: &[u8], bits: u64, i: usize) -> u64 {
+    match bits {
+        1 | 2 | 4 => {
+            let per = 8 / bits as usize;
+            ((block[i / per] >> ((i % per) * bits as usize)) as u64) & ((1 << bits) - 1)
+        }
+        8 => block[i] as u64,
+        16 => u16::from_be_bytes([block[2 * i], block[2 * i + 1]]) as u64,
+        32 => be32(block, 4 * i) as u64,
+        _ => be64(block, 8 * i),
+    }
+}

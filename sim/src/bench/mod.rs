@@ -1,0 +1,68 @@
+//! The simulated benchmarks of `qcsim bench --sim`: sequential 4 KiB guest
+//! writes at queue depth 1 and one flush, on a fresh 64 KiB-cluster image on
+//! a `SimDisk`, with every optimisation on, all off, and each turned off
+//! alone. Device counts come from the disk's `DiskCounters` (exact), engine
+//! counts from `Image::counters()`; both are taken as the difference between
+//! the end of the job and the moment the image was open, so creating and
+//! opening the image are not counted.
+//!
+//! `job` runs one (workload, switches) pair and returns a `Row`; `table`
+//! renders rows for people.
+
+mod job;
+mod table;
+
+pub use job::{
+    backing_byte, guest_byte, run_job, run_job_with, sequential_ops, BenchError, GuestOp, JobSetup,
+    Observed, Row, Workload, CLUSTER_SIZE, REQUEST_SIZE,
+};
+pub use table::render_table;
+
+use engine::Switches;
+
+/// The switch settings a benchmark reports, in order: all on, all off, then
+/// each switch off alone (in `Switches::NAMES` order).
+pub fn switch_rows() -> Vec<Switches> {
+    let mut v = vec![Switches::ALL_ON, Switches::ALL_OFF];
+    for name in Switches::NAMES {
+        v.push(
+            Switches::ALL_ON
+                .with(name, false)
+                .expect("NAMES holds known switch names"),
+        );
+    }
+    v
+}
+
+/// Rows beyond the seven: on these jobs delayed_cow cancels every COW
+/// area, leaving zero_cow and merge_cow nothing to do, so their worth shows
+/// only against a base with delayed_cow off.
+pub fn extra_switch_rows() -> Vec<Switches> {
+    let no_delay = Switches::ALL_ON
+        .with("delayed_cow", false)
+        .expect("known switch");
+    let no_zero = no_delay.with("zero_cow", false).expect("known switch");
+    let no_merge = no_zero.with("merge_cow", false).expect("known switch");
+    vec![no_zero, no_merge]
+}
+
+/// Every row of the benchmark for `workloads`, `size` bytes per job; with
+/// `extra`, the `extra_switch_rows` too.
+pub fn run_all(
+    workloads: &[Workload],
+    size: u64,
+    hdd: bool,
+    extra: bool,
+) -> Result<Vec<Row>, BenchError> {
+    let mut rows = Vec::new();
+    for &w in workloads {
+        let mut settings = switch_rows();
+        if extra {
+            settings.extend(extra_switch_rows());
+        }
+        for s in settings {
+            rows.push(run_job(w, size, s, hdd)?);
+        }
+    }
+    Ok(rows)
+}
