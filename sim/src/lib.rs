@@ -9,5 +9,6 @@ pub mod exec;
 pub mod files;
 pub mod rng;
 pub mod runner;
+pub mod shrink;
 pub mod trace;
 pub mod workload;

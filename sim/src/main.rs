@@ -26,6 +26,10 @@ enum Command {
     Run(cli::run::Args),
     /// Replay a saved case.
     Replay(cli::replay::Args),
+    /// Shrink a failing case to the smallest that fails the same way.
+    Shrink(cli::shrink::Args),
+    /// Check every crash state of a small workload.
+    Enumerate(cli::enumerate::Args),
     /// Create a qcow2 image (as qemu-img create).
     Create(cli::create::Args),
     /// Show information about an image (as qemu-img info).
@@ -47,6 +51,8 @@ fn main() {
         Command::Bench(a) => cli::bench::run(a),
         Command::Run(a) => cli::run::run(a),
         Command::Replay(a) => cli::replay::run(a),
+        Command::Shrink(a) => cli::shrink::run(a),
+        Command::Enumerate(a) => cli::enumerate::run(a),
         Command::Create(a) => cli::create::run(a),
         Command::Info(a) => cli::info::run(a),
         Command::Check(a) => cli::check::run(a),

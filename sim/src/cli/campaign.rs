@@ -43,6 +43,9 @@ pub struct Args {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Shrink each failing case (`qcsim shrink`) before saving it.
+    #[arg(long)]
+    pub shrink: bool,
 }
 
 fn parse_range(s: &str) -> anyhow::Result<std::ops::Range<u64>> {
@@ -154,7 +157,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     for f in &summary.failures {
         let path = args.corpus.join(format!("seed-{}.json", f.case.seed));
-        f.case.save(&path)?;
+        let shrunk = args.shrink.then(|| {
+            sim::shrink::shrink_failing(&f.case, &Default::default(), |_| {}).map(|(s, _)| s.case)
+        });
+        match shrunk {
+            Some(Ok(case)) => case.save(&path)?,
+            _ => f.case.save(&path)?,
+        }
         println!(
             "FAIL seed {}{}: replay with: cargo run --release --bin qcsim -- replay {}",
             f.case.seed,

@@ -14,9 +14,14 @@
 //! 3. `finish`: a last whole-disk read, a clean close, and a check that
 //!    finds neither corruption nor leak.
 
+mod enumerate;
 mod report;
 mod setup;
 
+pub use enumerate::{
+    enumerate_crash_states, EnumerateError, EnumerateOptions, EnumerateReport, Granularity,
+    StateFailure,
+};
 pub use report::{Failure, RunReport, RunStats};
 
 use std::cell::RefCell;

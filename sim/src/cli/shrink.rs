@@ -1,0 +1,73 @@
+//! `qcsim shrink CASE.json [-o OUT.json]`: the smallest case that still
+//! fails the same way (the kind of the original's first failure).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use sim::case::Case;
+use sim::shrink::{shrink_failing, CaseSize, ShrinkOptions, DEFAULT_MAX_RUNS};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The failing case file.
+    pub case: PathBuf,
+    /// Where to write the shrunk case (default: CASE.shrunk.json beside it).
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+    /// Most runs to spend; the smallest case found by then is written.
+    #[arg(long, default_value_t = DEFAULT_MAX_RUNS)]
+    pub max_runs: u64,
+    /// No progress lines.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `dir/name.json` becomes `dir/name.shrunk.json`.
+pub fn default_output(case: &std::path::Path) -> PathBuf {
+    let stem = case
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "case".into());
+    case.with_file_name(format!("{stem}.shrunk.json"))
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let case = Case::load(&args.case)?;
+    let out = args.output.unwrap_or_else(|| default_output(&args.case));
+    println!(
+        "shrink: {} from {}",
+        args.case.display(),
+        CaseSize::of(&case)
+    );
+    let quiet = args.quiet;
+    let (shrunk, kind) = shrink_failing(
+        &case,
+        &ShrinkOptions {
+            max_runs: args.max_runs,
+        },
+        |p| {
+            if !quiet {
+                println!("  run {:>5} {:<12} {}", p.runs, p.pass, p.size);
+            }
+        },
+    )
+    .with_context(|| format!("shrinking {}", args.case.display()))?;
+    shrunk.case.save(&out)?;
+    println!(
+        "shrink: still fails ({kind}) with {} after {} runs ({} steps{}); written to {}",
+        CaseSize::of(&shrunk.case),
+        shrunk.runs,
+        shrunk.steps,
+        if shrunk.budget_exhausted {
+            ", run budget exhausted"
+        } else {
+            ""
+        },
+        out.display()
+    );
+    println!(
+        "replay with: cargo run --release --bin qcsim -- replay {}",
+        out.display()
+    );
+    Ok(0)
+}

@@ -1,0 +1,239 @@
+//! Exhaustive crash states: a case run up to its first crash point, then
+//! every crash state the simulated disk can build there (instead of the
+//! one the crash stream samples) reopened, checked and read whole against
+//! the model, exactly as the runner checks its sampled state.
+//!
+//! The model cannot be copied, so each state gets a fresh run of the same
+//! prefix; a run is a pure function of its case, and the prefix's trace
+//! hash is compared with the first one's to prove the states belong to
+//! the same crash point. After its state is checked, each run ends as a
+//! crash-free run does (a last whole-disk read, a clean close, a check),
+//! without the groups that follow the crash.
+
+use std::rc::Rc;
+
+use rand::Rng;
+use serde::Serialize;
+
+use super::{Failure, Run, RunOptions, RunStats, Shared, CRASH_HORIZON_NS};
+use crate::case::{Case, Op};
+use crate::disk::{CrashError, CrashImage, CrashStates, SimDisk};
+use crate::exec::Sim;
+use crate::rng::{self, Stream};
+
+/// Which crash states to enumerate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Granularity {
+    /// Each touched sector independently durable or one of the values its
+    /// pending writes put there (`SimDisk::crash_states`).
+    Sector,
+    /// Each pending write landed whole or not at all
+    /// (`SimDisk::crash_states_by_write`).
+    Write,
+    /// `Sector` when all its states fit under the cap, else `Write`.
+    Auto,
+}
+
+/// What to enumerate.
+#[derive(Debug, Clone, Copy)]
+pub struct EnumerateOptions {
+    pub granularity: Granularity,
+    /// Most states checked.
+    pub cap: u64,
+}
+
+/// One crash state that failed.
+#[derive(Debug, Clone, Serialize)]
+pub struct StateFailure {
+    /// Its place in the enumeration (0: everything durable only).
+    pub index: u64,
+    pub failures: Vec<Failure>,
+}
+
+/// The outcome of an enumeration.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnumerateReport {
+    /// The group whose crash point was enumerated.
+    pub group: usize,
+    /// The granularity used (never `Auto`).
+    pub granularity: Granularity,
+    /// Device writes pending at the crash point.
+    pub pending_writes: usize,
+    /// Sectors some pending write could change.
+    pub touched_sectors: usize,
+    /// States in all at this granularity (`None` past `u64::MAX`).
+    pub total: Option<u64>,
+    /// States checked (at most the cap).
+    pub checked: u64,
+    /// Failures of the run before the crash point; when there are any, no
+    /// state is checked.
+    pub prefix_failures: Vec<Failure>,
+    pub failing: Vec<StateFailure>,
+    /// Counts summed over every state's run.
+    pub crash_states_checked: u64,
+    pub recovered_sectors_checked: u64,
+}
+
+impl EnumerateReport {
+    pub fn passed(&self) -> bool {
+        self.prefix_failures.is_empty() && self.failing.is_empty()
+    }
+
+    /// Whether the cap left states out.
+    pub fn is_truncated(&self) -> bool {
+        self.total.is_none_or(|t| t > self.checked)
+    }
+}
+
+/// Why a case cannot be enumerated.
+#[derive(Debug, thiserror::Error)]
+pub enum EnumerateError {
+    #[error("the case has no crash point to enumerate")]
+    NoCrash,
+    #[error("crash states: {0}")]
+    Crash(#[from] CrashError),
+    #[error("the run to the crash point went differently for state {index}: not deterministic")]
+    Diverged { index: u64 },
+}
+
+/// Enumerate the crash states of `case`'s first crash point and check
+/// each one.
+pub fn enumerate_crash_states(
+    case: &Case,
+    options: &EnumerateOptions,
+) -> Result<EnumerateReport, EnumerateError> {
+    let group = case
+        .workload
+        .iter()
+        .position(|ops| ops.iter().any(|op| matches!(op, Op::Crash)))
+        .ok_or(EnumerateError::NoCrash)?;
+    let run_opts = RunOptions::default();
+    let mut first = Run::fresh(case, &run_opts);
+    let reached = first.run_to_crash(group);
+    let mut report = EnumerateReport {
+        group,
+        granularity: options.granularity,
+        pending_writes: 0,
+        touched_sectors: 0,
+        total: None,
+        checked: 0,
+        prefix_failures: first.shared.failures.take(),
+        failing: Vec::new(),
+        crash_states_checked: 0,
+        recovered_sectors_checked: 0,
+    };
+    if !reached || !report.prefix_failures.is_empty() {
+        return Ok(report);
+    }
+    let point = first.disk.crash_point()?;
+    report.pending_writes = point.pending().len();
+    report.touched_sectors = point.touched_sectors();
+    let prefix_hash = first.sim.trace_hash();
+    let by_sector = point.clone().states(options.cap);
+    let (granularity, states): (Granularity, CrashStates) = match options.granularity {
+        Granularity::Sector => (Granularity::Sector, by_sector),
+        Granularity::Write => (Granularity::Write, point.states_by_write(options.cap)),
+        Granularity::Auto if !by_sector.is_truncated() => (Granularity::Sector, by_sector),
+        Granularity::Auto => (Granularity::Write, point.states_by_write(options.cap)),
+    };
+    report.granularity = granularity;
+    report.total = states.total();
+    drop(first);
+    for (index, image) in (0u64..).zip(states) {
+        let mut run = Run::fresh(case, &run_opts);
+        run.run_to_crash(group);
+        if run.sim.trace_hash() != prefix_hash {
+            return Err(EnumerateError::Diverged { index });
+        }
+        run.check_state(image);
+        report.checked += 1;
+        let failures = run.shared.failures.take();
+        let m = run.shared.model.borrow().stats();
+        report.recovered_sectors_checked += m.recovered_sectors;
+        report.crash_states_checked += run.shared.stats.borrow().crash_states_checked;
+        if !failures.is_empty() {
+            report.failing.push(StateFailure { index, failures });
+        }
+    }
+    Ok(report)
+}
+
+impl<'a> Run<'a> {
+    /// A run of `case` not yet started, as `run_case` builds it.
+    fn fresh(case: &'a Case, opts: &'a RunOptions) -> Run<'a> {
+        let sim = Sim::new(case.seed);
+        let shared = Rc::new(Shared {
+            model: std::cell::RefCell::new(case.model()),
+            failures: std::cell::RefCell::new(Vec::new()),
+            stats: std::cell::RefCell::new(RunStats::default()),
+        });
+        Run {
+            case,
+            opts,
+            disk: SimDisk::new(&sim, super::setup::quiet_disk())
+                .expect("quiet disk options are valid"),
+            sim,
+            shared,
+            backing: None,
+            crash_rng: rng::stream(case.seed, Stream::Crash),
+            crashes: 0,
+            faults_before: 0,
+            leaked_after_crash: Default::default(),
+        }
+    }
+
+    /// Set up and run every group before `crash_group` to completion, then
+    /// that group up to its crash time (drawn as the runner draws it), and
+    /// stop its tasks. Returns false when the run failed on the way.
+    fn run_to_crash(&mut self, crash_group: usize) -> bool {
+        let img = match self.setup() {
+            Ok(img) => Rc::new(img),
+            Err(f) => {
+                self.fail(f);
+                return false;
+            }
+        };
+        let mut numbered = self.case.numbered_ops().peekable();
+        for g in 0..=crash_group {
+            let ops: Vec<(u64, Op)> =
+                std::iter::from_fn(|| numbered.next_if(|(gi, _, _)| *gi == g))
+                    .map(|(_, n, op)| (n, *op))
+                    .collect();
+            for &(n, op) in ops.iter().filter(|(_, op)| !matches!(op, Op::Crash)) {
+                self.spawn_op(&img, n, op);
+            }
+            let ran = if g == crash_group {
+                let horizon = self.crash_rng.gen_range(0..=CRASH_HORIZON_NS);
+                self.sim
+                    .run_until_time(self.sim.now() + horizon)
+                    .map(|_| ())
+            } else {
+                self.sim.run()
+            };
+            if let Err(e) = ran {
+                self.sim.abort_all();
+                self.fail(Failure::Hang {
+                    group: g,
+                    message: e.to_string(),
+                });
+                return false;
+            }
+        }
+        self.sim.abort_all();
+        true
+    }
+
+    /// Take `image` as the crash's outcome: reopen, check and read it whole
+    /// as `crash` does, then end the run cleanly.
+    fn check_state(&mut self, image: CrashImage) {
+        self.crashes += 1;
+        self.shared.model.borrow_mut().crash();
+        self.faults_before += self.disk.injected_faults().len() as u64;
+        self.disk = self.disk.reopen(image.content);
+        match self.recover(&format!("crash-{}", self.crashes)) {
+            Ok(img) => self.finish(img),
+            Err(f) => self.fail(f),
+        }
+    }
+}
