@@ -39,7 +39,7 @@ pub enum Error {
     /// An earlier metadata writeback failed; the in-memory state can no
     /// longer be trusted to match the device, so the image refuses further
     /// writes until it is reopened.
-    #[error("image failed after an earlier metadata write error; reopen it")]
+    #[error("image failed after an earlier metadata error; reopen it")]
     Poisoned,
 }
 

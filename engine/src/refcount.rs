@@ -115,6 +115,7 @@ impl<D: BlockDev> Image<D> {
             let mut c = start;
             while len < n {
                 if self.refcount(c).await? == 0 {
+                    self.check_not_metadata(c)?;
                     len += 1;
                 } else {
                     start = c + 1;
@@ -140,6 +141,34 @@ impl<D: BlockDev> Image<D> {
         }
     }
 
+    /// A cluster with refcount 0 about to be handed out must not hold the
+    /// header, the L1 table, the refcount table or a refcount block: if it
+    /// does, the refcounts are corrupt, and allocating it would overwrite
+    /// metadata (QEMU's overlap check). The image stops taking writes.
+    fn check_not_metadata(&self, c: u64) -> Result<()> {
+        let cs = self.geo.cluster_size;
+        let mut m = self.meta.borrow_mut();
+        let off = c * cs;
+        let h = &m.header;
+        let hit = c == 0
+            || crate::image::overlaps(off, cs, h.l1_table_offset, h.l1_size as u64 * 8)
+            || crate::image::overlaps(
+                off,
+                cs,
+                h.refcount_table_offset,
+                h.refcount_table_clusters as u64 * cs,
+            )
+            || m.reftable.contains(&off);
+        if hit {
+            m.poisoned = true;
+            return Err(Error::corrupt(
+                format!("metadata cluster {c} has refcount 0 and would be allocated"),
+                off,
+            ));
+        }
+        Ok(())
+    }
+
     /// Make sure refcount table entry `rti` points at a refcount block,
     /// creating one (and growing the table) if needed. Returns whether it
     /// allocated anything.
@@ -163,17 +192,21 @@ impl<D: BlockDev> Image<D> {
         let loc = loop {
             let r = self.geo.refcount_position(c).0;
             if r == rti {
+                self.check_not_metadata(c)?;
                 break c;
             }
             let has_block = self.meta.borrow().reftable.get(r).is_some_and(|&o| o != 0);
             if has_block && self.refcount(c).await? == 0 {
+                self.check_not_metadata(c)?;
                 break c;
             }
             c += 1;
-            assert!(
-                c < (rti as u64 + 1) * epb,
-                "refcount block search ran past its own range"
-            );
+            if c >= (rti as u64 + 1) * epb {
+                return Err(Error::corrupt(
+                    "no place for a refcount block",
+                    c * self.geo.cluster_size,
+                ));
+            }
         };
         let cs = self.geo.cluster_size;
         let mut block = vec![0u8; cs as usize];

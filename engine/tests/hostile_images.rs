@@ -361,3 +361,21 @@ fn random_metadata_corruption_never_panics() {
         "only {opened} of 2000 corrupted images opened"
     );
 }
+
+#[test]
+fn allocation_over_metadata_with_refcount_zero_is_refused_not_hung() {
+    // Refcount table entry 0 emptied: the header, tables and refcount block
+    // all read as free. Allocating must stop at the overlap, as QEMU does.
+    let mut b = base_image();
+    put64(&mut b, 4096, 0);
+    let img = open(b, false).expect("opens");
+    let r = block_on(img.write(12 << 20, &[7u8; 4096]));
+    match r {
+        Err(Error::Corrupt { what, .. }) => assert!(what.contains("metadata cluster"), "{what}"),
+        other => panic!("expected a corruption error, got {other:?}"),
+    }
+    assert!(matches!(
+        block_on(img.write(13 << 20, &[7u8; 512])),
+        Err(Error::Poisoned)
+    ));
+}

@@ -365,8 +365,16 @@ impl Run<'_> {
             None => Vec::new(),
             Some(allowed) => leak_offsets(&report).difference(allowed).copied().collect(),
         };
-        if report.corruptions > 0 || report.check_errors > 0 || !new_leaks.is_empty() {
+        // A checker that could not even open the image judged nothing.
+        if report.corruptions > 0
+            || report.check_errors > 0
+            || report.failure.is_some()
+            || !new_leaks.is_empty()
+        {
             let mut summary = report.human();
+            if let Some(f) = &report.failure {
+                summary.push_str(&format!("the checker could not check the image: {f}\n"));
+            }
             for f in report
                 .findings
                 .iter()
