@@ -67,37 +67,42 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     Ok(if report.passed() { 0 } else { 1 })
 }
 
-/// The verdict, the counts and the trace hash, as `run` and `replay` print them.
+/// The verdict, the counts and the trace hash, as `run` and `replay` print
+/// them. A closed stdout (`| head`) is not an error worth a panic.
 pub fn print_report(report: &RunReport, json: bool) {
+    use std::fmt::Write as _;
+    use std::io::Write as _;
+    let mut out = String::new();
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(report).unwrap_or_default()
+        out = serde_json::to_string_pretty(report).unwrap_or_default();
+        out.push('\n');
+    } else {
+        let s = &report.stats;
+        let profile = report.profile.map(|p| p.name()).unwrap_or("custom");
+        let verdict = if report.passed() { "PASS" } else { "FAIL" };
+        let _ = writeln!(out, "seed {} ({profile}): {verdict}", report.seed);
+        let _ = writeln!(
+            out,
+            "  ops {} (writes {}, reads {}, flushes {}, failed {}), faults injected {}",
+            s.guest_ops,
+            s.guest_writes,
+            s.guest_reads,
+            s.guest_flushes,
+            s.failed_ops,
+            s.faults_injected
         );
-        return;
+        let _ = writeln!(
+            out,
+            "  checked: {} read sectors, {} crash states, {} recovered sectors; leaked clusters {}",
+            s.read_sectors_checked,
+            s.crash_states_checked,
+            s.recovered_sectors_checked,
+            s.leaked_clusters
+        );
+        for f in &report.failures {
+            let _ = writeln!(out, "  {f}");
+        }
+        let _ = writeln!(out, "trace hash: {:016x}", report.trace_hash);
     }
-    let s = &report.stats;
-    let profile = report.profile.map(|p| p.name()).unwrap_or("custom");
-    let verdict = if report.passed() { "PASS" } else { "FAIL" };
-    println!("seed {} ({profile}): {verdict}", report.seed);
-    println!(
-        "  ops {} (writes {}, reads {}, flushes {}, failed {}), faults injected {}",
-        s.guest_ops,
-        s.guest_writes,
-        s.guest_reads,
-        s.guest_flushes,
-        s.failed_ops,
-        s.faults_injected
-    );
-    println!(
-        "  checked: {} read sectors, {} crash states, {} recovered sectors; leaked clusters {}",
-        s.read_sectors_checked,
-        s.crash_states_checked,
-        s.recovered_sectors_checked,
-        s.leaked_clusters
-    );
-    for f in &report.failures {
-        println!("  {f}");
-    }
-    println!("trace hash: {:016x}", report.trace_hash);
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
 }
