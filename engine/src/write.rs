@@ -100,6 +100,12 @@ impl<D: BlockDev> Image<D> {
             // 1. handle_dependencies
             let dep = self.inflight.borrow().alloc_at(off);
             if let Some(key) = dep {
+                if self.broken_double_alloc() {
+                    // Deliberately wrong: a second cluster for a guest
+                    // cluster whose allocation is still in flight.
+                    drop(guard);
+                    return self.broken_second_alloc(key, off, data).await;
+                }
                 if self.may_join(key) {
                     drop(guard);
                     return self.join_alloc(key, off, data).await;
@@ -138,7 +144,7 @@ impl<D: BlockDev> Image<D> {
     fn may_join(&self, key: u64) -> bool {
         let inf = self.inflight.borrow();
         let a = &inf.allocs[&key];
-        a.state == AllocState::Open && self.opts.switches.delayed_cow && !self.broken_double_alloc()
+        a.state == AllocState::Open && self.opts.switches.delayed_cow
     }
 
     /// Wait until the allocation is linked (gone), can be joined, or the
@@ -635,6 +641,43 @@ impl<D: BlockDev> Image<D> {
         }
         self.inflight.borrow_mut().allocs.remove(&key);
         Ok(())
+    }
+
+    /// The `DoubleAlloc` variant: allocate another cluster for the same
+    /// guest cluster, fill it (COW from the old source plus this write's
+    /// data) and link it at once. The first allocation's link later
+    /// replaces it, and this write's data is lost.
+    #[cfg(feature = "broken")]
+    async fn broken_second_alloc(&self, key: u64, off: u64, data: &[u8]) -> Result<usize> {
+        let cs = self.geo.cluster_size;
+        let gstart = self.geo.cluster_start(off);
+        let n = ((gstart + cs - off) as usize).min(data.len());
+        let src = {
+            let inf = self.inflight.borrow();
+            match inf.allocs.get(&key) {
+                Some(a) => self.cow_source(a, gstart),
+                None => return Ok(0),
+            }
+        };
+        let host = {
+            let _g = self.meta_lock.lock().await;
+            self.alloc_clusters(1).await?
+        };
+        let mut buf = vec![0u8; cs as usize];
+        self.read_cow_source(&src, gstart, &mut buf).await?;
+        let o = (off - gstart) as usize;
+        buf[o..o + n].copy_from_slice(&data[..n]);
+        self.dev.write(host, &buf, WriteFlags::default()).await?;
+        let _g = self.meta_lock.lock().await;
+        let l2 = self.l2_table_for_write(gstart).await?;
+        let old = self.set_l2_entry(l2, gstart, L2Entry::normal(host, true));
+        self.release_entry(old);
+        Ok(n)
+    }
+
+    #[cfg(not(feature = "broken"))]
+    async fn broken_second_alloc(&self, _key: u64, _off: u64, _data: &[u8]) -> Result<usize> {
+        unreachable!("only the broken build has variants")
     }
 
     #[cfg(feature = "broken")]
