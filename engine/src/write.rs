@@ -206,7 +206,17 @@ impl<D: BlockDev> Image<D> {
             .dev
             .write(host, &data[..n as usize], WriteFlags::default())
             .await;
-        {
+        self.finish_writer(key, io, r.is_ok().then_some((off, off + n)));
+        r?;
+        self.commit_if_covered(key).await?;
+        Ok(n as usize)
+    }
+
+    /// A write into allocation `key` has finished: end its I/O, count it
+    /// out, record the bytes it wrote (`None` if it failed). Returns whether
+    /// writes now cover the whole allocation.
+    fn finish_writer(&self, key: u64, io: u64, written: Option<(u64, u64)>) -> bool {
+        let covered = {
             let mut inf = self.inflight.borrow_mut();
             inf.end_io(io);
             let a = inf
@@ -214,14 +224,13 @@ impl<D: BlockDev> Image<D> {
                 .get_mut(&key)
                 .expect("alloc present while it has writers");
             a.writers -= 1;
-            if r.is_ok() {
-                a.written.insert(off, off + n);
+            if let Some((s, e)) = written {
+                a.written.insert(s, e);
             }
-        }
+            a.written.gaps(a.guest_start, a.end()).is_empty()
+        };
         self.wq.notify_all();
-        r?;
-        self.commit_if_covered(key).await?;
-        Ok(n as usize)
+        covered
     }
 
     /// Allocate new clusters for [off, off + data.len()) (which the lookup
@@ -305,24 +314,13 @@ impl<D: BlockDev> Image<D> {
         } else {
             self.write_with_cow(gstart, host, off, data).await
         };
-        let covered = {
-            let mut inf = self.inflight.borrow_mut();
-            inf.end_io(io);
-            let a = inf
-                .allocs
-                .get_mut(&gstart)
-                .expect("alloc present while it has writers");
-            a.writers -= 1;
-            if r.is_ok() {
-                a.written.insert(off, end);
-                if !self.opts.switches.delayed_cow {
-                    // The COW areas were written along with the data.
-                    a.written.insert(gstart, gend);
-                }
-            }
-            a.written.gaps(gstart, gend).is_empty()
+        let done = match (&r, self.opts.switches.delayed_cow) {
+            (Err(_), _) => None,
+            (Ok(()), true) => Some((off, end)),
+            // The COW areas were written along with the data.
+            (Ok(()), false) => Some((gstart, gend)),
         };
-        self.wq.notify_all();
+        let covered = self.finish_writer(gstart, io, done);
         if !self.opts.switches.delayed_cow {
             // The guest learns of any failure here, so the allocation can
             // be given up: the failed write reads as old data.
