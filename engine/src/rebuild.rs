@@ -81,12 +81,16 @@ impl<D: BlockDev> Image<D> {
         // Fix clusters counted by existing blocks first; then give blocks to
         // the rest (allocation now sees correct counts).
         let rc_span = self.geo.rc_entries;
-        let max_cluster = refs
-            .keys()
-            .next_back()
-            .copied()
-            .unwrap_or(0)
-            .max(file_clusters);
+        // Data and tables reach the disk before what points at them, so a
+        // reference past the end of the file is corruption, not a stale
+        // refcount; refusing it also bounds the loop below by the file.
+        if let Some(&c) = refs.keys().next_back().filter(|&&c| c >= file_clusters) {
+            return Err(Error::corrupt(
+                format!("a table references cluster {c}, past the end of the file"),
+                c.saturating_mul(cs),
+            ));
+        }
+        let max_cluster = file_clusters;
         let mut uncovered = Vec::new();
         for c in 0..max_cluster {
             let want = refs.get(&c).copied().unwrap_or(0);

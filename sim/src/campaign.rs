@@ -49,6 +49,9 @@ pub struct CampaignPlan {
     /// Run only seeds with `seed % shard.1 == shard.0`.
     pub shard: (u64, u64),
     pub jobs: usize,
+    /// Draw every case's device in harsh mode (torn sectors, lost and
+    /// misdirected writes may be on): only panics and hangs fail.
+    pub harsh: bool,
 }
 
 /// One failing case, with its verdict and whether it replayed.
@@ -82,6 +85,9 @@ pub struct Totals {
     pub recovered_sectors_checked: u64,
     pub leaked_clusters: u64,
     pub faults_injected: u64,
+    /// Cases run in harsh mode, and what the judges saw in them.
+    pub harsh_cases: u64,
+    pub harsh_findings: u64,
 }
 
 impl Totals {
@@ -94,6 +100,7 @@ impl Totals {
         self.recovered_sectors_checked += s.recovered_sectors_checked;
         self.leaked_clusters += s.leaked_clusters;
         self.faults_injected += s.faults_injected;
+        self.harsh_findings += s.harsh_findings;
     }
 }
 
@@ -101,6 +108,9 @@ impl Totals {
 pub fn case_for(plan: &CampaignPlan, seed: u64) -> Case {
     let mut case = Case::generate(seed, plan.profile);
     plan.switches.apply(&mut case);
+    if plan.harsh {
+        case.disk = crate::disk::DiskOptions::swarm(seed, true);
+    }
     case
 }
 
@@ -161,6 +171,7 @@ pub fn run_campaign(plan: &CampaignPlan, progress: &(dyn Fn(u64, u64) + Sync)) -
         for (case, report) in rx {
             summary.cases += 1;
             summary.totals.add(&report.stats);
+            summary.totals.harsh_cases += u64::from(case.harsh());
             if report.passed() {
                 summary.passed += 1;
             } else {

@@ -40,6 +40,10 @@ pub struct Args {
     /// Where the campaign report (JSON) is written.
     #[arg(long, default_value = "reports")]
     pub reports: PathBuf,
+    /// Harsh mode: devices may tear sectors and lose or misdirect writes;
+    /// only panics and hangs fail, what the judges see is counted.
+    #[arg(long)]
+    pub harsh: bool,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -122,6 +126,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         switches: parse_switches(&args.switches)?,
         shard: parse_shard(&args.shard)?,
         jobs,
+        harsh: args.harsh,
     };
     let bar = if args.quiet || time_limit.is_some() {
         ProgressBar::hidden()
@@ -151,6 +156,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         t.guest_ops, t.failed_ops, t.read_sectors_checked, t.crash_states_checked, t.recovered_sectors_checked,
         t.faults_injected, t.leaked_clusters
     );
+    if t.harsh_cases > 0 {
+        println!(
+            "harsh mode: {} cases with torn, lost or misdirected writes; {} model or checker findings there (counted, not failures)",
+            t.harsh_cases, t.harsh_findings
+        );
+    }
     if !summary.failures.is_empty() {
         std::fs::create_dir_all(&args.corpus)
             .with_context(|| format!("creating {}", args.corpus.display()))?;

@@ -56,6 +56,9 @@ pub struct RunStats {
     /// Leaked clusters the checker counted after crashes.
     pub leaked_clusters: u64,
     pub faults_injected: u64,
+    /// In harsh-mode cases (lost, misdirected or torn writes): model
+    /// violations and checker findings seen, which are not failures there.
+    pub harsh_findings: u64,
     /// The engine's counters at the end of the last epoch.
     pub engine: Counters,
     /// The last disk's request counts.
