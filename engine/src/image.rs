@@ -9,7 +9,7 @@ use crate::cache::TableCache;
 use crate::counters::Counters;
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
-use crate::format::header::{self, autoclear, compat, incompat, Header};
+use crate::format::header::{self, compat, incompat, Header};
 use crate::format::{refcount, L1Entry};
 use crate::geometry::Geometry;
 use crate::inflight::InFlight;
@@ -563,7 +563,6 @@ impl<D: BlockDev> Image<D> {
                 "version 2 images have 16-bit refcounts",
             ));
         }
-        let _ = autoclear::BITMAPS;
         Ok(())
     }
 

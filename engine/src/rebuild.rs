@@ -123,7 +123,7 @@ impl<D: BlockDev> Image<D> {
                 .get(rti)
                 .is_some_and(|&b| b != 0);
             if !has {
-                self.ensure_refblock_pub(rti).await?;
+                self.ensure_refblock(rti).await?;
             }
             self.set_refcount(c, want).await?;
         }

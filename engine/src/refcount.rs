@@ -172,11 +172,7 @@ impl<D: BlockDev> Image<D> {
     /// Make sure refcount table entry `rti` points at a refcount block,
     /// creating one (and growing the table) if needed. Returns whether it
     /// allocated anything.
-    pub(crate) async fn ensure_refblock_pub(&self, rti: usize) -> Result<bool> {
-        self.ensure_refblock(rti).await
-    }
-
-    async fn ensure_refblock(&self, rti: usize) -> Result<bool> {
+    pub(crate) async fn ensure_refblock(&self, rti: usize) -> Result<bool> {
         let len = self.meta.borrow().reftable.len();
         if rti < len && self.meta.borrow().reftable[rti] != 0 {
             return Ok(false);

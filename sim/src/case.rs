@@ -64,6 +64,33 @@ pub struct ImageSpec {
     pub backing: Option<BackingSpec>,
 }
 
+impl ImageSpec {
+    /// An image spec whose header names the backing file exactly as
+    /// `backing` describes it (the agreement `create` must keep).
+    pub fn new(
+        size: u64,
+        cluster_size: u64,
+        refcount_bits: u32,
+        compat: Compat,
+        lazy_refcounts: bool,
+        backing: Option<BackingSpec>,
+    ) -> ImageSpec {
+        ImageSpec {
+            create: CreateOptions {
+                size,
+                cluster_size,
+                refcount_bits,
+                compat,
+                lazy_refcounts,
+                extended_l2: false,
+                backing_file: backing.map(|b| b.file_name().to_string()),
+                backing_format: backing.map(|b| b.format_name().to_string()),
+            },
+            backing,
+        }
+    }
+}
+
 /// A backing file, described rather than stored: its content is generated
 /// by [`oracle::data`] from `data`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -252,6 +279,15 @@ impl Case {
             .flat_map(|(g, ops)| ops.iter().map(move |op| (g, op)))
             .enumerate()
             .map(|(i, (g, op))| (g, i as u64 + 1, op))
+    }
+
+    /// The operations group by group, each with its number.
+    pub fn numbered_groups(&self) -> Vec<Vec<(u64, Op)>> {
+        let mut groups = vec![Vec::new(); self.workload.len()];
+        for (g, n, op) in self.numbered_ops() {
+            groups[g].push((n, *op));
+        }
+        groups
     }
 
     /// The backing file's content, as the model and the runner see it.

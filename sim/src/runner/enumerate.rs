@@ -12,14 +12,11 @@
 
 use std::rc::Rc;
 
-use rand::Rng;
 use serde::Serialize;
 
-use super::{Failure, Run, RunOptions, RunStats, Shared, CRASH_HORIZON_NS};
+use super::{Failure, Run, RunOptions};
 use crate::case::{Case, Op};
-use crate::disk::{CrashError, CrashImage, CrashStates, SimDisk};
-use crate::exec::Sim;
-use crate::rng::{self, Stream};
+use crate::disk::{CrashError, CrashImage, CrashStates};
 
 /// Which crash states to enumerate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -160,29 +157,6 @@ pub fn enumerate_crash_states(
 }
 
 impl<'a> Run<'a> {
-    /// A run of `case` not yet started, as `run_case` builds it.
-    fn fresh(case: &'a Case, opts: &'a RunOptions) -> Run<'a> {
-        let sim = Sim::new(case.seed);
-        let shared = Rc::new(Shared {
-            model: std::cell::RefCell::new(case.model()),
-            failures: std::cell::RefCell::new(Vec::new()),
-            stats: std::cell::RefCell::new(RunStats::default()),
-        });
-        Run {
-            case,
-            opts,
-            disk: SimDisk::new(&sim, super::setup::quiet_disk())
-                .expect("quiet disk options are valid"),
-            sim,
-            shared,
-            backing: None,
-            crash_rng: rng::stream(case.seed, Stream::Crash),
-            crashes: 0,
-            faults_before: 0,
-            leaked_after_crash: Default::default(),
-        }
-    }
-
     /// Set up and run every group before `crash_group` to completion, then
     /// that group up to its crash time (drawn as the runner draws it), and
     /// stop its tasks. Returns false when the run failed on the way.
@@ -194,29 +168,9 @@ impl<'a> Run<'a> {
                 return false;
             }
         };
-        let mut numbered = self.case.numbered_ops().peekable();
-        for g in 0..=crash_group {
-            let ops: Vec<(u64, Op)> =
-                std::iter::from_fn(|| numbered.next_if(|(gi, _, _)| *gi == g))
-                    .map(|(_, n, op)| (n, *op))
-                    .collect();
-            for &(n, op) in ops.iter().filter(|(_, op)| !matches!(op, Op::Crash)) {
-                self.spawn_op(&img, n, op);
-            }
-            let ran = if g == crash_group {
-                let horizon = self.crash_rng.gen_range(0..=CRASH_HORIZON_NS);
-                self.sim
-                    .run_until_time(self.sim.now() + horizon)
-                    .map(|_| ())
-            } else {
-                self.sim.run()
-            };
-            if let Err(e) = ran {
-                self.sim.abort_all();
-                self.fail(Failure::Hang {
-                    group: g,
-                    message: e.to_string(),
-                });
+        let groups = self.case.numbered_groups();
+        for (g, ops) in groups.iter().enumerate().take(crash_group + 1) {
+            if !self.run_group(&img, g, ops, g == crash_group) {
                 return false;
             }
         }

@@ -106,24 +106,7 @@ const HIDDEN_LEAK_SPAN: u64 = 64 << 20;
 
 /// Run one case.
 pub fn run_case(case: &Case, opts: &RunOptions) -> RunReport {
-    let sim = Sim::new(case.seed);
-    let shared = Rc::new(Shared {
-        model: RefCell::new(case.model()),
-        failures: RefCell::new(Vec::new()),
-        stats: RefCell::new(RunStats::default()),
-    });
-    let mut run = Run {
-        case,
-        opts,
-        disk: SimDisk::new(&sim, setup::quiet_disk()).expect("quiet disk options are valid"),
-        sim,
-        shared,
-        backing: None,
-        crash_rng: rng::stream(case.seed, Stream::Crash),
-        crashes: 0,
-        faults_before: 0,
-        leaked_after_crash: BTreeSet::new(),
-    };
+    let mut run = Run::fresh(case, opts);
     run.go();
     let trace_hash = run.sim.trace_hash();
     let mut stats = *run.shared.stats.borrow();
@@ -150,7 +133,55 @@ pub fn run_case(case: &Case, opts: &RunOptions) -> RunReport {
     }
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
+    /// A run of `case`, not yet started.
+    fn fresh(case: &'a Case, opts: &'a RunOptions) -> Run<'a> {
+        let sim = Sim::new(case.seed);
+        let shared = Rc::new(Shared {
+            model: RefCell::new(case.model()),
+            failures: RefCell::new(Vec::new()),
+            stats: RefCell::new(RunStats::default()),
+        });
+        Run {
+            case,
+            opts,
+            disk: SimDisk::new(&sim, setup::quiet_disk()).expect("quiet disk options are valid"),
+            sim,
+            shared,
+            backing: None,
+            crash_rng: rng::stream(case.seed, Stream::Crash),
+            crashes: 0,
+            faults_before: 0,
+            leaked_after_crash: BTreeSet::new(),
+        }
+    }
+
+    /// Spawn group `g`'s operations and run them: to completion, or (with
+    /// `crash`) until a crash time drawn from the crash stream. Returns
+    /// false, with a recorded hang, if the executor could not go on.
+    fn run_group(&mut self, img: &Rc<Img>, g: usize, ops: &[(u64, Op)], crash: bool) -> bool {
+        for &(n, op) in ops.iter().filter(|(_, op)| !matches!(op, Op::Crash)) {
+            self.spawn_op(img, n, op);
+        }
+        let ran = if crash {
+            let horizon = self.crash_rng.gen_range(0..=CRASH_HORIZON_NS);
+            self.sim
+                .run_until_time(self.sim.now() + horizon)
+                .map(|_| ())
+        } else {
+            self.sim.run()
+        };
+        if let Err(e) = ran {
+            self.sim.abort_all();
+            self.fail(Failure::Hang {
+                group: g,
+                message: e.to_string(),
+            });
+            return false;
+        }
+        true
+    }
+
     fn fail(&self, f: Failure) {
         self.shared.failures.borrow_mut().push(f);
     }
@@ -161,32 +192,11 @@ impl Run<'_> {
             Err(f) => return self.fail(f),
         };
         let mut img = Some(Rc::new(img));
-        let groups = self.case.workload.len();
-        let mut numbered = self.case.numbered_ops().peekable();
-        for g in 0..groups {
-            let ops: Vec<(u64, Op)> =
-                std::iter::from_fn(|| numbered.next_if(|(gi, _, _)| *gi == g))
-                    .map(|(_, n, op)| (n, *op))
-                    .collect();
+        for (g, ops) in self.case.numbered_groups().iter().enumerate() {
             let live = img.take().expect("an open image between groups");
             let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
-            for &(n, op) in ops.iter().filter(|(_, op)| !matches!(op, Op::Crash)) {
-                self.spawn_op(&live, n, op);
-            }
-            let ran = if crash {
-                let horizon = self.crash_rng.gen_range(0..=CRASH_HORIZON_NS);
-                self.sim
-                    .run_until_time(self.sim.now() + horizon)
-                    .map(|_| ())
-            } else {
-                self.sim.run()
-            };
-            if let Err(e) = ran {
-                self.sim.abort_all();
-                return self.fail(Failure::Hang {
-                    group: g,
-                    message: e.to_string(),
-                });
+            if !self.run_group(&live, g, ops, crash) {
+                return;
             }
             if crash {
                 self.sim.abort_all();

@@ -7,7 +7,7 @@
 //! oracle's verdicts do not hold under them.
 
 use arbitrary::{Arbitrary, Unstructured};
-use engine::{Compat, CreateOptions, EngineOptions, Switches};
+use engine::{Compat, EngineOptions, Switches};
 use oracle::data::{BackingData, BackingPattern, SECTOR_SIZE};
 
 use engine::dev::IoOp;
@@ -96,19 +96,14 @@ fn image(u: &mut Unstructured<'_>) -> arbitrary::Result<ImageSpec> {
     } else {
         None
     };
-    Ok(ImageSpec {
-        create: CreateOptions {
-            size,
-            cluster_size,
-            refcount_bits,
-            compat,
-            lazy_refcounts,
-            extended_l2: false,
-            backing_file: backing.map(|b| b.file_name().to_string()),
-            backing_format: backing.map(|b| b.format_name().to_string()),
-        },
+    Ok(ImageSpec::new(
+        size,
+        cluster_size,
+        refcount_bits,
+        compat,
+        lazy_refcounts,
         backing,
-    })
+    ))
 }
 
 fn disk(u: &mut Unstructured<'_>) -> arbitrary::Result<DiskOptions> {

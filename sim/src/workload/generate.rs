@@ -3,7 +3,7 @@
 //! image shape, device and fault rates vary from case to case), so that a
 //! change in how one part is drawn leaves the others as they were.
 
-use engine::{Compat, CreateOptions, EngineOptions, Switches};
+use engine::{Compat, EngineOptions, Switches};
 use oracle::data::{BackingData, BackingPattern, SECTOR_SIZE};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -122,19 +122,14 @@ fn image(rng: &mut ChaCha8Rng, profile: Profile) -> ImageSpec {
         _ => false,
     };
     let backing = with_backing.then(|| backing_spec(rng, size));
-    ImageSpec {
-        create: CreateOptions {
-            size,
-            cluster_size,
-            refcount_bits,
-            compat,
-            lazy_refcounts,
-            extended_l2: false,
-            backing_file: backing.map(|b| b.file_name().to_string()),
-            backing_format: backing.map(|b| b.format_name().to_string()),
-        },
+    ImageSpec::new(
+        size,
+        cluster_size,
+        refcount_bits,
+        compat,
+        lazy_refcounts,
         backing,
-    }
+    )
 }
 
 fn backing_spec(rng: &mut ChaCha8Rng, size: u64) -> BackingSpec {
