@@ -33,6 +33,9 @@ pub struct Counters {
     pub zeroing_fallbacks: u64,
     /// Writes that joined a cluster allocation already in flight.
     pub alloc_joins: u64,
+    /// Allocations given up before they were linked (the write into them
+    /// failed, or a flush could not complete their deferred COW).
+    pub allocs_dropped: u64,
     /// Writes that waited for an overlapping in-flight write.
     pub overlap_waits: u64,
     /// Bytes read from the backing file.

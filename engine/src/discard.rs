@@ -7,6 +7,7 @@ use crate::dev::BlockDev;
 use crate::error::Result;
 use crate::format::{L1Entry, L2Entry};
 use crate::image::Image;
+use crate::write::CowFailure;
 
 impl<D: BlockDev> Image<D> {
     /// Make every guest write that completed before this call durable.
@@ -108,7 +109,7 @@ impl<D: BlockDev> Image<D> {
         // are final.
         let keys = self.inflight.borrow().allocs_overlapping(start, end);
         for k in keys {
-            self.settle_alloc(k).await?;
+            self.settle_alloc(k, CowFailure::Keep).await?;
         }
         let cs = self.geo.cluster_size;
         let _g = self.meta_lock.lock().await;

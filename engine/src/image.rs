@@ -3,7 +3,7 @@
 //! `impl` block to [`Image`].
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cache::TableCache;
 use crate::counters::Counters;
@@ -85,6 +85,10 @@ pub(crate) struct Meta {
     pub l1_dirty: BTreeSet<usize>,
     pub reftable: Vec<u64>,
     pub reftable_dirty: bool,
+    /// Host offsets of the refcount blocks and the L2 tables the active L1
+    /// table has pointed at, for the overlap check: guest data must never
+    /// be written over them.
+    pub meta_clusters: BTreeSet<u64>,
     pub header_dirty: bool,
     pub l2: TableCache,
     pub rc: TableCache,
@@ -467,16 +471,32 @@ impl<D: BlockDev> Image<D> {
             }
         }
 
-        // An L2 table and a refcount block must never share a cluster.
+        // An L2 table and a refcount block must never share a cluster, and
+        // an L2 table that may be written in place belongs to one L1 entry.
         let refblocks: BTreeSet<u64> = reftable.iter().copied().filter(|&o| o != 0).collect();
+        let mut meta_clusters = refblocks.clone();
+        let mut l2_owner: BTreeMap<u64, usize> = BTreeMap::new();
         for (i, &e) in l1.iter().enumerate() {
             let off = L1Entry(e).l2_offset();
-            if off != 0 && refblocks.contains(&off) {
+            if off == 0 {
+                continue;
+            }
+            if refblocks.contains(&off) {
                 return Err(Error::format(
                     format!("L1 entry {i}"),
                     format!("L2 table {off:#x} is also a refcount block"),
                 ));
             }
+            if let Some(&first) = l2_owner.get(&off) {
+                if L1Entry(e).copied() || L1Entry(l1[first]).copied() {
+                    return Err(Error::format(
+                        format!("L1 entry {i}"),
+                        format!("L2 table {off:#x} is also the table of L1 entry {first}, and marked as not shared"),
+                    ));
+                }
+            }
+            l2_owner.entry(off).or_insert(i);
+            meta_clusters.insert(off);
         }
 
         let end_cluster = file_len.div_ceil(cs);
@@ -497,6 +517,7 @@ impl<D: BlockDev> Image<D> {
             l1_dirty: BTreeSet::new(),
             reftable,
             reftable_dirty: false,
+            meta_clusters,
             header_dirty,
             l2: TableCache::new(opts.l2_cache_tables),
             rc: TableCache::new(opts.refcount_cache_tables),

@@ -181,6 +181,7 @@ impl<D: BlockDev> Image<D> {
         self.make_room_l2(new_off).await?;
         let mut m = self.meta.borrow_mut();
         m.l2.insert(new_off, content, true);
+        m.meta_clusters.insert(new_off);
         m.l1[l1i] = L1Entry::new(new_off, true).0;
         m.l1_dirty.insert(l1i);
         Ok(new_off)

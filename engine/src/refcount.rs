@@ -142,15 +142,30 @@ impl<D: BlockDev> Image<D> {
     }
 
     /// A cluster with refcount 0 about to be handed out must not hold the
-    /// header, the L1 table, the refcount table or a refcount block: if it
-    /// does, the refcounts are corrupt, and allocating it would overwrite
-    /// metadata (QEMU's overlap check). The image stops taking writes.
+    /// header, the L1 table, the refcount table, a refcount block or an L2
+    /// table: if it does, the refcounts are corrupt, and allocating it would
+    /// overwrite metadata (QEMU's overlap check). The image stops taking
+    /// writes.
     fn check_not_metadata(&self, c: u64) -> Result<()> {
+        let off = c * self.geo.cluster_size;
+        if self.is_metadata_cluster(off) {
+            self.meta.borrow_mut().poisoned = true;
+            return Err(Error::corrupt(
+                format!("metadata cluster {c} has refcount 0 and would be allocated"),
+                off,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the cluster at host offset `off` holds metadata the engine
+    /// knows of: the header, the L1 or refcount table, a refcount block or
+    /// an L2 table of the active L1 table.
+    pub(crate) fn is_metadata_cluster(&self, off: u64) -> bool {
         let cs = self.geo.cluster_size;
-        let mut m = self.meta.borrow_mut();
-        let off = c * cs;
+        let m = self.meta.borrow();
         let h = &m.header;
-        let hit = c == 0
+        off < cs
             || crate::image::overlaps(off, cs, h.l1_table_offset, h.l1_size as u64 * 8)
             || crate::image::overlaps(
                 off,
@@ -158,13 +173,24 @@ impl<D: BlockDev> Image<D> {
                 h.refcount_table_offset,
                 h.refcount_table_clusters as u64 * cs,
             )
-            || m.reftable.contains(&off);
-        if hit {
-            m.poisoned = true;
-            return Err(Error::corrupt(
-                format!("metadata cluster {c} has refcount 0 and would be allocated"),
-                off,
-            ));
+            || m.meta_clusters.contains(&off)
+    }
+
+    /// Refuse a guest write in place into host clusters `[host, host +
+    /// len)` that hold metadata: an L2 entry pointing there is corrupt, and
+    /// writing would destroy what is durable.
+    pub(crate) fn check_data_clusters(&self, host: u64, len: u64) -> Result<()> {
+        let cs = self.geo.cluster_size;
+        let first = host - host % cs;
+        let mut c = first;
+        while c < host + len {
+            if self.is_metadata_cluster(c) {
+                return Err(Error::corrupt(
+                    format!("a data cluster of the L2 table is metadata (host offset {c:#x})"),
+                    c,
+                ));
+            }
+            c += cs;
         }
         Ok(())
     }
@@ -216,6 +242,7 @@ impl<D: BlockDev> Image<D> {
         let mut m = self.meta.borrow_mut();
         m.rc.insert(loc * cs, block, true);
         m.reftable[rti] = loc * cs;
+        m.meta_clusters.insert(loc * cs);
         m.reftable_dirty = true;
         m.end_cluster = m.end_cluster.max(loc + 1);
         Ok(true)
@@ -297,6 +324,8 @@ impl<D: BlockDev> Image<D> {
             );
             m.header.refcount_table_offset = table_off;
             m.header.refcount_table_clusters = t as u32;
+            m.meta_clusters
+                .extend(table.iter().copied().filter(|&o| o != 0));
             m.reftable = table;
             m.reftable_dirty = false;
             m.end_cluster = m.end_cluster.max(start + t + b);
@@ -381,6 +410,7 @@ impl<D: BlockDev> Image<D> {
             if rc == 1 {
                 let mut m = self.meta.borrow_mut();
                 m.free_hint = m.free_hint.min(f.cluster);
+                m.meta_clusters.remove(&(f.cluster * self.geo.cluster_size));
             }
         }
         Ok(())

@@ -15,9 +15,18 @@ use crate::cow::CowSource;
 use crate::dev::{BlockDev, WriteFlags, ZeroFlags};
 use crate::error::{Error, Result};
 use crate::format::L2Entry;
-use crate::image::Image;
+use crate::image::{Image, PendingFree};
 use crate::inflight::{Alloc, AllocState, RangeSet};
 use crate::mapping::Run;
+
+/// What a failed deferred COW does to its allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CowFailure {
+    /// Give it up and free its clusters (a guest flush).
+    Drop,
+    /// Keep it open for the next flush.
+    Keep,
+}
 
 /// How many unlinked allocations may wait for their COW at once; beyond it
 /// the oldest is committed, so memory stays bounded.
@@ -126,6 +135,7 @@ impl<D: BlockDev> Image<D> {
             // 2. handle_copied
             if let Run::Data { host, copied: true } = run {
                 let host = host + self.geo.offset_into_cluster(off);
+                self.check_data_clusters(host, len)?;
                 let io = self.inflight.borrow_mut().begin_io();
                 drop(guard);
                 let r = self
@@ -172,21 +182,32 @@ impl<D: BlockDev> Image<D> {
             .allocs
             .get(&key)
             .is_some_and(|a| a.state == AllocState::Open);
-        if !open {
-            return;
+        if open {
+            self.drop_alloc(key);
         }
+    }
+
+    /// Forget an allocation and free its clusters that were never linked.
+    /// Nothing durable points at them, but a read that began before now may
+    /// still be reading one (the written part of an unlinked cluster), so
+    /// each is reused only once the I/O started before now has finished.
+    fn drop_alloc(&self, key: u64) {
         let Some(a) = self.inflight.borrow_mut().allocs.remove(&key) else {
             return;
         };
+        let io_seq = self.inflight.borrow().next_io_seq;
         let cs = self.geo.cluster_size;
-        for i in a.linked..a.len / cs {
-            let c = a.host / cs + i;
-            // Failing to read the refcount block only leaks the cluster.
-            if self.set_refcount(c, 0).await.is_ok() {
-                let mut m = self.meta.borrow_mut();
-                m.free_hint = m.free_hint.min(c);
+        {
+            let mut m = self.meta.borrow_mut();
+            for i in a.linked..a.len / cs {
+                m.pending_frees.push(PendingFree {
+                    cluster: a.host / cs + i,
+                    io_seq,
+                    durable: true,
+                });
             }
         }
+        self.count(|c| c.allocs_dropped += 1);
         self.wq.notify_all();
     }
 
@@ -296,7 +317,7 @@ impl<D: BlockDev> Image<D> {
                 .expect("alloc")
                 .written
                 .insert(gstart, gend);
-            self.commit_alloc(gstart).await?;
+            self.commit_alloc(gstart, CowFailure::Keep).await?;
             let r = self
                 .dev
                 .write(host + (off - gstart), data, WriteFlags::default())
@@ -325,7 +346,7 @@ impl<D: BlockDev> Image<D> {
             // The guest learns of any failure here, so the allocation can
             // be given up: the failed write reads as old data.
             let r = match r {
-                Ok(()) => self.commit_alloc(gstart).await,
+                Ok(()) => self.commit_alloc(gstart, CowFailure::Keep).await,
                 Err(e) => Err(e),
             };
             if r.is_err() {
@@ -338,11 +359,11 @@ impl<D: BlockDev> Image<D> {
         // the next flush, and the failed bytes read as old data.
         r?;
         if covered {
-            self.commit_alloc(gstart).await?;
+            self.commit_alloc(gstart, CowFailure::Keep).await?;
         } else if open_allocs > MAX_OPEN_ALLOCS {
             let oldest = self.inflight.borrow().allocs.keys().next().copied();
             if let Some(k) = oldest {
-                self.commit_alloc(k).await?;
+                self.commit_alloc(k, CowFailure::Keep).await?;
             }
         }
         Ok(data.len())
@@ -440,7 +461,7 @@ impl<D: BlockDev> Image<D> {
             }
         };
         if covered {
-            self.commit_alloc(key).await?;
+            self.commit_alloc(key, CowFailure::Keep).await?;
         }
         Ok(())
     }
@@ -450,7 +471,7 @@ impl<D: BlockDev> Image<D> {
         let keys: Vec<u64> = self.inflight.borrow().allocs.keys().copied().collect();
         let mut first_err = None;
         for k in keys {
-            if let Err(e) = self.settle_alloc(k).await {
+            if let Err(e) = self.settle_alloc(k, CowFailure::Drop).await {
                 first_err.get_or_insert(e);
             }
         }
@@ -462,9 +483,9 @@ impl<D: BlockDev> Image<D> {
     /// (the write that made it, still in flight) always commits or gives
     /// it up before completing, so only waiting is needed, and taking it
     /// over would race with the owner giving it up.
-    pub(crate) async fn settle_alloc(&self, key: u64) -> Result<()> {
+    pub(crate) async fn settle_alloc(&self, key: u64, on_cow_error: CowFailure) -> Result<()> {
         if self.opts.switches.delayed_cow {
-            return self.commit_alloc(key).await;
+            return self.commit_alloc(key, on_cow_error).await;
         }
         self.wq
             .wait_until(|| !self.inflight.borrow().allocs.contains_key(&key))
@@ -475,7 +496,12 @@ impl<D: BlockDev> Image<D> {
     /// Finish an allocation: wait for the writes into it, perform what is
     /// left of its COW, and link its clusters into the L2 table. If another
     /// task is already committing it, wait for that instead.
-    pub(crate) async fn commit_alloc(&self, key: u64) -> Result<()> {
+    ///
+    /// If the COW fails, `on_cow_error` says what becomes of it: a guest
+    /// flush gives it up (its failure tells the guest that unflushed
+    /// writes may be lost); anyone else keeps it open for a later flush,
+    /// since their failure promises nothing about other writes' data.
+    pub(crate) async fn commit_alloc(&self, key: u64, on_cow_error: CowFailure) -> Result<()> {
         loop {
             let state = self.inflight.borrow().allocs.get(&key).map(|a| a.state);
             match state {
@@ -526,12 +552,21 @@ impl<D: BlockDev> Image<D> {
             }
         }
         if let Err(e) = cow {
-            // Keep the allocation (and the data already written into it)
-            // for a later flush to retry; reads still see old data there.
-            if let Some(a) = self.inflight.borrow_mut().allocs.get_mut(&key) {
-                a.state = AllocState::Open;
+            // The copy failed, so the cluster cannot be linked without
+            // losing what it should have copied.
+            match on_cow_error {
+                // The flush fails, the image stays as it was before the
+                // allocation, and the writes that went only into this
+                // cluster are lost, as unflushed writes may be when a
+                // flush fails.
+                CowFailure::Drop => self.drop_alloc(key),
+                CowFailure::Keep => {
+                    if let Some(a) = self.inflight.borrow_mut().allocs.get_mut(&key) {
+                        a.state = AllocState::Open;
+                    }
+                    self.wq.notify_all();
+                }
             }
-            self.wq.notify_all();
             return Err(e);
         }
         let guard = self.meta_lock.lock().await;

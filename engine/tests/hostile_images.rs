@@ -379,3 +379,73 @@ fn allocation_over_metadata_with_refcount_zero_is_refused_not_hung() {
         Err(Error::Poisoned)
     ));
 }
+
+/// The base image's L2 table for guest offset 0 and the one for 9 MiB.
+fn l2_tables(b: &[u8]) -> (usize, usize) {
+    let e = |i: usize| {
+        (u64::from_be_bytes(b[12288 + i * 8..12296 + i * 8].try_into().unwrap())
+            & 0x00ff_ffff_ffff_fe00) as usize
+    };
+    (e(0), e(4))
+}
+
+#[test]
+fn guest_writes_never_land_on_metadata_an_l2_entry_points_at() {
+    let base = base_image();
+    let (l2, other_l2) = l2_tables(&base);
+    const COPIED: u64 = 1 << 63;
+    for (name, target) in [
+        ("the refcount table", 4096usize),
+        ("a refcount block", 8192),
+        ("the L1 table", 12288),
+        ("another L2 table", other_l2),
+        ("its own L2 table", l2),
+    ] {
+        let mut b = base.clone();
+        // Guest cluster 1 (offset 4096) claims to live at `target`. (An
+        // offset of 0, the header, would mean "unallocated".)
+        put64(&mut b, l2 + 8, target as u64 | COPIED);
+        let Ok(img) = open(b.clone(), false) else {
+            continue; // refused at open: also fine
+        };
+        let r = block_on(img.write(4096, &[0x5a; 4096]));
+        match r {
+            Err(Error::Corrupt { what, .. }) => {
+                assert!(what.contains("metadata"), "{name}: {what}")
+            }
+            other => panic!("{name}: expected a corruption error, got {other:?}"),
+        }
+        let after = block_on(img.close()).map(|d| d.into_bytes());
+        if let Ok(after) = after {
+            let t = target & !(CS - 1);
+            assert_eq!(
+                after[t..t + CS],
+                b[t..t + CS],
+                "{name}: the metadata was overwritten"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_l2_table_shared_by_two_l1_entries_as_unshared_is_refused() {
+    let mut b = base_image();
+    let e0 = u64::from_be_bytes(b[12288..12296].try_into().unwrap());
+    put64(&mut b, 12288 + 8, e0);
+    expect_err("shared L2 table", b, false, "L1 entry 1");
+}
+
+#[test]
+fn allocation_over_an_l2_table_with_refcount_zero_is_refused() {
+    let mut b = base_image();
+    let (l2, _) = l2_tables(&b);
+    // 16-bit refcounts in the block at 8192: the L2 table reads as free.
+    let idx = l2 / CS;
+    b[8192 + idx * 2..8192 + idx * 2 + 2].copy_from_slice(&[0, 0]);
+    let img = open(b, false).expect("opens");
+    let r = block_on(img.write(12 << 20, &[7u8; 4096]));
+    match r {
+        Err(Error::Corrupt { what, .. }) => assert!(what.contains("metadata cluster"), "{what}"),
+        other => panic!("expected a corruption error, got {other:?}"),
+    }
+}

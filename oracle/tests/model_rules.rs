@@ -436,3 +436,67 @@ fn violations_summarize_into_runs() {
     assert_eq!(capped.len(), 2);
     assert!(capped[1].contains("1 more"), "{capped:?}");
 }
+
+impl Run {
+    fn failed_flush(&mut self) {
+        let op = self.op();
+        self.m.flush_issued(op);
+        self.m.flush_completed(op, Status::Failed);
+    }
+}
+
+#[test]
+fn failed_flush_may_roll_back_unflushed_writes() {
+    let mut r = Run::new();
+    r.write(1, 0, 2);
+    r.flush();
+    r.write(2, 0, 1);
+    // Before the failure, sector 0 holds write 2 and nothing else.
+    only(r.read(0, &[S::W(1)]));
+    r.failed_flush();
+    // Afterwards it may have rolled back to the durable write 1, or kept 2;
+    // sector 1, not written since the durable point, is still certain.
+    r.read(0, &[S::W(1), S::W(1)]).unwrap();
+    r.read(0, &[S::W(2), S::W(1)]).unwrap();
+    let v = only(r.read(0, &[S::Zero, S::W(1)]));
+    assert_eq!(
+        v.allowed,
+        vec![Value::Data(WriteId(1)), Value::Data(WriteId(2))]
+    );
+    only(r.read(1, &[S::Zero]));
+    // A later successful flush does not bring the dropped write back: the
+    // rolled-back value stays allowed, also after a crash.
+    r.flush();
+    r.read(0, &[S::W(1)]).unwrap();
+    r.recover(0, &[S::W(1), S::W(1)], S::Zero).unwrap();
+}
+
+#[test]
+fn doubt_ends_when_a_later_write_is_made_durable() {
+    // Writes 1 (durable), 2 (then a failed flush), 3.
+    let three_writes = || {
+        let mut r = Run::new();
+        r.write(1, 0, 1);
+        r.flush();
+        r.write(2, 0, 1);
+        r.failed_flush();
+        r.write(3, 0, 1);
+        r
+    };
+    let mut r = three_writes();
+    // Write 3 completed but is not durable yet: a later failure could
+    // still drop it, so the old values stay allowed.
+    r.read(0, &[S::W(1)]).unwrap();
+    r.read(0, &[S::W(3)]).unwrap();
+    let mut again = three_writes();
+    again.failed_flush();
+    again.flush();
+    // Write 3 was issued before the second failure, which may have
+    // dropped it: the doubt stays.
+    again.read(0, &[S::W(1)]).unwrap();
+    r.flush();
+    // Write 3 was issued after the only failure and is durable now.
+    let v = only(r.read(0, &[S::W(1)]));
+    assert_eq!(v.allowed, vec![Value::Data(WriteId(3))]);
+    only(r.recover(0, &[S::W(2)], S::Zero));
+}

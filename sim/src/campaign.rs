@@ -82,6 +82,8 @@ pub struct Totals {
     pub read_sectors_checked: u64,
     pub crashes: u64,
     pub crash_states_checked: u64,
+    pub torn_writes: u64,
+    pub allocs_dropped: u64,
     pub recovered_sectors_checked: u64,
     pub leaked_clusters: u64,
     pub faults_injected: u64,
@@ -97,6 +99,8 @@ impl Totals {
         self.read_sectors_checked += s.read_sectors_checked;
         self.crashes += s.crashes;
         self.crash_states_checked += s.crash_states_checked;
+        self.torn_writes += s.torn_writes;
+        self.allocs_dropped += s.allocs_dropped;
         self.recovered_sectors_checked += s.recovered_sectors_checked;
         self.leaked_clusters += s.leaked_clusters;
         self.faults_injected += s.faults_injected;

@@ -27,6 +27,15 @@ pub struct Stats {
     pub recovered_sectors: u64,
 }
 
+/// What a failed flush left a sector allowed to fall back to.
+struct Lost {
+    /// Every value the sector may have rolled back to.
+    values: Vec<Value>,
+    /// When the last failed flush that touched it completed: only a write
+    /// issued after it, made durable by a later flush, ends the doubt.
+    since: Seq,
+}
+
 struct PendingWrite {
     range: SectorRange,
 }
@@ -64,6 +73,9 @@ pub struct Model {
     /// The latest issue time of a flush that completed successfully in
     /// this epoch: writes done before it are durable.
     durable_point: Seq,
+    /// Sectors a failed flush may have rolled back (see
+    /// [`Model::flush_completed`]).
+    lost: BTreeMap<u64, Lost>,
     ids: BTreeSet<WriteId>,
     recovery: Option<Recovery>,
     stats: Stats,
@@ -84,6 +96,7 @@ impl Model {
             reads: BTreeMap::new(),
             flushes: BTreeMap::new(),
             durable_point: 0,
+            lost: BTreeMap::new(),
             ids: BTreeSet::new(),
             recovery: None,
             stats: Stats::default(),
@@ -205,16 +218,61 @@ impl Model {
 
     /// A guest flush returned. On success every write done before it was
     /// issued is durable.
+    ///
+    /// A failed flush promises less: like `fsync` failing on Linux, it may
+    /// have dropped writes that were not yet durable (an engine whose
+    /// deferred COW fails gives the new cluster up, and the writes that
+    /// went into it with it). From then on each sector written since the
+    /// durable point may also read any value it could have held after a
+    /// crash at that moment, until a write issued after the failure has
+    /// been made durable by a later successful flush.
     pub fn flush_completed(&mut self, op: OpId, status: Status) {
         self.assert_running();
         let issued = self
             .flushes
             .remove(&op)
             .unwrap_or_else(|| panic!("{op} completed but is not an issued flush"));
-        self.tick();
+        let now = self.tick();
         if status == Status::Ok {
             self.durable_point = self.durable_point.max(issued);
+            self.settle_lost(issued);
+            return;
         }
+        let d = self.durable_point;
+        for (&s, entries) in &self.history {
+            if !entries
+                .iter()
+                .any(|e| e.completed.is_none_or(|(c, _)| c >= d))
+            {
+                continue;
+            }
+            let unwritten = self.unwritten(s);
+            let base = self.base.get(&s).copied().unwrap_or(unwritten);
+            let lost = self.lost.entry(s).or_insert_with(|| Lost {
+                values: Vec::new(),
+                since: now,
+            });
+            lost.since = now;
+            history::settled(base, entries, d, unwritten, &mut lost.values);
+            history::pending(entries, d, now, unwritten, &mut lost.values);
+            history::normalise(&mut lost.values);
+        }
+    }
+
+    /// A flush issued at `flush_issued` succeeded: a sector a failed flush
+    /// left in doubt is certain again once a write issued after that
+    /// failure completed before this flush was issued.
+    fn settle_lost(&mut self, flush_issued: Seq) {
+        let history = &self.history;
+        self.lost.retain(|s, lost| {
+            !history.get(s).is_some_and(|entries| {
+                entries.iter().any(|e| {
+                    e.issued > lost.since
+                        && matches!(e.put, history::Put::Value(_))
+                        && matches!(e.completed, Some((c, Status::Ok)) if c < flush_issued)
+                })
+            })
+        });
     }
 
     /// A guest read was issued.
@@ -263,6 +321,9 @@ impl Model {
                 }
                 None => allowed.push(base),
             }
+            if let Some(lost) = self.lost.get(&s) {
+                allowed.extend_from_slice(&lost.values);
+            }
             check_sector(s, chunk, &mut allowed, When::Read { op }, &mut violations);
         }
         self.stats.reads += 1;
@@ -302,6 +363,9 @@ impl Model {
             let unwritten = self.unwritten(s);
             history::settled(self.base_of(s), entries, d, unwritten, &mut values);
             history::pending(entries, d, Seq::MAX, unwritten, &mut values);
+            if let Some(lost) = self.lost.get(&s) {
+                values.extend_from_slice(&lost.values);
+            }
             history::normalise(&mut values);
             allowed.insert(s, values);
         }
@@ -382,6 +446,7 @@ impl Model {
         );
         self.base = rec.base;
         self.history.clear();
+        self.lost.clear();
         self.durable_point = self.tick();
         self.epoch += 1;
     }

@@ -421,6 +421,7 @@ fn engine_delta(a: &Counters, b: &Counters) -> Counters {
         zeroing_requests: b.zeroing_requests - a.zeroing_requests,
         zeroing_fallbacks: b.zeroing_fallbacks - a.zeroing_fallbacks,
         alloc_joins: b.alloc_joins - a.alloc_joins,
+        allocs_dropped: b.allocs_dropped - a.allocs_dropped,
         overlap_waits: b.overlap_waits - a.overlap_waits,
         backing_bytes_read: b.backing_bytes_read - a.backing_bytes_read,
         l2_writebacks: b.l2_writebacks - a.l2_writebacks,

@@ -156,6 +156,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         t.guest_ops, t.failed_ops, t.read_sectors_checked, t.crash_states_checked, t.recovered_sectors_checked,
         t.faults_injected, t.leaked_clusters
     );
+    println!(
+        "crash states kept {} multi-sector device writes in part (torn at sector granularity); the engine gave up {} allocations after I/O errors",
+        t.torn_writes, t.allocs_dropped
+    );
     if t.harsh_cases > 0 {
         println!(
             "harsh mode: {} cases with torn, lost or misdirected writes; {} model or checker findings there (counted, not failures)",

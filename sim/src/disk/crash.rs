@@ -100,14 +100,19 @@ pub struct CrashSummary {
     pub changed: u64,
     /// Of those, sectors torn inside.
     pub torn: u64,
+    /// Pending writes of more than one sector that landed on some of their
+    /// sectors and not on others: torn at sector granularity, which every
+    /// crash may do (a sector is the device's atomic unit, not a request).
+    #[serde(default)]
+    pub torn_writes: u64,
 }
 
 impl fmt::Display for CrashSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} sectors in doubt, {} took a new value, {} torn",
-            self.touched, self.changed, self.torn
+            "{} sectors in doubt, {} took a new value, {} torn; {} writes landed in part",
+            self.touched, self.changed, self.torn, self.torn_writes
         )
     }
 }
@@ -115,10 +120,25 @@ impl fmt::Display for CrashSummary {
 impl CrashImage {
     /// What this crash did, in numbers.
     pub fn summary(&self) -> CrashSummary {
+        // Per pending write: the sectors it could reach, and those it
+        // landed on.
+        let mut reach: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for c in &self.choices {
+            for id in &c.candidates {
+                reach.entry(*id).or_default().0 += 1;
+            }
+            for id in &c.landed {
+                reach.entry(*id).or_default().1 += 1;
+            }
+        }
         CrashSummary {
             touched: self.choices.len() as u64,
             changed: self.choices.iter().filter(|c| c.kept.is_some()).count() as u64,
             torn: self.choices.iter().filter(|c| c.torn.is_some()).count() as u64,
+            torn_writes: reach
+                .values()
+                .filter(|&&(all, hit)| all > 1 && hit > 0 && hit < all)
+                .count() as u64,
         }
     }
 

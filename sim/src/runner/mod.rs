@@ -200,6 +200,7 @@ impl<'a> Run<'a> {
             }
             if crash {
                 self.sim.abort_all();
+                self.shared.stats.borrow_mut().allocs_dropped += live.counters().allocs_dropped;
                 drop(live);
                 match self.crash() {
                     Ok(next) => img = Some(next),
@@ -318,6 +319,7 @@ impl<'a> Run<'a> {
             .map_err(|e| Failure::Engine {
                 what: format!("crash image: {e}"),
             })?;
+        self.shared.stats.borrow_mut().torn_writes += image.summary().torn_writes;
         self.shared.model.borrow_mut().crash();
         self.faults_before += self.disk.injected_faults().len() as u64;
         let next = self.disk.reopen(image.content);
@@ -482,6 +484,9 @@ impl<'a> Run<'a> {
             }
         };
         self.shared.stats.borrow_mut().engine = img.counters();
+        // Drops during the close itself are not counted: close consumes
+        // the image.
+        self.shared.stats.borrow_mut().allocs_dropped += img.counters().allocs_dropped;
         let closed = self.block(async move { img.close().await });
         self.shared.stats.borrow_mut().disk = self.disk.counters();
         match closed {

@@ -51,6 +51,12 @@ pub struct RunStats {
     pub crashes: u64,
     /// Post-crash images reopened, checked and read whole.
     pub crash_states_checked: u64,
+    /// Device writes of several sectors that a crash state kept in part
+    /// (some sectors new, some old).
+    pub torn_writes: u64,
+    /// Allocations the engine gave up (a failed allocating write, or a
+    /// deferred COW a flush could not complete), summed over epochs.
+    pub allocs_dropped: u64,
     /// Sectors the model checked after crashes.
     pub recovered_sectors_checked: u64,
     /// Leaked clusters the checker counted after crashes.
