@@ -466,13 +466,29 @@ impl<D: BlockDev> Image<D> {
         Ok(())
     }
 
-    /// Commit every allocation in flight now (guest flush, close).
+    /// Commit every allocation in flight now (guest flush, close). The
+    /// caller must report an error without awaiting anything first.
     pub(crate) async fn commit_all_allocs(&self) -> Result<()> {
         let keys: Vec<u64> = self.inflight.borrow().allocs.keys().copied().collect();
         let mut first_err = None;
+        let mut failed = Vec::new();
         for k in keys {
             if let Err(e) = self.settle_alloc(k, CowFailure::Drop).await {
                 first_err.get_or_insert(e);
+                failed.push(k);
+            }
+        }
+        // Those whose COW failed are still Committing: give them up now,
+        // with no await before the flush reports its failure.
+        for k in failed {
+            let cow_failed = self
+                .inflight
+                .borrow()
+                .allocs
+                .get(&k)
+                .is_some_and(|a| a.state == AllocState::Committing);
+            if cow_failed {
+                self.drop_alloc(k);
             }
         }
         first_err.map_or(Ok(()), Err)
@@ -555,11 +571,14 @@ impl<D: BlockDev> Image<D> {
             // The copy failed, so the cluster cannot be linked without
             // losing what it should have copied.
             match on_cow_error {
-                // The flush fails, the image stays as it was before the
-                // allocation, and the writes that went only into this
+                // The flush will fail, the image stays as it was before
+                // the allocation, and the writes that went only into this
                 // cluster are lost, as unflushed writes may be when a
-                // flush fails.
-                CowFailure::Drop => self.drop_alloc(key),
+                // flush fails. It stays Committing (visible to reads,
+                // closed to writes) until the flush drops it just before
+                // failing, so that no read sees the loss before the guest
+                // can know of it.
+                CowFailure::Drop => {}
                 CowFailure::Keep => {
                     if let Some(a) = self.inflight.borrow_mut().allocs.get_mut(&key) {
                         a.state = AllocState::Open;
