@@ -327,6 +327,14 @@ impl<D: BlockDev> Image<D> {
     /// A device flush the engine needed, counted.
     pub(crate) async fn device_flush(&self) -> Result<()> {
         self.count(|c| c.device_flushes += 1);
+        // Guest data in a data file must be durable before the metadata
+        // written after this flush can point at it.
+        if let Some(data) = &self.data {
+            if let Err(e) = data.flush().await {
+                self.meta.borrow_mut().poisoned = true;
+                return Err(e.into());
+            }
+        }
         if let Err(e) = self.dev.flush().await {
             self.meta.borrow_mut().poisoned = true;
             return Err(e.into());
