@@ -91,6 +91,14 @@ pub enum OpenError {
         name: String,
         reason: String,
     },
+    #[error("{image}: cannot open data file '{name}': {error}")]
+    DataFile {
+        image: PathBuf,
+        name: String,
+        error: Box<OpenError>,
+    },
+    #[error("{image}: the image needs an external data file but its header names none")]
+    DataFileUnnamed { image: PathBuf },
     #[error("{image}: backing chain loops back to {path}")]
     Loop { image: PathBuf, path: PathBuf },
     #[error("{image}: backing chain deeper than {limit} files")]
@@ -294,6 +302,14 @@ pub fn resolve_backing_path(image: &Path, name: &str) -> PathBuf {
     }
 }
 
+/// The path an external data file name stored in an image refers to. QEMU
+/// opens a relative data file name as it is, from the working directory
+/// (unlike a backing file name, which is relative to the image), and so
+/// does this tool, so that both open the same file.
+pub fn resolve_data_file_path(name: &str) -> PathBuf {
+    PathBuf::from(name)
+}
+
 /// One file opened as what it is, without its backing chain.
 enum Opened {
     Raw(FileDev),
@@ -332,12 +348,31 @@ async fn open_one(
         Format::Qcow2 => {
             let mut opts = engine_opts.clone();
             opts.read_only = read_only;
-            let image = Image::open(dev, opts)
+            let engine_err = |error| OpenError::Engine {
+                path: path.to_owned(),
+                error,
+            };
+            let header = Image::read_header(&dev).await.map_err(engine_err)?;
+            let data = if header.has_data_file() {
+                let Some(name) = header.data_file() else {
+                    return Err(OpenError::DataFileUnnamed {
+                        image: path.to_owned(),
+                    });
+                };
+                let data =
+                    FileDev::open_in(resolve_data_file_path(&name), &file_opts, pool.clone())
+                        .map_err(|error| OpenError::DataFile {
+                            image: path.to_owned(),
+                            name,
+                            error: Box::new(OpenError::File(error)),
+                        })?;
+                Some(data)
+            } else {
+                None
+            };
+            let image = Image::open_with_data(dev, data, opts)
                 .await
-                .map_err(|error| OpenError::Engine {
-                    path: path.to_owned(),
-                    error,
-                })?;
+                .map_err(engine_err)?;
             Ok(Opened::Qcow2(Box::new(image)))
         }
     }
