@@ -352,6 +352,7 @@ fn open_needs_the_data_file_exactly_when_the_header_asks() {
     block_on(Image::create_with_data(&dev, Some(&data), &o)).unwrap();
     assert_eq!(data.len(), 1 << 20, "the data file is sized to the disk");
     let bytes = dev.into_bytes();
+    let image_bytes = bytes.clone();
     match block_on(Image::open(
         MemDev::from_bytes(bytes.clone()),
         Default::default(),
@@ -375,6 +376,22 @@ fn open_needs_the_data_file_exactly_when_the_header_asks() {
     ))
     .unwrap();
     assert_eq!(img.data_file_name().as_deref(), Some("disk.data"));
+
+    // Bit 2 without the name extension: the caller must name the file.
+    let mut unnamed = block_on(Image::<MemDev>::read_header(&MemDev::from_bytes(
+        image_bytes.clone(),
+    )))
+    .unwrap();
+    unnamed
+        .extensions
+        .retain(|e| e.kind != engine::format::header::ext::EXTERNAL_DATA_FILE);
+    let mut b = image_bytes.clone();
+    let hdr = unnamed.serialize().unwrap();
+    b[..hdr.len()].copy_from_slice(&hdr);
+    assert!(matches!(
+        block_on(Image::open(MemDev::from_bytes(b), Default::default())),
+        Err(Error::DataFileRequired { name: None })
+    ));
 
     // A plain image refuses a data device, and create checks its options.
     let plain = MemDev::new();

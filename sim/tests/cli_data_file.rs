@@ -8,7 +8,9 @@
 //!   `qcsim convert -O raw`; a raw data file is the disk itself;
 //! - images QEMU makes with a data file read through `qcsim convert`;
 //! - `qcsim convert -O qcow2 -o data_file=...` output checks clean;
-//! - a missing data file is an error naming it.
+//! - a missing data file is an error naming it (for `io` and `convert`;
+//!   `qemu-img info` describes such an image anyway, `qcsim info` does not
+//!   yet, as the engine opens images only with their data file).
 //!
 //! QEMU opens a relative data file name from the working directory, so
 //! every command runs in the test's directory, where the files are.
@@ -267,7 +269,6 @@ fn a_missing_data_file_is_named() {
     for args in [
         vec!["io", "-c", "read 0 512", "m.qcow2"],
         vec!["convert", "-O", "raw", "m.qcow2", "m.raw"],
-        vec!["info", "m.qcow2"],
     ] {
         let out = exec(QCSIM, &args, d);
         assert!(!out.status.success(), "{args:?} succeeded");
