@@ -59,10 +59,13 @@ pub(crate) fn check_create(o: &CreateOptions, has_device: bool) -> Result<()> {
     Ok(())
 }
 
-/// The data device is given exactly when the header asks for one.
-pub(crate) fn check_open(h: &Header, has_device: bool) -> Result<()> {
+/// The data device is given exactly when the header asks for one; a
+/// read-only open of an image that names its data file may go without it,
+/// to describe the image (as `qemu-img info` can), and then refuses guest
+/// reads.
+pub(crate) fn check_open(h: &Header, has_device: bool, read_only: bool) -> Result<()> {
     match (h.has_data_file(), has_device) {
-        (true, false) => Err(Error::DataFileRequired {
+        (true, false) if !read_only || h.data_file().is_none() => Err(Error::DataFileRequired {
             name: h.data_file(),
         }),
         (false, true) => Err(Error::InvalidOption {
@@ -100,9 +103,21 @@ pub(crate) fn identity_l2_table(cluster_size: u64, disk_size: u64, index: u64) -
 }
 
 impl<D: BlockDev> Image<D> {
-    /// Whether guest data lives in an external data file.
+    /// Whether guest data lives in an external data file (attached).
     pub fn has_data_file(&self) -> bool {
         self.data.is_some()
+    }
+
+    /// Guest data cannot be read: the image was opened read-only without
+    /// the data file its header asks for.
+    pub(crate) fn check_data_attached(&self) -> Result<()> {
+        let h = &self.meta.borrow().header;
+        if self.data.is_none() && h.has_data_file() {
+            return Err(Error::DataFileRequired {
+                name: h.data_file(),
+            });
+        }
+        Ok(())
     }
 
     /// The data file name the header stores (relative names are relative

@@ -391,7 +391,9 @@ impl<D: BlockDev> Image<D> {
     /// Open the image on `dev` with `data` as its external data file. The
     /// data file must be given exactly when the header has incompatible
     /// bit 2 set; without it the open fails with
-    /// [`Error::DataFileRequired`], naming the file the header names.
+    /// [`Error::DataFileRequired`], naming the file the header names,
+    /// unless it is read-only: that open describes the image, and guest
+    /// reads fail with the same error.
     pub async fn open_with_data(dev: D, data: Option<D>, opts: EngineOptions) -> Result<Self> {
         if opts.l2_cache_tables < 2 || opts.refcount_cache_tables < 2 {
             return Err(Error::InvalidOption {
@@ -402,7 +404,7 @@ impl<D: BlockDev> Image<D> {
         let file_len = dev.len();
         let mut h = Self::read_header(&dev).await?;
         Self::check_features(&h, opts.read_only)?;
-        crate::data_file::check_open(&h, data.is_some())?;
+        crate::data_file::check_open(&h, data.is_some(), opts.read_only)?;
         let geo = Geometry::new(&h);
         let cs = geo.cluster_size;
         let limit = opts.metadata_memory_limit;

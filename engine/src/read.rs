@@ -13,6 +13,7 @@ impl<D: BlockDev> Image<D> {
     /// Read `buf.len()` bytes at guest offset `offset`.
     pub async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_request(offset, buf.len() as u64)?;
+        self.check_data_attached()?;
         self.count(|c| {
             c.guest_reads += 1;
             c.guest_bytes_read += buf.len() as u64;

@@ -377,6 +377,20 @@ fn open_needs_the_data_file_exactly_when_the_header_asks() {
     .unwrap();
     assert_eq!(img.data_file_name().as_deref(), Some("disk.data"));
 
+    // Read-only, the image opens without it, to be described; guest reads
+    // then fail naming the file.
+    let ro = EngineOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let img = block_on(Image::open(MemDev::from_bytes(image_bytes.clone()), ro)).unwrap();
+    assert_eq!(img.data_file_name().as_deref(), Some("disk.data"));
+    let mut buf = [0u8; 512];
+    assert!(matches!(
+        block_on(img.read(0, &mut buf)),
+        Err(Error::DataFileRequired { name: Some(_) })
+    ));
+
     // Bit 2 without the name extension: the caller must name the file.
     let mut unnamed = block_on(Image::<MemDev>::read_header(&MemDev::from_bytes(
         image_bytes.clone(),

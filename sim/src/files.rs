@@ -316,11 +316,15 @@ enum Opened {
     Qcow2(Box<Image<FileDev>>),
 }
 
+/// With `describe_only` (a read-only open to describe the image, as `info`
+/// does) a data file that cannot be opened is left out, as qemu-img info
+/// does; guest reads of that image then fail naming it.
 async fn open_one(
     path: &Path,
     format: Option<Format>,
     read_only: bool,
     direct: bool,
+    describe_only: bool,
     engine_opts: &EngineOptions,
     pool: &IoPool,
 ) -> Result<Opened, OpenError> {
@@ -359,14 +363,17 @@ async fn open_one(
                         image: path.to_owned(),
                     });
                 };
-                let data =
-                    FileDev::open_in(resolve_data_file_path(&name), &file_opts, pool.clone())
-                        .map_err(|error| OpenError::DataFile {
+                match FileDev::open_in(resolve_data_file_path(&name), &file_opts, pool.clone()) {
+                    Ok(data) => Some(data),
+                    Err(_) if describe_only && read_only => None,
+                    Err(error) => {
+                        return Err(OpenError::DataFile {
                             image: path.to_owned(),
                             name,
                             error: Box::new(OpenError::File(error)),
-                        })?;
-                Some(data)
+                        })
+                    }
+                }
             } else {
                 None
             };
@@ -386,6 +393,7 @@ pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenErr
         opts.format,
         opts.read_only,
         opts.direct,
+        !opts.backing,
         &opts.engine,
         &pool,
     )
@@ -445,6 +453,7 @@ pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenErr
             format,
             true,
             opts.direct,
+            false,
             &opts.engine,
             &pool,
         )

@@ -8,9 +8,8 @@
 //!   `qcsim convert -O raw`; a raw data file is the disk itself;
 //! - images QEMU makes with a data file read through `qcsim convert`;
 //! - `qcsim convert -O qcow2 -o data_file=...` output checks clean;
-//! - a missing data file is an error naming it (for `io` and `convert`;
-//!   `qemu-img info` describes such an image anyway, `qcsim info` does not
-//!   yet, as the engine opens images only with their data file).
+//! - a missing data file is an error naming it, except for `info`, which
+//!   describes the image anyway, as `qemu-img info` does.
 //!
 //! QEMU opens a relative data file name from the working directory, so
 //! every command runs in the test's directory, where the files are.
@@ -275,4 +274,9 @@ fn a_missing_data_file_is_named() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("'gone.data'"), "{args:?}: {err}");
     }
+    let ours = qcsim(&["info", "--output", "json", "m.qcow2"], d);
+    let want = run("qemu-img", &["info", "--output", "json", "m.qcow2"], d).stdout;
+    let ours: serde_json::Value = serde_json::from_str(&ours).unwrap();
+    let want: serde_json::Value = serde_json::from_slice(&want).unwrap();
+    assert_eq!(ours, want);
 }
