@@ -43,13 +43,22 @@ pub struct CreateOptions {
     /// Backing format ("qcow2" or "raw") stored in the header extension.
     pub backing_format: Option<String>,
     /// How compressed clusters are encoded (zstd needs compat 1.1).
+    /// Options at their default are left out of the JSON, so that saved
+    /// cases read and write as they did before these options existed.
+    #[serde(skip_serializing_if = "is_default")]
     pub compression_type: CompressionType,
     /// External data file name as stored in the header; guest data then
     /// goes to the data device given to `create_with_data` (compat 1.1).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub data_file: Option<String>,
     /// The data file is kept a valid raw image of the guest disk: every
     /// cluster is mapped at create, and zeroing reaches the data file.
+    #[serde(skip_serializing_if = "is_default")]
     pub data_file_raw: bool,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 impl Default for CreateOptions {
