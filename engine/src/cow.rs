@@ -32,7 +32,7 @@ impl<D: BlockDev> Image<D> {
     /// in allocation `a`.
     pub(crate) fn cow_source(&self, a: &Alloc, guest: u64) -> CowSource {
         let i = ((guest - a.guest_start) / self.geo.cluster_size) as usize;
-        match a.old[i].decode(self.geo.cluster_bits, self.geo.version) {
+        match self.decode_l2(a.old[i]) {
             L2Mapping::Unallocated if self.backing.is_some() => CowSource::Backing,
             L2Mapping::Unallocated | L2Mapping::Zero { .. } => CowSource::Zero,
             L2Mapping::Normal { host, .. } => CowSource::Host(host),
@@ -57,7 +57,7 @@ impl<D: BlockDev> Image<D> {
             CowSource::Host(h) => {
                 let io = self.inflight.borrow_mut().begin_io();
                 let r = self
-                    .dev
+                    .data_dev()
                     .read(h + self.geo.offset_into_cluster(guest), buf)
                     .await;
                 self.inflight.borrow_mut().end_io(io);

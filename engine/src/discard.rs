@@ -111,6 +111,7 @@ impl<D: BlockDev> Image<D> {
         for k in keys {
             self.settle_alloc(k, CowFailure::Keep).await?;
         }
+        self.zero_raw_data(start, end).await?;
         let cs = self.geo.cluster_size;
         let _g = self.meta_lock.lock().await;
         let mut p = start;

@@ -33,6 +33,11 @@ pub enum Error {
         needed: u64,
         limit: u64,
     },
+    /// The image keeps its guest data in an external data file (header
+    /// incompatible bit 2) and was opened without one; `name` is the file
+    /// the header names, if it names one.
+    #[error("image needs its external data file{}; open it with the data file", .name.as_ref().map(|n| format!(" '{n}'")).unwrap_or_default())]
+    DataFileRequired { name: Option<String> },
     /// A bad option value (create or open).
     #[error("invalid option {name}: {reason}")]
     InvalidOption { name: String, reason: String },

@@ -9,7 +9,7 @@ use crate::cache::TableCache;
 use crate::counters::Counters;
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
-use crate::format::header::{self, compat, incompat, Header};
+use crate::format::header::{self, compat, incompat, CompressionType, Header};
 use crate::format::{refcount, L1Entry};
 use crate::geometry::Geometry;
 use crate::inflight::InFlight;
@@ -42,6 +42,23 @@ pub struct CreateOptions {
     pub backing_file: Option<String>,
     /// Backing format ("qcow2" or "raw") stored in the header extension.
     pub backing_format: Option<String>,
+    /// How compressed clusters are encoded (zstd needs compat 1.1).
+    /// Options at their default are left out of the JSON, so that saved
+    /// cases read and write as they did before these options existed.
+    #[serde(skip_serializing_if = "is_default")]
+    pub compression_type: CompressionType,
+    /// External data file name as stored in the header; guest data then
+    /// goes to the data device given to `create_with_data` (compat 1.1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_file: Option<String>,
+    /// The data file is kept a valid raw image of the guest disk: every
+    /// cluster is mapped at create, and zeroing reaches the data file.
+    #[serde(skip_serializing_if = "is_default")]
+    pub data_file_raw: bool,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 impl Default for CreateOptions {
@@ -55,6 +72,9 @@ impl Default for CreateOptions {
             extended_l2: false,
             backing_file: None,
             backing_format: None,
+            compression_type: CompressionType::Zlib,
+            data_file: None,
+            data_file_raw: false,
         }
     }
 }
@@ -109,6 +129,9 @@ pub(crate) struct Meta {
 /// An opened qcow2 image.
 pub struct Image<D: BlockDev> {
     pub(crate) dev: D,
+    /// The external data file, present exactly when the header sets
+    /// incompatible bit 2; guest data I/O goes through `data_dev()`.
+    pub(crate) data: Option<D>,
     pub(crate) backing: Option<Backing<D>>,
     pub(crate) opts: EngineOptions,
     pub(crate) geo: Geometry,
@@ -140,6 +163,14 @@ impl<D: BlockDev> Image<D> {
     /// Format `dev` as an empty qcow2 image. Layout: header, refcount
     /// table, refcount blocks, L1 table, each starting on a cluster.
     pub async fn create(dev: &D, o: &CreateOptions) -> Result<()> {
+        Self::create_with_data(dev, None, o).await
+    }
+
+    /// [`Image::create`], with `data` the external data file when
+    /// `o.data_file` names one (it is emptied and sized to the disk).
+    /// With `data_file_raw` every L2 table is preallocated after the L1
+    /// table, each cluster mapped to its own guest offset.
+    pub async fn create_with_data(dev: &D, data: Option<&D>, o: &CreateOptions) -> Result<()> {
         let bad = |name: &str, reason: String| Error::InvalidOption {
             name: name.into(),
             reason,
@@ -172,6 +203,12 @@ impl<D: BlockDev> Image<D> {
                 "compat=0.10 has no lazy refcounts".into(),
             ));
         }
+        if version == 2 && o.compression_type != CompressionType::Zlib {
+            return Err(bad(
+                "compression_type",
+                "compat=0.10 supports only zlib compression".into(),
+            ));
+        }
         if o.extended_l2 {
             return Err(Error::Unsupported(
                 "extended_l2: subclusters are not supported yet".into(),
@@ -180,6 +217,7 @@ impl<D: BlockDev> Image<D> {
         if o.backing_format.is_some() && o.backing_file.is_none() {
             return Err(bad("backing_fmt", "given without a backing file".into()));
         }
+        crate::data_file::check_create(o, data.is_some())?;
         if let Some(name) = &o.backing_file {
             if name.len() > header::MAX_BACKING_FILE_NAME as usize {
                 return Err(bad("backing_file", "name longer than 1023 bytes".into()));
@@ -196,11 +234,13 @@ impl<D: BlockDev> Image<D> {
             ));
         }
         let l1_clusters = (l1_entries * 8).div_ceil(cs);
+        // Preallocated L2 tables (data_file_raw), one per L1 entry.
+        let l2_tables = if o.data_file_raw { l1_entries } else { 0 };
         let rc_entries = cs * 8 / o.refcount_bits as u64;
         // Header, reftable (t) and refblocks (b) must count themselves.
         let (mut t, mut b) = (1u64, 1u64);
         loop {
-            let total = 1 + t + b + l1_clusters;
+            let total = 1 + t + b + l1_clusters + l2_tables;
             let nb = total.div_ceil(rc_entries);
             let nt = (nb * 8).div_ceil(cs);
             if nb == b && nt == t {
@@ -215,7 +255,8 @@ impl<D: BlockDev> Image<D> {
         let reftable_off = cs;
         let refblocks_off = reftable_off + t * cs;
         let l1_off = refblocks_off + b * cs;
-        let total = 1 + t + b + l1_clusters;
+        let l2_off = l1_off + l1_clusters * cs;
+        let total = 1 + t + b + l1_clusters + l2_tables;
 
         let mut h = Header {
             version,
@@ -230,7 +271,11 @@ impl<D: BlockDev> Image<D> {
             refcount_table_clusters: t as u32,
             nb_snapshots: 0,
             snapshots_offset: 0,
-            incompatible_features: 0,
+            incompatible_features: if o.compression_type == CompressionType::Zlib {
+                0
+            } else {
+                incompat::COMPRESSION_TYPE
+            },
             compatible_features: if o.lazy_refcounts {
                 compat::LAZY_REFCOUNTS
             } else {
@@ -243,7 +288,7 @@ impl<D: BlockDev> Image<D> {
             } else {
                 header::V2_HEADER_LEN as u32
             },
-            compression_type: 0,
+            compression_type: o.compression_type.code(),
             extensions: Vec::new(),
             backing_file: o.backing_file.clone(),
         };
@@ -251,6 +296,16 @@ impl<D: BlockDev> Image<D> {
             h.extensions.push(header::Extension {
                 kind: header::ext::BACKING_FORMAT,
                 data: fmt.as_bytes().to_vec(),
+            });
+        }
+        if let Some(name) = &o.data_file {
+            h.incompatible_features |= incompat::EXTERNAL_DATA;
+            if o.data_file_raw {
+                h.autoclear_features |= header::autoclear::RAW_EXTERNAL;
+            }
+            h.extensions.push(header::Extension {
+                kind: header::ext::EXTERNAL_DATA_FILE,
+                data: name.as_bytes().to_vec(),
             });
         }
         if version == 3 {
@@ -289,9 +344,25 @@ impl<D: BlockDev> Image<D> {
             .await?;
         dev.write(refblocks_off, &blocks, WriteFlags::default())
             .await?;
-        if l1_clusters > 0 {
+        if l2_tables > 0 {
+            let l1: Vec<u64> = (0..l1_entries)
+                .map(|i| L1Entry::new(l2_off + i * cs, true).0)
+                .collect();
+            dev.write(l1_off, &be64_bytes(&l1), WriteFlags::default())
+                .await?;
+            for i in 0..l2_tables {
+                let table = crate::data_file::identity_l2_table(cs, o.size, i);
+                dev.write(l2_off + i * cs, &table, WriteFlags::default())
+                    .await?;
+            }
+        } else if l1_clusters > 0 {
             dev.write_zeroes(l1_off, l1_clusters * cs, Default::default())
                 .await?;
+        }
+        if let Some(data) = data {
+            data.truncate(0).await?;
+            data.truncate(o.size).await?;
+            data.flush().await?;
         }
         dev.flush().await?;
         // The header last: until it is durable the device is not an image.
@@ -301,14 +372,15 @@ impl<D: BlockDev> Image<D> {
     }
 
     /// Open the image on `dev`. The backing file, if the header names one,
-    /// is attached afterwards with [`Image::attach_backing`].
+    /// is attached afterwards with [`Image::attach_backing`]. An image with
+    /// an external data file needs [`Image::open_with_data`].
     pub async fn open(dev: D, opts: EngineOptions) -> Result<Self> {
-        if opts.l2_cache_tables < 2 || opts.refcount_cache_tables < 2 {
-            return Err(Error::InvalidOption {
-                name: "cache size".into(),
-                reason: "caches need room for at least two tables".into(),
-            });
-        }
+        Self::open_with_data(dev, None, opts).await
+    }
+
+    /// Read and parse the header of the image on `dev`, without opening
+    /// it: enough to learn which data file or backing file it names.
+    pub async fn read_header(dev: &D) -> Result<Header> {
         let file_len = dev.len();
         let mut first = vec![0u8; header::V3_MIN_HEADER_LEN.min(file_len as usize).max(8)];
         dev.read(0, &mut first).await?;
@@ -326,8 +398,26 @@ impl<D: BlockDev> Image<D> {
         };
         let mut cluster = vec![0u8; cs.min(file_len) as usize];
         dev.read(0, &mut cluster).await?;
-        let mut h = Header::parse(&cluster)?;
+        Header::parse(&cluster)
+    }
+
+    /// Open the image on `dev` with `data` as its external data file. The
+    /// data file must be given exactly when the header has incompatible
+    /// bit 2 set; without it the open fails with
+    /// [`Error::DataFileRequired`], naming the file the header names,
+    /// unless it is read-only: that open describes the image, and guest
+    /// reads fail with the same error.
+    pub async fn open_with_data(dev: D, data: Option<D>, opts: EngineOptions) -> Result<Self> {
+        if opts.l2_cache_tables < 2 || opts.refcount_cache_tables < 2 {
+            return Err(Error::InvalidOption {
+                name: "cache size".into(),
+                reason: "caches need room for at least two tables".into(),
+            });
+        }
+        let file_len = dev.len();
+        let mut h = Self::read_header(&dev).await?;
         Self::check_features(&h, opts.read_only)?;
+        crate::data_file::check_open(&h, data.is_some(), opts.read_only)?;
         let geo = Geometry::new(&h);
         let cs = geo.cluster_size;
         let limit = opts.metadata_memory_limit;
@@ -505,8 +595,9 @@ impl<D: BlockDev> Image<D> {
         if !opts.read_only {
             // Autoclear bits name features this engine does not keep up to
             // date; clearing them tells other readers not to trust them.
-            if h.autoclear_features != 0 {
-                h.autoclear_features = 0;
+            let keep = h.autoclear_features & crate::data_file::maintained_autoclear(&h);
+            if h.autoclear_features != keep {
+                h.autoclear_features = keep;
                 header_dirty = true;
             }
         }
@@ -530,6 +621,7 @@ impl<D: BlockDev> Image<D> {
         };
         let img = Image {
             dev,
+            data,
             backing: None,
             opts,
             geo,
@@ -564,7 +656,7 @@ impl<D: BlockDev> Image<D> {
                 "incompatible feature bit 1 (corrupt) is set: the image is marked corrupt; open it read-only or repair it".into(),
             ));
         }
-        for (bit, what) in [(incompat::EXTERNAL_DATA, 2u32), (incompat::EXTENDED_L2, 4)] {
+        for (bit, what) in [(incompat::EXTENDED_L2, 4u32)] {
             if h.incompatible_features & bit != 0 {
                 return Err(Error::Unsupported(format!(
                     "incompatible feature bit {what} ({}) is not supported yet",
@@ -572,6 +664,7 @@ impl<D: BlockDev> Image<D> {
                 )));
             }
         }
+        h.check_compression()?;
         if h.crypt_method != 0 {
             return Err(Error::Unsupported(format!(
                 "crypt_method {} (encryption)",
@@ -641,10 +734,21 @@ impl<D: BlockDev> Image<D> {
     /// Clean close: write everything back, clear the dirty bit, flush, and
     /// give the device back.
     pub async fn close(self) -> Result<D> {
+        Ok(self.close_with_data().await?.0)
+    }
+
+    /// [`Image::close`], giving back the data file's device too.
+    pub async fn close_with_data(self) -> Result<(D, Option<D>)> {
         if !self.opts.read_only {
             self.flush_internal(true).await?;
         }
-        Ok(self.dev)
+        Ok((self.dev, self.data))
+    }
+
+    /// Drop the image without writing anything, giving back the image
+    /// device and the data file's device.
+    pub fn into_devices(self) -> (D, Option<D>) {
+        (self.dev, self.data)
     }
 
     /// Drop the image without writing anything (what a crash leaves).

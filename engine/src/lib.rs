@@ -8,8 +8,10 @@
 //! or draws a random number; that belongs to whoever drives it.
 
 mod cache;
+mod compress;
 pub mod counters;
 mod cow;
+mod data_file;
 pub mod dev;
 mod discard;
 pub mod error;

@@ -108,6 +108,7 @@ impl<D: BlockDev> Image<D> {
         let idx = self.geo.offset_to_l2_index(guest);
         let e = self.l2_entry_cached(l2_off, idx);
         e.validate(l2_off, idx, self.geo.cluster_size)?;
+        self.check_data_entry(guest, e, l2_off)?;
         Ok(e)
     }
 
@@ -146,7 +147,7 @@ impl<D: BlockDev> Image<D> {
     }
 
     fn run_of(&self, e: L2Entry) -> Run {
-        match e.decode(self.geo.cluster_bits, self.geo.version) {
+        match self.decode_l2(e) {
             L2Mapping::Unallocated => Run::Unallocated,
             L2Mapping::Zero { .. } => Run::Zero,
             L2Mapping::Normal { host, copied } => Run::Data { host, copied },
@@ -203,6 +204,10 @@ impl<D: BlockDev> Image<D> {
     /// Drop the references an L2 entry held, once that is durable.
     pub(crate) fn release_entry(&self, old: L2Entry) {
         let cs = self.geo.cluster_size;
+        if self.has_data_file() {
+            // Data file clusters are not refcounted.
+            return;
+        }
         match old.decode(self.geo.cluster_bits, self.geo.version) {
             L2Mapping::Normal { host, .. }
             | L2Mapping::Zero {

@@ -3,12 +3,9 @@
 //! but not yet linked) the new cluster where data was written and the old
 //! source elsewhere.
 
-use std::io::Read;
-
 use crate::cow::CowSource;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
-use crate::format::header::incompat;
 use crate::image::{Backing, Image};
 use crate::mapping::Run;
 
@@ -16,6 +13,7 @@ impl<D: BlockDev> Image<D> {
     /// Read `buf.len()` bytes at guest offset `offset`.
     pub async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_request(offset, buf.len() as u64)?;
+        self.check_data_attached()?;
         self.count(|c| {
             c.guest_reads += 1;
             c.guest_bytes_read += buf.len() as u64;
@@ -77,7 +75,7 @@ impl<D: BlockDev> Image<D> {
         drop(guard);
         let r = match run {
             Run::Data { host, .. } => self
-                .dev
+                .data_dev()
                 .read(host + self.geo.offset_into_cluster(off), part)
                 .await
                 .map_err(Error::from),
@@ -117,14 +115,16 @@ impl<D: BlockDev> Image<D> {
         }
     }
 
-    /// Read and inflate one compressed cluster.
+    /// Read and decode one compressed cluster.
     pub(crate) async fn read_compressed(&self, host: u64, sectors: u64) -> Result<Vec<u8>> {
         let cs = self.geo.cluster_size as usize;
-        if self.meta.borrow().header.incompatible_features & incompat::COMPRESSION_TYPE != 0
-            && self.meta.borrow().header.compression_type != 0
-        {
-            return Err(Error::Unsupported("zstd-compressed clusters".into()));
+        if self.has_data_file() {
+            return Err(Error::corrupt(
+                "compressed cluster in an image with an external data file",
+                host,
+            ));
         }
+        let kind = self.meta.borrow().header.compression();
         // The descriptor counts sectors from the one holding `host`.
         let len = (sectors * 512 - (host & 511)) as usize;
         if len > 2 * cs + 512 {
@@ -138,18 +138,7 @@ impl<D: BlockDev> Image<D> {
         let r = self.dev.read(host, &mut raw).await;
         self.inflight.borrow_mut().end_io(io);
         r?;
-        let mut out = Vec::with_capacity(cs);
-        let mut dec = flate2::read::DeflateDecoder::new(&raw[..]).take(cs as u64);
-        dec.read_to_end(&mut out).map_err(|e| {
-            Error::corrupt(format!("compressed cluster does not inflate: {e}"), host)
-        })?;
-        if out.len() != cs {
-            return Err(Error::corrupt(
-                "compressed cluster inflates to less than a cluster",
-                host,
-            ));
-        }
-        Ok(out)
+        crate::compress::decompress_cluster(kind, &raw, cs, host)
     }
 }
 
@@ -159,11 +148,7 @@ impl<D: BlockDev> Image<D> {
     pub async fn host_offset(&self, guest: u64) -> Result<Option<u64>> {
         self.check_request(guest, 1)?;
         let _g = self.meta_lock.lock().await;
-        match self
-            .l2_entry(guest)
-            .await?
-            .decode(self.geo.cluster_bits, self.geo.version)
-        {
+        match self.decode_l2(self.l2_entry(guest).await?) {
             crate::format::L2Mapping::Normal { host, .. } => {
                 Ok(Some(host + self.geo.offset_into_cluster(guest)))
             }

@@ -60,6 +60,10 @@ impl<D: BlockDev> Image<D> {
                     continue;
                 }
                 add(l2_off, cs);
+                if self.has_data_file() {
+                    // Data clusters live in the data file, uncounted.
+                    continue;
+                }
                 let mut t = vec![0u8; cs as usize];
                 self.dev.read(l2_off, &mut t).await?;
                 for w in t.chunks_exact(8) {

@@ -180,6 +180,10 @@ impl<D: BlockDev> Image<D> {
     /// len)` that hold metadata: an L2 entry pointing there is corrupt, and
     /// writing would destroy what is durable.
     pub(crate) fn check_data_clusters(&self, host: u64, len: u64) -> Result<()> {
+        if self.has_data_file() {
+            // Guest data lives in another file: nothing to overlap.
+            return Ok(());
+        }
         let cs = self.geo.cluster_size;
         let first = host - host % cs;
         let mut c = first;
@@ -356,6 +360,14 @@ impl<D: BlockDev> Image<D> {
     /// A device flush the engine needed, counted.
     pub(crate) async fn device_flush(&self) -> Result<()> {
         self.count(|c| c.device_flushes += 1);
+        // Guest data in a data file must be durable before the metadata
+        // written after this flush can point at it.
+        if let Some(data) = &self.data {
+            if let Err(e) = data.flush().await {
+                self.meta.borrow_mut().poisoned = true;
+                return Err(e.into());
+            }
+        }
         if let Err(e) = self.dev.flush().await {
             self.meta.borrow_mut().poisoned = true;
             return Err(e.into());

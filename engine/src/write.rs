@@ -139,7 +139,7 @@ impl<D: BlockDev> Image<D> {
                 let io = self.inflight.borrow_mut().begin_io();
                 drop(guard);
                 let r = self
-                    .dev
+                    .data_dev()
                     .write(host, &data[..len as usize], WriteFlags::default())
                     .await;
                 self.inflight.borrow_mut().end_io(io);
@@ -197,9 +197,15 @@ impl<D: BlockDev> Image<D> {
         };
         let io_seq = self.inflight.borrow().next_io_seq;
         let cs = self.geo.cluster_size;
+        // Data file clusters have no refcount to give back.
+        let first = if self.has_data_file() {
+            a.len / cs
+        } else {
+            a.linked
+        };
         {
             let mut m = self.meta.borrow_mut();
-            for i in a.linked..a.len / cs {
+            for i in first..a.len / cs {
                 m.pending_frees.push(PendingFree {
                     cluster: a.host / cs + i,
                     io_seq,
@@ -224,7 +230,7 @@ impl<D: BlockDev> Image<D> {
         self.count(|c| c.alloc_joins += 1);
         let io = self.inflight.borrow_mut().begin_io();
         let r = self
-            .dev
+            .data_dev()
             .write(host, &data[..n as usize], WriteFlags::default())
             .await;
         self.finish_writer(key, io, r.is_ok().then_some((off, off + n)));
@@ -272,7 +278,7 @@ impl<D: BlockDev> Image<D> {
         for i in 0..nclusters {
             old.push(self.l2_entry(gstart + i * cs).await?);
         }
-        let host = self.alloc_clusters(nclusters).await?;
+        let host = self.alloc_data_clusters(gstart, nclusters).await?;
         let mut cow_areas = Vec::new();
         if off > gstart {
             cow_areas.push((gstart, off));
@@ -319,7 +325,7 @@ impl<D: BlockDev> Image<D> {
                 .insert(gstart, gend);
             self.commit_alloc(gstart, CowFailure::Keep).await?;
             let r = self
-                .dev
+                .data_dev()
                 .write(host + (off - gstart), data, WriteFlags::default())
                 .await;
             r?;
@@ -328,7 +334,7 @@ impl<D: BlockDev> Image<D> {
 
         let io = self.inflight.borrow_mut().begin_io();
         let r = if self.opts.switches.delayed_cow {
-            self.dev
+            self.data_dev()
                 .write(host + (off - gstart), data, WriteFlags::default())
                 .await
                 .map_err(Error::from)
@@ -380,7 +386,7 @@ impl<D: BlockDev> Image<D> {
         let areas: Vec<(u64, u64)> = [head, tail].into_iter().filter(|(a, b)| a < b).collect();
         if areas.is_empty() || self.broken_drop_cow() {
             return Ok(self
-                .dev
+                .data_dev()
                 .write(host + (off - gstart), data, WriteFlags::default())
                 .await?);
         }
@@ -396,11 +402,15 @@ impl<D: BlockDev> Image<D> {
                 no_fallback: true,
                 ..Default::default()
             };
-            match self.dev.write_zeroes(host, gend - gstart, flags).await {
+            match self
+                .data_dev()
+                .write_zeroes(host, gend - gstart, flags)
+                .await
+            {
                 Ok(()) => {
                     self.count(|c| c.zeroing_requests += 1);
                     return Ok(self
-                        .dev
+                        .data_dev()
                         .write(host + (off - gstart), data, WriteFlags::default())
                         .await?);
                 }
@@ -432,17 +442,17 @@ impl<D: BlockDev> Image<D> {
             }
             let start = if off > gstart { gstart } else { off };
             return Ok(self
-                .dev
+                .data_dev()
                 .write(host + (start - gstart), &merged, WriteFlags::default())
                 .await?);
         }
         for (&(s, _), b) in areas.iter().zip(&bufs) {
-            self.dev
+            self.data_dev()
                 .write(host + (s - gstart), b, WriteFlags::default())
                 .await?;
         }
         Ok(self
-            .dev
+            .data_dev()
             .write(host + (off - gstart), data, WriteFlags::default())
             .await?)
     }
@@ -644,7 +654,7 @@ impl<D: BlockDev> Image<D> {
                     no_fallback: true,
                     ..Default::default()
                 };
-                match self.dev.write_zeroes(host, e - s, flags).await {
+                match self.data_dev().write_zeroes(host, e - s, flags).await {
                     Ok(()) => {
                         self.count(|c| c.zeroing_requests += 1);
                         continue;
@@ -655,7 +665,9 @@ impl<D: BlockDev> Image<D> {
             }
             let mut b = vec![0u8; (e - s) as usize];
             self.read_cow_source(&src, s, &mut b).await?;
-            self.dev.write(host, &b, WriteFlags::default()).await?;
+            self.data_dev()
+                .write(host, &b, WriteFlags::default())
+                .await?;
             self.count(|c| c.cow_bytes_written += e - s);
         }
         Ok(())
@@ -713,13 +725,15 @@ impl<D: BlockDev> Image<D> {
         };
         let host = {
             let _g = self.meta_lock.lock().await;
-            self.alloc_clusters(1).await?
+            self.alloc_data_clusters(gstart, 1).await?
         };
         let mut buf = vec![0u8; cs as usize];
         self.read_cow_source(&src, gstart, &mut buf).await?;
         let o = (off - gstart) as usize;
         buf[o..o + n].copy_from_slice(&data[..n]);
-        self.dev.write(host, &buf, WriteFlags::default()).await?;
+        self.data_dev()
+            .write(host, &buf, WriteFlags::default())
+            .await?;
         let _g = self.meta_lock.lock().await;
         let l2 = self.l2_table_for_write(gstart).await?;
         let old = self.set_l2_entry(l2, gstart, L2Entry::normal(host, true));

@@ -85,6 +85,7 @@ impl ImageSpec {
                 extended_l2: false,
                 backing_file: backing.map(|b| b.file_name().to_string()),
                 backing_format: backing.map(|b| b.format_name().to_string()),
+                ..CreateOptions::default()
             },
             backing,
         }

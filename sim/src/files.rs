@@ -91,6 +91,14 @@ pub enum OpenError {
         name: String,
         reason: String,
     },
+    #[error("{image}: cannot open data file '{name}': {error}")]
+    DataFile {
+        image: PathBuf,
+        name: String,
+        error: Box<OpenError>,
+    },
+    #[error("{image}: the image needs an external data file but its header names none")]
+    DataFileUnnamed { image: PathBuf },
     #[error("{image}: backing chain loops back to {path}")]
     Loop { image: PathBuf, path: PathBuf },
     #[error("{image}: backing chain deeper than {limit} files")]
@@ -294,17 +302,29 @@ pub fn resolve_backing_path(image: &Path, name: &str) -> PathBuf {
     }
 }
 
+/// The path an external data file name stored in an image refers to. QEMU
+/// opens a relative data file name as it is, from the working directory
+/// (unlike a backing file name, which is relative to the image), and so
+/// does this tool, so that both open the same file.
+pub fn resolve_data_file_path(name: &str) -> PathBuf {
+    PathBuf::from(name)
+}
+
 /// One file opened as what it is, without its backing chain.
 enum Opened {
     Raw(FileDev),
     Qcow2(Box<Image<FileDev>>),
 }
 
+/// With `describe_only` (a read-only open to describe the image, as `info`
+/// does) a data file that cannot be opened is left out, as qemu-img info
+/// does; guest reads of that image then fail naming it.
 async fn open_one(
     path: &Path,
     format: Option<Format>,
     read_only: bool,
     direct: bool,
+    describe_only: bool,
     engine_opts: &EngineOptions,
     pool: &IoPool,
 ) -> Result<Opened, OpenError> {
@@ -332,12 +352,34 @@ async fn open_one(
         Format::Qcow2 => {
             let mut opts = engine_opts.clone();
             opts.read_only = read_only;
-            let image = Image::open(dev, opts)
+            let engine_err = |error| OpenError::Engine {
+                path: path.to_owned(),
+                error,
+            };
+            let header = Image::read_header(&dev).await.map_err(engine_err)?;
+            let data = if header.has_data_file() {
+                let Some(name) = header.data_file() else {
+                    return Err(OpenError::DataFileUnnamed {
+                        image: path.to_owned(),
+                    });
+                };
+                match FileDev::open_in(resolve_data_file_path(&name), &file_opts, pool.clone()) {
+                    Ok(data) => Some(data),
+                    Err(_) if describe_only && read_only => None,
+                    Err(error) => {
+                        return Err(OpenError::DataFile {
+                            image: path.to_owned(),
+                            name,
+                            error: Box::new(OpenError::File(error)),
+                        })
+                    }
+                }
+            } else {
+                None
+            };
+            let image = Image::open_with_data(dev, data, opts)
                 .await
-                .map_err(|error| OpenError::Engine {
-                    path: path.to_owned(),
-                    error,
-                })?;
+                .map_err(engine_err)?;
             Ok(Opened::Qcow2(Box::new(image)))
         }
     }
@@ -351,6 +393,7 @@ pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenErr
         opts.format,
         opts.read_only,
         opts.direct,
+        !opts.backing,
         &opts.engine,
         &pool,
     )
@@ -410,6 +453,7 @@ pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenErr
             format,
             true,
             opts.direct,
+            false,
             &opts.engine,
             &pool,
         )

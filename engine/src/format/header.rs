@@ -81,6 +81,54 @@ pub mod ext {
     pub const EXTERNAL_DATA_FILE: u32 = 0x4441_5441;
 }
 
+/// How compressed clusters are encoded (header byte 104).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompressionType {
+    /// Raw deflate; the only type before the field existed.
+    #[default]
+    Zlib,
+    Zstd,
+}
+
+impl CompressionType {
+    /// The value stored in the header.
+    pub fn code(self) -> u8 {
+        match self {
+            CompressionType::Zlib => 0,
+            CompressionType::Zstd => 1,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<Self> {
+        match code {
+            0 => Some(CompressionType::Zlib),
+            1 => Some(CompressionType::Zstd),
+            _ => None,
+        }
+    }
+
+    /// The name qemu-img uses (`-o compression_type=...`, `info`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CompressionType::Zlib => "zlib",
+            CompressionType::Zstd => "zstd",
+        }
+    }
+}
+
+impl std::str::FromStr for CompressionType {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "zlib" => Ok(CompressionType::Zlib),
+            "zstd" => Ok(CompressionType::Zstd),
+            other => Err(format!("'{other}' is not zlib or zstd")),
+        }
+    }
+}
+
 /// Longest backing file name QEMU accepts.
 pub const MAX_BACKING_FILE_NAME: u32 = 1023;
 
@@ -168,6 +216,51 @@ impl Header {
 
     pub fn extended_l2(&self) -> bool {
         self.incompatible_features & incompat::EXTENDED_L2 != 0
+    }
+
+    /// Guest data lives in an external data file (incompatible bit 2).
+    pub fn has_data_file(&self) -> bool {
+        self.incompatible_features & incompat::EXTERNAL_DATA != 0
+    }
+
+    /// The external data file name the header extension stores, if any.
+    pub fn data_file(&self) -> Option<String> {
+        self.extension(ext::EXTERNAL_DATA_FILE)
+            .map(|e| String::from_utf8_lossy(&e.data).into_owned())
+    }
+
+    /// The data file is a valid raw image (autoclear bit 1).
+    pub fn data_file_raw(&self) -> bool {
+        self.autoclear_features & autoclear::RAW_EXTERNAL != 0
+    }
+
+    /// The compression type of compressed clusters. Only valid once the
+    /// header has passed `check_compression`.
+    pub fn compression(&self) -> CompressionType {
+        CompressionType::from_code(self.compression_type).unwrap_or_default()
+    }
+
+    /// The compression type field agrees with incompatible bit 3, as QEMU
+    /// requires: zlib with the bit clear, anything else with it set.
+    pub fn check_compression(&self) -> Result<()> {
+        let Some(kind) = CompressionType::from_code(self.compression_type) else {
+            return Err(Error::format(
+                "compression_type",
+                format!("unknown compression type {}", self.compression_type),
+            ));
+        };
+        let bit = self.incompatible_features & incompat::COMPRESSION_TYPE != 0;
+        match (kind, bit) {
+            (CompressionType::Zlib, true) => Err(Error::format(
+                "compression_type",
+                "zlib with incompatible bit 3 (compression type) set",
+            )),
+            (CompressionType::Zstd, false) => Err(Error::format(
+                "compression_type",
+                "zstd without incompatible bit 3 (compression type) set",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The first extension of `kind`.

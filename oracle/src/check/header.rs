@@ -109,6 +109,12 @@ impl Header {
         self.incompatible & INCOMPAT_EXTL2 != 0
     }
 
+    /// Guest data lives in an external data file (incompatible bit 2):
+    /// data clusters are then not refcounted in this file.
+    pub fn has_data_file(&self) -> bool {
+        self.incompatible & INCOMPAT_DATA_FILE != 0
+    }
+
     /// Entries per L2 table.
     pub fn l2_entries(&self) -> u64 {
         let entry = if self.extended_l2() { 16 } else { 8 };
@@ -222,9 +228,6 @@ pub(crate) fn parse(src: &dyn ImageSource) -> Result<Header, String> {
             "Unsupported IMGFMT feature(s): {:#x}",
             incompatible & !INCOMPAT_KNOWN
         ));
-    }
-    if incompatible & INCOMPAT_DATA_FILE != 0 {
-        return Err("External data files are not supported by this checker".into());
     }
     if refcount_order > 6 {
         return Err("Reference count entry width too large; may not exceed 64 bits".into());

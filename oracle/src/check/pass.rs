@@ -67,7 +67,9 @@ enum ClusterType {
     Compressed,
 }
 
-fn cluster_type(entry: u64, extended_l2: bool) -> ClusterType {
+/// `data_file`: with an external data file, offset 0 with COPIED is guest
+/// data at offset 0 of that file, not an unallocated cluster.
+fn cluster_type(entry: u64, extended_l2: bool, data_file: bool) -> ClusterType {
     if entry & OFLAG_COMPRESSED != 0 {
         ClusterType::Compressed
     } else if entry & OFLAG_ZERO != 0 && !extended_l2 {
@@ -76,7 +78,7 @@ fn cluster_type(entry: u64, extended_l2: bool) -> ClusterType {
         } else {
             ClusterType::ZeroPlain
         }
-    } else if entry & L2E_OFFSET_MASK == 0 {
+    } else if entry & L2E_OFFSET_MASK == 0 && !(data_file && entry & OFLAG_COPIED != 0) {
         ClusterType::Unallocated
     } else {
         ClusterType::Normal
@@ -183,7 +185,7 @@ impl<'a, 'b> Pass<'a, 'b> {
             } else {
                 (words[i], 0)
             };
-            let ty = cluster_type(entry, ext);
+            let ty = cluster_type(entry, ext, h.has_data_file());
             if ty != ClusterType::Compressed && entry & L2E_STD_RESERVED_MASK != 0 {
                 self.corruption(
                     Some(l2_offset),
@@ -202,6 +204,15 @@ impl<'a, 'b> Pass<'a, 'b> {
                         self.corruption(
                             Some(l2_offset),
                             format!("ERROR compressed cluster {i} with non-zero subcluster allocation bitmap, entry={entry:#x}"),
+                        );
+                        continue;
+                    }
+                    if h.has_data_file() {
+                        self.corruption(
+                            Some(l2_offset),
+                            format!(
+                                "ERROR compressed cluster {i} with data file, entry={entry:#x}"
+                            ),
                         );
                         continue;
                     }
@@ -258,7 +269,10 @@ impl<'a, 'b> Pass<'a, 'b> {
                         }
                         next_contiguous = offset + h.cluster_size();
                     }
-                    self.inc(imrt, offset, h.cluster_size());
+                    // Data file clusters are not counted in this file.
+                    if !h.has_data_file() {
+                        self.inc(imrt, offset, h.cluster_size());
+                    }
                 }
                 ClusterType::ZeroPlain => {}
                 ClusterType::Unallocated => {
@@ -660,14 +674,19 @@ impl<'a, 'b> Pass<'a, 'b> {
             let mut dirty = 0;
             for j in 0..n {
                 let e = words[j * stride];
-                let ty = cluster_type(e, ext);
+                let ty = cluster_type(e, ext, h.has_data_file());
                 if ty != ClusterType::Normal && ty != ClusterType::ZeroAlloc {
                     continue;
                 }
                 let data = e & L2E_OFFSET_MASK;
-                let Ok(refcount) = self.img.disk.get(self.img.io.src(), data >> h.cluster_bits)
-                else {
-                    continue;
+                // A data file cluster has exactly one reference, its entry.
+                let refcount = if h.has_data_file() {
+                    1
+                } else {
+                    let Ok(r) = self.img.disk.get(self.img.io.src(), data >> h.cluster_bits) else {
+                        continue;
+                    };
+                    r
                 };
                 if (refcount == 1) != (e & OFLAG_COPIED != 0) {
                     self.corruption(

@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use engine::dev::{BlockDev, FileDev, FileOptions};
 use engine::{EngineOptions, Image};
 use futures::stream::{FuturesUnordered, StreamExt};
-use sim::files::{open_image, Disk, Format, OpenOptions};
+use sim::files::{open_image, resolve_data_file_path, Disk, Format, OpenOptions};
 
 use super::qemu_args::{option_help, wants_help, ImageOpts};
 
@@ -175,10 +175,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             }
             Format::Qcow2 => {
                 let create = opts.to_create_options(size)?;
-                Image::create(&dev, &create)
+                let data = match &create.data_file {
+                    Some(name) => Some(
+                        FileDev::create(resolve_data_file_path(name), &file_opts)
+                            .with_context(|| format!("{dst_name}: creating the data file"))?,
+                    ),
+                    None => None,
+                };
+                Image::create_with_data(&dev, data.as_ref(), &create)
                     .await
                     .with_context(|| format!("{dst_name}: creating the image"))?;
-                let image = Image::open(dev, EngineOptions::default())
+                let image = Image::open_with_data(dev, data, EngineOptions::default())
                     .await
                     .with_context(|| format!("{dst_name}: opening the new image"))?;
                 (Target::Qcow2(Box::new(image)), create.cluster_size as usize)

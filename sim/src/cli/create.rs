@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use engine::dev::{BlockDev, FileDev, FileOptions};
 use engine::{CreateOptions, Image};
-use sim::files::{open_image, probe_path, resolve_backing_path, Format, OpenOptions, Probed};
+use sim::files::{
+    open_image, probe_path, resolve_backing_path, resolve_data_file_path, Format, OpenOptions,
+    Probed,
+};
 
 use super::qemu_args::{option_help, parse_size, wants_help, ImageOpts};
 
@@ -135,12 +138,34 @@ fn create_qcow2(args: &Args, file: &Path, mut opts: ImageOpts) -> anyhow::Result
     if !args.quiet {
         println!(
             "{}",
-            formatting_line(file, &create, opts.compat_name.as_deref())
+            formatting_line(
+                file,
+                &create,
+                opts.compat_name.as_deref(),
+                opts.data_file_raw
+            )
         );
     }
+    // The data file is created (emptied) as qemu-img does, and a relative
+    // name is taken from the working directory, as QEMU opens it.
+    let data = match &create.data_file {
+        Some(name) => {
+            let path = resolve_data_file_path(name);
+            if same_file(file, &path) {
+                bail!(
+                    "{}: the data file cannot be the image file itself",
+                    file.display()
+                );
+            }
+            let dev = FileDev::create(&path, &FileOptions::default())
+                .with_context(|| format!("{}: could not create data file", file.display()))?;
+            Some(dev)
+        }
+        None => None,
+    };
     let dev = FileDev::create(file, &FileOptions::default())?;
     futures::executor::block_on(async {
-        Image::create(&dev, &create).await?;
+        Image::create_with_data(&dev, data.as_ref(), &create).await?;
         dev.flush().await?;
         anyhow::Ok(())
     })
@@ -170,14 +195,21 @@ fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// The line qemu-img prints before creating a qcow2 image, in its order.
-/// `compat_name` is the `compat` option as given, if it was.
-fn formatting_line(file: &Path, c: &CreateOptions, compat_name: Option<&str>) -> String {
+/// `compat_name` is the `compat` option as given, if it was, and
+/// `data_file_raw` likewise.
+fn formatting_line(
+    file: &Path,
+    c: &CreateOptions,
+    compat_name: Option<&str>,
+    data_file_raw: Option<bool>,
+) -> String {
     let onoff = |b: bool| if b { "on" } else { "off" };
     let mut s = format!(
-        "Formatting '{}', fmt=qcow2 cluster_size={} extended_l2={} compression_type=zlib size={}",
+        "Formatting '{}', fmt=qcow2 cluster_size={} extended_l2={} compression_type={} size={}",
         file.display(),
         c.cluster_size,
         onoff(c.extended_l2),
+        c.compression_type.name(),
         c.size
     );
     if let Some(b) = &c.backing_file {
@@ -188,6 +220,12 @@ fn formatting_line(file: &Path, c: &CreateOptions, compat_name: Option<&str>) ->
     }
     if let Some(name) = compat_name {
         s.push_str(&format!(" compat={name}"));
+    }
+    if let Some(d) = &c.data_file {
+        s.push_str(&format!(" data_file={d}"));
+    }
+    if let Some(raw) = data_file_raw {
+        s.push_str(&format!(" data_file_raw={}", onoff(raw)));
     }
     s.push_str(&format!(
         " lazy_refcounts={} refcount_bits={}",
@@ -211,7 +249,7 @@ mod tests {
             ..CreateOptions::default()
         };
         assert_eq!(
-            formatting_line(Path::new("top.qcow2"), &c, None),
+            formatting_line(Path::new("top.qcow2"), &c, None, None),
             "Formatting 'top.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
              compression_type=zlib size=1048576 backing_file=base.raw backing_fmt=raw \
              lazy_refcounts=off refcount_bits=16"
@@ -222,7 +260,7 @@ mod tests {
             ..CreateOptions::default()
         };
         assert_eq!(
-            formatting_line(Path::new("v2.qcow2"), &c, Some("0.10")),
+            formatting_line(Path::new("v2.qcow2"), &c, Some("0.10"), None),
             "Formatting 'v2.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
              compression_type=zlib size=1073741824 compat=0.10 lazy_refcounts=off \
              refcount_bits=16"

@@ -108,6 +108,11 @@ pub struct Qcow2Specific {
     pub lazy_refcounts: Option<bool>,
     #[serde(rename = "refcount-bits")]
     pub refcount_bits: u32,
+    #[serde(rename = "data-file", skip_serializing_if = "Option::is_none")]
+    pub data_file: Option<String>,
+    /// Present exactly when the image has an external data file.
+    #[serde(rename = "data-file-raw", skip_serializing_if = "Option::is_none")]
+    pub data_file_raw: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub corrupt: Option<bool>,
     #[serde(rename = "extended-l2", skip_serializing_if = "Option::is_none")]
@@ -170,14 +175,12 @@ pub fn gather(path: &Path, format: Option<Format>) -> anyhow::Result<Info> {
             kind: "qcow2",
             data: Qcow2Specific {
                 compat: if v3 { "1.1" } else { "0.10" },
-                compression_type: if h.compression_type == 1 {
-                    "zstd"
-                } else {
-                    "zlib"
-                },
+                compression_type: h.compression().name(),
                 lazy_refcounts: bit(h.compatible_features, compat::LAZY_REFCOUNTS),
                 // The engine validated refcount_order (at most 6) on open.
                 refcount_bits: 1u32 << h.refcount_order.min(6),
+                data_file: h.data_file(),
+                data_file_raw: h.has_data_file().then(|| h.data_file_raw()),
                 corrupt: bit(h.incompatible_features, incompat::CORRUPT),
                 extended_l2: bit(h.incompatible_features, incompat::EXTENDED_L2),
             },
@@ -251,6 +254,12 @@ pub fn human(info: &Info) -> String {
             line(format!("    lazy refcounts: {l}"));
         }
         line(format!("    refcount bits: {}", d.refcount_bits));
+        if let Some(f) = &d.data_file {
+            line(format!("    data file: {f}"));
+        }
+        if let Some(r) = d.data_file_raw {
+            line(format!("    data file raw: {r}"));
+        }
         if let Some(c) = d.corrupt {
             line(format!("    corrupt: {c}"));
         }
@@ -338,6 +347,8 @@ mod tests {
                     compression_type: "zlib",
                     lazy_refcounts: Some(false),
                     refcount_bits: 16,
+                    data_file: None,
+                    data_file_raw: None,
                     corrupt: Some(false),
                     extended_l2: Some(false),
                 },

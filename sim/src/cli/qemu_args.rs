@@ -3,6 +3,7 @@
 //! switches, and `-o key=value,...` image option lists, with their checks
 //! and messages.
 
+use engine::format::header::CompressionType;
 use engine::{Compat, CreateOptions};
 
 /// Why a size, switch or option list was refused.
@@ -133,10 +134,14 @@ pub struct ImageOpts {
     pub extended_l2: Option<bool>,
     pub backing_file: Option<String>,
     pub backing_fmt: Option<String>,
+    pub compression_type: Option<CompressionType>,
+    /// External data file name, stored as given.
+    pub data_file: Option<String>,
+    pub data_file_raw: Option<bool>,
 }
 
 /// The `-o` names accepted for qcow2, with a line of help each.
-pub const QCOW2_OPTION_HELP: [(&str, &str); 10] = [
+pub const QCOW2_OPTION_HELP: [(&str, &str); 12] = [
     ("backing_file", "file name of a base image"),
     (
         "backing_fmt",
@@ -147,7 +152,12 @@ pub const QCOW2_OPTION_HELP: [(&str, &str); 10] = [
         "qcow2 cluster size (512 to 2M, a power of two)",
     ),
     ("compat", "compatibility level (v2, 0.10, v3, 1.1)"),
-    ("compression_type", "compression type (zlib only)"),
+    ("compression_type", "compression type (zlib or zstd)"),
+    ("data_file", "file name of an external data file"),
+    (
+        "data_file_raw",
+        "the external data file is a valid raw image (on/off)",
+    ),
     ("extended_l2", "extended L2 tables (on/off)"),
     ("lazy_refcounts", "postpone refcount updates (on/off)"),
     ("preallocation", "preallocation mode (off only)"),
@@ -185,6 +195,10 @@ impl ImageOpts {
                 }
                 "extended_l2" => {
                     self.extended_l2 = Some(true);
+                    Ok(())
+                }
+                "data_file_raw" => {
+                    self.data_file_raw = Some(true);
                     Ok(())
                 }
                 _ => Err(ArgError::MissingValue(key.to_owned())),
@@ -228,9 +242,11 @@ impl ImageOpts {
             "extended_l2" => self.extended_l2 = Some(parse_switch(key, value)?),
             "backing_file" => self.backing_file = Some(value.to_owned()),
             "backing_fmt" => self.backing_fmt = Some(value.to_owned()),
-            "compression_type" if value != "zlib" => {
-                return Err(bad("only zlib is supported"));
+            "compression_type" => {
+                self.compression_type = Some(value.parse().map_err(|e: String| bad(&e))?)
             }
+            "data_file" => self.data_file = Some(value.to_owned()),
+            "data_file_raw" => self.data_file_raw = Some(parse_switch(key, value)?),
             "preallocation" if value != "off" => {
                 return Err(bad("only preallocation=off is supported"));
             }
@@ -252,6 +268,9 @@ impl ImageOpts {
             extended_l2: self.extended_l2.unwrap_or(defaults.extended_l2),
             backing_file: self.backing_file.clone(),
             backing_format: self.backing_fmt.clone(),
+            compression_type: self.compression_type.unwrap_or_default(),
+            data_file: self.data_file.clone(),
+            data_file_raw: self.data_file_raw.unwrap_or(false),
         };
         let conflict = |msg: &str| Err(ArgError::Conflict(msg.to_owned()));
         if opts.compat == Compat::V2 {
@@ -260,6 +279,12 @@ impl ImageOpts {
             }
             if opts.lazy_refcounts {
                 return conflict("lazy refcounts require compat=1.1 (v3)");
+            }
+            if opts.compression_type != CompressionType::Zlib {
+                return conflict("compression types other than zlib require compat=1.1 (v3)");
+            }
+            if opts.data_file.is_some() {
+                return conflict("external data files require compat=1.1 (v3)");
             }
             if opts.extended_l2 {
                 return conflict("extended L2 entries require compat=1.1 (v3)");
@@ -270,6 +295,12 @@ impl ImageOpts {
         }
         if opts.backing_format.is_some() && opts.backing_file.is_none() {
             return conflict("a backing format cannot be used without a backing file");
+        }
+        if opts.data_file_raw && opts.data_file.is_none() {
+            return conflict("data_file_raw requires data_file");
+        }
+        if opts.data_file_raw && opts.backing_file.is_some() {
+            return conflict("Backing file and data-file-raw cannot be used at the same time");
         }
         Ok(opts)
     }
@@ -380,7 +411,8 @@ mod tests {
             ("compat=2.0", "compatibility level"),
             ("lazy_refcounts=maybe", "'on' or 'off'"),
             ("size", "needs a value"),
-            ("compression_type=zstd", "zlib"),
+            ("compression_type=lz4", "zlib or zstd"),
+            ("data_file_raw=maybe", "'on' or 'off'"),
             ("preallocation=full", "off"),
         ];
         for (list, needle) in cases {
@@ -397,6 +429,13 @@ mod tests {
             ("compat=v2,extended_l2=on", "extended"),
             ("extended_l2=on,cluster_size=4k", "16k"),
             ("backing_fmt=raw", "without a backing file"),
+            ("compat=0.10,compression_type=zstd", "compat=1.1"),
+            ("compat=0.10,data_file=d.raw", "compat=1.1"),
+            ("data_file_raw=on", "requires data_file"),
+            (
+                "data_file=d.raw,data_file_raw=on,backing_file=b,backing_fmt=raw",
+                "cannot be used at the same time",
+            ),
         ];
         for (list, needle) in cases {
             let mut o = ImageOpts::default();
