@@ -34,8 +34,9 @@ use crate::files::{probe_path, Format, OpenError, Probed};
 pub const MAX_THREADS: usize = 64;
 /// Largest count, depth and buffer size, as qemu-img bench's (`INT_MAX`).
 pub const MAX_INT_ARG: u64 = i32::MAX as u64;
-/// Most bytes of request buffers held at once (depth × buffer size): a
-/// bound on what a mistyped flag can make this allocate.
+/// Most bytes of request buffers held at once (depth × buffer size for
+/// reads, the buffer size for writes): a bound on what a mistyped flag can
+/// make this allocate.
 pub const MAX_BUFFER_BYTES: u64 = 1 << 30;
 
 /// `-t`: how the file is opened.
@@ -200,10 +201,15 @@ impl FileBenchOptions {
                 "--flush-interval is only available in write tests".into(),
             ));
         }
-        let buffers = self.depth.min(self.count).saturating_mul(self.buffer_size);
-        if !self.write && buffers > MAX_BUFFER_BYTES {
+        // Reads need a buffer per request in flight, writes share one.
+        let buffers = if self.write {
+            self.buffer_size
+        } else {
+            self.depth.min(self.count).saturating_mul(self.buffer_size)
+        };
+        if buffers > MAX_BUFFER_BYTES {
             return Err(FileBenchError::Invalid(format!(
-                "depth {} times buffer size {} needs {buffers} bytes of buffers, more than the limit of {MAX_BUFFER_BYTES}",
+                "depth {} and buffer size {} need {buffers} bytes of buffers, more than the limit of {MAX_BUFFER_BYTES}",
                 self.depth, self.buffer_size
             )));
         }
@@ -661,6 +667,14 @@ mod tests {
                 FileBenchOptions {
                     depth: 1 << 20,
                     buffer_size: 1 << 20,
+                    ..ok.clone()
+                },
+                "limit",
+            ),
+            (
+                FileBenchOptions {
+                    write: true,
+                    buffer_size: (1 << 30) + 1,
                     ..ok.clone()
                 },
                 "limit",

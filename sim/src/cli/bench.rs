@@ -219,15 +219,20 @@ fn run_file(a: &Args, path: &Path, opts: &FileBenchOptions) -> anyhow::Result<i3
         bail!("{}: no such file", path.display());
     }
     let copy = if a.compare_qemu {
-        let copy = compare_copy_path(path);
-        std::fs::copy(path, &copy).with_context(|| {
+        let copy = TempFile(compare_copy_path(path));
+        std::fs::copy(path, &copy.0).with_context(|| {
             format!(
                 "copying {} to {} for qemu-img",
                 path.display(),
-                copy.display()
+                copy.0.display()
             )
         })?;
-        Some(TempFile(copy))
+        // The fresh copy's pages are dirty in the page cache; written back
+        // now, they cannot slow down qemu-img's O_DIRECT requests later.
+        std::fs::File::open(&copy.0)
+            .and_then(|f| f.sync_all())
+            .with_context(|| format!("syncing {}", copy.0.display()))?;
+        Some(copy)
     } else {
         None
     };
@@ -278,7 +283,7 @@ fn print_report(r: &FileBenchReport) {
     );
     if let Some(e) = &r.engine {
         println!(
-            "Engine during the run: {} guest flushes, {} clusters allocated, COW {} created / {} cancelled whole / {} cancelled in part / {} performed, {} zeroing requests, {} allocation joins, {} L2 and {} refcount writebacks, {} device flushes",
+            "Engine during the run: {} guest flushes, {} clusters allocated, COW {} created / {} cancelled whole / {} cancelled in part / {} performed, {} zeroing requests, {} allocation joins, {} overlap waits, {} L2 and {} refcount writebacks, {} device flushes",
             e.guest_flushes,
             e.clusters_allocated,
             e.cow_created,
@@ -287,6 +292,7 @@ fn print_report(r: &FileBenchReport) {
             e.cow_performed,
             e.zeroing_requests,
             e.alloc_joins,
+            e.overlap_waits,
             e.l2_writebacks,
             e.refcount_writebacks,
             e.device_flushes
