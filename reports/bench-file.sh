@@ -39,11 +39,25 @@ for mode in write read; do
                 else
                     flags=(-w --pattern 0x5a)
                 fi
-                echo "## $mode, -t $cache, -d $depth, run $rep"
+                echo "## $mode, -t $cache, -d $depth, run $rep (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
                 "$qcsim" bench -c 20000 -s 4k -d "$depth" -t "$cache" "${flags[@]}" \
                     --compare-qemu "$img"
                 echo
             done
+        done
+    done
+done
+# What delayed_cow costs or saves on a real file: qcsim alone, all switches
+# on against delayed_cow off, fresh image each run.
+for depth in 1 64; do
+    for rep in $(seq 1 "$repeats"); do
+        for off in "" "--off delayed_cow"; do
+            fresh
+            echo "## extra: write, -t none, -d $depth, ${off:-all switches on}, run $rep (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
+            # shellcheck disable=SC2086
+            "$qcsim" bench -c 20000 -s 4k -d "$depth" -t none -w $off "$img" |
+                grep -E '^Run completed|^Engine'
+            echo
         done
     done
 done
