@@ -317,6 +317,10 @@ fn bad_flags_are_refused_clearly() {
         (&["-o", "1M", "b.qcow2"], "does not fit"),
         (&["-s", "2M", "b.qcow2"], "does not fit"),
         (&["--off", "turbo", "b.qcow2"], "unknown switch"),
+        (
+            &["-f", "raw", "--off", "zero_cow", "b.qcow2"],
+            "qcow2 images only",
+        ),
         (&["-d", "65536", "-s", "1M", "b.qcow2"], "limit"),
         (&[], "expecting one image file name"),
         (&["--sim", "b.qcow2"], "takes no file name"),

@@ -391,6 +391,11 @@ fn open_target(path: &Path, o: &FileBenchOptions) -> Result<(Target, Format), Fi
         threads: o.depth.min(MAX_THREADS as u64) as usize,
         ..FileOptions::default()
     };
+    if format == Format::Raw && o.switches != Switches::ALL_ON {
+        return Err(FileBenchError::Invalid(
+            "engine switches apply to qcow2 images only, not raw".into(),
+        ));
+    }
     let dev = CountingDev::new(FileDev::open(path, &file_opts)?);
     let target = match format {
         Format::Raw => Target::Raw(dev),

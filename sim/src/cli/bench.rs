@@ -77,8 +77,8 @@ pub struct Args {
     /// Write instead of read.
     #[arg(short = 'w', long = "write")]
     pub write: bool,
-    /// Byte to write (0 to 255, decimal or 0x hex); on reads, the byte every
-    /// read must return (qemu-img ignores it there).
+    /// Byte to write (0 to 255: decimal, 0x hex or 0-prefixed octal); on
+    /// reads, the byte every read must return (qemu-img ignores it there).
     #[arg(long = "pattern", value_name = "PATTERN")]
     pub pattern: Option<String>,
     /// Flush after this many requests (writes only).
