@@ -20,7 +20,7 @@ struct Cli {
 enum Command {
     /// Run many seeded cases on all cores.
     Campaign(cli::campaign::Args),
-    /// Simulated benchmarks: I/O counts with each optimisation on and off.
+    /// Benchmarks: simulated (--sim), or on an image file as qemu-img bench.
     Bench(cli::bench::Args),
     /// Run one simulated case from a seed.
     Run(cli::run::Args),

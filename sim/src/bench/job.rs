@@ -403,7 +403,8 @@ fn disk_delta(a: &DiskCounters, b: &DiskCounters) -> DiskCounters {
     }
 }
 
-fn engine_delta(a: &Counters, b: &Counters) -> Counters {
+/// `b - a`, field by field.
+pub(crate) fn engine_delta(a: &Counters, b: &Counters) -> Counters {
     Counters {
         guest_reads: b.guest_reads - a.guest_reads,
         guest_bytes_read: b.guest_bytes_read - a.guest_bytes_read,

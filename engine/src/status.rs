@@ -1,0 +1,331 @@
+//! Block status: what a guest byte range is made of (data in this image,
+//! zero clusters, nothing, or the backing file's data), so that a copy can
+//! read only what holds data, as QEMU's `bdrv_block_status` lets
+//! `qemu-img convert` and `qemu-img map` do.
+//!
+//! Built on `map_run` under `meta_lock`, so the answer is one consistent
+//! view of the metadata. A cluster whose allocation is still in flight (not
+//! yet linked into its L2 table) is reported as data: a write is putting
+//! data there, and what is not written yet is pending COW that a reader
+//! would have to copy anyway.
+
+use crate::dev::BlockDev;
+use crate::error::Result;
+use crate::image::{Backing, Image};
+use crate::mapping::Run;
+
+/// What a guest byte range holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Status {
+    /// Allocated in this image: data clusters (compressed ones too), or
+    /// clusters whose allocation is in flight.
+    Data,
+    /// Zero clusters: read as zeroes, whatever the backing file holds.
+    Zero,
+    /// Not allocated, and no backing file under it (or the backing file
+    /// ends before it): reads as zeroes.
+    Unallocated,
+    /// Not allocated: the data comes from the backing file.
+    Backing,
+}
+
+impl Status {
+    /// Whether the range reads as zeroes without looking any further.
+    pub fn reads_as_zero(self) -> bool {
+        matches!(self, Status::Zero | Status::Unallocated)
+    }
+}
+
+impl<D: BlockDev> Image<D> {
+    /// The status of the guest range starting at `offset`, and how many of
+    /// the `len` bytes from `offset` share it (at least 1 when `len` is
+    /// not 0). The range must lie inside the virtual disk. An empty range
+    /// answers `(Status::Unallocated, 0)`.
+    pub async fn block_status(&self, offset: u64, len: u64) -> Result<(Status, u64)> {
+        self.check_request(offset, len)?;
+        if len == 0 {
+            return Ok((Status::Unallocated, 0));
+        }
+        let _guard = self.meta_lock.lock().await;
+        let end = offset + len;
+        let (status, mut pos) = {
+            let (s, n) = self.status_piece(offset, len).await?;
+            (s, offset + n)
+        };
+        while pos < end {
+            let (s, n) = self.status_piece(pos, end - pos).await?;
+            if s != status {
+                break;
+            }
+            pos += n;
+        }
+        Ok((status, pos - offset))
+    }
+
+    /// As [`Image::block_status`], but where the data comes from the
+    /// backing file, the backing chain is asked in turn: the answer is then
+    /// never `Backing`. A raw backing file counts as data throughout (its
+    /// holes are not looked for). The count may be shorter than the range
+    /// that shares the status, where the layers answering change.
+    pub async fn block_status_deep(&self, offset: u64, len: u64) -> Result<(Status, u64)> {
+        let (status, n) = self.block_status(offset, len).await?;
+        if status != Status::Backing {
+            return Ok((status, n));
+        }
+        match self
+            .backing
+            .as_ref()
+            .expect("Backing status implies a backing file")
+        {
+            Backing::Raw(_) => Ok((Status::Data, n)),
+            // `block_status` clipped `n` to the backing image's size.
+            Backing::Qcow2(img) => Box::pin(img.block_status_deep(offset, n)).await,
+        }
+    }
+
+    /// One piece of the range at `off`, at most `max` bytes: a run from
+    /// `map_run`, or the part of an in-flight allocation.
+    async fn status_piece(&self, off: u64, max: u64) -> Result<(Status, u64)> {
+        let limit = {
+            let inf = self.inflight.borrow();
+            if let Some(key) = inf.alloc_at(off) {
+                let a = &inf.allocs[&key];
+                return Ok((Status::Data, (a.end() - off).min(max)));
+            }
+            inf.next_alloc_after(off)
+                .map_or(max, |next| (next - off).min(max))
+        };
+        let (run, n) = self.map_run(off, limit).await?;
+        Ok(match run {
+            Run::Data { .. } | Run::Compressed { .. } => (Status::Data, n),
+            Run::Zero => (Status::Zero, n),
+            Run::Unallocated => self.unallocated_status(off, n),
+        })
+    }
+
+    /// Unallocated clusters read from the backing file as far as it goes.
+    fn unallocated_status(&self, off: u64, n: u64) -> (Status, u64) {
+        let backing_size = match &self.backing {
+            None => return (Status::Unallocated, n),
+            Some(Backing::Raw(dev)) => dev.len(),
+            Some(Backing::Qcow2(img)) => img.virtual_size(),
+        };
+        if off >= backing_size {
+            (Status::Unallocated, n)
+        } else {
+            (Status::Backing, n.min(backing_size - off))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Status;
+    use crate::dev::MemDev;
+    use crate::{CreateOptions, EngineOptions, Image};
+    use futures::executor::block_on;
+
+    const CS: u64 = 64 << 10;
+
+    fn image(size: u64, backing: Option<&str>) -> Image<MemDev> {
+        let dev = MemDev::new();
+        let o = CreateOptions {
+            size,
+            backing_file: backing.map(str::to_owned),
+            backing_format: backing.map(|_| "raw".to_owned()),
+            ..CreateOptions::default()
+        };
+        block_on(Image::create(&dev, &o)).unwrap();
+        block_on(Image::open(dev, EngineOptions::default())).unwrap()
+    }
+
+    /// Every piece of [0, size), as (status, start, len).
+    fn pieces(img: &Image<MemDev>, deep: bool) -> Vec<(Status, u64, u64)> {
+        let size = img.virtual_size();
+        let mut out: Vec<(Status, u64, u64)> = Vec::new();
+        let mut pos = 0;
+        while pos < size {
+            let (s, n) = if deep {
+                block_on(img.block_status_deep(pos, size - pos)).unwrap()
+            } else {
+                block_on(img.block_status(pos, size - pos)).unwrap()
+            };
+            assert!(n > 0 && n <= size - pos);
+            match out.last_mut() {
+                Some((ls, _, ln)) if *ls == s => *ln += n,
+                _ => out.push((s, pos, n)),
+            }
+            pos += n;
+        }
+        out
+    }
+
+    #[test]
+    fn data_zero_and_holes() {
+        let img = image(16 * CS, None);
+        block_on(async {
+            img.write(CS + 100, &[1; 10]).await.unwrap();
+            img.write(2 * CS, &[1; 10]).await.unwrap();
+            // Zeroing allocated clusters makes zero clusters (on
+            // unallocated ones without backing the engine does nothing).
+            img.write(5 * CS, &vec![1; 2 * CS as usize]).await.unwrap();
+            img.write_zeroes(5 * CS, 2 * CS, false).await.unwrap();
+            img.write(9 * CS, &[1; 10]).await.unwrap();
+        });
+        use Status::*;
+        assert_eq!(
+            pieces(&img, false),
+            vec![
+                (Unallocated, 0, CS),
+                (Data, CS, 2 * CS),
+                (Unallocated, 3 * CS, 2 * CS),
+                (Zero, 5 * CS, 2 * CS),
+                (Unallocated, 7 * CS, 2 * CS),
+                (Data, 9 * CS, CS),
+                (Unallocated, 10 * CS, 6 * CS),
+            ]
+        );
+        // A query inside a run counts from its offset, up to its length.
+        assert_eq!(block_on(img.block_status(CS + 7, 10)).unwrap(), (Data, 10));
+        assert_eq!(
+            block_on(img.block_status(CS + 7, 4 * CS)).unwrap(),
+            (Data, 2 * CS - 7)
+        );
+        assert_eq!(block_on(img.block_status(0, 0)).unwrap(), (Unallocated, 0));
+        assert!(block_on(img.block_status(15 * CS, CS + 1)).is_err());
+    }
+
+    #[test]
+    fn backing_ends_where_the_backing_file_ends() {
+        let mut img = image(8 * CS, Some("base"));
+        img.attach_backing(crate::Backing::Raw(MemDev::from_bytes(vec![
+            7;
+            3 * CS as usize
+        ])));
+        block_on(img.write(CS, &[1; 10])).unwrap();
+        use Status::*;
+        assert_eq!(
+            pieces(&img, false),
+            vec![
+                (Backing, 0, CS),
+                (Data, CS, CS),
+                (Backing, 2 * CS, CS),
+                (Unallocated, 3 * CS, 5 * CS),
+            ]
+        );
+        // A raw backing file is data throughout.
+        assert_eq!(
+            pieces(&img, true),
+            vec![(Data, 0, 3 * CS), (Unallocated, 3 * CS, 5 * CS)]
+        );
+    }
+
+    #[test]
+    fn a_qcow2_backing_file_is_asked_in_turn() {
+        let base = image(8 * CS, None);
+        block_on(async {
+            base.write(0, &[1; 10]).await.unwrap();
+            base.write(2 * CS, &[1; 10]).await.unwrap();
+            base.write_zeroes(2 * CS, CS, false).await.unwrap();
+        });
+        let mut top = image(8 * CS, Some("base"));
+        top.attach_backing(crate::Backing::Qcow2(Box::new(base)));
+        block_on(top.write(4 * CS, &[1; 10])).unwrap();
+        use Status::*;
+        assert_eq!(
+            pieces(&top, true),
+            vec![
+                (Data, 0, CS),
+                (Unallocated, CS, CS),
+                (Zero, 2 * CS, CS),
+                (Unallocated, 3 * CS, CS),
+                (Data, 4 * CS, CS),
+                (Unallocated, 5 * CS, 3 * CS),
+            ]
+        );
+    }
+
+    /// A device whose data writes wait until the gate opens, so that a
+    /// guest write can be caught in flight.
+    struct GateDev {
+        inner: MemDev,
+        open: std::cell::Cell<bool>,
+    }
+
+    impl crate::dev::BlockDev for GateDev {
+        async fn read(&self, o: u64, b: &mut [u8]) -> Result<(), crate::dev::DevError> {
+            self.inner.read(o, b).await
+        }
+        async fn write(
+            &self,
+            o: u64,
+            b: &[u8],
+            f: crate::dev::WriteFlags,
+        ) -> Result<(), crate::dev::DevError> {
+            std::future::poll_fn(|_| {
+                if self.open.get() {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            })
+            .await;
+            self.inner.write(o, b, f).await
+        }
+        async fn write_zeroes(
+            &self,
+            o: u64,
+            l: u64,
+            f: crate::dev::ZeroFlags,
+        ) -> Result<(), crate::dev::DevError> {
+            self.inner.write_zeroes(o, l, f).await
+        }
+        async fn discard(&self, o: u64, l: u64) -> Result<(), crate::dev::DevError> {
+            self.inner.discard(o, l).await
+        }
+        async fn flush(&self) -> Result<(), crate::dev::DevError> {
+            self.inner.flush().await
+        }
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+        async fn truncate(&self, l: u64) -> Result<(), crate::dev::DevError> {
+            self.inner.truncate(l).await
+        }
+    }
+
+    #[test]
+    fn an_allocation_in_flight_is_data() {
+        use futures::FutureExt;
+        let dev = GateDev {
+            inner: MemDev::new(),
+            open: std::cell::Cell::new(true),
+        };
+        let o = CreateOptions {
+            size: 8 * CS,
+            ..CreateOptions::default()
+        };
+        block_on(Image::create(&dev, &o)).unwrap();
+        let img = block_on(Image::open(dev, EngineOptions::default())).unwrap();
+        img.device().open.set(false);
+        let data = [5u8; 100];
+        let mut write = Box::pin(img.write(2 * CS + 10, &data));
+        assert!(write.as_mut().now_or_never().is_none(), "the write waits");
+        let status = img
+            .block_status(0, 8 * CS)
+            .now_or_never()
+            .expect("status does not wait for the write")
+            .unwrap();
+        assert_eq!(status, (Status::Unallocated, 2 * CS));
+        let status = img
+            .block_status(2 * CS, 6 * CS)
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        assert_eq!(status, (Status::Data, CS));
+        img.device().open.set(true);
+        block_on(write).unwrap();
+        let status = block_on(img.block_status(2 * CS, 6 * CS)).unwrap();
+        assert_eq!(status, (Status::Data, CS));
+    }
+}
