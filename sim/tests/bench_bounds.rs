@@ -198,3 +198,28 @@ fn bad_sizes_are_refused() {
     }
     assert!(run_job(Workload::Seq4k, 1 << 40, Switches::ALL_ON, false).is_err());
 }
+
+/// multi_cluster shows on multi-cluster requests: the seq256k job of
+/// `--extra` writes four clusters per request.
+#[test]
+fn seq256k_shows_multi_cluster() {
+    let on = run_job(Workload::Seq256k, SIZE, Switches::ALL_ON, false).unwrap();
+    let mc = run_job(Workload::Seq256k, SIZE, off("multi_cluster"), false).unwrap();
+    assert_eq!(on.guest_writes, SIZE / (4 * CLUSTER));
+    assert!(
+        on.device_write_requests * 100 <= on.guest_writes * 105,
+        "one device write per 256 KiB guest write: {} for {}",
+        on.device_write_requests,
+        on.guest_writes
+    );
+    assert!(
+        mc.device_write_requests >= 4 * on.guest_writes,
+        "multi_cluster off: a request per cluster, got {} for {} writes",
+        mc.device_write_requests,
+        on.guest_writes
+    );
+    assert_eq!(on.device_bytes_written, mc.device_bytes_written);
+    // --extra adds the job.
+    let rows = run_all(&[Workload::Seq4k], 1 << 20, false, true).unwrap();
+    assert!(rows.iter().any(|r| r.workload == Workload::Seq256k));
+}

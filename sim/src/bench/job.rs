@@ -21,7 +21,8 @@ const SEED: u64 = 0x5eed_be4c;
 /// memory (image and backing file each), so this bounds what a typo costs.
 pub const SIZE_MAX: u64 = 4 << 30;
 
-/// The two benchmark workloads.
+/// The benchmark workloads: the two jobs issue 5 names, and one more that
+/// `--extra` adds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Workload {
     /// 4 KiB sequential writes into an image without backing file.
@@ -30,15 +31,32 @@ pub enum Workload {
     /// The same, into an overlay on a full raw backing file of the same size.
     #[serde(rename = "seq4k-backing")]
     Seq4kBacking,
+    /// 256 KiB sequential writes (four whole clusters each) into an image
+    /// without backing file: the multi-cluster requests of seed 002, which
+    /// 4 KiB writes never make.
+    #[serde(rename = "seq256k")]
+    Seq256k,
 }
 
 impl Workload {
+    /// The two jobs of the benchmark.
     pub const ALL: [Workload; 2] = [Workload::Seq4k, Workload::Seq4kBacking];
+    /// Jobs `--extra` adds.
+    pub const EXTRA: [Workload; 1] = [Workload::Seq256k];
 
     pub fn name(self) -> &'static str {
         match self {
             Workload::Seq4k => "seq4k",
             Workload::Seq4kBacking => "seq4k-backing",
+            Workload::Seq256k => "seq256k",
+        }
+    }
+
+    /// The size of each guest write.
+    pub fn request_size(self) -> u64 {
+        match self {
+            Workload::Seq4k | Workload::Seq4kBacking => REQUEST_SIZE,
+            Workload::Seq256k => 4 * CLUSTER_SIZE,
         }
     }
 
@@ -158,13 +176,18 @@ pub struct Observed {
     pub device: DiskCounters,
 }
 
-/// The guest requests of the sequential jobs: `size / 4 KiB` writes in
-/// order, then one flush.
+/// The guest requests of the 4 KiB sequential jobs: `size / 4 KiB` writes
+/// in order, then one flush.
 pub fn sequential_ops(size: u64) -> impl Iterator<Item = GuestOp> {
-    (0..size / REQUEST_SIZE)
-        .map(|i| GuestOp::Write {
-            offset: i * REQUEST_SIZE,
-            len: REQUEST_SIZE,
+    sequential_ops_of(size, REQUEST_SIZE)
+}
+
+/// `size / request` sequential writes of `request` bytes, then one flush.
+pub fn sequential_ops_of(size: u64, request: u64) -> impl Iterator<Item = GuestOp> {
+    (0..size / request)
+        .map(move |i| GuestOp::Write {
+            offset: i * request,
+            len: request,
         })
         .chain(std::iter::once(GuestOp::Flush))
 }
@@ -196,13 +219,13 @@ pub fn run_job(
         latency: LatencyOptions::ssd(),
         log: false,
     };
-    let mut row = run_job_with(&setup, sequential_ops(size))?.row;
+    let mut row = run_job_with(&setup, sequential_ops_of(size, workload.request_size()))?.row;
     if hdd {
         let hdd_setup = JobSetup {
             latency: LatencyOptions::hdd(),
             ..setup
         };
-        let other = run_job_with(&hdd_setup, sequential_ops(size))?.row;
+        let other = run_job_with(&hdd_setup, sequential_ops_of(size, workload.request_size()))?.row;
         row.sim_time_hdd_ns = Some(other.sim_time_ns);
     }
     Ok(row)

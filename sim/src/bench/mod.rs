@@ -24,8 +24,8 @@ pub use file::{
     MAX_THREADS,
 };
 pub use job::{
-    backing_byte, guest_byte, run_job, run_job_with, sequential_ops, BenchError, GuestOp, JobSetup,
-    Observed, Row, Workload, CLUSTER_SIZE, REQUEST_SIZE,
+    backing_byte, guest_byte, run_job, run_job_with, sequential_ops, sequential_ops_of, BenchError,
+    GuestOp, JobSetup, Observed, Row, Workload, CLUSTER_SIZE, REQUEST_SIZE,
 };
 pub use table::render_table;
 
@@ -58,7 +58,7 @@ pub fn extra_switch_rows() -> Vec<Switches> {
 }
 
 /// Every row of the benchmark for `workloads`, `size` bytes per job; with
-/// `extra`, the `extra_switch_rows` too.
+/// `extra`, the `extra_switch_rows` too, and the `Workload::EXTRA` jobs.
 pub fn run_all(
     workloads: &[Workload],
     size: u64,
@@ -66,7 +66,15 @@ pub fn run_all(
     extra: bool,
 ) -> Result<Vec<Row>, BenchError> {
     let mut rows = Vec::new();
-    for &w in workloads {
+    let mut workloads = workloads.to_vec();
+    if extra {
+        for w in Workload::EXTRA {
+            if !workloads.contains(&w) {
+                workloads.push(w);
+            }
+        }
+    }
+    for &w in &workloads {
         let mut settings = switch_rows();
         if extra {
             settings.extend(extra_switch_rows());

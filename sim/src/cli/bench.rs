@@ -41,7 +41,8 @@ pub struct Args {
     #[arg(long)]
     pub hdd: bool,
     /// --sim: add rows with delayed_cow off and then zero_cow and merge_cow
-    /// off, where those two switches show their worth.
+    /// off, where those two switches show their worth, and the seq256k job
+    /// (multi-cluster requests), where multi_cluster shows its worth.
     #[arg(long)]
     pub extra: bool,
 
@@ -112,6 +113,9 @@ pub enum WorkloadArg {
     Seq4k,
     #[value(name = "seq4k-backing")]
     Seq4kBacking,
+    /// 256 KiB sequential writes (also added by --extra).
+    #[value(name = "seq256k")]
+    Seq256k,
     All,
 }
 
@@ -134,6 +138,7 @@ fn run_sim(a: &Args) -> anyhow::Result<i32> {
     let workloads: Vec<Workload> = match a.workload {
         WorkloadArg::Seq4k => vec![Workload::Seq4k],
         WorkloadArg::Seq4kBacking => vec![Workload::Seq4kBacking],
+        WorkloadArg::Seq256k => vec![Workload::Seq256k],
         WorkloadArg::All => Workload::ALL.to_vec(),
     };
     let rows = run_all(&workloads, size, a.hdd, a.extra)?;
