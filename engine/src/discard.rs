@@ -123,7 +123,7 @@ impl<D: BlockDev> Image<D> {
             }
             let cur = self.l2_entry(p).await?;
             let new = if zero {
-                L2Entry::zero(None, false)
+                self.geo.zero_entry()
             } else {
                 L2Entry::UNALLOCATED
             };

@@ -118,6 +118,9 @@ pub struct Image<D: BlockDev> {
 
 /// Largest L1 table QEMU accepts (32 MiB).
 const MAX_L1_BYTES: u64 = 32 << 20;
+/// Smallest cluster size QEMU accepts with extended L2 entries: below it a
+/// subcluster would be smaller than a 512-byte sector.
+const MIN_EXTENDED_L2_CLUSTER_SIZE: u64 = 16 << 10;
 /// Largest refcount table QEMU accepts (8 MiB).
 const MAX_REFTABLE_BYTES: u64 = 8 << 20;
 
@@ -168,9 +171,20 @@ impl<D: BlockDev> Image<D> {
                 "compat=0.10 has no lazy refcounts".into(),
             ));
         }
-        if o.extended_l2 {
-            return Err(Error::Unsupported(
-                "extended_l2: subclusters are not supported yet".into(),
+        if o.extended_l2 && version == 2 {
+            return Err(bad(
+                "extended_l2",
+                "extended L2 entries are only supported with compat=1.1".into(),
+            ));
+        }
+        if o.extended_l2 && o.cluster_size < MIN_EXTENDED_L2_CLUSTER_SIZE {
+            return Err(bad(
+                "extended_l2",
+                format!(
+                    "extended L2 entries are only supported with cluster sizes of at least \
+                     {MIN_EXTENDED_L2_CLUSTER_SIZE} bytes (cluster_size is {})",
+                    o.cluster_size
+                ),
             ));
         }
         if o.backing_format.is_some() && o.backing_file.is_none() {
@@ -183,7 +197,8 @@ impl<D: BlockDev> Image<D> {
         }
         let cs = o.cluster_size;
         let cluster_bits = cs.trailing_zeros();
-        let l2_span = cs * (cs / 8);
+        let l2_entry_size = if o.extended_l2 { 16 } else { 8 };
+        let l2_span = cs * (cs / l2_entry_size);
         let l1_entries = o.size.div_ceil(l2_span);
         if l1_entries * 8 > MAX_L1_BYTES {
             return Err(bad(
@@ -226,7 +241,11 @@ impl<D: BlockDev> Image<D> {
             refcount_table_clusters: t as u32,
             nb_snapshots: 0,
             snapshots_offset: 0,
-            incompatible_features: 0,
+            incompatible_features: if o.extended_l2 {
+                incompat::EXTENDED_L2
+            } else {
+                0
+            },
             compatible_features: if o.lazy_refcounts {
                 compat::LAZY_REFCOUNTS
             } else {
@@ -543,13 +562,22 @@ impl<D: BlockDev> Image<D> {
                 "incompatible feature bit 1 (corrupt) is set: the image is marked corrupt; open it read-only or repair it".into(),
             ));
         }
-        for (bit, what) in [(incompat::EXTERNAL_DATA, 2u32), (incompat::EXTENDED_L2, 4)] {
+        for (bit, what) in [(incompat::EXTERNAL_DATA, 2u32)] {
             if h.incompatible_features & bit != 0 {
                 return Err(Error::Unsupported(format!(
                     "incompatible feature bit {what} ({}) is not supported yet",
                     header::incompat_bit_name(what)
                 )));
             }
+        }
+        if h.extended_l2() && h.cluster_size() < MIN_EXTENDED_L2_CLUSTER_SIZE {
+            return Err(Error::format(
+                "cluster_bits",
+                format!(
+                    "extended L2 entries need clusters of at least {MIN_EXTENDED_L2_CLUSTER_SIZE} bytes, not {}",
+                    h.cluster_size()
+                ),
+            ));
         }
         if h.crypt_method != 0 {
             return Err(Error::Unsupported(format!(

@@ -14,7 +14,6 @@
 use crate::cow::CowSource;
 use crate::dev::{BlockDev, WriteFlags, ZeroFlags};
 use crate::error::{Error, Result};
-use crate::format::L2Entry;
 use crate::image::Image;
 use crate::inflight::{Alloc, AllocState, RangeSet};
 use crate::mapping::Run;
@@ -45,6 +44,7 @@ impl<D: BlockDev> Image<D> {
     /// Wait until no in-flight write overlaps [start, end), then register
     /// one. The returned id must be passed to `end_write`.
     pub(crate) async fn begin_write(&self, start: u64, end: u64) -> u64 {
+        let (start, end) = self.write_dependency_range(start, end);
         let mut waited = false;
         self.wq
             .wait_until(|| {
@@ -57,6 +57,19 @@ impl<D: BlockDev> Image<D> {
             self.count(|c| c.overlap_waits += 1);
         }
         self.inflight.borrow_mut().add_write(start, end)
+    }
+
+    /// The range a write to [start, end) must hold against other writes.
+    /// With extended L2 entries, whole clusters: a write that allocates a
+    /// new cluster copies the old cluster's allocated subclusters, which an
+    /// in-place write to other bytes of the same cluster could be changing.
+    fn write_dependency_range(&self, start: u64, end: u64) -> (u64, u64) {
+        if self.geo.extended_l2 {
+            let cs = self.geo.cluster_size;
+            (self.geo.cluster_start(start), end.next_multiple_of(cs))
+        } else {
+            (start, end)
+        }
     }
 
     pub(crate) fn end_write(&self, id: u64) {
@@ -122,7 +135,13 @@ impl<D: BlockDev> Image<D> {
                 }
                 l
             };
-            let (run, len) = self.map_run(off, limit).await?;
+            let (run, mut len) = self.map_run(off, limit).await?;
+            if self.geo.extended_l2 && !matches!(run, Run::Data { copied: true, .. }) {
+                // A run may end inside a cluster where subclusters stop
+                // mapping alike; the allocation takes the whole cluster
+                // anyway, so let it take the rest of the write there too.
+                len = ((off + len).next_multiple_of(self.geo.cluster_size) - off).min(limit);
+            }
             // 2. handle_copied
             if let Run::Data { host, copied: true } = run {
                 let host = host + self.geo.offset_into_cluster(off);
@@ -363,13 +382,13 @@ impl<D: BlockDev> Image<D> {
                 .write(host + (off - gstart), data, WriteFlags::default())
                 .await?);
         }
-        let sources: Vec<CowSource> = {
-            let inf = self.inflight.borrow();
-            let a = &inf.allocs[&gstart];
-            areas.iter().map(|&(s, _)| self.cow_source(a, s)).collect()
-        };
+        let a = self.inflight.borrow().allocs[&gstart].clone();
+        let pieces: Vec<Vec<(u64, u64, CowSource)>> = areas
+            .iter()
+            .map(|&(s, e)| self.cow_pieces(&a, s, e))
+            .collect();
         self.count(|c| c.cow_performed += areas.len() as u64);
-        let all_zero = sources.iter().all(|s| s.is_zero());
+        let all_zero = pieces.iter().flatten().all(|(_, _, s)| s.is_zero());
         if all_zero && self.opts.switches.zero_cow {
             let flags = ZeroFlags {
                 no_fallback: true,
@@ -388,9 +407,12 @@ impl<D: BlockDev> Image<D> {
             }
         }
         let mut bufs = Vec::with_capacity(areas.len());
-        for (&(s, e), src) in areas.iter().zip(&sources) {
+        for (&(s, e), area_pieces) in areas.iter().zip(&pieces) {
             let mut b = vec![0u8; (e - s) as usize];
-            self.read_cow_source(src, s, &mut b).await?;
+            for &(ps, pe, src) in area_pieces {
+                self.read_cow_source(&src, ps, &mut b[(ps - s) as usize..(pe - s) as usize])
+                    .await?;
+            }
             bufs.push(b);
         }
         let cow_bytes: u64 = bufs.iter().map(|b| b.len() as u64).sum();
@@ -571,19 +593,11 @@ impl<D: BlockDev> Image<D> {
         if gaps.is_empty() || self.broken_drop_cow() {
             return Ok(());
         }
-        let cs = self.geo.cluster_size;
-        // Split at cluster boundaries: each cluster has its own source.
-        let mut pieces = Vec::new();
-        for (s, e) in gaps {
-            let mut p = s;
-            while p < e {
-                let q = e.min(self.geo.cluster_start(p) + cs);
-                pieces.push((p, q));
-                p = q;
-            }
-        }
-        for (s, e) in pieces {
-            let src = self.cow_source(&a, s);
+        let pieces: Vec<(u64, u64, CowSource)> = gaps
+            .into_iter()
+            .flat_map(|(s, e)| self.cow_pieces(&a, s, e))
+            .collect();
+        for (s, e, src) in pieces {
             let host = a.host + (s - a.guest_start);
             if src.is_zero() && self.opts.switches.zero_cow {
                 let flags = ZeroFlags {
@@ -617,7 +631,7 @@ impl<D: BlockDev> Image<D> {
             let guest = a.guest_start + i * cs;
             match self.l2_table_for_write(guest).await {
                 Ok(l2) => {
-                    let old = self.set_l2_entry(l2, guest, L2Entry::normal(a.host + i * cs, true));
+                    let old = self.set_l2_entry(l2, guest, self.geo.data_entry(a.host + i * cs));
                     self.release_entry(old);
                     self.inflight
                         .borrow_mut()
@@ -668,7 +682,7 @@ impl<D: BlockDev> Image<D> {
         self.dev.write(host, &buf, WriteFlags::default()).await?;
         let _g = self.meta_lock.lock().await;
         let l2 = self.l2_table_for_write(gstart).await?;
-        let old = self.set_l2_entry(l2, gstart, L2Entry::normal(host, true));
+        let old = self.set_l2_entry(l2, gstart, self.geo.data_entry(host));
         self.release_entry(old);
         Ok(n)
     }
