@@ -102,11 +102,25 @@ pub(crate) struct Alloc {
     pub cow_areas: Vec<(u64, u64)>,
     /// Clusters (a prefix) already linked by an earlier, failed commit.
     pub linked: u64,
+    /// The guest bytes this allocation fills and links: all of its clusters,
+    /// or (extended L2 entries) only the subclusters the write touched;
+    /// the other subclusters keep their state.
+    pub cover_start: u64,
+    pub cover_end: u64,
+    /// The host cluster is the guest cluster's own (a COPIED cluster whose
+    /// unallocated or zero subclusters are filled in place): there is
+    /// nothing to free when it is linked or given up.
+    pub in_place: bool,
 }
 
 impl Alloc {
     pub fn end(&self) -> u64 {
         self.guest_start + self.len
+    }
+
+    /// Guest bytes of the cover that no write has filled yet.
+    pub fn unwritten(&self) -> Vec<(u64, u64)> {
+        self.written.gaps(self.cover_start, self.cover_end)
     }
 }
 

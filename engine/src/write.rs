@@ -14,6 +14,8 @@
 use crate::cow::CowSource;
 use crate::dev::{BlockDev, WriteFlags, ZeroFlags};
 use crate::error::{Error, Result};
+use crate::format::entry::{COPIED, SUBCLUSTERS};
+use crate::format::{L2Entry, L2Mapping};
 use crate::image::Image;
 use crate::inflight::{Alloc, AllocState, RangeSet};
 use crate::mapping::Run;
@@ -60,13 +62,15 @@ impl<D: BlockDev> Image<D> {
     }
 
     /// The range a write to [start, end) must hold against other writes.
-    /// With extended L2 entries, whole clusters: a write that allocates a
-    /// new cluster copies the old cluster's allocated subclusters, which an
-    /// in-place write to other bytes of the same cluster could be changing.
+    /// With extended L2 entries, whole subclusters: an allocation fills the
+    /// partial subclusters at its ends with their old content, which a
+    /// write to other bytes of the same subcluster must not race with.
+    /// (Whole clusters are copied only from clusters that are not COPIED,
+    /// which nobody writes in place.)
     fn write_dependency_range(&self, start: u64, end: u64) -> (u64, u64) {
         if self.geo.extended_l2 {
-            let cs = self.geo.cluster_size;
-            (self.geo.cluster_start(start), end.next_multiple_of(cs))
+            let sc = self.geo.subcluster_size;
+            (self.geo.subcluster_start(start), end.next_multiple_of(sc))
         } else {
             (start, end)
         }
@@ -121,6 +125,12 @@ impl<D: BlockDev> Image<D> {
                 }
                 if self.may_join(key) {
                     drop(guard);
+                    if !self.in_cover(key, off) {
+                        // Subclusters the allocation leaves as they were:
+                        // link it first, then map this write afresh.
+                        self.commit_alloc(key).await?;
+                        continue;
+                    }
                     return self.join_alloc(key, off, data).await;
                 }
                 drop(guard);
@@ -160,6 +170,13 @@ impl<D: BlockDev> Image<D> {
         }
     }
 
+    /// Whether guest offset `off` lies in the bytes allocation `key` fills.
+    fn in_cover(&self, key: u64, off: u64) -> bool {
+        let inf = self.inflight.borrow();
+        let a = &inf.allocs[&key];
+        (a.cover_start..a.cover_end).contains(&off)
+    }
+
     fn may_join(&self, key: u64) -> bool {
         let inf = self.inflight.borrow();
         let a = &inf.allocs[&key];
@@ -197,6 +214,10 @@ impl<D: BlockDev> Image<D> {
         let Some(a) = self.inflight.borrow_mut().allocs.remove(&key) else {
             return;
         };
+        self.wq.notify_all();
+        if a.in_place {
+            return;
+        }
         let cs = self.geo.cluster_size;
         for i in a.linked..a.len / cs {
             let c = a.host / cs + i;
@@ -216,7 +237,7 @@ impl<D: BlockDev> Image<D> {
             let mut inf = self.inflight.borrow_mut();
             let a = inf.allocs.get_mut(&key).expect("alloc present");
             a.writers += 1;
-            let n = (a.end() - off).min(data.len() as u64);
+            let n = (a.cover_end - off).min(data.len() as u64);
             (a.host + (off - a.guest_start), n)
         };
         self.count(|c| c.alloc_joins += 1);
@@ -246,7 +267,7 @@ impl<D: BlockDev> Image<D> {
             if let Some((s, e)) = written {
                 a.written.insert(s, e);
             }
-            a.written.gaps(a.guest_start, a.end()).is_empty()
+            a.unwritten().is_empty()
         };
         self.wq.notify_all();
         covered
@@ -254,7 +275,8 @@ impl<D: BlockDev> Image<D> {
 
     /// Allocate new clusters for [off, off + data.len()) (which the lookup
     /// found unallocated, zero, compressed or shared), write the data and
-    /// the COW areas, and link them.
+    /// the COW areas, and link them. With extended L2 entries, see
+    /// [`Image::subcluster_alloc`]: the step may write less than `data`.
     async fn handle_alloc(
         &self,
         guard: crate::sync::CoMutexGuard<'_>,
@@ -264,19 +286,34 @@ impl<D: BlockDev> Image<D> {
         let cs = self.geo.cluster_size;
         let gstart = self.geo.cluster_start(off);
         let end = off + data.len() as u64;
-        let gend = end.next_multiple_of(cs);
-        let nclusters = (gend - gstart) / cs;
+        let nclusters = (end.next_multiple_of(cs) - gstart) / cs;
         let mut old = Vec::with_capacity(nclusters as usize);
         for i in 0..nclusters {
             old.push(self.l2_entry(gstart + i * cs).await?);
         }
-        let host = self.alloc_clusters(nclusters).await?;
+        let shape = self.subcluster_alloc(&mut old);
+        let nclusters = old.len() as u64;
+        let end = end.min(gstart + nclusters * cs);
+        let data = &data[..(end - off) as usize];
+        let gend = end.next_multiple_of(cs);
+        let (cover_start, cover_end) = match shape {
+            Some(_) => (
+                self.geo.subcluster_start(off),
+                end.next_multiple_of(self.geo.subcluster_size),
+            ),
+            None => (gstart, gend),
+        };
+        let in_place = shape.flatten();
+        let host = match in_place {
+            Some(h) => h,
+            None => self.alloc_clusters(nclusters).await?,
+        };
         let mut cow_areas = Vec::new();
-        if off > gstart {
-            cow_areas.push((gstart, off));
+        if off > cover_start {
+            cow_areas.push((cover_start, off));
         }
-        if end < gend {
-            cow_areas.push((end, gend));
+        if end < cover_end {
+            cow_areas.push((end, cover_end));
         }
         let alloc = Alloc {
             guest_start: gstart,
@@ -288,6 +325,9 @@ impl<D: BlockDev> Image<D> {
             state: AllocState::Open,
             cow_areas: cow_areas.clone(),
             linked: 0,
+            cover_start,
+            cover_end,
+            in_place: in_place.is_some(),
         };
         let open_allocs = {
             let mut inf = self.inflight.borrow_mut();
@@ -295,7 +335,9 @@ impl<D: BlockDev> Image<D> {
             inf.allocs.len()
         };
         self.count(|c| {
-            c.clusters_allocated += nclusters;
+            if in_place.is_none() {
+                c.clusters_allocated += nclusters;
+            }
             c.cow_created += cow_areas.len() as u64;
         });
         drop(guard);
@@ -314,7 +356,7 @@ impl<D: BlockDev> Image<D> {
                 .get_mut(&gstart)
                 .expect("alloc")
                 .written
-                .insert(gstart, gend);
+                .insert(cover_start, cover_end);
             self.commit_alloc(gstart).await?;
             let r = self
                 .dev
@@ -337,7 +379,7 @@ impl<D: BlockDev> Image<D> {
             (Err(_), _) => None,
             (Ok(()), true) => Some((off, end)),
             // The COW areas were written along with the data.
-            (Ok(()), false) => Some((gstart, gend)),
+            (Ok(()), false) => Some((cover_start, cover_end)),
         };
         let covered = self.finish_writer(gstart, io, done);
         if !self.opts.switches.delayed_cow {
@@ -367,14 +409,52 @@ impl<D: BlockDev> Image<D> {
         Ok(data.len())
     }
 
+    /// With extended L2 entries, how an allocation of the clusters whose
+    /// entries are `old` goes: `None`, whole new clusters (standard
+    /// images; clusters that are compressed or shared); `Some(None)`, new
+    /// clusters for clusters that hold no host cluster, filling and linking
+    /// only the subclusters the write touches; `Some(Some(host))`, a COPIED
+    /// cluster whose unallocated or zero subclusters are filled in place.
+    /// `old` is cut so the kinds never mix in one allocation.
+    fn subcluster_alloc(&self, old: &mut Vec<L2Entry>) -> Option<Option<u64>> {
+        if !self.geo.extended_l2 {
+            return None;
+        }
+        let cb = self.geo.cluster_bits;
+        let hostless = |e: &L2Entry| {
+            matches!(
+                e.decode(cb, 3),
+                L2Mapping::Unallocated | L2Mapping::Zero { preallocated: None }
+            )
+        };
+        match old.iter().position(|e| !hostless(e)) {
+            None => Some(None),
+            Some(0) => {
+                old.truncate(1);
+                match old[0].decode(cb, 3) {
+                    L2Mapping::Normal { host, copied: true } => Some(Some(host)),
+                    _ => None,
+                }
+            }
+            Some(i) => {
+                old.truncate(i);
+                Some(None)
+            }
+        }
+    }
+
     /// Without delayed COW: data and COW areas go to the new clusters now,
     /// zeroed in one request, merged into one write, or written apart.
     async fn write_with_cow(&self, gstart: u64, host: u64, off: u64, data: &[u8]) -> Result<()> {
-        let cs = self.geo.cluster_size;
         let end = off + data.len() as u64;
-        let gend = end.next_multiple_of(cs);
-        let head = (gstart, off);
-        let tail = (end, gend);
+        // The bytes the allocation fills: whole clusters, or subclusters.
+        let (cstart, cend) = {
+            let inf = self.inflight.borrow();
+            let a = &inf.allocs[&gstart];
+            (a.cover_start, a.cover_end)
+        };
+        let head = (cstart, off);
+        let tail = (end, cend);
         let areas: Vec<(u64, u64)> = [head, tail].into_iter().filter(|(a, b)| a < b).collect();
         if areas.is_empty() || self.broken_drop_cow() {
             return Ok(self
@@ -394,7 +474,11 @@ impl<D: BlockDev> Image<D> {
                 no_fallback: true,
                 ..Default::default()
             };
-            match self.dev.write_zeroes(host, gend - gstart, flags).await {
+            match self
+                .dev
+                .write_zeroes(host + (cstart - gstart), cend - cstart, flags)
+                .await
+            {
                 Ok(()) => {
                     self.count(|c| c.zeroing_requests += 1);
                     return Ok(self
@@ -418,11 +502,11 @@ impl<D: BlockDev> Image<D> {
         let cow_bytes: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         self.count(|c| c.cow_bytes_written += cow_bytes);
         if self.opts.switches.merge_cow {
-            let mut merged = Vec::with_capacity((gend - gstart) as usize);
+            let mut merged = Vec::with_capacity((cend - cstart) as usize);
             let mut it = areas.iter().zip(bufs);
             let mut pending = it.next();
             if let Some((&(s, _), b)) = &pending {
-                if s == gstart && off > gstart {
+                if s == cstart && off > cstart {
                     merged.extend_from_slice(b);
                     pending = it.next();
                 }
@@ -431,7 +515,7 @@ impl<D: BlockDev> Image<D> {
             if let Some((_, b)) = pending {
                 merged.extend_from_slice(&b);
             }
-            let start = if off > gstart { gstart } else { off };
+            let start = if off > cstart { cstart } else { off };
             return Ok(self
                 .dev
                 .write(host + (start - gstart), &merged, WriteFlags::default())
@@ -454,9 +538,7 @@ impl<D: BlockDev> Image<D> {
             let inf = self.inflight.borrow();
             match inf.allocs.get(&key) {
                 Some(a) => {
-                    a.state == AllocState::Open
-                        && a.writers == 0
-                        && a.written.gaps(a.guest_start, a.end()).is_empty()
+                    a.state == AllocState::Open && a.writers == 0 && a.unwritten().is_empty()
                 }
                 None => false,
             }
@@ -543,7 +625,7 @@ impl<D: BlockDev> Image<D> {
             // Every byte of the new clusters now holds its data: reads may
             // use them whole.
             if let Some(a) = self.inflight.borrow_mut().allocs.get_mut(&key) {
-                let (s, e) = (a.guest_start, a.end());
+                let (s, e) = (a.cover_start, a.cover_end);
                 a.written.insert(s, e);
             }
         }
@@ -572,7 +654,7 @@ impl<D: BlockDev> Image<D> {
         let (a, gaps) = {
             let inf = self.inflight.borrow();
             let a = inf.allocs[&key].clone();
-            let gaps = a.written.gaps(a.guest_start, a.end());
+            let gaps = a.unwritten();
             (a, gaps)
         };
         if self.opts.switches.delayed_cow {
@@ -631,8 +713,11 @@ impl<D: BlockDev> Image<D> {
             let guest = a.guest_start + i * cs;
             match self.l2_table_for_write(guest).await {
                 Ok(l2) => {
-                    let old = self.set_l2_entry(l2, guest, self.geo.data_entry(a.host + i * cs));
-                    self.release_entry(old);
+                    let new = self.linked_entry(&a, i);
+                    let old = self.set_l2_entry(l2, guest, new);
+                    if !a.in_place {
+                        self.release_entry(old);
+                    }
                     self.inflight
                         .borrow_mut()
                         .allocs
@@ -653,6 +738,29 @@ impl<D: BlockDev> Image<D> {
         }
         self.inflight.borrow_mut().allocs.remove(&key);
         Ok(())
+    }
+
+    /// The L2 entry that links cluster `i` of allocation `a`: the new host
+    /// cluster with every subcluster allocated, or (subcluster allocations)
+    /// the cluster's old bitmap with the covered subclusters allocated and
+    /// no longer zero.
+    fn linked_entry(&self, a: &Alloc, i: u64) -> L2Entry {
+        let cs = self.geo.cluster_size;
+        let host = a.host + i * cs;
+        let cstart = a.guest_start + i * cs;
+        if !self.geo.extended_l2 || (a.cover_start == a.guest_start && a.cover_end == a.end()) {
+            return self.geo.data_entry(host);
+        }
+        let sc = self.geo.subcluster_size;
+        let first = (a.cover_start.max(cstart) - cstart) / sc;
+        let last = (a.cover_end.min(cstart + cs) - cstart) / sc;
+        debug_assert!(first < last && last <= SUBCLUSTERS as u64);
+        let mask = ((1u64 << last) - 1) & !((1u64 << first) - 1);
+        let old = a.old[i as usize].bitmap;
+        L2Entry {
+            word: host | COPIED,
+            bitmap: (old | mask) & !(mask << SUBCLUSTERS),
+        }
     }
 
     /// The `DoubleAlloc` variant: allocate another cluster for the same

@@ -628,8 +628,8 @@ fn hostile_extended_entries_are_typed_errors() {
 #[test]
 fn in_place_and_allocating_writes_to_one_cluster_race_safely() {
     let (mut base, l2) = hostile_base();
-    // Subclusters 0..16 allocated (0xab), 16..32 unallocated (zeroes).
-    base[l2 + 8..l2 + 16].copy_from_slice(&0x0000_ffffu64.to_be_bytes());
+    // Subclusters 0..16 and 18 allocated (0xab), the rest unallocated.
+    base[l2 + 8..l2 + 16].copy_from_slice(&0x0004_ffffu64.to_be_bytes());
     let sc = 16384 / 32;
     for seed in 0..40u64 {
         for mask in [0u8, 16, 31] {
@@ -641,11 +641,21 @@ fn in_place_and_allocating_writes_to_one_cluster_race_safely() {
             let img = std::rc::Rc::new(block_on(Image::open(dev, opts)).unwrap());
             let mut model = vec![0u8; 16384];
             model[..16 * sc].fill(0xab);
+            model[18 * sc..19 * sc].fill(0xab);
             let mut pool = LocalPool::new();
-            for (i, at) in [2 * sc, 20 * sc, 7 * sc + 100].into_iter().enumerate() {
+            // In place, new subclusters, in place, new subclusters whose
+            // tail copies part of subcluster 18, in place in that part.
+            let writes = [
+                (2 * sc, 300),
+                (20 * sc, 300),
+                (7 * sc + 100, 300),
+                (17 * sc, sc + 300),
+                (18 * sc + 400, 50),
+            ];
+            for (i, (at, len)) in writes.into_iter().enumerate() {
                 let img = img.clone();
-                let data = vec![0x10 + i as u8; 300];
-                model[at..at + 300].copy_from_slice(&data);
+                let data = vec![0x10 + i as u8; len];
+                model[at..at + len].copy_from_slice(&data);
                 pool.spawner()
                     .spawn_local(async move { img.write(at as u64, &data).await.unwrap() })
                     .unwrap();
