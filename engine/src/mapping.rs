@@ -199,12 +199,24 @@ impl<D: BlockDev> Image<D> {
     /// Set the L2 entry of guest offset `guest` in the (loaded) table
     /// `l2_off`; returns the previous entry.
     pub(crate) fn set_l2_entry(&self, l2_off: u64, guest: u64, e: L2Entry) -> L2Entry {
+        self.update_l2_entry(l2_off, guest, |_| e)
+    }
+
+    /// Replace the L2 entry of guest offset `guest` in the (loaded) table
+    /// `l2_off` by `f` of it; returns the previous entry.
+    pub(crate) fn update_l2_entry(
+        &self,
+        l2_off: u64,
+        guest: u64,
+        f: impl FnOnce(L2Entry) -> L2Entry,
+    ) -> L2Entry {
         let idx = self.geo.offset_to_l2_index(guest);
         let ext = self.geo.extended_l2;
-        debug_assert!(ext || e.bitmap == 0, "a bitmap in a standard L2 entry");
         let mut m = self.meta.borrow_mut();
         let t = m.l2.get_mut(l2_off).expect("L2 table loaded");
         let old = decode_slot(t, idx, ext);
+        let e = f(old);
+        debug_assert!(ext || e.bitmap == 0, "a bitmap in a standard L2 entry");
         let size = self.geo.l2_entry_size as usize;
         let slot = &mut t[idx * size..(idx + 1) * size];
         slot[..8].copy_from_slice(&e.word.to_be_bytes());

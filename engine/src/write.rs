@@ -713,8 +713,7 @@ impl<D: BlockDev> Image<D> {
             let guest = a.guest_start + i * cs;
             match self.l2_table_for_write(guest).await {
                 Ok(l2) => {
-                    let new = self.linked_entry(&a, i);
-                    let old = self.set_l2_entry(l2, guest, new);
+                    let old = self.update_l2_entry(l2, guest, |cur| self.linked_entry(&a, i, cur));
                     if !a.in_place {
                         self.release_entry(old);
                     }
@@ -740,11 +739,12 @@ impl<D: BlockDev> Image<D> {
         Ok(())
     }
 
-    /// The L2 entry that links cluster `i` of allocation `a`: the new host
-    /// cluster with every subcluster allocated, or (subcluster allocations)
-    /// the cluster's old bitmap with the covered subclusters allocated and
-    /// no longer zero.
-    fn linked_entry(&self, a: &Alloc, i: u64) -> L2Entry {
+    /// The L2 entry that links cluster `i` of allocation `a` in place of
+    /// `cur`: the new host cluster with every subcluster allocated, or
+    /// (subcluster allocations) `cur`'s bitmap with the covered subclusters
+    /// allocated and no longer zero. (Subclusters outside the cover may have
+    /// changed since the allocation began: zeroed.)
+    fn linked_entry(&self, a: &Alloc, i: u64, cur: L2Entry) -> L2Entry {
         let cs = self.geo.cluster_size;
         let host = a.host + i * cs;
         let cstart = a.guest_start + i * cs;
@@ -756,10 +756,13 @@ impl<D: BlockDev> Image<D> {
         let last = (a.cover_end.min(cstart + cs) - cstart) / sc;
         debug_assert!(first < last && last <= SUBCLUSTERS as u64);
         let mask = ((1u64 << last) - 1) & !((1u64 << first) - 1);
-        let old = a.old[i as usize].bitmap;
+        debug_assert!(
+            cur.word & !COPIED == if a.in_place { host } else { 0 },
+            "the cluster's host changed under an allocation"
+        );
         L2Entry {
             word: host | COPIED,
-            bitmap: (old | mask) & !(mask << SUBCLUSTERS),
+            bitmap: (cur.bitmap | mask) & !(mask << SUBCLUSTERS),
         }
     }
 

@@ -621,15 +621,19 @@ fn hostile_extended_entries_are_typed_errors() {
     }
 }
 
-/// A write in place into an allocated subcluster and a write that gives the
-/// same cluster a new host cluster (an unallocated subcluster), in flight
-/// together: the new cluster's copy of the allocated subclusters must not
-/// miss the in-place write, whatever order the device completes them in.
+/// Writes and zeroes to one cluster in flight together: in place into
+/// allocated subclusters, filling unallocated ones (in place, or in a new
+/// cluster when the old one is not COPIED), marking subclusters zero. No
+/// copy may miss a write and no link may undo a zeroing, whatever order
+/// the device completes them in.
 #[test]
 fn in_place_and_allocating_writes_to_one_cluster_race_safely() {
     let (mut base, l2) = hostile_base();
     // Subclusters 0..16 and 18 allocated (0xab), the rest unallocated.
     base[l2 + 8..l2 + 16].copy_from_slice(&0x0004_ffffu64.to_be_bytes());
+    // The same cluster without COPIED (as if shared): it is copied whole.
+    let mut shared = base.clone();
+    shared[l2] &= 0x7f;
     let sc = 16384 / 32;
     for seed in 0..40u64 {
         for mask in [0u8, 16, 31] {
@@ -637,7 +641,8 @@ fn in_place_and_allocating_writes_to_one_cluster_race_safely() {
                 switches: Switches::from_mask(mask),
                 ..Default::default()
             };
-            let dev = YieldDev::new(MemDev::from_bytes(base.clone()), seed);
+            let bytes = if seed % 2 == 0 { &base } else { &shared };
+            let dev = YieldDev::new(MemDev::from_bytes(bytes.clone()), seed);
             let img = std::rc::Rc::new(block_on(Image::open(dev, opts)).unwrap());
             let mut model = vec![0u8; 16384];
             model[..16 * sc].fill(0xab);
@@ -658,6 +663,19 @@ fn in_place_and_allocating_writes_to_one_cluster_race_safely() {
                 model[at..at + len].copy_from_slice(&data);
                 pool.spawner()
                     .spawn_local(async move { img.write(at as u64, &data).await.unwrap() })
+                    .unwrap();
+            }
+            // Zeroes over allocated and unallocated subclusters, and whole
+            // subclusters between partial ones.
+            for (at, len) in [(12 * sc, 2 * sc), (21 * sc + 10, 3 * sc)] {
+                let img = img.clone();
+                model[at..at + len].fill(0);
+                pool.spawner()
+                    .spawn_local(async move {
+                        img.write_zeroes(at as u64, len as u64, false)
+                            .await
+                            .unwrap()
+                    })
                     .unwrap();
             }
             pool.run();
