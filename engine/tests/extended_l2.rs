@@ -716,17 +716,19 @@ impl BlockDev for CountDev {
         self.inner.read(offset, buf).await
     }
     async fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DevError> {
-        let mut io = self.io.borrow_mut();
-        io.writes += 1;
-        io.bytes_written += buf.len() as u64;
-        drop(io);
+        {
+            let mut io = self.io.borrow_mut();
+            io.writes += 1;
+            io.bytes_written += buf.len() as u64;
+        }
         self.inner.write(offset, buf, flags).await
     }
     async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
-        let mut io = self.io.borrow_mut();
-        io.zeroings += 1;
-        io.bytes_zeroed += len;
-        drop(io);
+        {
+            let mut io = self.io.borrow_mut();
+            io.zeroings += 1;
+            io.bytes_zeroed += len;
+        }
         self.inner.write_zeroes(offset, len, flags).await
     }
     async fn discard(&self, offset: u64, len: u64) -> Result<(), DevError> {
