@@ -468,7 +468,15 @@ impl<D: BlockDev> Image<D> {
             .map(|&(s, e)| self.cow_pieces(&a, s, e))
             .collect();
         self.count(|c| c.cow_performed += areas.len() as u64);
-        let all_zero = pieces.iter().flatten().all(|(_, _, s)| s.is_zero());
+        let all_zero = if a.in_place {
+            // The cluster is live: zeroing it must not touch allocated
+            // subclusters, which readers (and a crash) still see.
+            self.cow_pieces(&a, cstart, cend)
+                .iter()
+                .all(|(_, _, s)| s.is_zero())
+        } else {
+            pieces.iter().flatten().all(|(_, _, s)| s.is_zero())
+        };
         if all_zero && self.opts.switches.zero_cow {
             let flags = ZeroFlags {
                 no_fallback: true,
