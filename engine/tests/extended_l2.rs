@@ -629,14 +629,14 @@ fn hostile_extended_entries_are_typed_errors() {
 #[test]
 fn in_place_and_allocating_writes_to_one_cluster_race_safely() {
     let (mut base, l2) = hostile_base();
-    // Subclusters 0..16 and 18 allocated (0xab), the rest unallocated.
-    base[l2 + 8..l2 + 16].copy_from_slice(&0x0004_ffffu64.to_be_bytes());
+    // Subclusters 0..16, 18 and 25 allocated (0xab), the rest unallocated.
+    base[l2 + 8..l2 + 16].copy_from_slice(&0x0204_ffffu64.to_be_bytes());
     // The same cluster without COPIED (as if shared): it is copied whole.
     let mut shared = base.clone();
     shared[l2] &= 0x7f;
     let sc = 16384 / 32;
     for seed in 0..40u64 {
-        for mask in [0u8, 16, 31] {
+        for mask in [0u8, 4, 13, 16, 31] {
             let opts = EngineOptions {
                 switches: Switches::from_mask(mask),
                 ..Default::default()
@@ -647,15 +647,19 @@ fn in_place_and_allocating_writes_to_one_cluster_race_safely() {
             let mut model = vec![0u8; 16384];
             model[..16 * sc].fill(0xab);
             model[18 * sc..19 * sc].fill(0xab);
+            model[25 * sc..26 * sc].fill(0xab);
+            let before = model.clone();
             let mut pool = LocalPool::new();
             // In place, new subclusters, in place, new subclusters whose
-            // tail copies part of subcluster 18, in place in that part.
+            // tail copies part of subcluster 18, in place in that part,
+            // new subclusters around the allocated subcluster 25.
             let writes = [
                 (2 * sc, 300),
                 (20 * sc, 300),
                 (7 * sc + 100, 300),
                 (17 * sc, sc + 300),
                 (18 * sc + 400, 50),
+                (24 * sc + 100, 2 * sc),
             ];
             for (i, (at, len)) in writes.into_iter().enumerate() {
                 let img = img.clone();
@@ -678,7 +682,31 @@ fn in_place_and_allocating_writes_to_one_cluster_race_safely() {
                     })
                     .unwrap();
             }
+            // Reads in flight with all that see each byte old or new.
+            let seen = std::rc::Rc::new(RefCell::new(Vec::new()));
+            for delay in [0, 3, 7, 12] {
+                let (img, seen) = (img.clone(), seen.clone());
+                pool.spawner()
+                    .spawn_local(async move {
+                        YieldN(delay).await;
+                        let mut buf = vec![0u8; 16384];
+                        img.read(0, &mut buf).await.unwrap();
+                        seen.borrow_mut().push(buf);
+                    })
+                    .unwrap();
+            }
             pool.run();
+            for buf in seen.borrow().iter() {
+                if let Some(i) = (0..buf.len()).find(|&i| buf[i] != before[i] && buf[i] != model[i])
+                {
+                    panic!(
+                        "seed {seed} switches {mask:#07b}: a concurrent read saw {:#x} at byte {i}, \
+                         neither old {:#x} nor new {:#x}",
+                        buf[i], before[i], model[i]
+                    );
+                }
+            }
+            drop(seen);
             let img = std::rc::Rc::try_unwrap(img).ok().expect("sole owner");
             let mut buf = vec![0u8; 16384];
             pool.run_until(img.read(0, &mut buf)).unwrap();
