@@ -106,6 +106,25 @@ impl<D: BlockDev> Image<D> {
         let idx = self.geo.offset_to_l2_index(guest);
         let e = self.l2_entry_cached(l2_off, idx);
         e.validate(l2_off, idx, self.geo.cluster_size, self.geo.extended_l2)?;
+        // Every cluster an entry may name was in the file at open or has
+        // been allocated since; anything past that is corruption, and
+        // writing there would grow the file without bound.
+        let host = match e.decode(self.geo.cluster_bits, self.geo.version) {
+            L2Mapping::Normal { host, .. }
+            | L2Mapping::Zero {
+                preallocated: Some(host),
+            }
+            | L2Mapping::Compressed { host, .. } => Some(host),
+            L2Mapping::Zero { preallocated: None } | L2Mapping::Unallocated => None,
+        };
+        if let Some(host) =
+            host.filter(|h| h / self.geo.cluster_size >= self.meta.borrow().end_cluster)
+        {
+            return Err(Error::corrupt(
+                format!("L2 entry {idx}: data offset {host:#x} is beyond the end of the image"),
+                l2_off,
+            ));
+        }
         Ok(e)
     }
 
