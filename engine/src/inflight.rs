@@ -84,6 +84,8 @@ pub(crate) enum AllocState {
 /// are not linked into the L2 table yet.
 #[derive(Debug, Clone)]
 pub(crate) struct Alloc {
+    /// Unique among the image's allocations (keys are reused).
+    pub id: u64,
     /// Guest offset of the first cluster (cluster aligned).
     pub guest_start: u64,
     /// Length in bytes (whole clusters).
@@ -127,6 +129,7 @@ impl Alloc {
 #[derive(Default)]
 pub(crate) struct InFlight {
     next_write_id: u64,
+    next_alloc_id: u64,
     /// Guest byte ranges of writes (and discards) in flight.
     pub writes: BTreeMap<u64, (u64, u64)>,
     /// Unlinked allocations, keyed by guest start.
@@ -145,6 +148,11 @@ impl InFlight {
         self.next_write_id += 1;
         self.writes.insert(id, (start, end));
         id
+    }
+
+    pub fn new_alloc_id(&mut self) -> u64 {
+        self.next_alloc_id += 1;
+        self.next_alloc_id
     }
 
     /// The allocation covering guest offset `off`, by its key.

@@ -198,7 +198,10 @@ impl<D: BlockDev> Image<D> {
     /// Give up an allocation whose write failed before anything was
     /// linked to it (without delayed COW no other write can have joined
     /// it): the clusters not yet linked go back to the free pool.
-    async fn abort_alloc(&self, key: u64) {
+    /// `id` names the allocation: once it is linked, a later one may take
+    /// the same key (a write filling other subclusters of the cluster), and
+    /// that one is not this caller's to give up.
+    async fn abort_alloc(&self, key: u64, id: u64) {
         let _g = self.meta_lock.lock().await;
         // A flush may have taken it over meanwhile: then it is completed
         // from its COW sources and linked, which is as good.
@@ -207,7 +210,7 @@ impl<D: BlockDev> Image<D> {
             .borrow()
             .allocs
             .get(&key)
-            .is_some_and(|a| a.state == AllocState::Open);
+            .is_some_and(|a| a.state == AllocState::Open && a.id == id);
         if !open {
             return;
         }
@@ -315,7 +318,9 @@ impl<D: BlockDev> Image<D> {
         if end < cover_end {
             cow_areas.push((end, cover_end));
         }
+        let alloc_id = self.inflight.borrow_mut().new_alloc_id();
         let alloc = Alloc {
+            id: alloc_id,
             guest_start: gstart,
             len: gend - gstart,
             host,
@@ -390,7 +395,7 @@ impl<D: BlockDev> Image<D> {
                 Err(e) => Err(e),
             };
             if r.is_err() {
-                self.abort_alloc(gstart).await;
+                self.abort_alloc(gstart, alloc_id).await;
             }
             return r.map(|()| data.len());
         }
