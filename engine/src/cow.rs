@@ -29,15 +29,41 @@ impl CowSource {
 
 impl<D: BlockDev> Image<D> {
     /// The source of the old content at guest offset `guest`, which lies
-    /// in allocation `a`.
+    /// in allocation `a`. It holds for the rest of `guest`'s subcluster
+    /// (cluster, in standard images).
     pub(crate) fn cow_source(&self, a: &Alloc, guest: u64) -> CowSource {
         let i = ((guest - a.guest_start) / self.geo.cluster_size) as usize;
-        match self.decode_l2(a.old[i]) {
+        match self.decode_l2(a.old[i], guest) {
             L2Mapping::Unallocated if self.backing.is_some() => CowSource::Backing,
             L2Mapping::Unallocated | L2Mapping::Zero { .. } => CowSource::Zero,
             L2Mapping::Normal { host, .. } => CowSource::Host(host),
             L2Mapping::Compressed { host, sectors } => CowSource::Compressed { host, sectors },
         }
+    }
+
+    /// [s, e) of allocation `a` cut where its COW source may change (at
+    /// cluster boundaries, and subcluster boundaries with extended L2
+    /// entries), each piece with its source. Neighbours in one cluster with
+    /// the same source stay one piece.
+    pub(crate) fn cow_pieces(&self, a: &Alloc, s: u64, e: u64) -> Vec<(u64, u64, CowSource)> {
+        let mut out: Vec<(u64, u64, CowSource)> = Vec::new();
+        let mut p = s;
+        while p < e {
+            let q = e.min(self.geo.subcluster_start(p) + self.geo.subcluster_size);
+            let src = self.cow_source(a, p);
+            match out.last_mut() {
+                Some(last)
+                    if last.1 == p
+                        && last.2 == src
+                        && self.geo.cluster_start(last.0) == self.geo.cluster_start(p) =>
+                {
+                    last.1 = q
+                }
+                _ => out.push((p, q, src)),
+            }
+            p = q;
+        }
+        out
     }
 
     /// Read the old content at guest offset `guest` (all of `buf` inside

@@ -87,8 +87,14 @@ pub(crate) fn maintained_autoclear(h: &Header) -> u64 {
 
 /// L2 table `index` of a preallocated image: each cluster inside the
 /// disk mapped at its own guest offset, with COPIED (offset 0 included).
-pub(crate) fn identity_l2_table(cluster_size: u64, disk_size: u64, index: u64) -> Vec<u8> {
-    let entries = cluster_size / 8;
+pub(crate) fn identity_l2_table(
+    cluster_size: u64,
+    disk_size: u64,
+    index: u64,
+    extended: bool,
+) -> Vec<u8> {
+    let entry_size = if extended { 16 } else { 8 };
+    let entries = cluster_size / entry_size;
     let first = index * entries * cluster_size;
     let mut t = vec![0u8; cluster_size as usize];
     for i in 0..entries {
@@ -96,8 +102,12 @@ pub(crate) fn identity_l2_table(cluster_size: u64, disk_size: u64, index: u64) -
         if guest >= disk_size {
             break;
         }
-        let e = L2Entry::normal(guest, true).0;
-        t[(i * 8) as usize..(i * 8 + 8) as usize].copy_from_slice(&e.to_be_bytes());
+        let e = L2Entry::normal(guest, true);
+        let at = (i * entry_size) as usize;
+        t[at..at + 8].copy_from_slice(&e.word.to_be_bytes());
+        if extended {
+            t[at + 8..at + 16].copy_from_slice(&crate::format::entry::ALL_ALLOC.to_be_bytes());
+        }
     }
     t
 }
@@ -141,10 +151,17 @@ impl<D: BlockDev> Image<D> {
         self.data.is_some() && self.meta.borrow().header.data_file_raw()
     }
 
-    /// What an L2 entry means in this image.
-    pub(crate) fn decode_l2(&self, e: L2Entry) -> L2Mapping {
-        let m = e.decode(self.geo.cluster_bits, self.geo.version);
-        if self.data.is_some() && m == L2Mapping::Unallocated && e.0 & COPIED != 0 {
+    /// What an L2 entry means in this image at guest offset `guest` (its
+    /// subcluster, with extended L2 entries).
+    pub(crate) fn decode_l2(&self, e: L2Entry, guest: u64) -> L2Mapping {
+        let m = self.geo.decode_at(e, guest);
+        // With a data file, offset 0 with COPIED is guest cluster 0 (an
+        // extended entry says so by its allocation bit instead).
+        if self.data.is_some()
+            && !self.geo.extended_l2
+            && m == L2Mapping::Unallocated
+            && e.word & COPIED != 0
+        {
             return L2Mapping::Normal {
                 host: 0,
                 copied: true,
@@ -160,7 +177,7 @@ impl<D: BlockDev> Image<D> {
             return Ok(());
         }
         let want = self.geo.cluster_start(guest);
-        match self.decode_l2(e) {
+        match self.decode_l2(e, guest) {
             L2Mapping::Compressed { .. } => Err(Error::corrupt(
                 format!(
                     "compressed cluster for guest offset {want:#x} in an image with an external data file"

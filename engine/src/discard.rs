@@ -5,6 +5,7 @@
 
 use crate::dev::BlockDev;
 use crate::error::Result;
+use crate::format::entry::{COMPRESSED, SUBCLUSTERS};
 use crate::format::{L1Entry, L2Entry};
 use crate::image::Image;
 use crate::write::CowFailure;
@@ -63,16 +64,90 @@ impl<D: BlockDev> Image<D> {
             wend = end.next_multiple_of(cs);
         }
         if self.geo.version < 3 || wstart >= wend {
-            return self.write_zero_buffer(offset, end).await;
+            return self.zero_partial_clusters(offset, end).await;
         }
         if offset < wstart {
-            self.write_zero_buffer(offset, wstart.min(end)).await?;
+            self.zero_partial_clusters(offset, wstart.min(end)).await?;
         }
         self.unmap_clusters(wstart, wend, true).await?;
         if wend < end {
-            self.write_zero_buffer(wend, end).await?;
+            self.zero_partial_clusters(wend, end).await?;
         }
         Ok(())
+    }
+
+    /// Zero [start, end), which holds no whole cluster: with extended L2
+    /// entries the whole subclusters in it become zero subclusters, cluster
+    /// by cluster; the rest is written with zeroes.
+    async fn zero_partial_clusters(&self, start: u64, end: u64) -> Result<()> {
+        if !self.geo.extended_l2 {
+            return self.write_zero_buffer(start, end).await;
+        }
+        let sc = self.geo.subcluster_size;
+        let mut p = start;
+        while p < end {
+            let q = end.min(self.geo.cluster_start(p) + self.geo.cluster_size);
+            let (s, e) = (p.next_multiple_of(sc), q / sc * sc);
+            let whole = s < e && self.zero_subclusters(s, e).await?;
+            if whole {
+                self.write_zero_buffer(p, s).await?;
+                self.write_zero_buffer(e, q).await?;
+            } else {
+                self.write_zero_buffer(p, q).await?;
+            }
+            p = q;
+        }
+        Ok(())
+    }
+
+    /// Mark the whole subclusters [start, end) of one cluster as reading
+    /// zeroes. The cluster keeps its host cluster, if any. Returns false
+    /// (nothing done) for a compressed cluster, whose bitmap must stay 0.
+    async fn zero_subclusters(&self, start: u64, end: u64) -> Result<bool> {
+        let id = self.begin_write(start, end).await;
+        let r = self.zero_subclusters_locked(start, end).await;
+        self.end_write(id);
+        r
+    }
+
+    async fn zero_subclusters_locked(&self, start: u64, end: u64) -> Result<bool> {
+        // An allocation of the cluster may copy these subclusters' old
+        // content and link over them: none may be in flight while the entry
+        // changes. None can begin while the lock is held.
+        let cstart = self.geo.cluster_start(start);
+        let cend = cstart + self.geo.cluster_size;
+        let _g = loop {
+            let keys = self.inflight.borrow().allocs_overlapping(cstart, cend);
+            for k in keys {
+                self.settle_alloc(k, CowFailure::Keep).await?;
+            }
+            let g = self.meta_lock.lock().await;
+            if self
+                .inflight
+                .borrow()
+                .allocs_overlapping(cstart, cend)
+                .is_empty()
+            {
+                break g;
+            }
+        };
+        let cur = self.l2_entry(start).await?;
+        if cur.word & COMPRESSED != 0 {
+            return Ok(false);
+        }
+        let sc = self.geo.subcluster_size;
+        let first = self.geo.offset_into_cluster(start) / sc;
+        let last = first + (end - start) / sc;
+        let mask = ((1u64 << last) - 1) & !((1u64 << first) - 1);
+        let new = cur.with_bitmap((cur.bitmap & !mask) | mask << SUBCLUSTERS);
+        if new != cur {
+            let l2 = self.l2_table_for_write(start).await?;
+            self.set_l2_entry(l2, start, new);
+        }
+        if !self.opts.switches.delayed_metadata {
+            self.writeback_all().await?;
+        }
+        Ok(true)
     }
 
     async fn write_zero_buffer(&self, start: u64, end: u64) -> Result<()> {
@@ -125,7 +200,7 @@ impl<D: BlockDev> Image<D> {
             }
             let cur = self.l2_entry(p).await?;
             let new = if zero {
-                L2Entry::zero(None, false)
+                self.geo.zero_entry()
             } else {
                 L2Entry::UNALLOCATED
             };

@@ -2,7 +2,8 @@
 //! the conversions between guest offsets, L1/L2 indices and refcount
 //! indices, named as the specification names them.
 
-use crate::format::Header;
+use crate::format::entry::{ALL_ALLOC, ALL_ZERO, SUBCLUSTERS};
+use crate::format::{Header, L2Entry, L2Mapping};
 
 /// Derived sizes of one image. Cheap to copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,6 +12,13 @@ pub(crate) struct Geometry {
     pub cluster_size: u64,
     /// Entries per L2 table.
     pub l2_entries: u64,
+    /// Extended L2 entries (subclusters): incompatible bit 4.
+    pub extended_l2: bool,
+    /// Bytes of one L2 entry: 8, or 16 with extended L2 entries.
+    pub l2_entry_size: u64,
+    /// The unit an L2 entry describes alike: a subcluster (1/32 of a
+    /// cluster) with extended L2 entries, else the whole cluster.
+    pub subcluster_size: u64,
     pub refcount_bits: u32,
     /// Refcount entries per refcount block.
     pub rc_entries: u64,
@@ -21,10 +29,19 @@ pub(crate) struct Geometry {
 impl Geometry {
     pub fn new(h: &Header) -> Self {
         let cluster_size = 1u64 << h.cluster_bits;
+        let extended_l2 = h.extended_l2();
+        let l2_entry_size = if extended_l2 { 16 } else { 8 };
         Geometry {
             cluster_bits: h.cluster_bits,
             cluster_size,
-            l2_entries: cluster_size / 8,
+            l2_entries: cluster_size / l2_entry_size,
+            extended_l2,
+            l2_entry_size,
+            subcluster_size: if extended_l2 {
+                cluster_size / SUBCLUSTERS as u64
+            } else {
+                cluster_size
+            },
             refcount_bits: h.refcount_bits(),
             rc_entries: cluster_size * 8 / h.refcount_bits() as u64,
             version: h.version,
@@ -51,6 +68,44 @@ impl Geometry {
 
     pub fn offset_into_cluster(&self, off: u64) -> u64 {
         off & (self.cluster_size - 1)
+    }
+
+    /// The start of the subcluster (cluster, in standard images) holding
+    /// `off`.
+    pub fn subcluster_start(&self, off: u64) -> u64 {
+        off & !(self.subcluster_size - 1)
+    }
+
+    /// What guest offset `guest`, mapped by entry `e`, reads as: the
+    /// cluster's meaning, or its subcluster's with extended L2 entries.
+    pub fn decode_at(&self, e: L2Entry, guest: u64) -> L2Mapping {
+        if self.extended_l2 {
+            let sc = (self.offset_into_cluster(guest) / self.subcluster_size) as u32;
+            e.decode_subcluster(self.cluster_bits, sc)
+        } else {
+            e.decode(self.cluster_bits, self.version)
+        }
+    }
+
+    /// The entry linking a newly written host cluster (every subcluster
+    /// allocated), COPIED.
+    pub fn data_entry(&self, host: u64) -> L2Entry {
+        let e = L2Entry::normal(host, true);
+        if self.extended_l2 {
+            e.with_bitmap(ALL_ALLOC)
+        } else {
+            e
+        }
+    }
+
+    /// The entry of a cluster that reads as zeroes and holds no host
+    /// cluster (version 3).
+    pub fn zero_entry(&self) -> L2Entry {
+        if self.extended_l2 {
+            L2Entry::UNALLOCATED.with_bitmap(ALL_ZERO)
+        } else {
+            L2Entry::zero(None, false)
+        }
     }
 
     /// L1 entries needed to map `size` guest bytes.

@@ -145,6 +145,9 @@ pub struct Image<D: BlockDev> {
 
 /// Largest L1 table QEMU accepts (32 MiB).
 const MAX_L1_BYTES: u64 = 32 << 20;
+/// Smallest cluster size QEMU accepts with extended L2 entries: below it a
+/// subcluster would be smaller than a 512-byte sector.
+const MIN_EXTENDED_L2_CLUSTER_SIZE: u64 = 16 << 10;
 /// Largest refcount table QEMU accepts (8 MiB).
 const MAX_REFTABLE_BYTES: u64 = 8 << 20;
 
@@ -209,9 +212,20 @@ impl<D: BlockDev> Image<D> {
                 "compat=0.10 supports only zlib compression".into(),
             ));
         }
-        if o.extended_l2 {
-            return Err(Error::Unsupported(
-                "extended_l2: subclusters are not supported yet".into(),
+        if o.extended_l2 && version == 2 {
+            return Err(bad(
+                "extended_l2",
+                "extended L2 entries are only supported with compat=1.1".into(),
+            ));
+        }
+        if o.extended_l2 && o.cluster_size < MIN_EXTENDED_L2_CLUSTER_SIZE {
+            return Err(bad(
+                "extended_l2",
+                format!(
+                    "extended L2 entries are only supported with cluster sizes of at least \
+                     {MIN_EXTENDED_L2_CLUSTER_SIZE} bytes (cluster_size is {})",
+                    o.cluster_size
+                ),
             ));
         }
         if o.backing_format.is_some() && o.backing_file.is_none() {
@@ -225,7 +239,8 @@ impl<D: BlockDev> Image<D> {
         }
         let cs = o.cluster_size;
         let cluster_bits = cs.trailing_zeros();
-        let l2_span = cs * (cs / 8);
+        let l2_entry_size = if o.extended_l2 { 16 } else { 8 };
+        let l2_span = cs * (cs / l2_entry_size);
         let l1_entries = o.size.div_ceil(l2_span);
         if l1_entries * 8 > MAX_L1_BYTES {
             return Err(bad(
@@ -271,10 +286,14 @@ impl<D: BlockDev> Image<D> {
             refcount_table_clusters: t as u32,
             nb_snapshots: 0,
             snapshots_offset: 0,
-            incompatible_features: if o.compression_type == CompressionType::Zlib {
+            incompatible_features: (if o.compression_type == CompressionType::Zlib {
                 0
             } else {
                 incompat::COMPRESSION_TYPE
+            }) | if o.extended_l2 {
+                incompat::EXTENDED_L2
+            } else {
+                0
             },
             compatible_features: if o.lazy_refcounts {
                 compat::LAZY_REFCOUNTS
@@ -351,7 +370,7 @@ impl<D: BlockDev> Image<D> {
             dev.write(l1_off, &be64_bytes(&l1), WriteFlags::default())
                 .await?;
             for i in 0..l2_tables {
-                let table = crate::data_file::identity_l2_table(cs, o.size, i);
+                let table = crate::data_file::identity_l2_table(cs, o.size, i, o.extended_l2);
                 dev.write(l2_off + i * cs, &table, WriteFlags::default())
                     .await?;
             }
@@ -656,15 +675,16 @@ impl<D: BlockDev> Image<D> {
                 "incompatible feature bit 1 (corrupt) is set: the image is marked corrupt; open it read-only or repair it".into(),
             ));
         }
-        for (bit, what) in [(incompat::EXTENDED_L2, 4u32)] {
-            if h.incompatible_features & bit != 0 {
-                return Err(Error::Unsupported(format!(
-                    "incompatible feature bit {what} ({}) is not supported yet",
-                    header::incompat_bit_name(what)
-                )));
-            }
-        }
         h.check_compression()?;
+        if h.extended_l2() && h.cluster_size() < MIN_EXTENDED_L2_CLUSTER_SIZE {
+            return Err(Error::format(
+                "cluster_bits",
+                format!(
+                    "extended L2 entries need clusters of at least {MIN_EXTENDED_L2_CLUSTER_SIZE} bytes, not {}",
+                    h.cluster_size()
+                ),
+            ));
+        }
         if h.crypt_method != 0 {
             return Err(Error::Unsupported(format!(
                 "crypt_method {} (encryption)",

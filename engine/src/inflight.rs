@@ -84,6 +84,8 @@ pub(crate) enum AllocState {
 /// are not linked into the L2 table yet.
 #[derive(Debug, Clone)]
 pub(crate) struct Alloc {
+    /// Unique among the image's allocations (keys are reused).
+    pub id: u64,
     /// Guest offset of the first cluster (cluster aligned).
     pub guest_start: u64,
     /// Length in bytes (whole clusters).
@@ -102,17 +104,32 @@ pub(crate) struct Alloc {
     pub cow_areas: Vec<(u64, u64)>,
     /// Clusters (a prefix) already linked by an earlier, failed commit.
     pub linked: u64,
+    /// The guest bytes this allocation fills and links: all of its clusters,
+    /// or (extended L2 entries) only the subclusters the write touched;
+    /// the other subclusters keep their state.
+    pub cover_start: u64,
+    pub cover_end: u64,
+    /// The host cluster is the guest cluster's own (a COPIED cluster whose
+    /// unallocated or zero subclusters are filled in place): there is
+    /// nothing to free when it is linked or given up.
+    pub in_place: bool,
 }
 
 impl Alloc {
     pub fn end(&self) -> u64 {
         self.guest_start + self.len
     }
+
+    /// Guest bytes of the cover that no write has filled yet.
+    pub fn unwritten(&self) -> Vec<(u64, u64)> {
+        self.written.gaps(self.cover_start, self.cover_end)
+    }
 }
 
 #[derive(Default)]
 pub(crate) struct InFlight {
     next_write_id: u64,
+    next_alloc_id: u64,
     /// Guest byte ranges of writes (and discards) in flight.
     pub writes: BTreeMap<u64, (u64, u64)>,
     /// Unlinked allocations, keyed by guest start.
@@ -131,6 +148,11 @@ impl InFlight {
         self.next_write_id += 1;
         self.writes.insert(id, (start, end));
         id
+    }
+
+    pub fn new_alloc_id(&mut self) -> u64 {
+        self.next_alloc_id += 1;
+        self.next_alloc_id
     }
 
     /// The allocation covering guest offset `off`, by its key.

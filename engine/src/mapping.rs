@@ -92,9 +92,7 @@ impl<D: BlockDev> Image<D> {
     fn l2_entry_cached(&self, l2_off: u64, idx: usize) -> L2Entry {
         let mut m = self.meta.borrow_mut();
         let t = m.l2.get(l2_off).expect("L2 table loaded");
-        L2Entry(u64::from_be_bytes(
-            t[idx * 8..idx * 8 + 8].try_into().expect("8 bytes"),
-        ))
+        decode_slot(t, idx, self.geo.extended_l2)
     }
 
     /// The L2 entry for guest offset `guest` (unallocated where no table).
@@ -107,47 +105,80 @@ impl<D: BlockDev> Image<D> {
         self.load_l2(l2_off).await?;
         let idx = self.geo.offset_to_l2_index(guest);
         let e = self.l2_entry_cached(l2_off, idx);
-        e.validate(l2_off, idx, self.geo.cluster_size)?;
+        e.validate(l2_off, idx, self.geo.cluster_size, self.geo.extended_l2)?;
         self.check_data_entry(guest, e, l2_off)?;
+        // Every cluster an entry may name was in the file at open or has
+        // been allocated since; anything past that is corruption, and
+        // writing there would grow the file without bound. (Data clusters
+        // in an external data file are checked against the guest offset
+        // instead.)
+        let host = match e.decode(self.geo.cluster_bits, self.geo.version) {
+            L2Mapping::Normal { host, .. }
+            | L2Mapping::Zero {
+                preallocated: Some(host),
+            }
+            | L2Mapping::Compressed { host, .. } => Some(host),
+            L2Mapping::Zero { preallocated: None } | L2Mapping::Unallocated => None,
+        };
+        if let Some(host) = host.filter(|h| {
+            !self.has_data_file() && h / self.geo.cluster_size >= self.meta.borrow().end_cluster
+        }) {
+            return Err(Error::corrupt(
+                format!("L2 entry {idx}: data offset {host:#x} is beyond the end of the image"),
+                l2_off,
+            ));
+        }
         Ok(e)
     }
 
     /// The run starting at guest offset `off`, at most `max_len` bytes,
-    /// within one L2 table. Without `multi_cluster` a run is one cluster.
+    /// within one L2 table. Without `multi_cluster` a run stays within one
+    /// cluster. With extended L2 entries a run ends where the subclusters
+    /// stop mapping alike.
     pub(crate) async fn map_run(&self, off: u64, max_len: u64) -> Result<(Run, u64)> {
         let cs = self.geo.cluster_size;
+        let sc = self.geo.subcluster_size;
         let first = self.l2_entry(off).await?;
-        let run = self.run_of(first);
-        let mut len = (cs - self.geo.offset_into_cluster(off)).min(max_len);
-        if !self.opts.switches.multi_cluster || matches!(run, Run::Compressed { .. }) {
-            return Ok((run, len));
+        let run = self.run_of(first, off);
+        if matches!(run, Run::Compressed { .. }) {
+            return Ok((run, (cs - self.geo.offset_into_cluster(off)).min(max_len)));
         }
-        let table_end = (off / self.geo.l2_span() + 1) * self.geo.l2_span();
-        let mut next = self.geo.cluster_start(off) + cs;
-        while len < max_len && next < table_end {
-            let e = self.l2_entry(next).await?;
-            let same = match (run, self.run_of(e)) {
+        let mut len = (sc - (off & (sc - 1))).min(max_len);
+        let span_end = if self.opts.switches.multi_cluster {
+            (off / self.geo.l2_span() + 1) * self.geo.l2_span()
+        } else {
+            self.geo.cluster_start(off) + cs
+        };
+        let mut next = self.geo.subcluster_start(off) + sc;
+        let mut entry = (self.geo.cluster_start(off), first);
+        while len < max_len && next < span_end {
+            let cstart = self.geo.cluster_start(next);
+            if entry.0 != cstart {
+                entry = (cstart, self.l2_entry(next).await?);
+            }
+            let same = match (run, self.run_of(entry.1, next)) {
                 (
                     Run::Data { host, copied },
                     Run::Data {
                         host: h2,
                         copied: c2,
                     },
-                ) => c2 == copied && h2 == host + (next - self.geo.cluster_start(off)),
+                ) => c2 == copied && h2 == host + (cstart - self.geo.cluster_start(off)),
                 (Run::Zero, Run::Zero) | (Run::Unallocated, Run::Unallocated) => true,
                 _ => false,
             };
             if !same {
                 break;
             }
-            len = (len + cs).min(max_len);
-            next += cs;
+            len = (len + sc).min(max_len);
+            next += sc;
         }
         Ok((run, len))
     }
 
-    fn run_of(&self, e: L2Entry) -> Run {
-        match self.decode_l2(e) {
+    /// How guest offset `guest`, mapped by `e`, is read.
+    fn run_of(&self, e: L2Entry, guest: u64) -> Run {
+        match self.decode_l2(e, guest) {
             L2Mapping::Unallocated => Run::Unallocated,
             L2Mapping::Zero { .. } => Run::Zero,
             L2Mapping::Normal { host, copied } => Run::Data { host, copied },
@@ -191,13 +222,30 @@ impl<D: BlockDev> Image<D> {
     /// Set the L2 entry of guest offset `guest` in the (loaded) table
     /// `l2_off`; returns the previous entry.
     pub(crate) fn set_l2_entry(&self, l2_off: u64, guest: u64, e: L2Entry) -> L2Entry {
+        self.update_l2_entry(l2_off, guest, |_| e)
+    }
+
+    /// Replace the L2 entry of guest offset `guest` in the (loaded) table
+    /// `l2_off` by `f` of it; returns the previous entry.
+    pub(crate) fn update_l2_entry(
+        &self,
+        l2_off: u64,
+        guest: u64,
+        f: impl FnOnce(L2Entry) -> L2Entry,
+    ) -> L2Entry {
         let idx = self.geo.offset_to_l2_index(guest);
+        let ext = self.geo.extended_l2;
         let mut m = self.meta.borrow_mut();
         let t = m.l2.get_mut(l2_off).expect("L2 table loaded");
-        let old = L2Entry(u64::from_be_bytes(
-            t[idx * 8..idx * 8 + 8].try_into().expect("8 bytes"),
-        ));
-        t[idx * 8..idx * 8 + 8].copy_from_slice(&e.0.to_be_bytes());
+        let old = decode_slot(t, idx, ext);
+        let e = f(old);
+        debug_assert!(ext || e.bitmap == 0, "a bitmap in a standard L2 entry");
+        let size = self.geo.l2_entry_size as usize;
+        let slot = &mut t[idx * size..(idx + 1) * size];
+        slot[..8].copy_from_slice(&e.word.to_be_bytes());
+        if ext {
+            slot[8..].copy_from_slice(&e.bitmap.to_be_bytes());
+        }
         old
     }
 
@@ -222,5 +270,19 @@ impl<D: BlockDev> Image<D> {
             }
             L2Mapping::Zero { preallocated: None } | L2Mapping::Unallocated => {}
         }
+    }
+}
+
+/// Entry `idx` of an L2 table's bytes: 8-byte words, or word and bitmap
+/// (16 bytes) with extended L2 entries.
+pub(crate) fn decode_slot(table: &[u8], idx: usize, extended: bool) -> L2Entry {
+    let be64 = |at: usize| u64::from_be_bytes(table[at..at + 8].try_into().expect("8 bytes"));
+    if extended {
+        L2Entry {
+            word: be64(idx * 16),
+            bitmap: be64(idx * 16 + 8),
+        }
+    } else {
+        L2Entry::from_word(be64(idx * 8))
     }
 }

@@ -48,7 +48,12 @@ impl<D: BlockDev> Image<D> {
                     ),
                     None => {
                         let next = a.written.next_start_after(off).unwrap_or(u64::MAX);
-                        (self.cow_source(a, off), (next - off).min(max))
+                        // A source holds for one subcluster at most.
+                        let sc_end = self.geo.subcluster_start(off) + self.geo.subcluster_size;
+                        (
+                            self.cow_source(a, off),
+                            (next - off).min(max).min(sc_end - off),
+                        )
                     }
                 }
             };
@@ -148,7 +153,7 @@ impl<D: BlockDev> Image<D> {
     pub async fn host_offset(&self, guest: u64) -> Result<Option<u64>> {
         self.check_request(guest, 1)?;
         let _g = self.meta_lock.lock().await;
-        match self.decode_l2(self.l2_entry(guest).await?) {
+        match self.decode_l2(self.l2_entry(guest).await?, guest) {
             crate::format::L2Mapping::Normal { host, .. } => {
                 Ok(Some(host + self.geo.offset_into_cluster(guest)))
             }

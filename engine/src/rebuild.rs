@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::header::incompat;
-use crate::format::{L1Entry, L2Entry, L2Mapping};
+use crate::format::{L1Entry, L2Mapping};
 use crate::image::Image;
+use crate::mapping::decode_slot;
 
 impl<D: BlockDev> Image<D> {
     pub(crate) async fn rebuild_refcounts(&self) -> Result<()> {
@@ -66,8 +67,8 @@ impl<D: BlockDev> Image<D> {
                 }
                 let mut t = vec![0u8; cs as usize];
                 self.dev.read(l2_off, &mut t).await?;
-                for w in t.chunks_exact(8) {
-                    let e = L2Entry(u64::from_be_bytes(w.try_into().expect("8 bytes")));
+                for i in 0..self.geo.l2_entries as usize {
+                    let e = decode_slot(&t, i, self.geo.extended_l2);
                     match e.decode(self.geo.cluster_bits, self.geo.version) {
                         L2Mapping::Normal { host, .. }
                         | L2Mapping::Zero {

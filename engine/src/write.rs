@@ -14,7 +14,8 @@
 use crate::cow::CowSource;
 use crate::dev::{BlockDev, WriteFlags, ZeroFlags};
 use crate::error::{Error, Result};
-use crate::format::L2Entry;
+use crate::format::entry::{COPIED, SUBCLUSTERS};
+use crate::format::{L2Entry, L2Mapping};
 use crate::image::{Image, PendingFree};
 use crate::inflight::{Alloc, AllocState, RangeSet};
 use crate::mapping::Run;
@@ -54,6 +55,7 @@ impl<D: BlockDev> Image<D> {
     /// Wait until no in-flight write overlaps [start, end), then register
     /// one. The returned id must be passed to `end_write`.
     pub(crate) async fn begin_write(&self, start: u64, end: u64) -> u64 {
+        let (start, end) = self.write_dependency_range(start, end);
         let mut waited = false;
         self.wq
             .wait_until(|| {
@@ -66,6 +68,21 @@ impl<D: BlockDev> Image<D> {
             self.count(|c| c.overlap_waits += 1);
         }
         self.inflight.borrow_mut().add_write(start, end)
+    }
+
+    /// The range a write to [start, end) must hold against other writes.
+    /// With extended L2 entries, whole subclusters: an allocation fills the
+    /// partial subclusters at its ends with their old content, which a
+    /// write to other bytes of the same subcluster must not race with.
+    /// (Whole clusters are copied only from clusters that are not COPIED,
+    /// which nobody writes in place.)
+    fn write_dependency_range(&self, start: u64, end: u64) -> (u64, u64) {
+        if self.geo.extended_l2 {
+            let sc = self.geo.subcluster_size;
+            (self.geo.subcluster_start(start), end.next_multiple_of(sc))
+        } else {
+            (start, end)
+        }
     }
 
     pub(crate) fn end_write(&self, id: u64) {
@@ -117,6 +134,12 @@ impl<D: BlockDev> Image<D> {
                 }
                 if self.may_join(key) {
                     drop(guard);
+                    if !self.in_cover(key, off) {
+                        // Subclusters the allocation leaves as they were:
+                        // link it first, then map this write afresh.
+                        self.commit_alloc(key, CowFailure::Keep).await?;
+                        continue;
+                    }
                     return self.join_alloc(key, off, data).await;
                 }
                 drop(guard);
@@ -131,7 +154,13 @@ impl<D: BlockDev> Image<D> {
                 }
                 l
             };
-            let (run, len) = self.map_run(off, limit).await?;
+            let (run, mut len) = self.map_run(off, limit).await?;
+            if self.geo.extended_l2 && !matches!(run, Run::Data { copied: true, .. }) {
+                // A run may end inside a cluster where subclusters stop
+                // mapping alike; the allocation takes the whole cluster
+                // anyway, so let it take the rest of the write there too.
+                len = ((off + len).next_multiple_of(self.geo.cluster_size) - off).min(limit);
+            }
             // 2. handle_copied
             if let Run::Data { host, copied: true } = run {
                 let host = host + self.geo.offset_into_cluster(off);
@@ -149,6 +178,13 @@ impl<D: BlockDev> Image<D> {
             // 3. handle_alloc
             return self.handle_alloc(guard, off, &data[..len as usize]).await;
         }
+    }
+
+    /// Whether guest offset `off` lies in the bytes allocation `key` fills.
+    fn in_cover(&self, key: u64, off: u64) -> bool {
+        let inf = self.inflight.borrow();
+        let a = &inf.allocs[&key];
+        (a.cover_start..a.cover_end).contains(&off)
     }
 
     fn may_join(&self, key: u64) -> bool {
@@ -172,7 +208,10 @@ impl<D: BlockDev> Image<D> {
     /// Give up an allocation whose write failed before anything was
     /// linked to it (without delayed COW no other write can have joined
     /// it): the clusters not yet linked go back to the free pool.
-    async fn abort_alloc(&self, key: u64) {
+    /// `id` names the allocation: once it is linked, a later one may take
+    /// the same key (a write filling other subclusters of the cluster), and
+    /// that one is not this caller's to give up.
+    async fn abort_alloc(&self, key: u64, id: u64) {
         let _g = self.meta_lock.lock().await;
         // A flush may have taken it over meanwhile: then it is completed
         // from its COW sources and linked, which is as good.
@@ -181,7 +220,7 @@ impl<D: BlockDev> Image<D> {
             .borrow()
             .allocs
             .get(&key)
-            .is_some_and(|a| a.state == AllocState::Open);
+            .is_some_and(|a| a.state == AllocState::Open && a.id == id);
         if open {
             self.drop_alloc(key);
         }
@@ -195,6 +234,13 @@ impl<D: BlockDev> Image<D> {
         let Some(a) = self.inflight.borrow_mut().allocs.remove(&key) else {
             return;
         };
+        self.wq.notify_all();
+        if a.in_place {
+            // The clusters were there before the allocation: nothing to
+            // free.
+            self.count(|c| c.allocs_dropped += 1);
+            return;
+        }
         let io_seq = self.inflight.borrow().next_io_seq;
         let cs = self.geo.cluster_size;
         // Data file clusters have no refcount to give back.
@@ -224,7 +270,7 @@ impl<D: BlockDev> Image<D> {
             let mut inf = self.inflight.borrow_mut();
             let a = inf.allocs.get_mut(&key).expect("alloc present");
             a.writers += 1;
-            let n = (a.end() - off).min(data.len() as u64);
+            let n = (a.cover_end - off).min(data.len() as u64);
             (a.host + (off - a.guest_start), n)
         };
         self.count(|c| c.alloc_joins += 1);
@@ -254,7 +300,7 @@ impl<D: BlockDev> Image<D> {
             if let Some((s, e)) = written {
                 a.written.insert(s, e);
             }
-            a.written.gaps(a.guest_start, a.end()).is_empty()
+            a.unwritten().is_empty()
         };
         self.wq.notify_all();
         covered
@@ -262,7 +308,8 @@ impl<D: BlockDev> Image<D> {
 
     /// Allocate new clusters for [off, off + data.len()) (which the lookup
     /// found unallocated, zero, compressed or shared), write the data and
-    /// the COW areas, and link them.
+    /// the COW areas, and link them. With extended L2 entries, see
+    /// [`Image::subcluster_alloc`]: the step may write less than `data`.
     async fn handle_alloc(
         &self,
         guard: crate::sync::CoMutexGuard<'_>,
@@ -272,21 +319,43 @@ impl<D: BlockDev> Image<D> {
         let cs = self.geo.cluster_size;
         let gstart = self.geo.cluster_start(off);
         let end = off + data.len() as u64;
-        let gend = end.next_multiple_of(cs);
-        let nclusters = (gend - gstart) / cs;
+        let nclusters = (end.next_multiple_of(cs) - gstart) / cs;
         let mut old = Vec::with_capacity(nclusters as usize);
         for i in 0..nclusters {
             old.push(self.l2_entry(gstart + i * cs).await?);
         }
-        let host = self.alloc_data_clusters(gstart, nclusters).await?;
+        let shape = self.subcluster_alloc(&mut old);
+        let nclusters = old.len() as u64;
+        let end = end.min(gstart + nclusters * cs);
+        let data = &data[..(end - off) as usize];
+        let gend = end.next_multiple_of(cs);
+        let (cover_start, cover_end) = match shape {
+            Some(_) => (
+                self.geo.subcluster_start(off),
+                end.next_multiple_of(self.geo.subcluster_size),
+            ),
+            None => (gstart, gend),
+        };
+        let in_place = shape.flatten();
+        let host = match in_place {
+            Some(h) => {
+                // Filling subclusters of a cluster the L2 entry names:
+                // never metadata.
+                self.check_data_clusters(h, nclusters * cs)?;
+                h
+            }
+            None => self.alloc_data_clusters(gstart, nclusters).await?,
+        };
         let mut cow_areas = Vec::new();
-        if off > gstart {
-            cow_areas.push((gstart, off));
+        if off > cover_start {
+            cow_areas.push((cover_start, off));
         }
-        if end < gend {
-            cow_areas.push((end, gend));
+        if end < cover_end {
+            cow_areas.push((end, cover_end));
         }
+        let alloc_id = self.inflight.borrow_mut().new_alloc_id();
         let alloc = Alloc {
+            id: alloc_id,
             guest_start: gstart,
             len: gend - gstart,
             host,
@@ -296,6 +365,9 @@ impl<D: BlockDev> Image<D> {
             state: AllocState::Open,
             cow_areas: cow_areas.clone(),
             linked: 0,
+            cover_start,
+            cover_end,
+            in_place: in_place.is_some(),
         };
         let open_allocs = {
             let mut inf = self.inflight.borrow_mut();
@@ -303,7 +375,9 @@ impl<D: BlockDev> Image<D> {
             inf.allocs.len()
         };
         self.count(|c| {
-            c.clusters_allocated += nclusters;
+            if in_place.is_none() {
+                c.clusters_allocated += nclusters;
+            }
             c.cow_created += cow_areas.len() as u64;
         });
         drop(guard);
@@ -322,7 +396,7 @@ impl<D: BlockDev> Image<D> {
                 .get_mut(&gstart)
                 .expect("alloc")
                 .written
-                .insert(gstart, gend);
+                .insert(cover_start, cover_end);
             self.commit_alloc(gstart, CowFailure::Keep).await?;
             let r = self
                 .data_dev()
@@ -345,7 +419,7 @@ impl<D: BlockDev> Image<D> {
             (Err(_), _) => None,
             (Ok(()), true) => Some((off, end)),
             // The COW areas were written along with the data.
-            (Ok(()), false) => Some((gstart, gend)),
+            (Ok(()), false) => Some((cover_start, cover_end)),
         };
         let covered = self.finish_writer(gstart, io, done);
         if !self.opts.switches.delayed_cow {
@@ -356,7 +430,7 @@ impl<D: BlockDev> Image<D> {
                 Err(e) => Err(e),
             };
             if r.is_err() {
-                self.abort_alloc(gstart).await;
+                self.abort_alloc(gstart, alloc_id).await;
             }
             return r.map(|()| data.len());
         }
@@ -375,14 +449,52 @@ impl<D: BlockDev> Image<D> {
         Ok(data.len())
     }
 
+    /// With extended L2 entries, how an allocation of the clusters whose
+    /// entries are `old` goes: `None`, whole new clusters (standard
+    /// images; clusters that are compressed or shared); `Some(None)`, new
+    /// clusters for clusters that hold no host cluster, filling and linking
+    /// only the subclusters the write touches; `Some(Some(host))`, a COPIED
+    /// cluster whose unallocated or zero subclusters are filled in place.
+    /// `old` is cut so the kinds never mix in one allocation.
+    fn subcluster_alloc(&self, old: &mut Vec<L2Entry>) -> Option<Option<u64>> {
+        if !self.geo.extended_l2 {
+            return None;
+        }
+        let cb = self.geo.cluster_bits;
+        let hostless = |e: &L2Entry| {
+            matches!(
+                e.decode(cb, 3),
+                L2Mapping::Unallocated | L2Mapping::Zero { preallocated: None }
+            )
+        };
+        match old.iter().position(|e| !hostless(e)) {
+            None => Some(None),
+            Some(0) => {
+                old.truncate(1);
+                match old[0].decode(cb, 3) {
+                    L2Mapping::Normal { host, copied: true } => Some(Some(host)),
+                    _ => None,
+                }
+            }
+            Some(i) => {
+                old.truncate(i);
+                Some(None)
+            }
+        }
+    }
+
     /// Without delayed COW: data and COW areas go to the new clusters now,
     /// zeroed in one request, merged into one write, or written apart.
     async fn write_with_cow(&self, gstart: u64, host: u64, off: u64, data: &[u8]) -> Result<()> {
-        let cs = self.geo.cluster_size;
         let end = off + data.len() as u64;
-        let gend = end.next_multiple_of(cs);
-        let head = (gstart, off);
-        let tail = (end, gend);
+        // The bytes the allocation fills: whole clusters, or subclusters.
+        let (cstart, cend) = {
+            let inf = self.inflight.borrow();
+            let a = &inf.allocs[&gstart];
+            (a.cover_start, a.cover_end)
+        };
+        let head = (cstart, off);
+        let tail = (end, cend);
         let areas: Vec<(u64, u64)> = [head, tail].into_iter().filter(|(a, b)| a < b).collect();
         if areas.is_empty() || self.broken_drop_cow() {
             return Ok(self
@@ -390,13 +502,21 @@ impl<D: BlockDev> Image<D> {
                 .write(host + (off - gstart), data, WriteFlags::default())
                 .await?);
         }
-        let sources: Vec<CowSource> = {
-            let inf = self.inflight.borrow();
-            let a = &inf.allocs[&gstart];
-            areas.iter().map(|&(s, _)| self.cow_source(a, s)).collect()
-        };
+        let a = self.inflight.borrow().allocs[&gstart].clone();
+        let pieces: Vec<Vec<(u64, u64, CowSource)>> = areas
+            .iter()
+            .map(|&(s, e)| self.cow_pieces(&a, s, e))
+            .collect();
         self.count(|c| c.cow_performed += areas.len() as u64);
-        let all_zero = sources.iter().all(|s| s.is_zero());
+        let all_zero = if a.in_place {
+            // The cluster is live: zeroing it must not touch allocated
+            // subclusters, which readers (and a crash) still see.
+            self.cow_pieces(&a, cstart, cend)
+                .iter()
+                .all(|(_, _, s)| s.is_zero())
+        } else {
+            pieces.iter().flatten().all(|(_, _, s)| s.is_zero())
+        };
         if all_zero && self.opts.switches.zero_cow {
             let flags = ZeroFlags {
                 no_fallback: true,
@@ -404,7 +524,7 @@ impl<D: BlockDev> Image<D> {
             };
             match self
                 .data_dev()
-                .write_zeroes(host, gend - gstart, flags)
+                .write_zeroes(host + (cstart - gstart), cend - cstart, flags)
                 .await
             {
                 Ok(()) => {
@@ -419,19 +539,22 @@ impl<D: BlockDev> Image<D> {
             }
         }
         let mut bufs = Vec::with_capacity(areas.len());
-        for (&(s, e), src) in areas.iter().zip(&sources) {
+        for (&(s, e), area_pieces) in areas.iter().zip(&pieces) {
             let mut b = vec![0u8; (e - s) as usize];
-            self.read_cow_source(src, s, &mut b).await?;
+            for &(ps, pe, src) in area_pieces {
+                self.read_cow_source(&src, ps, &mut b[(ps - s) as usize..(pe - s) as usize])
+                    .await?;
+            }
             bufs.push(b);
         }
         let cow_bytes: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         self.count(|c| c.cow_bytes_written += cow_bytes);
         if self.opts.switches.merge_cow {
-            let mut merged = Vec::with_capacity((gend - gstart) as usize);
+            let mut merged = Vec::with_capacity((cend - cstart) as usize);
             let mut it = areas.iter().zip(bufs);
             let mut pending = it.next();
             if let Some((&(s, _), b)) = &pending {
-                if s == gstart && off > gstart {
+                if s == cstart && off > cstart {
                     merged.extend_from_slice(b);
                     pending = it.next();
                 }
@@ -440,7 +563,7 @@ impl<D: BlockDev> Image<D> {
             if let Some((_, b)) = pending {
                 merged.extend_from_slice(&b);
             }
-            let start = if off > gstart { gstart } else { off };
+            let start = if off > cstart { cstart } else { off };
             return Ok(self
                 .data_dev()
                 .write(host + (start - gstart), &merged, WriteFlags::default())
@@ -463,9 +586,7 @@ impl<D: BlockDev> Image<D> {
             let inf = self.inflight.borrow();
             match inf.allocs.get(&key) {
                 Some(a) => {
-                    a.state == AllocState::Open
-                        && a.writers == 0
-                        && a.written.gaps(a.guest_start, a.end()).is_empty()
+                    a.state == AllocState::Open && a.writers == 0 && a.unwritten().is_empty()
                 }
                 None => false,
             }
@@ -573,7 +694,7 @@ impl<D: BlockDev> Image<D> {
             // Every byte of the new clusters now holds its data: reads may
             // use them whole.
             if let Some(a) = self.inflight.borrow_mut().allocs.get_mut(&key) {
-                let (s, e) = (a.guest_start, a.end());
+                let (s, e) = (a.cover_start, a.cover_end);
                 a.written.insert(s, e);
             }
         }
@@ -614,7 +735,7 @@ impl<D: BlockDev> Image<D> {
         let (a, gaps) = {
             let inf = self.inflight.borrow();
             let a = inf.allocs[&key].clone();
-            let gaps = a.written.gaps(a.guest_start, a.end());
+            let gaps = a.unwritten();
             (a, gaps)
         };
         if self.opts.switches.delayed_cow {
@@ -635,19 +756,11 @@ impl<D: BlockDev> Image<D> {
         if gaps.is_empty() || self.broken_drop_cow() {
             return Ok(());
         }
-        let cs = self.geo.cluster_size;
-        // Split at cluster boundaries: each cluster has its own source.
-        let mut pieces = Vec::new();
-        for (s, e) in gaps {
-            let mut p = s;
-            while p < e {
-                let q = e.min(self.geo.cluster_start(p) + cs);
-                pieces.push((p, q));
-                p = q;
-            }
-        }
-        for (s, e) in pieces {
-            let src = self.cow_source(&a, s);
+        let pieces: Vec<(u64, u64, CowSource)> = gaps
+            .into_iter()
+            .flat_map(|(s, e)| self.cow_pieces(&a, s, e))
+            .collect();
+        for (s, e, src) in pieces {
             let host = a.host + (s - a.guest_start);
             if src.is_zero() && self.opts.switches.zero_cow {
                 let flags = ZeroFlags {
@@ -683,8 +796,10 @@ impl<D: BlockDev> Image<D> {
             let guest = a.guest_start + i * cs;
             match self.l2_table_for_write(guest).await {
                 Ok(l2) => {
-                    let old = self.set_l2_entry(l2, guest, L2Entry::normal(a.host + i * cs, true));
-                    self.release_entry(old);
+                    let old = self.update_l2_entry(l2, guest, |cur| self.linked_entry(&a, i, cur));
+                    if !a.in_place {
+                        self.release_entry(old);
+                    }
                     self.inflight
                         .borrow_mut()
                         .allocs
@@ -705,6 +820,33 @@ impl<D: BlockDev> Image<D> {
         }
         self.inflight.borrow_mut().allocs.remove(&key);
         Ok(())
+    }
+
+    /// The L2 entry that links cluster `i` of allocation `a` in place of
+    /// `cur`: the new host cluster with every subcluster allocated, or
+    /// (subcluster allocations) `cur`'s bitmap with the covered subclusters
+    /// allocated and no longer zero. (Subclusters outside the cover may have
+    /// changed since the allocation began: zeroed.)
+    fn linked_entry(&self, a: &Alloc, i: u64, cur: L2Entry) -> L2Entry {
+        let cs = self.geo.cluster_size;
+        let host = a.host + i * cs;
+        let cstart = a.guest_start + i * cs;
+        if !self.geo.extended_l2 || (a.cover_start == a.guest_start && a.cover_end == a.end()) {
+            return self.geo.data_entry(host);
+        }
+        let sc = self.geo.subcluster_size;
+        let first = (a.cover_start.max(cstart) - cstart) / sc;
+        let last = (a.cover_end.min(cstart + cs) - cstart) / sc;
+        debug_assert!(first < last && last <= SUBCLUSTERS as u64);
+        let mask = ((1u64 << last) - 1) & !((1u64 << first) - 1);
+        debug_assert!(
+            cur.word & !COPIED == if a.in_place { host } else { 0 },
+            "the cluster's host changed under an allocation"
+        );
+        L2Entry {
+            word: host | COPIED,
+            bitmap: (cur.bitmap | mask) & !(mask << SUBCLUSTERS),
+        }
     }
 
     /// The `DoubleAlloc` variant: allocate another cluster for the same
@@ -736,7 +878,7 @@ impl<D: BlockDev> Image<D> {
             .await?;
         let _g = self.meta_lock.lock().await;
         let l2 = self.l2_table_for_write(gstart).await?;
-        let old = self.set_l2_entry(l2, gstart, L2Entry::normal(host, true));
+        let old = self.set_l2_entry(l2, gstart, self.geo.data_entry(host));
         self.release_entry(old);
         Ok(n)
     }

@@ -32,6 +32,8 @@ pub const MAX_GROUP_OPS: usize = 64;
 pub const MAX_OP_SECTORS: u64 = 4096;
 /// Most tables an engine cache of a case may hold.
 pub const MAX_CACHE_TABLES: usize = 1024;
+/// Smallest cluster size with extended L2 entries (as qemu-img requires).
+pub const MIN_EXTENDED_L2_CLUSTER_SIZE: u64 = 16 << 10;
 
 /// One simulated run, whole.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -201,6 +203,8 @@ pub enum CaseError {
     RefcountBits { bits: u32 },
     #[error("lazy refcounts need compat 1.1")]
     LazyRefcountsOnV2,
+    #[error("extended L2 entries need compat 1.1 and clusters of at least 16 KiB")]
+    ExtendedL2,
     #[error("backing: {0}")]
     Backing(String),
     #[error("engine: {0}")]
@@ -405,6 +409,11 @@ impl Case {
         }
         if c.lazy_refcounts && c.compat == Compat::V2 {
             return Err(CaseError::LazyRefcountsOnV2);
+        }
+        if c.extended_l2
+            && (c.compat == Compat::V2 || c.cluster_size < MIN_EXTENDED_L2_CLUSTER_SIZE)
+        {
+            return Err(CaseError::ExtendedL2);
         }
         match &self.image.backing {
             None => {

@@ -10,6 +10,13 @@
 //! `x = 62 - (cluster_bits - 8)`, bits 0..x are the host byte offset and
 //! bits x..=61 the number of additional 512-byte sectors the compressed
 //! data occupies.
+//!
+//! Extended L2 entry (incompatible bit 4): 128 bits, the standard word
+//! above followed by a 64-bit subcluster bitmap. A cluster has 32
+//! subclusters; bit `x` (0..32) says subcluster `x` is allocated (its data
+//! is in the host cluster), bit `32 + x` says it reads as zeroes, neither
+//! says it reads from the backing file (or zeroes). The standard word's
+//! bit 0 is reserved there, and a compressed cluster's bitmap must be 0.
 
 use crate::error::{Error, Result};
 
@@ -20,6 +27,12 @@ pub const ZERO: u64 = 1;
 pub const OFFSET_MASK: u64 = 0x00ff_ffff_ffff_fe00;
 const L1_RESERVED: u64 = 0x7f00_0000_0000_01ff;
 const L2_RESERVED: u64 = 0x3f00_0000_0000_01fe;
+/// Subclusters per cluster in an extended L2 entry.
+pub const SUBCLUSTERS: u32 = 32;
+/// Bitmap bits saying every subcluster is allocated.
+pub const ALL_ALLOC: u64 = 0xffff_ffff;
+/// Bitmap bits saying every subcluster reads as zeroes.
+pub const ALL_ZERO: u64 = 0xffff_ffff << 32;
 
 /// An L1 entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -75,29 +88,45 @@ pub enum L2Mapping {
     Compressed { host: u64, sectors: u64 },
 }
 
-/// A standard (64-bit) L2 entry.
+/// An L2 entry: the standard 64-bit word and, in images with extended L2
+/// entries, the subcluster bitmap (0 in standard images).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct L2Entry(pub u64);
+pub struct L2Entry {
+    pub word: u64,
+    pub bitmap: u64,
+}
 
 impl L2Entry {
-    pub const UNALLOCATED: L2Entry = L2Entry(0);
+    pub const UNALLOCATED: L2Entry = L2Entry { word: 0, bitmap: 0 };
+
+    /// A standard entry (bitmap 0) with this word.
+    pub const fn from_word(word: u64) -> Self {
+        L2Entry { word, bitmap: 0 }
+    }
 
     pub fn normal(host: u64, copied: bool) -> Self {
         debug_assert_eq!(host & !OFFSET_MASK, 0);
-        L2Entry(host | if copied { COPIED } else { 0 })
+        L2Entry::from_word(host | if copied { COPIED } else { 0 })
     }
 
     pub fn zero(preallocated: Option<u64>, copied: bool) -> Self {
         match preallocated {
-            Some(h) => L2Entry(h | ZERO | if copied { COPIED } else { 0 }),
-            None => L2Entry(ZERO),
+            Some(h) => L2Entry::from_word(h | ZERO | if copied { COPIED } else { 0 }),
+            None => L2Entry::from_word(ZERO),
         }
     }
 
-    /// Decode. `cluster_bits` is needed for compressed descriptors;
-    /// `version` decides whether the zero flag exists.
+    pub fn with_bitmap(self, bitmap: u64) -> Self {
+        L2Entry { bitmap, ..self }
+    }
+
+    /// Decode the cluster as a whole. `cluster_bits` is needed for
+    /// compressed descriptors; `version` decides whether the zero flag
+    /// exists. For an extended entry this is the host-cluster view (which
+    /// host cluster it holds); what a subcluster reads is
+    /// [`L2Entry::decode_subcluster`].
     pub fn decode(self, cluster_bits: u32, version: u32) -> L2Mapping {
-        let e = self.0;
+        let e = self.word;
         if e & COMPRESSED != 0 {
             let x = 62 - (cluster_bits - 8);
             let host = e & ((1u64 << x) - 1);
@@ -120,31 +149,98 @@ impl L2Entry {
         }
     }
 
-    /// Validate an entry found at `index` of the L2 table at `table`.
-    pub fn validate(self, table: u64, index: usize, cluster_size: u64) -> Result<()> {
-        if self.0 & COMPRESSED != 0 {
-            if self.0 & COPIED != 0 {
+    /// What subcluster `sc` (0..32) of an extended entry reads as: data
+    /// (`Normal`, at the cluster's host offset), zeroes, or the backing file
+    /// (`Unallocated`, even where the cluster has a host offset). The entry
+    /// must have passed [`L2Entry::validate`].
+    pub fn decode_subcluster(self, cluster_bits: u32, sc: u32) -> L2Mapping {
+        debug_assert!(sc < SUBCLUSTERS);
+        if self.word & COMPRESSED != 0 {
+            return self.decode(cluster_bits, 3);
+        }
+        let host = self.word & OFFSET_MASK;
+        if self.bitmap & (1 << sc) != 0 {
+            L2Mapping::Normal {
+                host,
+                copied: self.word & COPIED != 0,
+            }
+        } else if self.bitmap & (1 << (SUBCLUSTERS + sc)) != 0 {
+            L2Mapping::Zero {
+                preallocated: (host != 0).then_some(host),
+            }
+        } else {
+            L2Mapping::Unallocated
+        }
+    }
+
+    /// Validate an entry found at `index` of the L2 table at `table`;
+    /// `extended`: the image has extended L2 entries.
+    pub fn validate(
+        self,
+        table: u64,
+        index: usize,
+        cluster_size: u64,
+        extended: bool,
+    ) -> Result<()> {
+        let w = self.word;
+        if w & COMPRESSED != 0 {
+            if w & COPIED != 0 {
                 return Err(Error::corrupt(
                     format!("L2 entry {index}: compressed cluster with COPIED flag"),
                     table,
                 ));
             }
+            if self.bitmap != 0 {
+                return Err(Error::corrupt(
+                    format!(
+                        "L2 entry {index}: compressed cluster with subcluster bitmap {:#018x}",
+                        self.bitmap
+                    ),
+                    table,
+                ));
+            }
             return Ok(());
         }
-        if self.0 & L2_RESERVED != 0 {
+        let reserved = if extended {
+            L2_RESERVED | ZERO
+        } else {
+            L2_RESERVED
+        };
+        if w & reserved != 0 {
             return Err(Error::corrupt(
-                format!("L2 entry {index}: reserved bits set in {:#018x}", self.0),
+                format!("L2 entry {index}: reserved bits set in {w:#018x}"),
                 table,
             ));
         }
-        if !(self.0 & OFFSET_MASK).is_multiple_of(cluster_size) {
+        if !(w & OFFSET_MASK).is_multiple_of(cluster_size) {
             return Err(Error::corrupt(
                 format!(
                     "L2 entry {index}: data offset {:#x} is not cluster aligned",
-                    self.0 & OFFSET_MASK
+                    w & OFFSET_MASK
                 ),
                 table,
             ));
+        }
+        if extended {
+            let (alloc, zero) = (self.bitmap & ALL_ALLOC, self.bitmap >> SUBCLUSTERS);
+            if alloc & zero != 0 {
+                return Err(Error::corrupt(
+                    format!(
+                        "L2 entry {index}: subcluster bitmap {:#018x} marks subclusters both allocated and zero",
+                        self.bitmap
+                    ),
+                    table,
+                ));
+            }
+            if alloc != 0 && w & OFFSET_MASK == 0 {
+                return Err(Error::corrupt(
+                    format!(
+                        "L2 entry {index}: subcluster bitmap {:#018x} marks subclusters allocated in a cluster with no host offset",
+                        self.bitmap
+                    ),
+                    table,
+                ));
+            }
         }
         Ok(())
     }

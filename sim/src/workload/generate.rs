@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::builder::{pick, Builder, Geometry};
 use super::{backing, bench, iozone, mkfs, random, sequential, Profile};
-use crate::case::{BackingSpec, Case, ImageSpec, CASE_VERSION};
+use crate::case::{BackingSpec, Case, ImageSpec, CASE_VERSION, MIN_EXTENDED_L2_CLUSTER_SIZE};
 use crate::disk::DiskOptions;
 use crate::rng::{self, Stream};
 
@@ -22,6 +22,9 @@ const OP_BUDGET: u32 = 300;
 const WORKLOAD_OPS: u32 = 0;
 const WORKLOAD_IMAGE: u32 = 1;
 const WORKLOAD_PROFILE: u32 = 2;
+/// Whether the image has extended L2 entries: its own stream, so cases
+/// drawn before it existed (and all that do not use it) stay as they were.
+const WORKLOAD_EXTENDED_L2: u32 = 3;
 
 fn stream(seed: u64, concern: Stream, index: u32) -> ChaCha8Rng {
     rng::substream(seed, concern, index)
@@ -38,7 +41,14 @@ impl Case {
             ),
             p => p,
         };
-        let image = image(&mut stream(seed, Stream::Workload, WORKLOAD_IMAGE), profile);
+        let mut image = image(&mut stream(seed, Stream::Workload, WORKLOAD_IMAGE), profile);
+        let c = &mut image.create;
+        if c.compat == Compat::V3
+            && c.cluster_size >= MIN_EXTENDED_L2_CLUSTER_SIZE
+            && stream(seed, Stream::Workload, WORKLOAD_EXTENDED_L2).gen_bool(0.4)
+        {
+            c.extended_l2 = true;
+        }
         let geom = Geometry {
             sectors: image.create.size / SECTOR_SIZE as u64,
             cluster_sectors: image.create.cluster_size / SECTOR_SIZE as u64,
