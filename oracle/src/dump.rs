@@ -104,7 +104,11 @@ fn dump_into(src: &dyn ImageSource, o: &mut String) -> Result<(), String> {
     };
     let l1 = entries(l1_off, l1_size).ok_or("L1 table")?;
     let _ = writeln!(o, "l1");
-    let l2_entries = cs / 8;
+    // Extended L2 entries (incompatible bit 4) are a descriptor and a
+    // subcluster bitmap, 16 bytes.
+    let extended = incompat & (1 << 4) != 0;
+    let words_per_entry = if extended { 2 } else { 1 };
+    let l2_entries = cs / (8 * words_per_entry);
     for (i, &e) in l1.iter().enumerate() {
         if e == 0 {
             continue;
@@ -112,20 +116,28 @@ fn dump_into(src: &dyn ImageSource, o: &mut String) -> Result<(), String> {
         let l2 = e & 0x00ff_ffff_ffff_fe00;
         let copied = if e >> 63 != 0 { " copied" } else { "" };
         let _ = writeln!(o, "  [{i}] l2 {l2:#x}{copied}");
-        let Some(t) = entries(l2, l2_entries) else {
+        let Some(t) = entries(l2, cs / 8) else {
             let _ = writeln!(o, "    unreadable");
             continue;
         };
-        for (j, &x) in t.iter().enumerate() {
-            if x == 0 {
+        for (j, w) in t.chunks_exact(words_per_entry as usize).enumerate() {
+            let bitmap = if extended { w[1] } else { 0 };
+            if w[0] == 0 && bitmap == 0 {
                 continue;
             }
             let guest = (i as u64 * l2_entries + j as u64) * cs;
-            let _ = writeln!(
-                o,
-                "    guest {guest:#x} {}",
-                l2_entry(x, cluster_bits, version)
-            );
+            let mut line = l2_entry(w[0], cluster_bits, version);
+            if extended && w[0] & (1 << 62) == 0 && w[0] & 0x00ff_ffff_ffff_fe00 == 0 {
+                line = "no host cluster".into();
+            }
+            if extended {
+                line = format!(
+                    "{line} subclusters allocated {:#010x} zero {:#010x}",
+                    bitmap & 0xffff_ffff,
+                    bitmap >> 32
+                );
+            }
+            let _ = writeln!(o, "    guest {guest:#x} {line}");
         }
     }
     let rt = entries(rt_off, rt_clusters * cs / 8).ok_or("refcount table")?;

@@ -44,3 +44,22 @@ fn dump_of_a_post_crash_image() {
         .expect("exported crash image");
     insta::assert_snapshot!(oracle::dump::dump(&bytes));
 }
+
+#[test]
+fn dump_of_an_extended_l2_image() {
+    let dev = MemDev::new();
+    let o = CreateOptions {
+        size: 4 << 20,
+        cluster_size: 64 << 10,
+        extended_l2: true,
+        ..Default::default()
+    };
+    block_on(Image::create(&dev, &o)).unwrap();
+    let img = block_on(Image::open(dev, EngineOptions::default())).unwrap();
+    // Subclusters are 2 KiB: this touches subclusters 0..=2 of cluster 0.
+    block_on(img.write(1024, &[1u8; 4096])).unwrap();
+    block_on(img.write(1 << 20, &[2u8; 65536])).unwrap();
+    block_on(img.write_zeroes(2 << 20, 65536, true)).unwrap();
+    let bytes = block_on(img.close()).unwrap().into_bytes();
+    insta::assert_snapshot!(oracle::dump::dump(&bytes));
+}
