@@ -266,13 +266,17 @@ impl Model {
         let history = &self.history;
         self.lost.retain(|s, lost| {
             !history.get(s).is_some_and(|entries| {
-                entries.iter().any(|e| {
-                    e.issued > lost.since
-                        && matches!(e.put, history::Put::Value(_))
-                        && matches!(e.completed, Some((c, Status::Ok)) if c < flush_issued)
-                })
+                entries
+                    .iter()
+                    .any(|e| e.issued > lost.since && Self::durable_value_write(e, flush_issued))
             })
         });
+    }
+
+    /// Whether `e` wrote a value and succeeded before `t`.
+    fn durable_value_write(e: &Entry, t: Seq) -> bool {
+        matches!(e.put, history::Put::Value(_))
+            && matches!(e.completed, Some((c, Status::Ok)) if c < t)
     }
 
     /// A guest read was issued.
@@ -322,7 +326,18 @@ impl Model {
                 None => allowed.push(base),
             }
             if let Some(lost) = self.lost.get(&s) {
-                allowed.extend_from_slice(&lost.values);
+                // A write issued after the failure and done before this
+                // read was issued hides the rolled-back values from it: only
+                // another failed flush could drop that write, and that one
+                // recomputes the doubt.
+                let hidden = self.history.get(&s).is_some_and(|entries| {
+                    entries
+                        .iter()
+                        .any(|e| e.issued > lost.since && Self::durable_value_write(e, r.issued))
+                });
+                if !hidden {
+                    allowed.extend_from_slice(&lost.values);
+                }
             }
             check_sector(s, chunk, &mut allowed, When::Read { op }, &mut violations);
         }
