@@ -105,7 +105,13 @@ impl<D: BlockDev> Image<D> {
         self.load_l2(l2_off).await?;
         let idx = self.geo.offset_to_l2_index(guest);
         let e = self.l2_entry_cached(l2_off, idx);
-        e.validate(l2_off, idx, self.geo.cluster_size, self.geo.extended_l2)?;
+        e.validate(
+            l2_off,
+            idx,
+            self.geo.cluster_size,
+            self.geo.extended_l2,
+            self.has_data_file(),
+        )?;
         self.check_data_entry(guest, e, l2_off)?;
         // Every cluster an entry may name was in the file at open or has
         // been allocated since; anything past that is corruption, and

@@ -623,3 +623,45 @@ fn data_is_flushed_before_the_l2_entry_that_points_at_it() {
         assert!(links >= 2, "{switches:?}: L2 and L1 written: {log:?}");
     }
 }
+
+/// With extended L2 entries, guest cluster 0 of a data-file image lives at
+/// host offset 0: its entry has offset 0, COPIED and allocated subclusters,
+/// which is data (QEMU reads it so), not a corrupt entry. A partial write
+/// there, then reads, writes and a reopen, must work, and QEMU must agree.
+#[test]
+fn extended_l2_guest_cluster_0_in_a_data_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for raw in [false, true] {
+        let path = dir.path().join(format!("x{}.qcow2", u8::from(raw)));
+        let cs = 65536u64;
+        let size = 1u64 << 20;
+        let o = CreateOptions {
+            size,
+            cluster_size: cs,
+            extended_l2: true,
+            data_file: Some(format!("x{}.data", u8::from(raw))),
+            data_file_raw: raw,
+            ..Default::default()
+        };
+        let (dev, data) = (MemDev::new(), MemDev::new());
+        block_on(Image::create_with_data(&dev, Some(&data), &o)).unwrap();
+        let img = block_on(Image::open_with_data(
+            dev,
+            Some(data),
+            EngineOptions::default(),
+        ))
+        .unwrap();
+        let mut model = vec![0u8; size as usize];
+        // One subcluster (2 KiB) of cluster 0, then another beside it.
+        for (off, len, byte) in [(4096u64, 2048usize, 0x5a), (8192, 4096, 0xa5)] {
+            block_on(img.write(off, &vec![byte; len])).unwrap();
+            model[off as usize..off as usize + len].fill(byte);
+            assert!(read_all(&img) == model, "raw={raw}: engine reads its model");
+        }
+        close_to_files(img, &path);
+        check_clean(&path);
+        assert!(qemu_raw(&path) == model, "raw={raw}: qemu-img convert");
+        let img = open_files(&path, EngineOptions::default());
+        assert!(read_all(&img) == model, "raw={raw}: after reopen");
+    }
+}

@@ -174,13 +174,16 @@ impl L2Entry {
     }
 
     /// Validate an entry found at `index` of the L2 table at `table`;
-    /// `extended`: the image has extended L2 entries.
+    /// `extended`: the image has extended L2 entries; `data_file`: it keeps
+    /// its data in an external data file, where host offset 0 (with COPIED,
+    /// which tells it from an unallocated cluster) is guest cluster 0.
     pub fn validate(
         self,
         table: u64,
         index: usize,
         cluster_size: u64,
         extended: bool,
+        data_file: bool,
     ) -> Result<()> {
         let w = self.word;
         if w & COMPRESSED != 0 {
@@ -232,7 +235,8 @@ impl L2Entry {
                     table,
                 ));
             }
-            if alloc != 0 && w & OFFSET_MASK == 0 {
+            let offset_zero_is_data = data_file && w & COPIED != 0;
+            if alloc != 0 && w & OFFSET_MASK == 0 && !offset_zero_is_data {
                 return Err(Error::corrupt(
                     format!(
                         "L2 entry {index}: subcluster bitmap {:#018x} marks subclusters allocated in a cluster with no host offset",
