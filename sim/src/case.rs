@@ -111,6 +111,14 @@ impl ImageSpec {
         }
     }
 
+    /// This spec with the guest data in the image file itself.
+    pub fn without_data_file(mut self) -> ImageSpec {
+        self.create.data_file = None;
+        self.create.data_file_raw = false;
+        self.data_file = None;
+        self
+    }
+
     /// This spec with an external data file, the header naming it as
     /// [`ImageSpec::data_file`] requires.
     pub fn with_data_file(mut self, spec: DataFileSpec) -> ImageSpec {

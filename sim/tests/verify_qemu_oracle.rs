@@ -32,6 +32,8 @@ fn qemu_check(path: &Path) -> Counts {
     let out = Command::new("qemu-img")
         .args(["check", "--output", "json", "-f", "qcow2"])
         .arg(path)
+        // QEMU finds a relative data file name in the working directory.
+        .current_dir(path.parent().expect("in a directory"))
         .output()
         .expect("qemu-img runs");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -55,6 +57,7 @@ fn qemu_raw(path: &Path, out: &Path) -> Vec<u8> {
         .args(["convert", "-f", "qcow2", "-O", "raw"])
         .arg(path)
         .arg(out)
+        .current_dir(path.parent().expect("in a directory"))
         .output()
         .expect("qemu-img runs");
     assert!(

@@ -104,14 +104,14 @@ pub fn enumerate_crash_states(
     case: &Case,
     options: &EnumerateOptions,
 ) -> Result<EnumerateReport, EnumerateError> {
-    if case.image.data_file.is_some() {
-        return Err(EnumerateError::DataFile);
-    }
     let group = case
         .workload
         .iter()
         .position(|ops| ops.iter().any(|op| matches!(op, Op::Crash)))
         .ok_or(EnumerateError::NoCrash)?;
+    if case.image.data_file.is_some() {
+        return Err(EnumerateError::DataFile);
+    }
     let run_opts = RunOptions::default();
     let mut first = Run::fresh(case, &run_opts);
     let reached = first.run_to_crash(group);
