@@ -22,7 +22,7 @@
 
 use crate::dev::{BlockDev, ZeroFlags};
 use crate::error::{Error, Result};
-use crate::format::entry::COPIED;
+use crate::format::entry::{COMPRESSED, COPIED, OFFSET_MASK};
 use crate::format::header::{autoclear, Header};
 use crate::format::{L2Entry, L2Mapping};
 use crate::image::{Compat, CreateOptions, Image};
@@ -177,6 +177,18 @@ impl<D: BlockDev> Image<D> {
             return Ok(());
         }
         let want = self.geo.cluster_start(guest);
+        // With extended entries the cluster's host offset matters whatever
+        // the subcluster at `guest` reads as: filling an unallocated or
+        // zero subclusters of a COPIED cluster writes there in place.
+        let host = e.word & OFFSET_MASK;
+        if self.geo.extended_l2 && e.word & COMPRESSED == 0 && host != 0 && host != want {
+            return Err(Error::corrupt(
+                format!(
+                    "external data file offset {host:#x} does not match guest offset {want:#x}"
+                ),
+                table,
+            ));
+        }
         match self.decode_l2(e, guest) {
             L2Mapping::Compressed { .. } => Err(Error::corrupt(
                 format!(

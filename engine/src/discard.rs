@@ -139,6 +139,10 @@ impl<D: BlockDev> Image<D> {
         let first = self.geo.offset_into_cluster(start) / sc;
         let last = first + (end - start) / sc;
         let mask = ((1u64 << last) - 1) & !((1u64 << first) - 1);
+        // Raw external data: the data file reads as zeroes there before the
+        // bitmap says so (under the lock: no allocation may copy these
+        // subclusters meanwhile).
+        self.zero_raw_data(start, end).await?;
         let new = cur.with_bitmap((cur.bitmap & !mask) | mask << SUBCLUSTERS);
         if new != cur {
             let l2 = self.l2_table_for_write(start).await?;

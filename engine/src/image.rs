@@ -788,10 +788,12 @@ impl<D: BlockDev> Image<D> {
         f(&mut self.counters.borrow_mut());
     }
 
-    /// Write the in-memory header to cluster 0 (no flush).
+    /// Write the in-memory header to cluster 0 (no flush). A failure
+    /// poisons the image, as any metadata write's: the header in memory
+    /// (a new refcount table, a cleared dirty bit) is not the one on disk.
     pub(crate) async fn write_header(&self) -> Result<()> {
         let bytes = self.meta.borrow().header.serialize()?;
-        self.dev.write(0, &bytes, WriteFlags::default()).await?;
+        self.write_meta(0, &bytes).await?;
         self.meta.borrow_mut().header_dirty = false;
         Ok(())
     }

@@ -174,9 +174,10 @@ impl L2Entry {
     }
 
     /// Validate an entry found at `index` of the L2 table at `table`;
-    /// `extended`: the image has extended L2 entries; `data_file`: it keeps
-    /// its data in an external data file, where host offset 0 (with COPIED,
-    /// which tells it from an unallocated cluster) is guest cluster 0.
+    /// `extended`: the image has extended L2 entries; `data_file`: it has
+    /// an external data file, where host offset 0 with COPIED is guest
+    /// cluster 0 (QEMU tells it from an unallocated cluster by COPIED), so
+    /// its subclusters may be allocated.
     pub fn validate(
         self,
         table: u64,
@@ -235,8 +236,8 @@ impl L2Entry {
                     table,
                 ));
             }
-            let offset_zero_is_data = data_file && w & COPIED != 0;
-            if alloc != 0 && w & OFFSET_MASK == 0 && !offset_zero_is_data {
+            let cluster_zero = data_file && w & COPIED != 0;
+            if alloc != 0 && w & OFFSET_MASK == 0 && !cluster_zero {
                 return Err(Error::corrupt(
                     format!(
                         "L2 entry {index}: subcluster bitmap {:#018x} marks subclusters allocated in a cluster with no host offset",

@@ -350,7 +350,7 @@ pub fn run_job_with(
         })
         .map_err(|e| BenchError::Exec(e, name))??;
     let (image, start, end) = out;
-    let device = disk_delta(&start.1, &end.1);
+    let device = end.1.since(&start.1);
     let engine = engine_delta(&start.2, &end.2);
     let row = Row {
         workload: setup.workload,
@@ -405,25 +405,6 @@ fn quiet_options(latency: LatencyOptions, log: bool) -> DiskOptions {
     o.log.enabled = log;
     o.log.data_bytes_max = 0;
     o
-}
-
-fn disk_delta(a: &DiskCounters, b: &DiskCounters) -> DiskCounters {
-    DiskCounters {
-        reads: b.reads - a.reads,
-        read_bytes: b.read_bytes - a.read_bytes,
-        writes: b.writes - a.writes,
-        write_bytes: b.write_bytes - a.write_bytes,
-        fua_writes: b.fua_writes - a.fua_writes,
-        write_zeroes: b.write_zeroes - a.write_zeroes,
-        write_zeroes_bytes: b.write_zeroes_bytes - a.write_zeroes_bytes,
-        write_zeroes_unsupported: b.write_zeroes_unsupported - a.write_zeroes_unsupported,
-        write_zeroes_fallback_bytes: b.write_zeroes_fallback_bytes - a.write_zeroes_fallback_bytes,
-        discards: b.discards - a.discards,
-        discard_bytes: b.discard_bytes - a.discard_bytes,
-        flushes: b.flushes - a.flushes,
-        truncates: b.truncates - a.truncates,
-        errors: b.errors - a.errors,
-    }
 }
 
 /// `b - a`, field by field.

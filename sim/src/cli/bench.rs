@@ -288,15 +288,10 @@ fn print_report(r: &FileBenchReport) {
     );
     if let Some(e) = &r.engine {
         println!(
-            "Engine during the run: {} guest flushes, {} clusters allocated, COW {} created / {} cancelled whole / {} cancelled in part / {} performed, {} zeroing requests, {} allocation joins, {} overlap waits, {} L2 and {} refcount writebacks, {} device flushes",
+            "Engine during the run: {} guest flushes, {} clusters allocated, {}, {} overlap waits, {} L2 and {} refcount writebacks, {} device flushes",
             e.guest_flushes,
             e.clusters_allocated,
-            e.cow_created,
-            e.cow_cancelled_whole,
-            e.cow_cancelled_partial,
-            e.cow_performed,
-            e.zeroing_requests,
-            e.alloc_joins,
+            sim::runner::cow_summary(e),
             e.overlap_waits,
             e.l2_writebacks,
             e.refcount_writebacks,

@@ -99,6 +99,29 @@ pub fn print_report(report: &RunReport, json: bool) {
             s.recovered_sectors_checked,
             s.leaked_clusters
         );
+        // What the optimisations did in the last epoch (each crash starts
+        // the image and disk afresh), from open to before close.
+        let (e, d) = (&s.engine, &s.epoch_disk);
+        let per = |a: u64, b: u64| {
+            if b == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.3}", a as f64 / b as f64)
+            }
+        };
+        let _ = writeln!(
+            out,
+            "  last epoch: device writes per guest write {}, device bytes per guest byte {}, device flushes per guest flush {}",
+            per(d.writes + d.write_zeroes, e.guest_writes + e.guest_zero_writes),
+            per(d.write_bytes, e.guest_bytes_written),
+            per(d.flushes, e.guest_flushes),
+        );
+        let _ = writeln!(
+            out,
+            "  last epoch: {}; allocations given up {}",
+            sim::runner::cow_summary(e),
+            s.allocs_dropped,
+        );
         for f in &report.failures {
             let _ = writeln!(out, "  {f}");
         }

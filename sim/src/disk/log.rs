@@ -184,3 +184,28 @@ pub struct DiskCounters {
     /// Requests that failed with an injected fault (EIO, ENOSPC).
     pub errors: u64,
 }
+
+impl DiskCounters {
+    /// What happened since `earlier` (counts of the same disk), field by
+    /// field.
+    pub fn since(&self, earlier: &DiskCounters) -> DiskCounters {
+        let (a, b) = (earlier, self);
+        DiskCounters {
+            reads: b.reads - a.reads,
+            read_bytes: b.read_bytes - a.read_bytes,
+            writes: b.writes - a.writes,
+            write_bytes: b.write_bytes - a.write_bytes,
+            fua_writes: b.fua_writes - a.fua_writes,
+            write_zeroes: b.write_zeroes - a.write_zeroes,
+            write_zeroes_bytes: b.write_zeroes_bytes - a.write_zeroes_bytes,
+            write_zeroes_unsupported: b.write_zeroes_unsupported - a.write_zeroes_unsupported,
+            write_zeroes_fallback_bytes: b.write_zeroes_fallback_bytes
+                - a.write_zeroes_fallback_bytes,
+            discards: b.discards - a.discards,
+            discard_bytes: b.discard_bytes - a.discard_bytes,
+            flushes: b.flushes - a.flushes,
+            truncates: b.truncates - a.truncates,
+            errors: b.errors - a.errors,
+        }
+    }
+}

@@ -25,7 +25,7 @@ pub use enumerate::{
     enumerate_crash_states, EnumerateError, EnumerateOptions, EnumerateReport, Granularity,
     StateFailure,
 };
-pub use report::{Failure, RunReport, RunStats};
+pub use report::{cow_summary, Failure, RunReport, RunStats};
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -40,7 +40,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::case::{Case, Op};
-use crate::disk::SimDisk;
+use crate::disk::{DiskCounters, SimDisk};
 use crate::exec::Sim;
 use crate::rng::{self, Stream};
 
@@ -89,6 +89,8 @@ struct Run<'a> {
     /// those past the crash image's end that a refcount still claims: a
     /// crash-free epoch must not leak any other.
     leaked_after_crash: BTreeSet<u64>,
+    /// The disk's counts when the current epoch's guest requests began.
+    epoch_start: DiskCounters,
 }
 
 /// A crash image seen as longer than it is, reading zeroes past its end: a
@@ -167,6 +169,7 @@ impl<'a> Run<'a> {
             crashes: 0,
             faults_before: 0,
             leaked_after_crash: BTreeSet::new(),
+            epoch_start: DiskCounters::default(),
         }
     }
 
@@ -206,6 +209,7 @@ impl<'a> Run<'a> {
             Err(f) => return self.fail(f),
         };
         let mut img = Some(Rc::new(img));
+        self.epoch_start = self.disk.counters();
         for (g, ops) in self.case.numbered_groups().iter().enumerate() {
             let live = img.take().expect("an open image between groups");
             let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
@@ -217,7 +221,10 @@ impl<'a> Run<'a> {
                 self.shared.stats.borrow_mut().allocs_dropped += live.counters().allocs_dropped;
                 drop(live);
                 match self.crash() {
-                    Ok(next) => img = Some(next),
+                    Ok(next) => {
+                        self.epoch_start = self.disk.counters();
+                        img = Some(next)
+                    }
                     Err(f) => return self.fail(f),
                 }
             } else {
@@ -536,6 +543,7 @@ impl<'a> Run<'a> {
             }
         };
         self.shared.stats.borrow_mut().engine = img.counters();
+        self.shared.stats.borrow_mut().epoch_disk = self.disk.counters().since(&self.epoch_start);
         // Drops during the close itself are not counted: close consumes
         // the image.
         self.shared.stats.borrow_mut().allocs_dropped += img.counters().allocs_dropped;

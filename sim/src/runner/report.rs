@@ -69,6 +69,10 @@ pub struct RunStats {
     pub engine: Counters,
     /// The last disk's request counts.
     pub disk: DiskCounters,
+    /// The last disk's request counts while the last epoch's guest requests
+    /// ran (from the image's open, and the recovery check after a crash,
+    /// to before its close): what the engine's optimisations are judged by.
+    pub epoch_disk: DiskCounters,
 }
 
 /// The outcome of one run.
@@ -87,4 +91,18 @@ impl RunReport {
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
     }
+}
+
+/// What delayed, zeroed and joined COW did, in words, as `qcsim run` and
+/// `qcsim bench FILE` print it.
+pub fn cow_summary(e: &engine::Counters) -> String {
+    format!(
+        "COW areas created {}, cancelled whole {}, cancelled in part {}, performed {}; zeroing requests {}; joins {}",
+        e.cow_created,
+        e.cow_cancelled_whole,
+        e.cow_cancelled_partial,
+        e.cow_performed,
+        e.zeroing_requests,
+        e.alloc_joins,
+    )
 }
