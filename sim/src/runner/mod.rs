@@ -209,7 +209,7 @@ impl<'a> Run<'a> {
             Err(f) => return self.fail(f),
         };
         let mut img = Some(Rc::new(img));
-        self.epoch_start = self.disk.counters();
+        self.epoch_start = self.disk_counters();
         for (g, ops) in self.case.numbered_groups().iter().enumerate() {
             let live = img.take().expect("an open image between groups");
             let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
@@ -222,7 +222,7 @@ impl<'a> Run<'a> {
                 drop(live);
                 match self.crash() {
                     Ok(next) => {
-                        self.epoch_start = self.disk.counters();
+                        self.epoch_start = self.disk_counters();
                         img = Some(next)
                     }
                     Err(f) => return self.fail(f),
@@ -248,6 +248,13 @@ impl<'a> Run<'a> {
         for d in self.crashing_disks() {
             d.set_faults_enabled(on);
         }
+    }
+
+    /// The request counts of the image's disk and the data file's, together.
+    fn disk_counters(&self) -> DiskCounters {
+        self.crashing_disks()
+            .iter()
+            .fold(DiskCounters::default(), |sum, d| sum.plus(&d.counters()))
     }
 
     fn faults_so_far(&self) -> u64 {
@@ -543,12 +550,12 @@ impl<'a> Run<'a> {
             }
         };
         self.shared.stats.borrow_mut().engine = img.counters();
-        self.shared.stats.borrow_mut().epoch_disk = self.disk.counters().since(&self.epoch_start);
+        self.shared.stats.borrow_mut().epoch_disk = self.disk_counters().since(&self.epoch_start);
         // Drops during the close itself are not counted: close consumes
         // the image.
         self.shared.stats.borrow_mut().allocs_dropped += img.counters().allocs_dropped;
         let closed = self.block(async move { img.close().await });
-        self.shared.stats.borrow_mut().disk = self.disk.counters();
+        self.shared.stats.borrow_mut().disk = self.disk_counters();
         match closed {
             Ok(_) => {
                 let bytes = self.disk.volatile().to_bytes();
