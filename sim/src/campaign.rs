@@ -90,6 +90,8 @@ pub struct Totals {
     /// Cases run in harsh mode, and what the judges saw in them.
     pub harsh_cases: u64,
     pub harsh_findings: u64,
+    /// Cases whose image keeps its data in an external data file.
+    pub data_file_cases: u64,
 }
 
 impl Totals {
@@ -176,6 +178,7 @@ pub fn run_campaign(plan: &CampaignPlan, progress: &(dyn Fn(u64, u64) + Sync)) -
             summary.cases += 1;
             summary.totals.add(&report.stats);
             summary.totals.harsh_cases += u64::from(case.harsh());
+            summary.totals.data_file_cases += u64::from(case.image.data_file.is_some());
             if report.passed() {
                 summary.passed += 1;
             } else {

@@ -64,6 +64,23 @@ pub struct ImageSpec {
     /// [`BackingSpec::format_name`]).
     pub create: CreateOptions,
     pub backing: Option<BackingSpec>,
+    /// An external data file on a disk of its own; `create.data_file` and
+    /// `create.data_file_raw` must agree with it ([`DATA_FILE_NAME`]).
+    /// Absent in cases saved before data files were drawn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_file: Option<DataFileSpec>,
+}
+
+/// The name an image's header gives its external data file.
+pub const DATA_FILE_NAME: &str = "disk.data";
+
+/// An external data file: guest data clusters on a second simulated disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataFileSpec {
+    /// The data file is kept a raw image of the guest disk
+    /// (`data_file_raw`); impossible with a backing file.
+    pub raw: bool,
 }
 
 impl ImageSpec {
@@ -90,7 +107,25 @@ impl ImageSpec {
                 ..CreateOptions::default()
             },
             backing,
+            data_file: None,
         }
+    }
+
+    /// This spec with the guest data in the image file itself.
+    pub fn without_data_file(mut self) -> ImageSpec {
+        self.create.data_file = None;
+        self.create.data_file_raw = false;
+        self.data_file = None;
+        self
+    }
+
+    /// This spec with an external data file, the header naming it as
+    /// [`ImageSpec::data_file`] requires.
+    pub fn with_data_file(mut self, spec: DataFileSpec) -> ImageSpec {
+        self.create.data_file = Some(DATA_FILE_NAME.to_string());
+        self.create.data_file_raw = spec.raw;
+        self.data_file = Some(spec);
+        self
     }
 }
 
@@ -205,6 +240,8 @@ pub enum CaseError {
     LazyRefcountsOnV2,
     #[error("extended L2 entries need compat 1.1 and clusters of at least 16 KiB")]
     ExtendedL2,
+    #[error("data file: {0}")]
+    DataFile(String),
     #[error("backing: {0}")]
     Backing(String),
     #[error("engine: {0}")]
@@ -317,6 +354,11 @@ impl Case {
             None => String::new(),
             Some(b) => format!(" backing={}", b.format_name()),
         };
+        let data_file = match self.image.data_file {
+            None => "",
+            Some(DataFileSpec { raw: false }) => " data_file",
+            Some(DataFileSpec { raw: true }) => " data_file_raw",
+        };
         let f = &self.disk.faults;
         let faults = if !f.enabled {
             "none".to_string()
@@ -331,7 +373,7 @@ impl Case {
             )
         };
         format!(
-            "seed {} {} {}KiB cluster={} {compat} refcount_bits={}{}{backing} \
+            "seed {} {} {}KiB cluster={} {compat} refcount_bits={}{}{backing}{data_file} \
              switches={:05b} sector={} ops={} crashes={} faults={faults}",
             self.seed,
             self.profile.map_or("arbitrary", |p| p.name()),
@@ -415,6 +457,7 @@ impl Case {
         {
             return Err(CaseError::ExtendedL2);
         }
+        self.validate_data_file()?;
         match &self.image.backing {
             None => {
                 if c.backing_file.is_some() || c.backing_format.is_some() {
@@ -452,6 +495,35 @@ impl Case {
                             "cluster size {cluster_size}: must be a power of two from 512 to 2 MiB"
                         )));
                     }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Mirrors what the engine's create refuses, and the agreement between
+    /// the header's options and the case's data file.
+    fn validate_data_file(&self) -> Result<(), CaseError> {
+        let c = &self.image.create;
+        let bad = |m: &str| Err(CaseError::DataFile(m.to_string()));
+        match self.image.data_file {
+            None => {
+                if c.data_file.is_some() || c.data_file_raw {
+                    return bad("the image names a data file but the case describes none");
+                }
+            }
+            Some(spec) => {
+                if c.data_file.as_deref() != Some(DATA_FILE_NAME) || c.data_file_raw != spec.raw {
+                    return Err(CaseError::DataFile(format!(
+                        "the image must name data file {DATA_FILE_NAME:?} with data_file_raw={}",
+                        spec.raw
+                    )));
+                }
+                if c.compat == Compat::V2 {
+                    return bad("external data files need compat 1.1");
+                }
+                if spec.raw && self.image.backing.is_some() {
+                    return bad("a raw data file (data_file_raw) cannot go with a backing file");
                 }
             }
         }

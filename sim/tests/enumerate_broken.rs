@@ -12,6 +12,8 @@ use sim::workload::Profile;
 
 fn overlay(seed: u64) -> Case {
     let mut c = Case::generate(seed, Profile::Backing);
+    // Enumeration covers one disk: no external data file.
+    c.image = c.image.without_data_file();
     c.disk.faults.enabled = false;
     let w = |sector, sectors| Op::Write { sector, sectors };
     c.workload = vec![

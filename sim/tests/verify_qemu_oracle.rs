@@ -4,7 +4,7 @@
 //! check errors as `oracle::check::check` on the same bytes, and read by
 //! `qemu-img convert -O raw`, which must yield what the engine reads from
 //! the same file (opened read-only on an in-memory device, with its
-//! backing file).
+//! backing file and its external data file as exported with the image).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,7 +12,7 @@ use std::process::Command;
 use engine::dev::MemDev;
 use engine::{Backing, EngineOptions, Image};
 use serde_json::Value;
-use sim::case::{BackingSpec, Case};
+use sim::case::{BackingSpec, Case, DATA_FILE_NAME};
 use sim::runner::{run_case, RunOptions};
 use sim::workload::Profile;
 
@@ -32,6 +32,8 @@ fn qemu_check(path: &Path) -> Counts {
     let out = Command::new("qemu-img")
         .args(["check", "--output", "json", "-f", "qcow2"])
         .arg(path)
+        // QEMU finds a relative data file name in the working directory.
+        .current_dir(path.parent().expect("in a directory"))
         .output()
         .expect("qemu-img runs");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -55,6 +57,7 @@ fn qemu_raw(path: &Path, out: &Path) -> Vec<u8> {
         .args(["convert", "-f", "qcow2", "-O", "raw"])
         .arg(path)
         .arg(out)
+        .current_dir(path.parent().expect("in a directory"))
         .output()
         .expect("qemu-img runs");
     assert!(
@@ -69,14 +72,15 @@ fn qemu_raw(path: &Path, out: &Path) -> Vec<u8> {
 }
 
 /// The whole virtual disk as the engine reads it from `bytes`, read-only,
-/// with the case's backing file from `dir`.
-fn engine_raw(bytes: Vec<u8>, case: &Case, dir: &Path) -> Vec<u8> {
+/// with the case's backing file from `dir` and `data` as its data file.
+fn engine_raw(bytes: Vec<u8>, data: Option<Vec<u8>>, case: &Case, dir: &Path) -> Vec<u8> {
     futures::executor::block_on(async {
         let ro = EngineOptions {
             read_only: true,
             ..Default::default()
         };
-        let mut img = Image::open(MemDev::from_bytes(bytes), ro.clone())
+        let data = data.map(MemDev::from_bytes);
+        let mut img = Image::open_with_data(MemDev::from_bytes(bytes), data, ro.clone())
             .await
             .expect("the engine opens its exported image read-only");
         if let Some(spec) = case.image.backing {
@@ -117,6 +121,13 @@ fn compare_seed(case: &Case, dir: &Path) -> usize {
     for path in &images {
         let what = format!("seed {} {}", case.seed, path.display());
         let bytes = std::fs::read(path).expect("exported image");
+        // The image's header names DATA_FILE_NAME: put the data file as it
+        // was with this image there, for qemu-img.
+        let data = case.image.data_file.map(|_| {
+            let data = std::fs::read(path.with_extension("data")).expect("exported data file");
+            std::fs::write(dir.join(DATA_FILE_NAME), &data).expect("data file for qemu-img");
+            data
+        });
         let ours = oracle::check::check(&bytes);
         // A checker that cannot open an image counts nothing in it.
         assert_eq!(ours.failure, None, "{what}: the checker opens the image");
@@ -127,7 +138,7 @@ fn compare_seed(case: &Case, dir: &Path) -> usize {
         };
         assert_eq!(qemu_check(path), ours, "{what}: qemu-img check vs checker");
         let theirs = qemu_raw(path, &dir.join("converted.raw"));
-        let engine = engine_raw(bytes, case, dir);
+        let engine = engine_raw(bytes, data, case, dir);
         assert_eq!(theirs.len(), engine.len(), "{what}: virtual size");
         if let Some(i) = theirs.iter().zip(&engine).position(|(a, b)| a != b) {
             panic!(

@@ -160,6 +160,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         "crash states kept {} multi-sector device writes in part (torn at sector granularity); the engine gave up {} allocations after I/O errors",
         t.torn_writes, t.allocs_dropped
     );
+    if t.data_file_cases > 0 {
+        println!(
+            "{} cases kept guest data in an external data file",
+            t.data_file_cases
+        );
+    }
     if t.harsh_cases > 0 {
         println!(
             "harsh mode: {} cases with torn, lost or misdirected writes; {} model or checker findings there (counted, not failures)",

@@ -208,4 +208,26 @@ impl DiskCounters {
             errors: b.errors - a.errors,
         }
     }
+
+    /// The counts of two disks together (an image and its data file).
+    pub fn plus(&self, other: &DiskCounters) -> DiskCounters {
+        let (a, b) = (self, other);
+        DiskCounters {
+            reads: a.reads + b.reads,
+            read_bytes: a.read_bytes + b.read_bytes,
+            writes: a.writes + b.writes,
+            write_bytes: a.write_bytes + b.write_bytes,
+            fua_writes: a.fua_writes + b.fua_writes,
+            write_zeroes: a.write_zeroes + b.write_zeroes,
+            write_zeroes_bytes: a.write_zeroes_bytes + b.write_zeroes_bytes,
+            write_zeroes_unsupported: a.write_zeroes_unsupported + b.write_zeroes_unsupported,
+            write_zeroes_fallback_bytes: a.write_zeroes_fallback_bytes
+                + b.write_zeroes_fallback_bytes,
+            discards: a.discards + b.discards,
+            discard_bytes: a.discard_bytes + b.discard_bytes,
+            flushes: a.flushes + b.flushes,
+            truncates: a.truncates + b.truncates,
+            errors: a.errors + b.errors,
+        }
+    }
 }

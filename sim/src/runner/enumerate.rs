@@ -88,6 +88,10 @@ impl EnumerateReport {
 pub enum EnumerateError {
     #[error("the case has no crash point to enumerate")]
     NoCrash,
+    /// Enumeration builds the states of one disk; a data file's crash
+    /// states would have to be combined with the image's.
+    #[error("the case has an external data file: enumerating crash states of two disks is not supported")]
+    DataFile,
     #[error("crash states: {0}")]
     Crash(#[from] CrashError),
     #[error("the run to the crash point went differently for state {index}: not deterministic")]
@@ -105,6 +109,9 @@ pub fn enumerate_crash_states(
         .iter()
         .position(|ops| ops.iter().any(|op| matches!(op, Op::Crash)))
         .ok_or(EnumerateError::NoCrash)?;
+    if case.image.data_file.is_some() {
+        return Err(EnumerateError::DataFile);
+    }
     let run_opts = RunOptions::default();
     let mut first = Run::fresh(case, &run_opts);
     let reached = first.run_to_crash(group);

@@ -5,11 +5,14 @@
 //!
 //! The steps, per case:
 //! 1. `setup`: the backing file (raw or qcow2) on its own quiet disk, the
-//!    image created on the case's disk with faults off, then opened;
+//!    image created on the case's disk with faults off (and its external
+//!    data file, if the case has one, on a second disk with the same
+//!    options), then opened;
 //! 2. each concurrency group: its operations spawned as tasks; without a
 //!    crash the group runs to completion, with one it runs until a crash
-//!    time drawn from the crash stream, then `crash` takes a crash image,
-//!    reopens it through the engine (which repairs a dirty image), checks
+//!    time drawn from the crash stream, then `crash` takes a crash image
+//!    (of both disks at once, with a data file), reopens it through the
+//!    engine (which repairs a dirty image), checks
 //!    it and reads it whole against the model;
 //! 3. `finish`: a last whole-disk read, a clean close, and a check that
 //!    finds neither corruption nor leak.
@@ -71,8 +74,14 @@ struct Run<'a> {
     sim: Sim,
     shared: Rc<Shared>,
     disk: SimDisk,
+    /// The external data file's disk, when the case has one: faults,
+    /// reordering and crashes apply to it as to `disk`.
+    data: Option<SimDisk>,
     backing: Option<setup::BackingDisk>,
     crash_rng: ChaCha8Rng,
+    /// Crash states of the data file's disk: a stream of its own, so that
+    /// the image disk's crash states are drawn as without a data file.
+    data_crash_rng: ChaCha8Rng,
     crashes: u32,
     /// Faults injected on disks that are gone (before a crash).
     faults_before: u64,
@@ -103,6 +112,9 @@ impl oracle::check::ImageSource for Padded<'_> {
     }
 }
 
+/// The crash substream of the data file's disk.
+const DATA_CRASH_STREAM: u32 = 1;
+
 /// How far past a crash image's end leaks are looked for.
 const HIDDEN_LEAK_SPAN: u64 = 64 << 20;
 
@@ -116,7 +128,7 @@ pub fn run_case(case: &Case, opts: &RunOptions) -> RunReport {
     stats.read_sectors_checked = m.read_sectors;
     stats.recovered_sectors_checked = m.recovered_sectors;
     stats.crashes = m.crashes;
-    stats.faults_injected = run.faults_before + run.disk.injected_faults().len() as u64;
+    stats.faults_injected = run.faults_so_far();
     let mut failures = run.shared.failures.take();
     if case.harsh() {
         // Lost, misdirected or torn writes are beyond what qcow2 can
@@ -150,8 +162,10 @@ impl<'a> Run<'a> {
             disk: SimDisk::new(&sim, setup::quiet_disk()).expect("quiet disk options are valid"),
             sim,
             shared,
+            data: None,
             backing: None,
             crash_rng: rng::stream(case.seed, Stream::Crash),
+            data_crash_rng: rng::substream(case.seed, Stream::Crash, DATA_CRASH_STREAM),
             crashes: 0,
             faults_before: 0,
             leaked_after_crash: BTreeSet::new(),
@@ -195,7 +209,7 @@ impl<'a> Run<'a> {
             Err(f) => return self.fail(f),
         };
         let mut img = Some(Rc::new(img));
-        self.epoch_start = self.disk.counters();
+        self.epoch_start = self.disk_counters();
         for (g, ops) in self.case.numbered_groups().iter().enumerate() {
             let live = img.take().expect("an open image between groups");
             let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
@@ -208,7 +222,7 @@ impl<'a> Run<'a> {
                 drop(live);
                 match self.crash() {
                     Ok(next) => {
-                        self.epoch_start = self.disk.counters();
+                        self.epoch_start = self.disk_counters();
                         img = Some(next)
                     }
                     Err(f) => return self.fail(f),
@@ -222,15 +236,42 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// The disks that crash together: the image's and the data file's.
+    fn crashing_disks(&self) -> Vec<SimDisk> {
+        std::iter::once(&self.disk)
+            .chain(&self.data)
+            .cloned()
+            .collect()
+    }
+
+    fn set_faults_enabled(&self, on: bool) {
+        for d in self.crashing_disks() {
+            d.set_faults_enabled(on);
+        }
+    }
+
+    /// The request counts of the image's disk and the data file's, together.
+    fn disk_counters(&self) -> DiskCounters {
+        self.crashing_disks()
+            .iter()
+            .fold(DiskCounters::default(), |sum, d| sum.plus(&d.counters()))
+    }
+
     fn faults_so_far(&self) -> u64 {
-        self.faults_before + self.disk.injected_faults().len() as u64
+        self.faults_before + faults_on(&self.crashing_disks())
+    }
+
+    /// The disk guest data lives on: the data file's, or the image's.
+    fn data_disk(&self) -> SimDisk {
+        self.data.clone().unwrap_or_else(|| self.disk.clone())
     }
 
     /// Spawn guest operation number `n` as a task.
     fn spawn_op(&self, img: &Rc<Img>, n: u64, op: Op) {
         let img = img.clone();
         let shared = self.shared.clone();
-        let disk = self.disk.clone();
+        let disk = self.data_disk();
+        let disks = self.crashing_disks();
         let faults_before = self.faults_before;
         let name = format!("op {n} {op:?}");
         self.sim.spawn_named(name, async move {
@@ -308,7 +349,7 @@ impl<'a> Run<'a> {
             if let Err(e) = result {
                 shared.stats.borrow_mut().failed_ops += 1;
                 // Errors are legitimate only as the echo of an injected fault.
-                if faults_before + disk.injected_faults().len() as u64 == 0 {
+                if faults_before + faults_on(&disks) == 0 {
                     shared.failures.borrow_mut().push(Failure::Engine {
                         what: format!("op {n} ({op:?}) failed with no fault injected: {e}"),
                     });
@@ -326,18 +367,35 @@ impl<'a> Run<'a> {
             .map_err(|e| Failure::Engine {
                 what: format!("crash image: {e}"),
             })?;
-        self.shared.stats.borrow_mut().torn_writes += image.summary().torn_writes;
+        // The data file's disk loses power at the same moment.
+        let data_image = match &self.data {
+            Some(d) => {
+                Some(
+                    d.crash_image(&mut self.data_crash_rng)
+                        .map_err(|e| Failure::Engine {
+                            what: format!("crash image of the data file: {e}"),
+                        })?,
+                )
+            }
+            None => None,
+        };
+        let torn = image.summary().torn_writes
+            + data_image.as_ref().map_or(0, |i| i.summary().torn_writes);
+        self.shared.stats.borrow_mut().torn_writes += torn;
         self.shared.model.borrow_mut().crash();
-        self.faults_before += self.disk.injected_faults().len() as u64;
+        self.faults_before += faults_on(&self.crashing_disks());
         let next = self.disk.reopen(image.content);
         self.disk = next;
+        if let (Some(d), Some(i)) = (&self.data, data_image) {
+            self.data = Some(d.reopen(i.content));
+        }
         self.recover(&format!("crash-{}", self.crashes))
     }
 
     /// Reopen the image on `self.disk` after a crash (or a failed close),
     /// check it, read it whole against the model.
     fn recover(&mut self, label: &str) -> Result<Rc<Img>, Failure> {
-        self.disk.set_faults_enabled(false);
+        self.set_faults_enabled(false);
         let raw = self.disk.volatile().to_bytes();
         let dirty =
             raw.len() >= 80 && u64::from_be_bytes(raw[72..80].try_into().expect("8")) & 1 != 0;
@@ -372,10 +430,10 @@ impl<'a> Run<'a> {
         }
         self.shared.model.borrow_mut().finish_recovery();
         if !violations.is_empty() {
-            let text = self.block(describe_owned(img.clone(), self.disk.clone(), violations));
+            let text = self.block(describe_owned(img.clone(), self.data_disk(), violations));
             self.fail(Failure::Model { text });
         }
-        self.disk.set_faults_enabled(true);
+        self.set_faults_enabled(true);
         Ok(img)
     }
 
@@ -387,7 +445,8 @@ impl<'a> Run<'a> {
             len: bytes.len() as u64,
         });
         if let Some(dir) = self.export_dir() {
-            export(&dir, label, bytes, &report);
+            let data = self.data.as_ref().map(|d| d.volatile().to_bytes());
+            export(&dir, label, bytes, data.as_deref(), &report);
         }
         let new_leaks: Vec<u64> = match leaks_allowed {
             None => Vec::new(),
@@ -451,7 +510,7 @@ impl<'a> Run<'a> {
     /// The end of a run without a crash: read everything, close cleanly,
     /// and find neither corruption nor leak.
     fn finish(&mut self, img: Rc<Img>) {
-        self.disk.set_faults_enabled(false);
+        self.set_faults_enabled(false);
         let sectors = self.case.sectors();
         let ss = SECTOR_SIZE as u64;
         let mut first = 0;
@@ -471,7 +530,7 @@ impl<'a> Run<'a> {
                         .borrow_mut()
                         .read_completed(OpId(op), &buf)
                     {
-                        let text = self.block(describe_owned(img.clone(), self.disk.clone(), vs));
+                        let text = self.block(describe_owned(img.clone(), self.data_disk(), vs));
                         self.fail(Failure::Model { text });
                     }
                 }
@@ -491,12 +550,12 @@ impl<'a> Run<'a> {
             }
         };
         self.shared.stats.borrow_mut().engine = img.counters();
-        self.shared.stats.borrow_mut().epoch_disk = self.disk.counters().since(&self.epoch_start);
+        self.shared.stats.borrow_mut().epoch_disk = self.disk_counters().since(&self.epoch_start);
         // Drops during the close itself are not counted: close consumes
         // the image.
         self.shared.stats.borrow_mut().allocs_dropped += img.counters().allocs_dropped;
         let closed = self.block(async move { img.close().await });
-        self.shared.stats.borrow_mut().disk = self.disk.counters();
+        self.shared.stats.borrow_mut().disk = self.disk_counters();
         match closed {
             Ok(_) => {
                 let bytes = self.disk.volatile().to_bytes();
@@ -518,6 +577,11 @@ impl<'a> Run<'a> {
             }),
         }
     }
+}
+
+/// Faults injected so far on `disks`.
+fn faults_on(disks: &[SimDisk]) -> u64 {
+    disks.iter().map(|d| d.injected_faults().len() as u64).sum()
 }
 
 fn leak_offsets(report: &oracle::check::CheckReport) -> BTreeSet<u64> {
@@ -569,11 +633,23 @@ async fn describe_owned(img: Rc<Img>, disk: SimDisk, vs: Vec<Violation>) -> Stri
     describe_violations(&img, &disk, &vs).await
 }
 
-fn export(dir: &Path, label: &str, bytes: &[u8], report: &oracle::check::CheckReport) {
+/// Write `LABEL.qcow2` and its verdict (and the data file as it was then,
+/// as `LABEL.data`) under `dir`.
+fn export(
+    dir: &Path,
+    label: &str,
+    bytes: &[u8],
+    data: Option<&[u8]>,
+    report: &oracle::check::CheckReport,
+) {
     // Export is a diagnostic: a failure to write it must not change the
     // verdict, but it must not pass silently either.
     let r = std::fs::create_dir_all(dir)
         .and_then(|_| std::fs::write(dir.join(format!("{label}.qcow2")), bytes))
+        .and_then(|_| match data {
+            Some(d) => std::fs::write(dir.join(format!("{label}.data")), d),
+            None => Ok(()),
+        })
         .and_then(|_| {
             let j = serde_json::json!({ "label": label, "check": report.to_qemu_json() });
             std::fs::write(

@@ -1,6 +1,7 @@
 //! Building a run's world: the backing file on its own quiet disk, the
-//! image created on the case's disk, and opening (or reopening) the image
-//! with its backing file attached.
+//! image created on the case's disk (with its external data file on a
+//! second disk of the same options), and opening (or reopening) the image
+//! with its data file and backing file attached.
 
 use engine::{Backing, CreateOptions, EngineOptions, Image};
 use oracle::data::SECTOR_SIZE;
@@ -67,25 +68,37 @@ impl Run<'_> {
         self.disk = SimDisk::new(&self.sim, opts).map_err(|e| Failure::Engine {
             what: format!("device options: {e}"),
         })?;
-        self.disk.set_faults_enabled(false);
+        // Made after the image disk, so that the image disk takes the
+        // device index (and so the latency and fault streams) it has in a
+        // case without a data file.
+        if case.image.data_file.is_some() {
+            let data = SimDisk::new(&self.sim, case.disk.clone()).map_err(|e| Failure::Engine {
+                what: format!("device options: {e}"),
+            })?;
+            self.data = Some(data);
+        }
+        self.set_faults_enabled(false);
         let d = self.disk.clone();
+        let data = self.data.clone();
         let co = case.image.create.clone();
-        self.block(async move { Image::create(&d, &co).await })
+        self.block(async move { Image::create_with_data(&d, data.as_ref(), &co).await })
             .map_err(|e| Failure::Engine {
                 what: format!("create: {e}"),
             })?;
         let img = self.open_image().map_err(|e| Failure::Engine {
             what: format!("open after create: {e}"),
         })?;
-        self.disk.set_faults_enabled(true);
+        self.set_faults_enabled(true);
         Ok(img)
     }
 
-    /// Open the image on the current disk and attach the backing file.
+    /// Open the image on the current disk, with the current data file's
+    /// disk, and attach the backing file.
     pub(super) fn open_image(&self) -> Result<Img, engine::Error> {
         let d = self.disk.clone();
+        let data = self.data.clone();
         let eo = self.case.engine.clone();
-        let mut img = self.block(async move { Image::open(d, eo).await })?;
+        let mut img = self.block(async move { Image::open_with_data(d, data, eo).await })?;
         if let Some(b) = &self.backing {
             let backing = match b.spec {
                 BackingSpec::Raw { .. } => Backing::Raw(b.disk.clone()),

@@ -10,7 +10,9 @@ use rand_chacha::ChaCha8Rng;
 
 use super::builder::{pick, Builder, Geometry};
 use super::{backing, bench, iozone, mkfs, random, sequential, Profile};
-use crate::case::{BackingSpec, Case, ImageSpec, CASE_VERSION, MIN_EXTENDED_L2_CLUSTER_SIZE};
+use crate::case::{
+    BackingSpec, Case, DataFileSpec, ImageSpec, CASE_VERSION, MIN_EXTENDED_L2_CLUSTER_SIZE,
+};
 use crate::disk::DiskOptions;
 use crate::rng::{self, Stream};
 
@@ -25,6 +27,11 @@ const WORKLOAD_PROFILE: u32 = 2;
 /// Whether the image has extended L2 entries: its own stream, so cases
 /// drawn before it existed (and all that do not use it) stay as they were.
 const WORKLOAD_EXTENDED_L2: u32 = 3;
+/// Whether the image keeps its data in an external data file, and whether
+/// that file is raw: its own stream, for the same reason.
+const WORKLOAD_DATA_FILE: u32 = 4;
+/// Share of version 3 images given an external data file.
+const DATA_FILE_PROBABILITY: f64 = 0.2;
 
 fn stream(seed: u64, concern: Stream, index: u32) -> ChaCha8Rng {
     rng::substream(seed, concern, index)
@@ -48,6 +55,14 @@ impl Case {
             && stream(seed, Stream::Workload, WORKLOAD_EXTENDED_L2).gen_bool(0.4)
         {
             c.extended_l2 = true;
+        }
+        if image.create.compat == Compat::V3 {
+            let mut r = stream(seed, Stream::Workload, WORKLOAD_DATA_FILE);
+            if r.gen_bool(DATA_FILE_PROBABILITY) {
+                // A raw data file cannot hold with a backing file.
+                let raw = image.backing.is_none() && r.gen_bool(0.5);
+                image = image.with_data_file(DataFileSpec { raw });
+            }
         }
         let geom = Geometry {
             sectors: image.create.size / SECTOR_SIZE as u64,
