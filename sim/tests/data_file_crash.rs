@@ -4,7 +4,9 @@
 //! flushes made durable and any mix of the rest. After the reopen, data
 //! flushed before the crash reads back, every sector written since reads
 //! old or new, the checker finds no corruption in the image file, and a
-//! raw data file (data_file_raw) still reads as the disk does.
+//! raw data file (data_file_raw) still reads as the disk does. The same with
+//! extended L2 entries (2 KiB subclusters), where whole subclusters are
+//! zeroed before the flush and the raw data file must follow that too.
 
 use std::rc::Rc;
 
@@ -16,6 +18,9 @@ use sim::rng::{stream, Stream};
 
 const MIB: u64 = 1 << 20;
 const SIZE: u64 = 8 * MIB;
+/// Whole subclusters inside write 3's region, zeroed before the flush on
+/// extended-L2 images.
+const ZEROED: (u64, u64) = (3 * 200 * 1024 + 2048, 3 * 200 * 1024 + 6144);
 
 fn pattern(tag: u64, len: usize) -> Vec<u8> {
     (0..len)
@@ -34,8 +39,9 @@ fn region(t: u64) -> (u64, usize) {
 
 /// Create the image and its data file, write the first batch from 16 tasks
 /// at once, flush, start the second batch (each write then a flush) and
-/// stop everything at a seeded moment.
-fn crash_during_writes(seed: u64, raw: bool) -> (Sim, SimDisk, SimDisk) {
+/// stop everything at a seeded moment. With `extended`, the image has
+/// extended L2 entries and `ZEROED` is zeroed before the flush.
+fn crash_during_writes(seed: u64, raw: bool, extended: bool) -> (Sim, SimDisk, SimDisk) {
     let sim = Sim::new(seed);
     let image = sim.disk(DiskOptions::default()).unwrap();
     let data = sim.disk(DiskOptions::default()).unwrap();
@@ -44,6 +50,7 @@ fn crash_during_writes(seed: u64, raw: bool) -> (Sim, SimDisk, SimDisk) {
         cluster_size: 65536,
         data_file: Some("disk.data".into()),
         data_file_raw: raw,
+        extended_l2: extended,
         ..CreateOptions::default()
     };
     let (i, d) = (image.clone(), data.clone());
@@ -67,8 +74,14 @@ fn crash_during_writes(seed: u64, raw: bool) -> (Sim, SimDisk, SimDisk) {
     }
     sim.run().unwrap();
     let i = img.clone();
-    sim.block_on(async move { i.flush().await.unwrap() })
-        .unwrap();
+    sim.block_on(async move {
+        if extended {
+            let (s, e) = ZEROED;
+            i.write_zeroes(s, e - s, false).await.unwrap();
+        }
+        i.flush().await.unwrap()
+    })
+    .unwrap();
     for t in 16..32u64 {
         let img = img.clone();
         sim.spawn(async move {
@@ -97,10 +110,19 @@ fn read_all(sim: &Sim, disk: &SimDisk, len: u64) -> Vec<u8> {
 
 #[test]
 fn data_file_images_survive_crashes_of_both_disks() {
+    survive_crashes(false);
+}
+
+#[test]
+fn extended_l2_data_file_images_survive_crashes_of_both_disks() {
+    survive_crashes(true);
+}
+
+fn survive_crashes(extended: bool) {
     let mut pending = 0;
     for seed in 0..8u64 {
         let raw = seed % 2 == 1;
-        let (sim, image, data) = crash_during_writes(seed, raw);
+        let (sim, image, data) = crash_during_writes(seed, raw, extended);
         pending += image.pending_count() + data.pending_count();
         let mut rng_image = stream(seed, Stream::Crash);
         let mut rng_data = stream(seed ^ 0xda7a, Stream::Crash);
@@ -132,7 +154,11 @@ fn data_file_images_survive_crashes_of_both_disks() {
             for t in 0..32u64 {
                 let (off, len) = region(t);
                 let got = &disk[off as usize..off as usize + len];
-                let new = pattern(t, len);
+                let mut new = pattern(t, len);
+                if extended && (off..off + len as u64).contains(&ZEROED.0) {
+                    let s = (ZEROED.0 - off) as usize;
+                    new[s..s + (ZEROED.1 - ZEROED.0) as usize].fill(0);
+                }
                 for (s, (g, n)) in got.chunks(512).zip(new.chunks(512)).enumerate() {
                     let ok = g == n || (t >= 16 && g.iter().all(|&b| b == 0));
                     assert!(
