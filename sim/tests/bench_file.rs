@@ -4,17 +4,9 @@
 //! (64 requests of 4 KiB) so the whole file takes well under a few seconds.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-const QCSIM: &str = env!("CARGO_BIN_EXE_qcsim");
-
-fn exec(program: &str, args: &[&str], dir: &Path) -> Output {
-    Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program} (install qemu-utils): {e}"))
-}
+mod support;
+use support::{exec, QCSIM};
 
 fn run(program: &str, args: &[&str], dir: &Path) -> String {
     let out = exec(program, args, dir);

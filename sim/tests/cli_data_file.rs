@@ -15,36 +15,12 @@
 //! every command runs in the test's directory, where the files are.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn exec(program: &str, args: &[&str], dir: &Path) -> Output {
-    Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program} (install qemu-utils): {e}"))
-}
-
-fn run(program: &str, args: &[&str], dir: &Path) -> Output {
-    let out = exec(program, args, dir);
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed ({:?}):\n{}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-const QCSIM: &str = env!("CARGO_BIN_EXE_qcsim");
-
-fn qcsim(args: &[&str], dir: &Path) -> String {
-    String::from_utf8(run(QCSIM, args, dir).stdout).unwrap()
-}
+mod support;
+use support::{exec, qcsim, run, QCSIM};
 
 fn assert_clean(image: &str, dir: &Path) {
     let out = exec("qemu-img", &["check", "--output", "json", image], dir);

@@ -6,29 +6,9 @@
 //! `qcsim convert`; impossible option combinations are refused by name.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-const QCSIM: &str = env!("CARGO_BIN_EXE_qcsim");
-
-fn exec(program: &str, args: &[&str], dir: &Path) -> Output {
-    Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program} (install qemu-utils): {e}"))
-}
-
-fn run(program: &str, args: &[&str], dir: &Path) -> Output {
-    let out = exec(program, args, dir);
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed ({:?}):\n{}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+mod support;
+use support::{exec, run, QCSIM};
 
 /// `qemu-img check` and `qcsim check` both find the image clean.
 fn assert_clean(image: &str, dir: &Path) {
