@@ -6,11 +6,8 @@
 //! typed error.
 
 use std::cell::RefCell;
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::process::Command;
-use std::task::{Context, Poll};
 
 use engine::dev::{BlockDev, DevError, MemDev, WriteFlags, ZeroFlags};
 use engine::{Backing, Compat, CreateOptions, EngineOptions, Error, Image, Switches};
@@ -18,6 +15,9 @@ use futures::executor::{block_on, LocalPool};
 use futures::task::LocalSpawnExt;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+mod support;
+use support::{YieldDev, YieldN};
 
 fn run(cmd: &str, args: &[&str]) -> Vec<u8> {
     let out = Command::new(cmd)
@@ -215,69 +215,6 @@ fn engine_reads_what_qemu_wrote_with_extended_l2() {
                 p.display()
             );
         }
-    }
-}
-
-/// An in-memory device whose requests each yield a seeded number of times,
-/// so concurrent requests interleave and complete out of order.
-struct YieldDev {
-    inner: MemDev,
-    rng: RefCell<ChaCha8Rng>,
-}
-
-struct YieldN(u32);
-
-impl Future for YieldN {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 == 0 {
-            Poll::Ready(())
-        } else {
-            self.0 -= 1;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
-}
-
-impl YieldDev {
-    fn new(inner: MemDev, seed: u64) -> Self {
-        YieldDev {
-            inner,
-            rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed)),
-        }
-    }
-
-    fn delay(&self) -> YieldN {
-        YieldN(self.rng.borrow_mut().gen_range(0..6))
-    }
-}
-
-impl BlockDev for YieldDev {
-    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.read(offset, buf).await
-    }
-    async fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.write(offset, buf, flags).await
-    }
-    async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.write_zeroes(offset, len, flags).await
-    }
-    async fn discard(&self, offset: u64, len: u64) -> Result<(), DevError> {
-        self.inner.discard(offset, len).await
-    }
-    async fn flush(&self) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.flush().await
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    async fn truncate(&self, len: u64) -> Result<(), DevError> {
-        self.inner.truncate(len).await
     }
 }
 

@@ -6,74 +6,15 @@
 use std::path::Path;
 use std::process::Command;
 
-use std::cell::RefCell;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
-use engine::dev::{BlockDev, DevError, MemDev, WriteFlags, ZeroFlags};
+use engine::dev::MemDev;
 use engine::{Backing, Compat, CreateOptions, EngineOptions, Image, Switches};
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// An in-memory device whose requests each yield a seeded number of times
-/// before they take effect, so that concurrent requests interleave and
-/// complete out of order on a single-threaded pool.
-struct YieldDev {
-    inner: MemDev,
-    rng: RefCell<ChaCha8Rng>,
-}
-
-struct YieldN(u32);
-
-impl Future for YieldN {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 == 0 {
-            Poll::Ready(())
-        } else {
-            self.0 -= 1;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
-}
-
-impl YieldDev {
-    fn delay(&self) -> YieldN {
-        YieldN(self.rng.borrow_mut().gen_range(0..6))
-    }
-}
-
-impl BlockDev for YieldDev {
-    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.read(offset, buf).await
-    }
-    async fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.write(offset, buf, flags).await
-    }
-    async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.write_zeroes(offset, len, flags).await
-    }
-    async fn discard(&self, offset: u64, len: u64) -> Result<(), DevError> {
-        self.inner.discard(offset, len).await
-    }
-    async fn flush(&self) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.flush().await
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    async fn truncate(&self, len: u64) -> Result<(), DevError> {
-        self.inner.truncate(len).await
-    }
-}
+mod support;
+use support::YieldDev;
 
 struct Params {
     cluster_size: u64,
@@ -108,10 +49,7 @@ fn run_case(seed: u64, p: &Params, dir: &Path) -> Vec<u8> {
     if let Some(b) = &backing_data {
         model[..b.len()].copy_from_slice(b);
     }
-    let dev = YieldDev {
-        inner: MemDev::new(),
-        rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed ^ 0x5eed)),
-    };
+    let dev = YieldDev::new(MemDev::new(), seed ^ 0x5eed);
     let co = CreateOptions {
         size: p.size,
         cluster_size: p.cluster_size,
@@ -133,10 +71,10 @@ fn run_case(seed: u64, p: &Params, dir: &Path) -> Vec<u8> {
     };
     let mut img = futures::executor::block_on(Image::open(dev, opts)).expect("open");
     if let Some(b) = &backing_data {
-        img.attach_backing(Backing::Raw(YieldDev {
-            inner: MemDev::from_bytes(b.clone()),
-            rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed)),
-        }));
+        img.attach_backing(Backing::Raw(YieldDev::new(
+            MemDev::from_bytes(b.clone()),
+            seed,
+        )));
     }
     let img = std::rc::Rc::new(img);
     let mut pool = LocalPool::new();

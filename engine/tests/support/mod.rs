@@ -1,0 +1,76 @@
+//! What several engine test files share: an in-memory device whose requests
+//! each yield a seeded number of times before they take effect, so that
+//! concurrent requests interleave and complete out of order on a
+//! single-threaded pool. (Each test file uses part of it.)
+#![allow(dead_code)]
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use engine::dev::{BlockDev, DevError, MemDev, WriteFlags, ZeroFlags};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+pub struct YieldDev {
+    pub inner: MemDev,
+    rng: RefCell<ChaCha8Rng>,
+}
+
+/// A future that is pending `.0` times before it is ready.
+pub struct YieldN(pub u32);
+
+impl Future for YieldN {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 == 0 {
+            Poll::Ready(())
+        } else {
+            self.0 -= 1;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+impl YieldDev {
+    pub fn new(inner: MemDev, seed: u64) -> Self {
+        YieldDev {
+            inner,
+            rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed)),
+        }
+    }
+
+    fn delay(&self) -> YieldN {
+        YieldN(self.rng.borrow_mut().gen_range(0..6))
+    }
+}
+
+impl BlockDev for YieldDev {
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DevError> {
+        self.delay().await;
+        self.inner.read(offset, buf).await
+    }
+    async fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DevError> {
+        self.delay().await;
+        self.inner.write(offset, buf, flags).await
+    }
+    async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
+        self.delay().await;
+        self.inner.write_zeroes(offset, len, flags).await
+    }
+    async fn discard(&self, offset: u64, len: u64) -> Result<(), DevError> {
+        self.inner.discard(offset, len).await
+    }
+    async fn flush(&self) -> Result<(), DevError> {
+        self.delay().await;
+        self.inner.flush().await
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    async fn truncate(&self, len: u64) -> Result<(), DevError> {
+        self.inner.truncate(len).await
+    }
+}
