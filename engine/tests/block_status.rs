@@ -12,7 +12,6 @@
 //! `present` without it `Zero`, and not `present` `Unallocated`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use engine::dev::MemDev;
 use engine::{Backing, EngineOptions, Image, Status};
@@ -20,19 +19,8 @@ use futures::executor::block_on;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn run(cmd: &str, args: &[&str]) -> Vec<u8> {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd} (install qemu-utils): {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
+mod support;
+use support::run;
 
 fn create(path: &Path, opts: &str, size: &str) {
     run(

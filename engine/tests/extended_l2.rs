@@ -17,21 +17,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 mod support;
-use support::{YieldDev, YieldN};
-
-fn run(cmd: &str, args: &[&str]) -> Vec<u8> {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .expect("qemu tool runs");
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
+use support::{qemu_io, qemu_raw, run, YieldDev, YieldN};
 
 fn qemu_create(path: &Path, opts: &str, backing: Option<&str>, size: u64) {
     let mut args = vec!["create", "-q", "-f", "qcow2", "-o", opts];
@@ -41,32 +27,6 @@ fn qemu_create(path: &Path, opts: &str, backing: Option<&str>, size: u64) {
     let size = size.to_string();
     args.extend([path.to_str().unwrap(), &size]);
     run("qemu-img", &args);
-}
-
-fn qemu_io(img: &Path, cmds: &[String]) {
-    let mut args = vec![];
-    for c in cmds {
-        args.push("-c".to_string());
-        args.push(c.clone());
-    }
-    args.push(img.to_str().unwrap().to_string());
-    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    run("qemu-io", &a);
-}
-
-fn qemu_raw(img: &Path) -> Vec<u8> {
-    let raw = img.with_extension("ref.raw");
-    run(
-        "qemu-img",
-        &[
-            "convert",
-            "-O",
-            "raw",
-            img.to_str().unwrap(),
-            raw.to_str().unwrap(),
-        ],
-    );
-    std::fs::read(raw).unwrap()
 }
 
 /// `qemu-img check` finds neither corruption nor leak.

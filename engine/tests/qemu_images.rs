@@ -11,45 +11,8 @@ use engine::dev::MemDev;
 use engine::{Backing, EngineOptions, Image};
 use futures::executor::block_on;
 
-fn run(cmd: &str, args: &[&str]) -> Vec<u8> {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .expect("qemu tool runs");
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
-fn qemu_io(img: &Path, cmds: &[String]) {
-    let mut args = vec![];
-    for c in cmds {
-        args.push("-c".to_string());
-        args.push(c.clone());
-    }
-    args.push(img.to_str().unwrap().to_string());
-    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    run("qemu-io", &a);
-}
-
-fn qemu_raw(img: &Path) -> Vec<u8> {
-    let raw = img.with_extension("ref.raw");
-    run(
-        "qemu-img",
-        &[
-            "convert",
-            "-O",
-            "raw",
-            img.to_str().unwrap(),
-            raw.to_str().unwrap(),
-        ],
-    );
-    std::fs::read(raw).unwrap()
-}
+mod support;
+use support::{qemu_io, qemu_raw, run};
 
 /// Open an image file and its backing chain through the engine, on
 /// in-memory copies of the files.

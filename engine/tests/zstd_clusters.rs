@@ -13,25 +13,11 @@ use futures::executor::block_on;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn run(cmd: &str, args: &[&str]) -> Vec<u8> {
-    let out = Command::new(cmd).args(args).output().expect("tool runs");
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
+mod support;
+use support::{qemu_raw, run};
 
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()
-}
-
-fn qemu_raw(img: &Path) -> Vec<u8> {
-    let raw = img.with_extension("ref.raw");
-    run("qemu-img", &["convert", "-O", "raw", p(img), p(&raw)]);
-    std::fs::read(raw).unwrap()
 }
 
 fn check_clean(path: &Path) {

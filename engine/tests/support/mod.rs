@@ -1,7 +1,8 @@
 //! What several engine test files share: an in-memory device whose requests
 //! each yield a seeded number of times before they take effect, so that
 //! concurrent requests interleave and complete out of order on a
-//! single-threaded pool. (Each test file uses part of it.)
+//! single-threaded pool; and running the QEMU tools. (Each test file uses
+//! part of it.)
 #![allow(dead_code)]
 
 use std::cell::RefCell;
@@ -73,4 +74,47 @@ impl BlockDev for YieldDev {
     async fn truncate(&self, len: u64) -> Result<(), DevError> {
         self.inner.truncate(len).await
     }
+}
+
+/// Run a QEMU tool; it must succeed. Returns its standard output.
+pub fn run(cmd: &str, args: &[&str]) -> Vec<u8> {
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd} (install qemu-utils): {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// `qemu-io -c CMD ... IMG`.
+pub fn qemu_io(img: &std::path::Path, cmds: &[String]) {
+    let mut args = vec![];
+    for c in cmds {
+        args.push("-c".to_string());
+        args.push(c.clone());
+    }
+    args.push(img.to_str().unwrap().to_string());
+    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    run("qemu-io", &a);
+}
+
+/// The guest disk as `qemu-img convert -O raw` reads it.
+pub fn qemu_raw(img: &std::path::Path) -> Vec<u8> {
+    let raw = img.with_extension("ref.raw");
+    run(
+        "qemu-img",
+        &[
+            "convert",
+            "-O",
+            "raw",
+            img.to_str().unwrap(),
+            raw.to_str().unwrap(),
+        ],
+    );
+    std::fs::read(raw).unwrap()
 }
