@@ -181,18 +181,6 @@ fn put64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_be_bytes());
 }
 
-/// Names of the incompatible feature bits, for error messages.
-pub fn incompat_bit_name(bit: u32) -> &'static str {
-    match bit {
-        0 => "dirty",
-        1 => "corrupt",
-        2 => "external data file",
-        3 => "compression type",
-        4 => "extended L2 entries",
-        _ => "unknown",
-    }
-}
-
 impl Header {
     pub fn cluster_size(&self) -> u64 {
         1 << self.cluster_bits
