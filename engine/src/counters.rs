@@ -31,6 +31,11 @@ pub struct Counters {
     pub zeroing_requests: u64,
     /// zero_cow attempts the device refused, falling back to zero buffers.
     pub zeroing_fallbacks: u64,
+    /// Efficient write_zeroes requests that grew the image file ahead of
+    /// allocation (zero_cow, `EngineOptions::grow_ahead`).
+    pub grow_requests: u64,
+    /// Bytes those requests added to the file.
+    pub grow_bytes: u64,
     /// Writes that joined a cluster allocation already in flight.
     pub alloc_joins: u64,
     /// Allocations given up before they were linked (the write into them

@@ -124,6 +124,12 @@ pub(crate) struct Meta {
     pub lazy: bool,
     /// A metadata write failed: memory and disk may disagree.
     pub poisoned: bool,
+    /// The file's length before the engine first grew it ahead of
+    /// allocation (see `grow`); what closing may trim back to.
+    pub grown_from: Option<u64>,
+    /// Growing failed once (the device cannot zero efficiently, or an
+    /// error): not tried again while the image is open.
+    pub grow_disabled: bool,
 }
 
 /// An opened qcow2 image.
@@ -637,6 +643,8 @@ impl<D: BlockDev> Image<D> {
             dirty_on_disk: dirty,
             lazy,
             poisoned: false,
+            grown_from: None,
+            grow_disabled: false,
         };
         let img = Image {
             dev,

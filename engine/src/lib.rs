@@ -17,6 +17,7 @@ mod discard;
 pub mod error;
 pub mod format;
 mod geometry;
+mod grow;
 pub mod image;
 mod inflight;
 mod mapping;

@@ -115,6 +115,11 @@ pub enum Broken {
     DoubleAlloc,
 }
 
+/// How far ahead the image file grows by default: 8 MiB, one zeroing
+/// request per 128 new 64 KiB clusters, or per 32 guest writes of 256 KiB
+/// (QEMU's preallocate filter grows 128 MiB at a time).
+pub const DEFAULT_GROW_AHEAD: u64 = 8 << 20;
+
 /// Options of an opened image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -130,6 +135,15 @@ pub struct EngineOptions {
     pub metadata_memory_limit: u64,
     /// Open read-only: no header update, no writes.
     pub read_only: bool,
+    /// Seed 001's second point, under `zero_cow`: when the allocator hands
+    /// out clusters past the end of the image file, the engine grows the
+    /// file up to the next multiple of this many bytes (rounded to whole
+    /// clusters) with one efficient write_zeroes, so that the data writes
+    /// that follow land inside the file instead of extending it one request
+    /// at a time. 0 turns growing off. A case file written before this
+    /// option existed reads it as 0, so that it replays as it ran.
+    #[serde(default)]
+    pub grow_ahead: u64,
     /// A broken variant to run instead of the correct engine. Left out of
     /// the JSON when unset, so cases replay in builds without the feature.
     #[cfg(feature = "broken")]
@@ -145,6 +159,7 @@ impl Default for EngineOptions {
             refcount_cache_tables: 8,
             metadata_memory_limit: 256 << 20,
             read_only: false,
+            grow_ahead: DEFAULT_GROW_AHEAD,
             #[cfg(feature = "broken")]
             broken: None,
         }

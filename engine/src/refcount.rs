@@ -134,10 +134,17 @@ impl<D: BlockDev> Image<D> {
             for c in start..start + n {
                 self.set_refcount(c, 1).await?;
             }
-            let mut m = self.meta.borrow_mut();
-            m.free_hint = start + n;
-            m.end_cluster = m.end_cluster.max(start + n);
-            return Ok(start * self.geo.cluster_size);
+            let others_end = {
+                let mut m = self.meta.borrow_mut();
+                let others_end = m.end_cluster;
+                m.free_hint = start + n;
+                m.end_cluster = m.end_cluster.max(start + n);
+                others_end
+            };
+            let cs = self.geo.cluster_size;
+            self.grow_for_run(start * cs, (start + n) * cs, others_end * cs)
+                .await;
+            return Ok(start * cs);
         }
     }
 

@@ -161,6 +161,7 @@ impl<D: BlockDev> Image<D> {
                 self.device_flush().await?;
                 self.meta.borrow_mut().dirty_on_disk = false;
             }
+            self.trim_growth().await;
         }
         Ok(())
     }

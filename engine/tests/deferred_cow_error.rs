@@ -11,6 +11,8 @@ use engine::dev::{BlockDev, DevError, IoOp, MemDev, WriteFlags, ZeroFlags};
 use engine::{Backing, CreateOptions, EngineOptions, Image};
 use futures::executor::block_on;
 
+mod support;
+
 const CS: u64 = 64 * 1024;
 const SIZE: u64 = 4 << 20;
 
@@ -37,18 +39,7 @@ impl BlockDev for FailingReads {
     async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
         self.inner.write_zeroes(offset, len, flags).await
     }
-    async fn discard(&self, offset: u64, len: u64) -> Result<(), DevError> {
-        self.inner.discard(offset, len).await
-    }
-    async fn flush(&self) -> Result<(), DevError> {
-        self.inner.flush().await
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    async fn truncate(&self, len: u64) -> Result<(), DevError> {
-        self.inner.truncate(len).await
-    }
+    support::pass_through_rest!();
 }
 
 fn read(img: &Image<FailingReads>, off: u64, len: usize) -> Vec<u8> {

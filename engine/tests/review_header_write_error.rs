@@ -13,6 +13,8 @@ use engine::dev::{BlockDev, DevError, IoOp, MemDev, WriteFlags, ZeroFlags};
 use engine::{CreateOptions, EngineOptions, Image};
 use futures::executor::block_on;
 
+mod support;
+
 /// An in-memory device whose writes to the header cluster fail while
 /// `broken` is set.
 struct FailingHeader {
@@ -37,18 +39,7 @@ impl BlockDev for FailingHeader {
     async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
         self.inner.write_zeroes(offset, len, flags).await
     }
-    async fn discard(&self, offset: u64, len: u64) -> Result<(), DevError> {
-        self.inner.discard(offset, len).await
-    }
-    async fn flush(&self) -> Result<(), DevError> {
-        self.inner.flush().await
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    async fn truncate(&self, len: u64) -> Result<(), DevError> {
-        self.inner.truncate(len).await
-    }
+    support::pass_through_rest!();
 }
 
 #[test]

@@ -84,6 +84,7 @@ pub struct Totals {
     pub crash_states_checked: u64,
     pub torn_writes: u64,
     pub allocs_dropped: u64,
+    pub grow_requests: u64,
     pub recovered_sectors_checked: u64,
     pub leaked_clusters: u64,
     pub faults_injected: u64,
@@ -103,6 +104,7 @@ impl Totals {
         self.crash_states_checked += s.crash_states_checked;
         self.torn_writes += s.torn_writes;
         self.allocs_dropped += s.allocs_dropped;
+        self.grow_requests += s.grow_requests;
         self.recovered_sectors_checked += s.recovered_sectors_checked;
         self.leaked_clusters += s.leaked_clusters;
         self.faults_injected += s.faults_injected;

@@ -139,3 +139,34 @@ fn summary_names_the_case() {
     other.image.create.size /= 2;
     assert_ne!(other.summary(), s);
 }
+
+/// Fields added after cases were first saved read, when missing, as the
+/// behaviour before they existed, so saved cases replay as they ran:
+/// growing the image file ahead (`engine.grow_ahead`) off, and no cost for
+/// extending the disk (`disk.latency.extend`).
+#[test]
+fn fields_missing_from_older_cases_mean_the_old_behaviour() {
+    let case = edited(|v| {
+        v["engine"]["grow_ahead"] = 1_048_576u64.into();
+        v["disk"]["latency"]["extend"] = 7u64.into();
+    })
+    .unwrap();
+    assert_eq!(case.engine.grow_ahead, 1 << 20);
+    assert_eq!(case.disk.latency.extend, 7);
+    let old = edited(|v| {
+        v["engine"].as_object_mut().unwrap().remove("grow_ahead");
+        v["disk"]["latency"]
+            .as_object_mut()
+            .unwrap()
+            .remove("extend");
+    })
+    .unwrap();
+    assert_eq!(old.engine.grow_ahead, 0);
+    assert_eq!(old.disk.latency.extend, 0);
+    // New defaults are not the old behaviour: they must be written out.
+    assert_ne!(engine::EngineOptions::default().grow_ahead, 0);
+    assert_ne!(sim::disk::LatencyOptions::ssd().extend, 0);
+    let text = Case::generate(3, Profile::Random).to_json();
+    assert!(text.contains("\"grow_ahead\""), "{text}");
+    assert!(text.contains("\"extend\""), "{text}");
+}

@@ -22,6 +22,7 @@ fn fixed(read: u64, write: u64, flush: u64) -> DiskOptions {
             seek: 0,
             bandwidth: 0,
             channels: 0,
+            extend: 0,
         },
         ..DiskOptions::default()
     }

@@ -14,6 +14,28 @@ use engine::dev::{BlockDev, DevError, MemDev, WriteFlags, ZeroFlags};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// Inside `impl BlockDev for` a test device that wraps `self.inner`: the
+/// methods it passes straight through (discard, flush, len, truncate).
+#[allow(unused_macros)]
+macro_rules! pass_through_rest {
+    () => {
+        async fn discard(&self, offset: u64, len: u64) -> Result<(), DevError> {
+            self.inner.discard(offset, len).await
+        }
+        async fn flush(&self) -> Result<(), DevError> {
+            self.inner.flush().await
+        }
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+        async fn truncate(&self, len: u64) -> Result<(), DevError> {
+            self.inner.truncate(len).await
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use pass_through_rest;
+
 pub struct YieldDev {
     pub inner: MemDev,
     rng: RefCell<ChaCha8Rng>,
@@ -117,4 +139,23 @@ pub fn qemu_raw(img: &std::path::Path) -> Vec<u8> {
         ],
     );
     std::fs::read(raw).unwrap()
+}
+
+/// `qemu-img check` finds neither corruption nor leak; `what` names the
+/// image in a failure.
+pub fn check_clean(path: &std::path::Path, what: &str) {
+    let out = std::process::Command::new("qemu-img")
+        .args(["check", "--output", "json", path.to_str().unwrap()])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run qemu-img (install qemu-utils): {e}"));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{what}: {}", String::from_utf8_lossy(&out.stderr)));
+    for field in ["corruptions", "leaks", "check-errors"] {
+        assert_eq!(
+            j.get(field).and_then(|v| v.as_u64()).unwrap_or(0),
+            0,
+            "{what}: {field}: {j}"
+        );
+    }
+    assert_eq!(out.status.code(), Some(0), "{what}: {j}");
 }

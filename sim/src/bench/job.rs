@@ -100,6 +100,8 @@ pub struct JobSetup {
     /// Virtual size of the image (and of the backing file).
     pub size: u64,
     pub switches: Switches,
+    /// `EngineOptions::grow_ahead` (the engine's default in the benchmark).
+    pub grow_ahead: u64,
     pub latency: LatencyOptions,
     /// Keep the image disk's write log (offsets only, no payloads), for
     /// tests that look at where each device write went.
@@ -124,6 +126,9 @@ pub struct Row {
     pub device_bytes_written: u64,
     pub device_write_zeroes: u64,
     pub device_write_zeroes_bytes: u64,
+    /// Writes and write_zeroes that extended the image file (each costs the
+    /// latency model's `extend`): what growing ahead saves.
+    pub device_extends: u64,
     pub device_reads: u64,
     pub device_bytes_read: u64,
     pub device_flushes: u64,
@@ -138,6 +143,8 @@ pub struct Row {
     pub cow_bytes_written: u64,
     pub zeroing_requests: u64,
     pub zeroing_fallbacks: u64,
+    /// write_zeroes that grew the file ahead of allocation (zero_cow).
+    pub grow_requests: u64,
     pub alloc_joins: u64,
     pub clusters_allocated: u64,
     pub l2_writebacks: u64,
@@ -216,6 +223,7 @@ pub fn run_job(
         workload,
         size,
         switches,
+        grow_ahead: EngineOptions::default().grow_ahead,
         latency: LatencyOptions::ssd(),
         log: false,
     };
@@ -301,6 +309,7 @@ pub fn run_job_with(
     };
     let eopts = EngineOptions {
         switches,
+        grow_ahead: setup.grow_ahead,
         ..EngineOptions::default()
     };
     let d = disk.clone();
@@ -363,6 +372,7 @@ pub fn run_job_with(
         device_bytes_written: device.write_bytes + device.write_zeroes_fallback_bytes,
         device_write_zeroes: device.write_zeroes,
         device_write_zeroes_bytes: device.write_zeroes_bytes,
+        device_extends: device.extends,
         device_reads: device.reads,
         device_bytes_read: device.read_bytes,
         device_flushes: device.flushes,
@@ -375,6 +385,7 @@ pub fn run_job_with(
         cow_bytes_written: engine.cow_bytes_written,
         zeroing_requests: engine.zeroing_requests,
         zeroing_fallbacks: engine.zeroing_fallbacks,
+        grow_requests: engine.grow_requests,
         alloc_joins: engine.alloc_joins,
         clusters_allocated: engine.clusters_allocated,
         l2_writebacks: engine.l2_writebacks,
@@ -425,6 +436,8 @@ pub(crate) fn engine_delta(a: &Counters, b: &Counters) -> Counters {
         cow_bytes_written: b.cow_bytes_written - a.cow_bytes_written,
         zeroing_requests: b.zeroing_requests - a.zeroing_requests,
         zeroing_fallbacks: b.zeroing_fallbacks - a.zeroing_fallbacks,
+        grow_requests: b.grow_requests - a.grow_requests,
+        grow_bytes: b.grow_bytes - a.grow_bytes,
         alloc_joins: b.alloc_joins - a.alloc_joins,
         allocs_dropped: b.allocs_dropped - a.allocs_dropped,
         overlap_waits: b.overlap_waits - a.overlap_waits,

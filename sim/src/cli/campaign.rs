@@ -157,8 +157,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         t.faults_injected, t.leaked_clusters
     );
     println!(
-        "crash states kept {} multi-sector device writes in part (torn at sector granularity); the engine gave up {} allocations after I/O errors",
-        t.torn_writes, t.allocs_dropped
+        "crash states kept {} multi-sector device writes in part (torn at sector granularity); the engine gave up {} allocations after I/O errors and grew image files ahead of allocation {} times",
+        t.torn_writes, t.allocs_dropped, t.grow_requests
     );
     if t.data_file_cases > 0 {
         println!(

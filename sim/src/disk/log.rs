@@ -177,6 +177,9 @@ pub struct DiskCounters {
     pub write_zeroes_unsupported: u64,
     /// Bytes of zero buffers written because zeroing was not efficient.
     pub write_zeroes_fallback_bytes: u64,
+    /// Writes and write_zeroes that ended past the device's end when
+    /// issued, so extended it (each costs `LatencyOptions::extend`).
+    pub extends: u64,
     pub discards: u64,
     pub discard_bytes: u64,
     pub flushes: u64,
@@ -201,6 +204,7 @@ impl DiskCounters {
             write_zeroes_unsupported: b.write_zeroes_unsupported - a.write_zeroes_unsupported,
             write_zeroes_fallback_bytes: b.write_zeroes_fallback_bytes
                 - a.write_zeroes_fallback_bytes,
+            extends: b.extends - a.extends,
             discards: b.discards - a.discards,
             discard_bytes: b.discard_bytes - a.discard_bytes,
             flushes: b.flushes - a.flushes,
@@ -223,6 +227,7 @@ impl DiskCounters {
             write_zeroes_unsupported: a.write_zeroes_unsupported + b.write_zeroes_unsupported,
             write_zeroes_fallback_bytes: a.write_zeroes_fallback_bytes
                 + b.write_zeroes_fallback_bytes,
+            extends: a.extends + b.extends,
             discards: a.discards + b.discards,
             discard_bytes: a.discard_bytes + b.discard_bytes,
             flushes: a.flushes + b.flushes,

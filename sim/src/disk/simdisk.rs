@@ -261,6 +261,9 @@ impl SimDisk {
             if req.offset != st.last_end {
                 service += l.seek;
             }
+            if req.extends {
+                service += l.extend;
+            }
             st.last_end = req.offset.saturating_add(req.len);
             if l.bandwidth > 0 {
                 let t = u128::from(req.transfer) * 1_000_000_000 / u128::from(l.bandwidth);
@@ -503,6 +506,8 @@ struct Request {
     /// Whether fault injection may touch it (not for requests the device
     /// refuses before doing anything).
     may_fault: bool,
+    /// It ends past the device's end: it costs `LatencyOptions::extend`.
+    extends: bool,
 }
 
 impl Request {
@@ -516,6 +521,7 @@ impl Request {
             timing,
             transfer: 0,
             may_fault: true,
+            extends: false,
         }
     }
 }
@@ -559,14 +565,18 @@ impl BlockDev for SimDisk {
 
     async fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DevError> {
         let len = buf.len() as u64;
-        {
+        let extends = {
             let mut st = self.inner.state.borrow_mut();
             st.counters.writes += 1;
             st.counters.write_bytes += len;
             st.counters.fua_writes += u64::from(flags.fua);
-        }
+            let extends = offset.saturating_add(len) > st.len;
+            st.counters.extends += u64::from(extends);
+            extends
+        };
         let data: Rc<[u8]> = buf.into();
         let req = Request {
+            extends,
             flags: ZeroFlags {
                 fua: flags.fua,
                 ..ZeroFlags::default()
@@ -585,7 +595,7 @@ impl BlockDev for SimDisk {
             transfer: if efficient { 0 } else { len },
             ..Request::new(IoOp::WriteZeroes, offset, len, Timing::Write)
         };
-        {
+        let req = {
             let mut st = self.inner.state.borrow_mut();
             st.counters.write_zeroes += 1;
             if !efficient && flags.no_fallback {
@@ -611,7 +621,10 @@ impl BlockDev for SimDisk {
             if !efficient {
                 st.counters.write_zeroes_fallback_bytes += len;
             }
-        }
+            let extends = offset.saturating_add(len) > st.len;
+            st.counters.extends += u64::from(extends);
+            Request { extends, ..req }
+        };
         self.submit_write(req, Some(Payload::Zeroes), len).await
     }
 

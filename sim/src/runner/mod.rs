@@ -218,7 +218,11 @@ impl<'a> Run<'a> {
             }
             if crash {
                 self.sim.abort_all();
-                self.shared.stats.borrow_mut().allocs_dropped += live.counters().allocs_dropped;
+                let c = live.counters();
+                let mut st = self.shared.stats.borrow_mut();
+                st.allocs_dropped += c.allocs_dropped;
+                st.grow_requests += c.grow_requests;
+                drop(st);
                 drop(live);
                 match self.crash() {
                     Ok(next) => {
@@ -553,7 +557,11 @@ impl<'a> Run<'a> {
         self.shared.stats.borrow_mut().epoch_disk = self.disk_counters().since(&self.epoch_start);
         // Drops during the close itself are not counted: close consumes
         // the image.
-        self.shared.stats.borrow_mut().allocs_dropped += img.counters().allocs_dropped;
+        let c = img.counters();
+        let mut st = self.shared.stats.borrow_mut();
+        st.allocs_dropped += c.allocs_dropped;
+        st.grow_requests += c.grow_requests;
+        drop(st);
         let closed = self.block(async move { img.close().await });
         self.shared.stats.borrow_mut().disk = self.disk_counters();
         match closed {

@@ -57,6 +57,9 @@ pub struct RunStats {
     /// Allocations the engine gave up (a failed allocating write, or a
     /// deferred COW a flush could not complete), summed over epochs.
     pub allocs_dropped: u64,
+    /// Requests that grew the image file ahead of allocation, summed over
+    /// epochs.
+    pub grow_requests: u64,
     /// Sectors the model checked after crashes.
     pub recovered_sectors_checked: u64,
     /// Leaked clusters the checker counted after crashes.
@@ -97,12 +100,13 @@ impl RunReport {
 /// `qcsim bench FILE` print it.
 pub fn cow_summary(e: &engine::Counters) -> String {
     format!(
-        "COW areas created {}, cancelled whole {}, cancelled in part {}, performed {}; zeroing requests {}; joins {}",
+        "COW areas created {}, cancelled whole {}, cancelled in part {}, performed {}; zeroing requests {}; file grown ahead by {} requests; joins {}",
         e.cow_created,
         e.cow_cancelled_whole,
         e.cow_cancelled_partial,
         e.cow_performed,
         e.zeroing_requests,
+        e.grow_requests,
         e.alloc_joins,
     )
 }

@@ -16,6 +16,8 @@ pub(super) fn quiet_disk() -> DiskOptions {
     let mut o = DiskOptions::default();
     o.crash.track = false;
     o.log.enabled = false;
+    // Timed as in every version, so that saved cases replay bit for bit.
+    o.latency.extend = 0;
     o
 }
 
@@ -48,7 +50,14 @@ impl Run<'_> {
                     };
                     let r = self.block(async move {
                         Image::create(&d, &co).await?;
-                        let img = Image::open(d, EngineOptions::default()).await?;
+                        // Built the same way in every version, so that
+                        // saved cases replay bit for bit: without growing
+                        // the file ahead, which came later.
+                        let build = EngineOptions {
+                            grow_ahead: 0,
+                            ..EngineOptions::default()
+                        };
+                        let img = Image::open(d, build).await?;
                         img.write(0, &bytes).await?;
                         img.close().await.map(|_| ())
                     });

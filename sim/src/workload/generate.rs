@@ -33,6 +33,18 @@ const WORKLOAD_DATA_FILE: u32 = 4;
 /// Share of version 3 images given an external data file.
 const DATA_FILE_PROBABILITY: f64 = 0.2;
 
+/// How far ahead the image file grows: its own sub-stream of the engine
+/// options', so the switches and caches drawn before it existed stay as
+/// they were. Small steps make growth, and allocations racing it, common.
+const ENGINE_GROW_AHEAD: u32 = 1;
+const GROW_AHEAD_CHOICES: [u64; 5] = [
+    0,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    engine::options::DEFAULT_GROW_AHEAD,
+];
+
 fn stream(seed: u64, concern: Stream, index: u32) -> ChaCha8Rng {
     rng::substream(seed, concern, index)
 }
@@ -84,7 +96,13 @@ impl Case {
             version: CASE_VERSION,
             seed,
             profile: Some(profile),
-            engine: engine_options(&mut stream(seed, Stream::EngineConfig, 0)),
+            engine: EngineOptions {
+                grow_ahead: pick(
+                    &mut stream(seed, Stream::EngineConfig, ENGINE_GROW_AHEAD),
+                    &GROW_AHEAD_CHOICES,
+                ),
+                ..engine_options(&mut stream(seed, Stream::EngineConfig, 0))
+            },
             // The disk's settings and fault rates (swarm testing); the
             // harsh modes stay off, since the oracle's rules do not hold
             // under them: campaigns turn them on explicitly.

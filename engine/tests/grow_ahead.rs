@@ -1,0 +1,313 @@
+//! Growing the image file ahead of allocation (zero_cow, seed 001's second
+//! point): sequential writes extend the file only through the engine's
+//! zeroing requests, which never touch a byte anything was written to;
+//! closing trims the file back to the image's end; a crash leaves only
+//! unreferenced zeroes that `qemu-img check` accepts; a device that cannot
+//! zero efficiently is asked once.
+
+use std::cell::RefCell;
+
+use engine::dev::{BlockDev, DevError, IoOp, MemDev, WriteFlags, ZeroFlags};
+use engine::{CreateOptions, EngineOptions, Image, Switches};
+use futures::executor::{block_on, LocalPool};
+use futures::task::LocalSpawnExt;
+
+mod support;
+use support::{check_clean, qemu_raw, run, YieldDev};
+
+const C: u64 = 64 << 10;
+
+/// One request as the device saw it, with the device's length when it was
+/// issued.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    op: IoOp,
+    offset: u64,
+    len: u64,
+    no_fallback: bool,
+    dev_len: u64,
+}
+
+/// Records every write-like request; refuses efficient zeroing when
+/// `refuse` is set, as a device without it does.
+struct RecDev<D> {
+    inner: D,
+    seen: RefCell<Vec<Seen>>,
+    refuse: bool,
+}
+
+impl<D: BlockDev> RecDev<D> {
+    fn new(inner: D, refuse: bool) -> Self {
+        RecDev {
+            inner,
+            seen: RefCell::default(),
+            refuse,
+        }
+    }
+
+    fn note(&self, op: IoOp, offset: u64, len: u64, no_fallback: bool) {
+        let dev_len = self.inner.len();
+        self.seen.borrow_mut().push(Seen {
+            op,
+            offset,
+            len,
+            no_fallback,
+            dev_len,
+        });
+    }
+}
+
+impl<D: BlockDev> BlockDev for RecDev<D> {
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DevError> {
+        self.inner.read(offset, buf).await
+    }
+    async fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DevError> {
+        self.note(IoOp::Write, offset, buf.len() as u64, false);
+        self.inner.write(offset, buf, flags).await
+    }
+    async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
+        self.note(IoOp::WriteZeroes, offset, len, flags.no_fallback);
+        if self.refuse && flags.no_fallback {
+            return Err(DevError::NotSupported {
+                op: IoOp::WriteZeroes,
+            });
+        }
+        self.inner.write_zeroes(offset, len, flags).await
+    }
+    support::pass_through_rest!();
+}
+
+fn fresh(size: u64) -> MemDev {
+    let dev = MemDev::new();
+    let co = CreateOptions {
+        size,
+        cluster_size: C,
+        ..Default::default()
+    };
+    block_on(Image::create(&dev, &co)).unwrap();
+    dev
+}
+
+fn opts(switches: Switches, grow_ahead: u64) -> EngineOptions {
+    EngineOptions {
+        switches,
+        grow_ahead,
+        ..Default::default()
+    }
+}
+
+fn byte(i: u64) -> u8 {
+    (i * 7 + 3) as u8
+}
+
+/// `bytes` 4 KiB writes from offset 0, one at a time, then a flush.
+fn write_sequentially(img: &Image<RecDev<MemDev>>, bytes: u64) {
+    for i in 0..bytes / 4096 {
+        block_on(img.write(i * 4096, &[byte(i); 4096])).unwrap();
+    }
+    block_on(img.flush()).unwrap();
+}
+
+/// Every write-like request the device saw, and the growing ones among
+/// them (efficient zeroing: sequential writes make no COW to zero), which
+/// the engine must have counted.
+fn growth_seen(img: &Image<RecDev<MemDev>>) -> (Vec<Seen>, Vec<Seen>) {
+    let seen = img.device().seen.borrow().clone();
+    let grows: Vec<Seen> = seen
+        .iter()
+        .filter(|s| s.op == IoOp::WriteZeroes && s.no_fallback)
+        .copied()
+        .collect();
+    assert_eq!(grows.len() as u64, img.counters().grow_requests);
+    (seen, grows)
+}
+
+fn expected(size: u64, bytes: u64) -> Vec<u8> {
+    let mut v = vec![0u8; size as usize];
+    for i in 0..bytes / 4096 {
+        v[(i * 4096) as usize..((i + 1) * 4096) as usize].fill(byte(i));
+    }
+    v
+}
+
+/// The image's bytes in a file of a temporary directory.
+fn to_file(dir: &tempfile::TempDir, name: &str, bytes: Vec<u8>) -> std::path::PathBuf {
+    let p = dir.path().join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn image_end_offset(path: &std::path::Path) -> u64 {
+    let out = run(
+        "qemu-img",
+        &["check", "--output", "json", path.to_str().unwrap()],
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    j["image-end-offset"].as_u64().expect("image-end-offset")
+}
+
+#[test]
+fn sequential_writes_extend_the_file_only_by_growing_it() {
+    let (size, bytes, step) = (64 << 20, 20 << 20, 8 << 20);
+    let dev = RecDev::new(fresh(size), false);
+    let img = block_on(Image::open(dev, opts(Switches::ALL_ON, step))).unwrap();
+    write_sequentially(&img, bytes);
+    let (seen, grows) = growth_seen(&img);
+    // 20 MiB of data and a few tables: the file grows in 8 MiB steps.
+    assert!(
+        (3..=4).contains(&grows.len()),
+        "{} growths: {grows:?}",
+        grows.len()
+    );
+    for (i, s) in seen.iter().enumerate() {
+        match s.op {
+            IoOp::Write => assert!(
+                s.offset + s.len <= s.dev_len,
+                "write {i} at {:#x}+{:#x} extends the file of {:#x}",
+                s.offset,
+                s.len,
+                s.dev_len
+            ),
+            IoOp::WriteZeroes => {
+                assert_eq!(s.offset % C, 0, "{s:?}");
+                assert_eq!((s.offset + s.len) % step, 0, "{s:?}");
+                // Nothing written before lies in the zeroed range.
+                let touched = seen[..i]
+                    .iter()
+                    .map(|e| e.offset + e.len)
+                    .max()
+                    .unwrap_or(0);
+                assert!(s.offset >= touched, "{s:?} zeroes over {touched:#x}");
+            }
+            _ => {}
+        }
+    }
+
+    // Closing gives back what growing added past the image's end.
+    let before_close = img.device().len();
+    let dev = block_on(img.close()).unwrap();
+    let len = dev.len();
+    assert!(
+        len < before_close,
+        "{len:#x} after close, {before_close:#x} before"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = to_file(&dir, "closed.qcow2", dev.inner.into_bytes());
+    check_clean(&path, "closed");
+    assert_eq!(image_end_offset(&path), len);
+    assert_eq!(qemu_raw(&path), expected(size, bytes));
+}
+
+#[test]
+fn a_crash_leaves_only_unreferenced_zeroes_past_the_end() {
+    let (size, bytes) = (32 << 20, 3 << 20);
+    let dev = RecDev::new(fresh(size), false);
+    let img = block_on(Image::open(dev, opts(Switches::ALL_ON, 8 << 20))).unwrap();
+    write_sequentially(&img, bytes);
+    // What a crash right after the flush leaves: nothing more is written.
+    let dev = img.into_device();
+    let dir = tempfile::tempdir().unwrap();
+    let path = to_file(&dir, "crashed.qcow2", dev.inner.into_bytes());
+    check_clean(&path, "crashed");
+    let file_len = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        file_len >= image_end_offset(&path) + (4 << 20),
+        "the zeroes grown ahead are still there: {file_len:#x}"
+    );
+    assert_eq!(qemu_raw(&path), expected(size, bytes));
+}
+
+#[test]
+fn nothing_grows_without_zero_cow_or_with_grow_ahead_zero() {
+    let zero_cow_off = Switches::ALL_ON.with("zero_cow", false).unwrap();
+    for o in [
+        opts(zero_cow_off, 8 << 20),
+        opts(Switches::ALL_ON, 0),
+        opts(Switches::ALL_OFF, 8 << 20),
+    ] {
+        let dev = RecDev::new(fresh(16 << 20), false);
+        let img = block_on(Image::open(dev, o.clone())).unwrap();
+        write_sequentially(&img, 2 << 20);
+        assert_eq!(img.counters().grow_requests, 0, "{o:?}");
+        let extending = img
+            .device()
+            .seen
+            .borrow()
+            .iter()
+            .filter(|s| s.op == IoOp::Write && s.offset + s.len > s.dev_len)
+            .count();
+        // Every cluster's first write extends the file instead.
+        assert!(extending >= 32, "{o:?}: {extending}");
+    }
+}
+
+#[test]
+fn without_multi_cluster_the_file_grows_a_cluster_at_a_time() {
+    let s = Switches::ALL_ON.with("multi_cluster", false).unwrap();
+    let dev = RecDev::new(fresh(16 << 20), false);
+    let img = block_on(Image::open(dev, opts(s, 8 << 20))).unwrap();
+    write_sequentially(&img, 2 << 20);
+    let (_, grows) = growth_seen(&img);
+    // 32 data clusters and an L2 table past the end of the new file.
+    assert!(grows.len() >= 33, "{}", grows.len());
+    assert!(grows.iter().all(|g| g.len == C), "{grows:?}");
+}
+
+#[test]
+fn a_device_that_cannot_zero_efficiently_is_asked_once() {
+    let dev = RecDev::new(fresh(16 << 20), true);
+    let img = block_on(Image::open(dev, opts(Switches::ALL_ON, 1 << 20))).unwrap();
+    write_sequentially(&img, 4 << 20);
+    assert_eq!(img.counters().grow_requests, 1);
+    let dev = block_on(img.close()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = to_file(&dir, "refused.qcow2", dev.inner.into_bytes());
+    check_clean(&path, "refused");
+    assert_eq!(qemu_raw(&path), expected(16 << 20, 4 << 20));
+}
+
+/// Many writes in flight into fresh clusters while the file grows in small
+/// steps, requests completing out of order: every byte reads back.
+#[test]
+fn concurrent_allocations_across_growth_steps_keep_every_byte() {
+    let size = 16u64 << 20;
+    for seed in 0..4 {
+        let dev = YieldDev::new(fresh(size), seed);
+        let img = block_on(Image::open(dev, opts(Switches::ALL_ON, 2 * C))).unwrap();
+        let img = std::rc::Rc::new(img);
+        let mut pool = LocalPool::new();
+        // Interleaved streams: cluster k of stream s is guest cluster
+        // 4k + s, so allocations race for the file's end.
+        for s in 0..4u64 {
+            let img = img.clone();
+            pool.spawner()
+                .spawn_local(async move {
+                    for k in 0..24u64 {
+                        let g = (4 * k + s) * C;
+                        for i in 0..C / 8192 {
+                            let off = g + i * 8192;
+                            img.write(off, &[byte(off / 4096); 8192]).await.unwrap();
+                        }
+                    }
+                })
+                .unwrap();
+        }
+        pool.run();
+        block_on(img.flush()).unwrap();
+        assert!(img.counters().grow_requests > 1, "seed {seed}");
+        let mut buf = vec![0u8; (96 * C) as usize];
+        block_on(img.read(0, &mut buf)).unwrap();
+        for (i, chunk) in buf.chunks(8192).enumerate() {
+            let off = i as u64 * 8192;
+            assert!(
+                chunk.iter().all(|&b| b == byte(off / 4096)),
+                "seed {seed}: guest {off:#x}"
+            );
+        }
+        let img = std::rc::Rc::try_unwrap(img).ok().unwrap();
+        let dev = block_on(img.close()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = to_file(&dir, "concurrent.qcow2", dev.inner.into_bytes());
+        check_clean(&path, &format!("seed {seed}"));
+    }
+}
