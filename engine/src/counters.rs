@@ -29,6 +29,9 @@ pub struct Counters {
     pub cow_bytes_written: u64,
     /// Efficient (no-fallback) write_zeroes requests issued for zero_cow.
     pub zeroing_requests: u64,
+    /// Zero-source COW ranges that needed no request at all: growing the
+    /// file had zeroed the new clusters (zero_cow), and nothing used them.
+    pub cow_already_zero: u64,
     /// zero_cow attempts the device refused, falling back to zero buffers.
     pub zeroing_fallbacks: u64,
     /// Efficient write_zeroes requests that grew the image file ahead of

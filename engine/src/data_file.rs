@@ -211,12 +211,17 @@ impl<D: BlockDev> Image<D> {
 
     /// Host clusters for the `n` guest clusters starting at `guest_start`:
     /// with a data file their own offset (nothing to count), otherwise a
-    /// fresh run from the refcount allocator.
-    pub(crate) async fn alloc_data_clusters(&self, guest_start: u64, n: u64) -> Result<u64> {
+    /// new run from the refcount allocator. Also whether the run is known
+    /// to read as zeroes (`grow::is_fresh`; never for a data file).
+    pub(crate) async fn alloc_data_clusters(
+        &self,
+        guest_start: u64,
+        n: u64,
+    ) -> Result<(u64, bool)> {
         if self.data.is_some() {
-            return Ok(guest_start);
+            return Ok((guest_start, false));
         }
-        self.alloc_clusters(n).await
+        self.alloc_clusters_fresh(n).await
     }
 
     /// With raw external data, make guest bytes [start, end) read as zeroes

@@ -80,8 +80,29 @@ impl<D: BlockDev> Image<D> {
                 return;
             }
             self.count(|c| c.grow_bytes += n);
+            let mut m = self.meta.borrow_mut();
+            m.grown_zero = if m.grown_zero.1 == at && m.grown_zero.0 < at {
+                (m.grown_zero.0, at + n)
+            } else {
+                (at, at + n)
+            };
+            drop(m);
             at += n;
         }
+    }
+
+    /// Whether the run `[run_start, run_end)` just handed out reads as
+    /// zeroes on the device: growing zeroed it in this session (and
+    /// completed, before the allocator returned), and nothing has used it
+    /// since, because it lies at or past `others_end`, the end of every
+    /// cluster used before (data, tables, or freed since). A cluster
+    /// freed and handed out again always lies below that mark, so it is
+    /// never taken for fresh. The zeroing is durable by the time anything
+    /// links the run: linking waits for a flush after the data writes,
+    /// which follow the zeroing.
+    pub(crate) fn is_fresh(&self, run_start: u64, run_end: u64, others_end: u64) -> bool {
+        let (lo, hi) = self.meta.borrow().grown_zero;
+        run_start >= others_end && run_start >= lo && run_end <= hi
     }
 
     /// At close, after the last flush: give back what growing added past

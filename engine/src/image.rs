@@ -130,6 +130,10 @@ pub(crate) struct Meta {
     /// Growing failed once (the device cannot zero efficiently, or an
     /// error): not tried again while the image is open.
     pub grow_disabled: bool,
+    /// Host bytes `[start, end)` that growing has zeroed, contiguous, in
+    /// this session: a cluster there past every cluster used before it is
+    /// handed out still reads as zeroes (see `grow::is_fresh`).
+    pub grown_zero: (u64, u64),
 }
 
 /// An opened qcow2 image.
@@ -645,6 +649,7 @@ impl<D: BlockDev> Image<D> {
             poisoned: false,
             grown_from: None,
             grow_disabled: false,
+            grown_zero: (0, 0),
         };
         let img = Image {
             dev,

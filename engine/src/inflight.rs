@@ -113,6 +113,12 @@ pub(crate) struct Alloc {
     /// unallocated or zero subclusters are filled in place): there is
     /// nothing to free when it is linked or given up.
     pub in_place: bool,
+    /// The new clusters read as zeroes (grown, never used: see
+    /// `grow::is_fresh`), so COW areas whose source is zero need no I/O.
+    pub fresh: bool,
+    /// A write into the new clusters failed: its bytes may hold anything,
+    /// so the COW of the unwritten bytes must be written after all.
+    pub failed_write: bool,
 }
 
 impl Alloc {

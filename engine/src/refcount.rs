@@ -102,6 +102,12 @@ impl<D: BlockDev> Image<D> {
     /// Allocate `n` contiguous free clusters, setting their refcounts to 1.
     /// Returns the host offset of the first.
     pub(crate) async fn alloc_clusters(&self, n: u64) -> Result<u64> {
+        Ok(self.alloc_clusters_fresh(n).await?.0)
+    }
+
+    /// [`Image::alloc_clusters`], and whether the run is fresh: zeroed by
+    /// growing the file and never used since, so it reads as zeroes.
+    pub(crate) async fn alloc_clusters_fresh(&self, n: u64) -> Result<(u64, bool)> {
         assert!(n > 0);
         #[cfg(feature = "broken")]
         if self.opts.broken == Some(crate::options::Broken::ReuseBeforeDurable) {
@@ -142,9 +148,12 @@ impl<D: BlockDev> Image<D> {
                 others_end
             };
             let cs = self.geo.cluster_size;
-            self.grow_for_run(start * cs, (start + n) * cs, others_end * cs)
-                .await;
-            return Ok(start * cs);
+            let (run_start, run_end) = (start * cs, (start + n) * cs);
+            self.grow_for_run(run_start, run_end, others_end * cs).await;
+            return Ok((
+                run_start,
+                self.is_fresh(run_start, run_end, others_end * cs),
+            ));
         }
     }
 

@@ -297,6 +297,7 @@ impl<D: BlockDev> Image<D> {
                 .get_mut(&key)
                 .expect("alloc present while it has writers");
             a.writers -= 1;
+            a.failed_write |= written.is_none();
             if let Some((s, e)) = written {
                 a.written.insert(s, e);
             }
@@ -337,12 +338,12 @@ impl<D: BlockDev> Image<D> {
             None => (gstart, gend),
         };
         let in_place = shape.flatten();
-        let host = match in_place {
+        let (host, fresh) = match in_place {
             Some(h) => {
                 // Filling subclusters of a cluster the L2 entry names:
                 // never metadata.
                 self.check_data_clusters(h, nclusters * cs)?;
-                h
+                (h, false)
             }
             None => self.alloc_data_clusters(gstart, nclusters).await?,
         };
@@ -368,6 +369,8 @@ impl<D: BlockDev> Image<D> {
             cover_start,
             cover_end,
             in_place: in_place.is_some(),
+            fresh,
+            failed_write: false,
         };
         let open_allocs = {
             let mut inf = self.inflight.borrow_mut();
@@ -517,6 +520,14 @@ impl<D: BlockDev> Image<D> {
         } else {
             pieces.iter().flatten().all(|(_, _, s)| s.is_zero())
         };
+        if all_zero && self.opts.switches.zero_cow && a.fresh {
+            // Growing the file zeroed these clusters already.
+            self.count(|c| c.cow_already_zero += areas.len() as u64);
+            return Ok(self
+                .data_dev()
+                .write(host + (off - gstart), data, WriteFlags::default())
+                .await?);
+        }
         if all_zero && self.opts.switches.zero_cow {
             let flags = ZeroFlags {
                 no_fallback: true,
@@ -762,6 +773,12 @@ impl<D: BlockDev> Image<D> {
             .collect();
         for (s, e, src) in pieces {
             let host = a.host + (s - a.guest_start);
+            if src.is_zero() && self.opts.switches.zero_cow && a.fresh && !a.failed_write {
+                // Growing the file zeroed these bytes, and no write into
+                // the allocation has failed over them since.
+                self.count(|c| c.cow_already_zero += 1);
+                continue;
+            }
             if src.is_zero() && self.opts.switches.zero_cow {
                 let flags = ZeroFlags {
                     no_fallback: true,
@@ -867,7 +884,7 @@ impl<D: BlockDev> Image<D> {
         };
         let host = {
             let _g = self.meta_lock.lock().await;
-            self.alloc_data_clusters(gstart, 1).await?
+            self.alloc_data_clusters(gstart, 1).await?.0
         };
         let mut buf = vec![0u8; cs as usize];
         self.read_cow_source(&src, gstart, &mut buf).await?;

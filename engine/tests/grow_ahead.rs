@@ -3,9 +3,11 @@
 //! zeroing requests, which never touch a byte anything was written to;
 //! closing trims the file back to the image's end; a crash leaves only
 //! unreferenced zeroes that `qemu-img check` accepts; a device that cannot
-//! zero efficiently is asked once.
+//! zero efficiently is asked once. Clusters the growth zeroed need no COW
+//! request over zeroes, except where a write into them failed or where
+//! they were used before.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use engine::dev::{BlockDev, DevError, IoOp, MemDev, WriteFlags, ZeroFlags};
 use engine::{CreateOptions, EngineOptions, Image, Switches};
@@ -310,4 +312,127 @@ fn concurrent_allocations_across_growth_steps_keep_every_byte() {
         let path = to_file(&dir, "concurrent.qcow2", dev.inner.into_bytes());
         check_clean(&path, &format!("seed {seed}"));
     }
+}
+
+/// Without delayed COW every first write of a cluster performs its zero
+/// COW; in clusters growing has just zeroed that takes no request, and
+/// the tails still read (and after a crash, recover) as zeroes.
+#[test]
+fn grown_clusters_need_no_zeroing_for_their_cow() {
+    let s = Switches::ALL_ON.with("delayed_cow", false).unwrap();
+    let (size, bytes) = (16 << 20, 2 << 20);
+    let dev = RecDev::new(fresh(size), false);
+    let img = block_on(Image::open(dev, opts(s, 8 << 20))).unwrap();
+    // One 4 KiB write at the start of each cluster: 60 KiB of zero COW.
+    let mut want = vec![0u8; size as usize];
+    for k in 0..bytes / C {
+        block_on(img.write(k * C, &[byte(k); 4096])).unwrap();
+        want[(k * C) as usize..(k * C + 4096) as usize].fill(byte(k));
+    }
+    block_on(img.flush()).unwrap();
+    let c = img.counters();
+    assert_eq!(c.cow_performed, bytes / C);
+    assert_eq!(c.cow_already_zero, bytes / C);
+    assert_eq!(c.zeroing_requests, 0);
+    let (_, grows) = growth_seen(&img);
+    assert_eq!(
+        img.device()
+            .seen
+            .borrow()
+            .iter()
+            .filter(|e| e.op == IoOp::WriteZeroes)
+            .count(),
+        grows.len(),
+        "every zeroing request grew the file"
+    );
+    let dev = img.into_device();
+    let dir = tempfile::tempdir().unwrap();
+    let path = to_file(&dir, "crashed.qcow2", dev.inner.into_bytes());
+    check_clean(&path, "crashed after flush");
+    assert_eq!(qemu_raw(&path), want);
+}
+
+/// A cluster freed and handed out again is not fresh: its old data must
+/// be zeroed over.
+#[test]
+fn a_reused_cluster_gets_its_cow_zeroed() {
+    let s = Switches::ALL_ON.with("delayed_cow", false).unwrap();
+    let dev = RecDev::new(fresh(16 << 20), false);
+    let img = block_on(Image::open(dev, opts(s, 8 << 20))).unwrap();
+    block_on(img.write(0, &[0xaa; C as usize])).unwrap();
+    block_on(img.flush()).unwrap();
+    let old_host = block_on(img.host_offset(0)).unwrap().unwrap();
+    block_on(img.discard(0, C)).unwrap();
+    // The first flush makes the unmap durable, the second frees.
+    block_on(img.flush()).unwrap();
+    block_on(img.flush()).unwrap();
+    block_on(img.write(5 * C, &[0xbb; 4096])).unwrap();
+    block_on(img.flush()).unwrap();
+    let host = block_on(img.host_offset(5 * C)).unwrap().unwrap();
+    assert_eq!(host, old_host, "the freed cluster is reused");
+    let c = img.counters();
+    assert_eq!(c.zeroing_requests, 1, "{c:?}");
+    let mut buf = vec![0u8; C as usize];
+    block_on(img.read(5 * C, &mut buf)).unwrap();
+    assert!(buf[..4096].iter().all(|&b| b == 0xbb));
+    assert!(
+        buf[4096..].iter().all(|&b| b == 0),
+        "old data shows through"
+    );
+}
+
+/// Fails the `n`th data write after putting garbage where it was going.
+struct FailNth {
+    inner: MemDev,
+    writes: Cell<u32>,
+    n: u32,
+}
+
+impl BlockDev for FailNth {
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DevError> {
+        self.inner.read(offset, buf).await
+    }
+    async fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DevError> {
+        self.writes.set(self.writes.get() + 1);
+        if self.writes.get() == self.n {
+            self.inner
+                .write(offset, &vec![0xee; buf.len()], flags)
+                .await?;
+            return Err(DevError::Io {
+                op: IoOp::Write,
+                offset,
+                len: buf.len() as u64,
+            });
+        }
+        self.inner.write(offset, buf, flags).await
+    }
+    async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
+        self.inner.write_zeroes(offset, len, flags).await
+    }
+    support::pass_through_rest!();
+}
+
+/// With delayed COW, a write that fails into a grown cluster may have left
+/// anything there; the flush must write the zero COW over it after all.
+#[test]
+fn a_failed_write_into_a_grown_cluster_is_zeroed_over() {
+    let mem = fresh(16 << 20);
+    let dev = FailNth {
+        inner: mem,
+        writes: Cell::new(0),
+        n: 2,
+    };
+    let img = block_on(Image::open(dev, opts(Switches::ALL_ON, 8 << 20))).unwrap();
+    block_on(img.write(0, &[0x11; 4096])).unwrap();
+    assert!(block_on(img.write(8192, &[0x22; 4096])).is_err());
+    block_on(img.flush()).unwrap();
+    let c = img.counters();
+    assert!(c.zeroing_requests >= 1, "{c:?}");
+    let mut buf = vec![0u8; C as usize];
+    block_on(img.read(0, &mut buf)).unwrap();
+    assert!(buf[..4096].iter().all(|&b| b == 0x11));
+    assert!(
+        buf[4096..].iter().all(|&b| b == 0),
+        "the failed write's garbage shows"
+    );
 }

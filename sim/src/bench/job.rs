@@ -145,6 +145,8 @@ pub struct Row {
     pub zeroing_fallbacks: u64,
     /// write_zeroes that grew the file ahead of allocation (zero_cow).
     pub grow_requests: u64,
+    /// Zero COW ranges that needed no request: growing had zeroed them.
+    pub cow_already_zero: u64,
     pub alloc_joins: u64,
     pub clusters_allocated: u64,
     pub l2_writebacks: u64,
@@ -386,6 +388,7 @@ pub fn run_job_with(
         zeroing_requests: engine.zeroing_requests,
         zeroing_fallbacks: engine.zeroing_fallbacks,
         grow_requests: engine.grow_requests,
+        cow_already_zero: engine.cow_already_zero,
         alloc_joins: engine.alloc_joins,
         clusters_allocated: engine.clusters_allocated,
         l2_writebacks: engine.l2_writebacks,
@@ -436,6 +439,7 @@ pub(crate) fn engine_delta(a: &Counters, b: &Counters) -> Counters {
         cow_bytes_written: b.cow_bytes_written - a.cow_bytes_written,
         zeroing_requests: b.zeroing_requests - a.zeroing_requests,
         zeroing_fallbacks: b.zeroing_fallbacks - a.zeroing_fallbacks,
+        cow_already_zero: b.cow_already_zero - a.cow_already_zero,
         grow_requests: b.grow_requests - a.grow_requests,
         grow_bytes: b.grow_bytes - a.grow_bytes,
         alloc_joins: b.alloc_joins - a.alloc_joins,

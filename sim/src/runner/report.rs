@@ -100,11 +100,12 @@ impl RunReport {
 /// `qcsim bench FILE` print it.
 pub fn cow_summary(e: &engine::Counters) -> String {
     format!(
-        "COW areas created {}, cancelled whole {}, cancelled in part {}, performed {}; zeroing requests {}; file grown ahead by {} requests; joins {}",
+        "COW areas created {}, cancelled whole {}, cancelled in part {}, performed {} ({} of them already zero); zeroing requests {}; file grown ahead by {} requests; joins {}",
         e.cow_created,
         e.cow_cancelled_whole,
         e.cow_cancelled_partial,
         e.cow_performed,
+        e.cow_already_zero,
         e.zeroing_requests,
         e.grow_requests,
         e.alloc_joins,
