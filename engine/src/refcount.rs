@@ -137,16 +137,21 @@ impl<D: BlockDev> Image<D> {
                     continue 'search;
                 }
             }
-            for c in start..start + n {
-                self.set_refcount(c, 1).await?;
-            }
+            // The high-water mark covers the run before any refcount is
+            // set: should setting one fail, the clusters already counted
+            // are still below it, so growing never zeroes them and closing
+            // never trims them off (they are a leak, not a reference past
+            // the end of the file).
             let others_end = {
                 let mut m = self.meta.borrow_mut();
                 let others_end = m.end_cluster;
-                m.free_hint = start + n;
                 m.end_cluster = m.end_cluster.max(start + n);
                 others_end
             };
+            for c in start..start + n {
+                self.set_refcount(c, 1).await?;
+            }
+            self.meta.borrow_mut().free_hint = start + n;
             let cs = self.geo.cluster_size;
             let (run_start, run_end) = (start * cs, (start + n) * cs);
             self.grow_for_run(run_start, run_end, others_end * cs).await;
@@ -311,6 +316,12 @@ impl<D: BlockDev> Image<D> {
             ));
         }
         let b = blocks.len() as u64;
+        // Covered by the high-water mark before anything is written there
+        // (see alloc_clusters_fresh).
+        {
+            let mut m = self.meta.borrow_mut();
+            m.end_cluster = m.end_cluster.max(start + t + b);
+        }
         let table_off = start * cs;
         let mut table = old.clone();
         table.resize(new_len, 0);
@@ -348,7 +359,6 @@ impl<D: BlockDev> Image<D> {
                 .extend(table.iter().copied().filter(|&o| o != 0));
             m.reftable = table;
             m.reftable_dirty = false;
-            m.end_cluster = m.end_cluster.max(start + t + b);
             old
         };
         self.write_header().await?;

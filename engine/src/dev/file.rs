@@ -702,15 +702,22 @@ impl BlockDev for FileDev {
                 op: IoOp::WriteZeroes,
             });
         }
-        self.len.fetch_max(end, Ordering::Relaxed);
+        let before = self.len.fetch_max(end, Ordering::Relaxed);
         let outcome = self
             .run(IoOp::WriteZeroes, offset, move |fds| {
                 zero_range(fds, use_fallocate, offset, len, flags)
             })
             .await?
             .map_err(|e| dev_error(IoOp::WriteZeroes, offset, len, e))?;
-        outcome.map_err(|()| DevError::NotSupported {
-            op: IoOp::WriteZeroes,
+        outcome.map_err(|()| {
+            // Refused before doing anything: the length it claimed is not
+            // the file's, unless another request has claimed more since.
+            let _ = self
+                .len
+                .compare_exchange(end, before, Ordering::Relaxed, Ordering::Relaxed);
+            DevError::NotSupported {
+                op: IoOp::WriteZeroes,
+            }
         })
     }
 
