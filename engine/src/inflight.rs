@@ -119,6 +119,9 @@ pub(crate) struct Alloc {
     /// A write into the new clusters failed: its bytes may hold anything,
     /// so the COW of the unwritten bytes must be written after all.
     pub failed_write: bool,
+    /// A guest flush could not complete its deferred COW and will give it
+    /// up before reporting the failure (it stays Committing until then).
+    pub doomed: bool,
 }
 
 impl Alloc {

@@ -371,6 +371,7 @@ impl<D: BlockDev> Image<D> {
             in_place: in_place.is_some(),
             fresh,
             failed_write: false,
+            doomed: false,
         };
         let open_allocs = {
             let mut inf = self.inflight.borrow_mut();
@@ -620,16 +621,18 @@ impl<D: BlockDev> Image<D> {
                 failed.push(k);
             }
         }
-        // Those whose COW failed are still Committing: give them up now,
-        // with no await before the flush reports its failure.
+        // Those whose COW failed are marked and still Committing: give them
+        // up now, with no await before the flush reports its failure. Not
+        // those whose commit failed otherwise (linking): they went back to
+        // Open, and another writer may have taken them over since.
         for k in failed {
-            let cow_failed = self
+            let doomed = self
                 .inflight
                 .borrow()
                 .allocs
                 .get(&k)
-                .is_some_and(|a| a.state == AllocState::Committing);
-            if cow_failed {
+                .is_some_and(|a| a.doomed);
+            if doomed {
                 self.drop_alloc(k);
             }
         }
@@ -720,7 +723,11 @@ impl<D: BlockDev> Image<D> {
                 // closed to writes) until the flush drops it just before
                 // failing, so that no read sees the loss before the guest
                 // can know of it.
-                CowFailure::Drop => {}
+                CowFailure::Drop => {
+                    if let Some(a) = self.inflight.borrow_mut().allocs.get_mut(&key) {
+                        a.doomed = true;
+                    }
+                }
                 CowFailure::Keep => {
                     if let Some(a) = self.inflight.borrow_mut().allocs.get_mut(&key) {
                         a.state = AllocState::Open;
