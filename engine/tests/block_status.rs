@@ -20,23 +20,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 mod support;
-use support::run;
-
-fn create(path: &Path, opts: &str, size: &str) {
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-o",
-            opts,
-            path.to_str().unwrap(),
-            size,
-        ],
-    );
-}
+use support::{qemu_create, run};
 
 fn qemu_io(fmt: &str, img: &Path, cmds: &[String]) {
     let mut args = vec!["-f".to_string(), fmt.to_string()];
@@ -157,7 +141,12 @@ fn zero_discarded_compressed_and_unallocated_clusters() {
         (65536, "0.10"),
     ] {
         let path = dir.path().join(format!("img-{cs}-{compat}.qcow2"));
-        create(&path, &format!("cluster_size={cs},compat={compat}"), "8M");
+        qemu_create(
+            &path,
+            &format!("cluster_size={cs},compat={compat}"),
+            "8M",
+            None,
+        );
         let c = |k: u64| k * cs;
         qemu_io(
             "qcow2",
@@ -184,10 +173,11 @@ fn overlay_on_a_short_raw_backing_file() {
     let base = dir.path().join("base.raw");
     std::fs::write(&base, vec![9u8; 2 << 20]).unwrap();
     let top = dir.path().join("top.qcow2");
-    create(
+    qemu_create(
         &top,
         "cluster_size=65536,backing_file=base.raw,backing_fmt=raw",
         "4M",
+        None,
     );
     qemu_io(
         "qcow2",
@@ -207,7 +197,7 @@ fn overlay_on_a_short_raw_backing_file() {
 fn overlay_on_a_qcow2_backing_file_deep_and_shallow() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("base.qcow2");
-    create(&base, "cluster_size=65536", "2M");
+    qemu_create(&base, "cluster_size=65536", "2M", None);
     qemu_io(
         "qcow2",
         &base,
@@ -219,10 +209,11 @@ fn overlay_on_a_qcow2_backing_file_deep_and_shallow() {
         ],
     );
     let top = dir.path().join("top.qcow2");
-    create(
+    qemu_create(
         &top,
         "cluster_size=65536,backing_file=base.qcow2,backing_fmt=qcow2",
         "4M",
+        None,
     );
     qemu_io(
         "qcow2",
@@ -258,15 +249,21 @@ fn seeded_random_mix_over_a_qcow2_backing_file() {
             .collect()
     };
     let base = dir.path().join("base.qcow2");
-    create(&base, "cluster_size=4096", &(clusters * cs).to_string());
+    qemu_create(
+        &base,
+        "cluster_size=4096",
+        &(clusters * cs).to_string(),
+        None,
+    );
     let base_ops = ops(&mut rng, 30);
     qemu_io("qcow2", &base, &base_ops);
     assert_agrees(&base, false);
     let top = dir.path().join("top.qcow2");
-    create(
+    qemu_create(
         &top,
         "cluster_size=4096,backing_file=base.qcow2,backing_fmt=qcow2",
         &(clusters * cs).to_string(),
+        None,
     );
     let top_ops = ops(&mut rng, 30);
     qemu_io("qcow2", &top, &top_ops);

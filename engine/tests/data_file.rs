@@ -18,70 +18,11 @@ use futures::executor::block_on;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// Run a QEMU tool in `dir`: QEMU resolves a relative data file name
-/// against the working directory (not the image's directory, as it does
-/// for backing files), so the tests keep the two the same.
-fn run_in(dir: &Path, cmd: &str, args: &[&str]) -> Vec<u8> {
-    let out = Command::new(cmd)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("tool runs");
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
+mod support;
+use support::{check_clean, qemu_create, qemu_io, qemu_raw, run_in};
 
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()
-}
-
-fn qemu_io(img: &Path, cmds: &[String]) {
-    let mut args = vec![];
-    for c in cmds {
-        args.push("-c".to_string());
-        args.push(c.clone());
-    }
-    args.push(p(img).to_string());
-    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    run_in(dir_of(img), "qemu-io", &a);
-}
-
-fn dir_of(path: &Path) -> &Path {
-    path.parent().unwrap()
-}
-
-fn qemu_raw(img: &Path) -> Vec<u8> {
-    let raw = img.with_extension("ref.raw");
-    run_in(
-        dir_of(img),
-        "qemu-img",
-        &["convert", "-O", "raw", p(img), p(&raw)],
-    );
-    std::fs::read(raw).unwrap()
-}
-
-/// `qemu-img check --output json`: exit code 0 and no leaks.
-fn check_clean(path: &Path) {
-    let out = Command::new("qemu-img")
-        .args(["check", "--output", "json", p(path)])
-        .current_dir(dir_of(path))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}: {text}{}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(j.get("leaks").is_none_or(|l| l == 0), "{text}");
 }
 
 /// The data file an image's header names, next to the image.
@@ -156,15 +97,6 @@ fn scribble_cmds(size: u64, cs: u64) -> Vec<String> {
     cmds
 }
 
-fn qemu_create(img: &Path, opts: &str, size: &str, backing: Option<&str>) {
-    let mut args = vec!["create", "-q", "-f", "qcow2", "-o", opts];
-    if let Some(b) = backing {
-        args.extend(["-b", b, "-F", "qcow2"]);
-    }
-    args.extend([p(img), size]);
-    run_in(dir_of(img), "qemu-img", &args);
-}
-
 #[test]
 fn qemu_made_data_file_images_read_like_qemu() {
     let dir = tempfile::tempdir().unwrap();
@@ -182,7 +114,7 @@ fn qemu_made_data_file_images_read_like_qemu() {
     for (name, opts, backing) in cases {
         let img = dir.path().join(format!("{name}.qcow2"));
         let opts = format!("{opts},data_file={name}.data");
-        qemu_create(&img, &opts, "4M", backing);
+        qemu_create(&img, &opts, "4M", backing.map(|b| (b, "qcow2")));
         let cs = if opts.contains("65536") { 65536 } else { 4096 };
         let mut cmds = scribble_cmds(4 << 20, cs);
         if name == "lazy" {
@@ -206,7 +138,7 @@ fn qemu_made_data_file_images_read_like_qemu() {
             // stay uncounted for the result to check clean.
             let image = open_files(&img, EngineOptions::default());
             close_to_files(image, &img);
-            check_clean(&img);
+            check_clean(&img, "data-file image");
         }
         let want = qemu_raw(&img);
         let ro = EngineOptions {
@@ -290,7 +222,7 @@ fn engine_written_data_file_images_check_clean_and_read_back() {
                     "seed {seed}: engine reads its model"
                 );
                 close_to_files(img, &path);
-                check_clean(&path);
+                check_clean(&path, "data-file image");
                 assert!(qemu_raw(&path) == model, "seed {seed}: qemu-img convert");
                 let data = std::fs::read(data_path(&path)).unwrap();
                 if raw {
@@ -325,7 +257,7 @@ fn engine_writes_qemu_made_data_file_images_with_backing() {
         &img_path,
         "cluster_size=4096,data_file=top.data",
         "2M",
-        Some("base.qcow2"),
+        Some(("base.qcow2", "qcow2")),
     );
     qemu_io(&img_path, &scribble_cmds(2 << 20, 4096));
     let mut model = qemu_raw(&img_path);
@@ -337,7 +269,7 @@ fn engine_writes_qemu_made_data_file_images_with_backing() {
     }
     assert!(read_all(&img) == model);
     close_to_files(img, &img_path);
-    check_clean(&img_path);
+    check_clean(&img_path, "data-file image");
     assert!(qemu_raw(&img_path) == model);
 }
 

@@ -16,17 +16,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 mod support;
-use support::{check_clean, qemu_io, qemu_raw, run, YieldDev, YieldN};
-
-fn qemu_create(path: &Path, opts: &str, backing: Option<&str>, size: u64) {
-    let mut args = vec!["create", "-q", "-f", "qcow2", "-o", opts];
-    if let Some(b) = backing {
-        args.extend(["-F", "qcow2", "-b", b]);
-    }
-    let size = size.to_string();
-    args.extend([path.to_str().unwrap(), &size]);
-    run("qemu-img", &args);
-}
+use support::{check_clean, qemu_create, qemu_io, qemu_raw, YieldDev, YieldN};
 
 /// Open an image file and its qcow2 backing chain through the engine, each
 /// file's bytes on the device `wrap` makes of them.
@@ -111,7 +101,12 @@ fn engine_reads_what_qemu_wrote_with_extended_l2() {
         let size = if cs >= 1 << 20 { 64u64 << 20 } else { 8 << 20 };
         // A standard base, and an extended-L2 base for the overlays.
         let base = d.join(format!("base{cs}.qcow2"));
-        qemu_create(&base, &format!("cluster_size={cs}"), None, size);
+        qemu_create(
+            &base,
+            &format!("cluster_size={cs}"),
+            &size.to_string(),
+            None,
+        );
         qemu_io(
             &base,
             &[
@@ -123,24 +118,24 @@ fn engine_reads_what_qemu_wrote_with_extended_l2() {
         qemu_create(
             &mid,
             &format!("cluster_size={cs},extended_l2=on"),
-            Some(base.file_name().unwrap().to_str().unwrap()),
-            size,
+            &size.to_string(),
+            Some((base.file_name().unwrap().to_str().unwrap(), "qcow2")),
         );
         qemu_io(&mid, &subcluster_scribble(cs, size));
         let alone = d.join(format!("alone{cs}.qcow2"));
         qemu_create(
             &alone,
             &format!("cluster_size={cs},extended_l2=on"),
+            &size.to_string(),
             None,
-            size,
         );
         qemu_io(&alone, &subcluster_scribble(cs, size));
         let top = d.join(format!("top{cs}.qcow2"));
         qemu_create(
             &top,
             &format!("cluster_size={cs},extended_l2=on"),
-            Some(mid.file_name().unwrap().to_str().unwrap()),
-            size,
+            &size.to_string(),
+            Some((mid.file_name().unwrap().to_str().unwrap(), "qcow2")),
         );
         qemu_io(
             &top,
@@ -350,14 +345,19 @@ fn engine_writes_into_qemu_extended_l2_images_over_a_backing_chain() {
     for (i, cs) in [16384u64, 65536, 2 << 20].into_iter().enumerate() {
         let size = if cs >= 1 << 20 { 32u64 << 20 } else { 4 << 20 };
         let base = d.join(format!("base{cs}.qcow2"));
-        qemu_create(&base, &format!("cluster_size={cs}"), None, size);
+        qemu_create(
+            &base,
+            &format!("cluster_size={cs}"),
+            &size.to_string(),
+            None,
+        );
         qemu_io(&base, &[format!("write -P 0x5b 0 {size}")]);
         let top = d.join(format!("top{cs}.qcow2"));
         qemu_create(
             &top,
             &format!("cluster_size={cs},extended_l2=on"),
-            Some(base.file_name().unwrap().to_str().unwrap()),
-            size,
+            &size.to_string(),
+            Some((base.file_name().unwrap().to_str().unwrap(), "qcow2")),
         );
         qemu_io(&top, &subcluster_scribble(cs, size));
         for (j, mask) in [0u8, 31, 16, 15].into_iter().enumerate() {

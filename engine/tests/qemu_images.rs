@@ -12,7 +12,7 @@ use engine::{Backing, EngineOptions, Image};
 use futures::executor::block_on;
 
 mod support;
-use support::{qemu_io, qemu_raw, run};
+use support::{qemu_create, qemu_io, qemu_raw, run};
 
 /// Open an image file and its backing chain through the engine, on
 /// in-memory copies of the files.
@@ -101,18 +101,11 @@ fn engine_reads_what_qemu_wrote_across_the_option_matrix() {
             n += 1;
             let size = if cs >= 1 << 20 { 32u64 << 20 } else { 4 << 20 };
             let img = dir.path().join(format!("m{n}.qcow2"));
-            run(
-                "qemu-img",
-                &[
-                    "create",
-                    "-q",
-                    "-f",
-                    "qcow2",
-                    "-o",
-                    &format!("cluster_size={cs},refcount_bits={rb},compat={compat}"),
-                    img.to_str().unwrap(),
-                    &size.to_string(),
-                ],
+            qemu_create(
+                &img,
+                &format!("cluster_size={cs},refcount_bits={rb},compat={compat}"),
+                &size.to_string(),
+                None,
             );
             scribble(&img, size, cs);
             assert!(
@@ -135,22 +128,11 @@ fn backing_chains_of_qcow2_and_raw() {
         .collect();
     std::fs::write(&base, &base_data).unwrap();
     let mid = d.join("mid.qcow2");
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-F",
-            "raw",
-            "-b",
-            "base.raw",
-            "-o",
-            "cluster_size=4096",
-            mid.to_str().unwrap(),
-            &size.to_string(),
-        ],
+    qemu_create(
+        &mid,
+        "cluster_size=4096",
+        &size.to_string(),
+        Some(("base.raw", "raw")),
     );
     qemu_io(
         &mid,
@@ -161,22 +143,11 @@ fn backing_chains_of_qcow2_and_raw() {
         ],
     );
     let top = d.join("top.qcow2");
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-F",
-            "qcow2",
-            "-b",
-            "mid.qcow2",
-            "-o",
-            "cluster_size=65536,compat=0.10",
-            top.to_str().unwrap(),
-            &size.to_string(),
-        ],
+    qemu_create(
+        &top,
+        "cluster_size=65536,compat=0.10",
+        &size.to_string(),
+        Some(("mid.qcow2", "qcow2")),
     );
     qemu_io(
         &top,
@@ -186,21 +157,7 @@ fn backing_chains_of_qcow2_and_raw() {
         ],
     );
     let top2 = d.join("top2.qcow2");
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-F",
-            "qcow2",
-            "-b",
-            "top.qcow2",
-            top2.to_str().unwrap(),
-            &size.to_string(),
-        ],
-    );
+    qemu_create(&top2, "", &size.to_string(), Some(("top.qcow2", "qcow2")));
     for p in [&mid, &top, &top2] {
         assert!(engine_raw(p) == qemu_raw(p), "{}", p.display());
     }
@@ -233,19 +190,7 @@ fn backing_chains_of_qcow2_and_raw() {
 fn dirty_lazy_refcount_images_are_repaired_on_open() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("lazy.qcow2");
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-o",
-            "lazy_refcounts=on,cluster_size=4096",
-            img.to_str().unwrap(),
-            "8M",
-        ],
-    );
+    qemu_create(&img, "lazy_refcounts=on,cluster_size=4096", "8M", None);
     // qemu-io dies of SIGABRT here, leaving the image dirty.
     let out = Command::new("qemu-io")
         .args([
@@ -281,10 +226,7 @@ fn dirty_lazy_refcount_images_are_repaired_on_open() {
 fn compressed_clusters_read_and_overwrite() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src.qcow2");
-    run(
-        "qemu-img",
-        &["create", "-q", "-f", "qcow2", src.to_str().unwrap(), "4M"],
-    );
+    qemu_create(&src, "", "4M", None);
     qemu_io(
         &src,
         &["write -P 0x61 0 1M".into(), "write -P 0x62 2M 100k".into()],
@@ -321,19 +263,7 @@ fn compressed_clusters_read_and_overwrite() {
 fn writes_to_images_with_internal_snapshots_copy_shared_clusters() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("snap.qcow2");
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-o",
-            "cluster_size=4096",
-            img.to_str().unwrap(),
-            "2M",
-        ],
-    );
+    qemu_create(&img, "cluster_size=4096", "2M", None);
     qemu_io(&img, &["write -P 0x10 0 1M".into()]);
     run("qemu-img", &["snapshot", "-c", "s1", img.to_str().unwrap()]);
     let before = qemu_raw(&img);

@@ -3,44 +3,22 @@
 //! so its extended entry has host offset 0 with COPIED and allocated
 //! subclusters; QEMU tells it from an unallocated cluster by COPIED.
 
-use std::path::Path;
-use std::process::Command;
-
 use engine::dev::MemDev;
 use engine::{EngineOptions, Image};
 use futures::executor::block_on;
 
-fn run_in(dir: &Path, cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("tool runs");
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+mod support;
+use support::{qemu_create, run_in};
 
 #[test]
 fn qemu_written_cluster_zero_reads_back_with_a_data_file() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    run_in(
-        d,
-        "qemu-img",
-        &[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-o",
-            "data_file=x.data,extended_l2=on,cluster_size=65536",
-            "x.qcow2",
-            "4M",
-        ],
+    qemu_create(
+        &d.join("x.qcow2"),
+        "data_file=x.data,extended_l2=on,cluster_size=65536",
+        "4M",
+        None,
     );
     run_in(
         d,
@@ -85,7 +63,7 @@ fn qemu_written_cluster_zero_reads_back_with_a_data_file() {
     std::fs::write(d.join("x.qcow2"), image.into_bytes()).unwrap();
     std::fs::write(d.join("x.data"), data.unwrap().into_bytes()).unwrap();
     run_in(d, "qemu-img", &["check", "x.qcow2"]);
-    let out = run_in(
+    let out = String::from_utf8(run_in(
         d,
         "qemu-io",
         &[
@@ -99,6 +77,7 @@ fn qemu_written_cluster_zero_reads_back_with_a_data_file() {
             "read -P 0x33 64k 64k",
             "x.qcow2",
         ],
-    );
+    ))
+    .unwrap();
     assert!(!out.contains("Pattern verification failed"), "{out}");
 }

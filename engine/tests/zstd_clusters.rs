@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 mod support;
-use support::{qemu_raw, run};
+use support::{qemu_create, qemu_raw, run};
 
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()
@@ -117,19 +117,7 @@ fn qemu_zstd_images_read_like_qemu() {
 fn qemu_io_compressed_writes_into_a_zstd_image() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("w.qcow2");
-    run(
-        "qemu-img",
-        &[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-o",
-            "compression_type=zstd,cluster_size=4096",
-            p(&img),
-            "1M",
-        ],
-    );
+    qemu_create(&img, "compression_type=zstd,cluster_size=4096", "1M", None);
     run(
         "qemu-io",
         &[

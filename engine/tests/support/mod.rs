@@ -100,8 +100,23 @@ impl BlockDev for YieldDev {
 
 /// Run a QEMU tool; it must succeed. Returns its standard output.
 pub fn run(cmd: &str, args: &[&str]) -> Vec<u8> {
-    let out = std::process::Command::new(cmd)
-        .args(args)
+    tool(None, cmd, args)
+}
+
+/// [`run`] in `dir`: QEMU resolves a relative data file name against the
+/// working directory (a backing file name against the image's directory),
+/// so the helpers below run in the image's directory, where both agree.
+pub fn run_in(dir: &std::path::Path, cmd: &str, args: &[&str]) -> Vec<u8> {
+    tool(Some(dir), cmd, args)
+}
+
+fn tool(dir: Option<&std::path::Path>, cmd: &str, args: &[&str]) -> Vec<u8> {
+    let mut c = std::process::Command::new(cmd);
+    c.args(args);
+    if let Some(d) = dir {
+        c.current_dir(d);
+    }
+    let out = c
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd} (install qemu-utils): {e}"));
     assert!(
@@ -113,6 +128,24 @@ pub fn run(cmd: &str, args: &[&str]) -> Vec<u8> {
     out.stdout
 }
 
+fn dir_of(path: &std::path::Path) -> &std::path::Path {
+    path.parent().expect("an image path has a directory")
+}
+
+/// `qemu-img create -q -f qcow2 [-o OPTS] [-b NAME -F FORMAT] IMG SIZE`
+/// (`opts` empty: no `-o`; `backing`: name and format).
+pub fn qemu_create(img: &std::path::Path, opts: &str, size: &str, backing: Option<(&str, &str)>) {
+    let mut args = vec!["create", "-q", "-f", "qcow2"];
+    if !opts.is_empty() {
+        args.extend(["-o", opts]);
+    }
+    if let Some((name, format)) = backing {
+        args.extend(["-b", name, "-F", format]);
+    }
+    args.extend([img.to_str().unwrap(), size]);
+    run_in(dir_of(img), "qemu-img", &args);
+}
+
 /// `qemu-io -c CMD ... IMG`.
 pub fn qemu_io(img: &std::path::Path, cmds: &[String]) {
     let mut args = vec![];
@@ -122,13 +155,14 @@ pub fn qemu_io(img: &std::path::Path, cmds: &[String]) {
     }
     args.push(img.to_str().unwrap().to_string());
     let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    run("qemu-io", &a);
+    run_in(dir_of(img), "qemu-io", &a);
 }
 
 /// The guest disk as `qemu-img convert -O raw` reads it.
 pub fn qemu_raw(img: &std::path::Path) -> Vec<u8> {
     let raw = img.with_extension("ref.raw");
-    run(
+    run_in(
+        dir_of(img),
         "qemu-img",
         &[
             "convert",
@@ -146,6 +180,7 @@ pub fn qemu_raw(img: &std::path::Path) -> Vec<u8> {
 pub fn check_clean(path: &std::path::Path, what: &str) {
     let out = std::process::Command::new("qemu-img")
         .args(["check", "--output", "json", path.to_str().unwrap()])
+        .current_dir(dir_of(path))
         .output()
         .unwrap_or_else(|e| panic!("cannot run qemu-img (install qemu-utils): {e}"));
     let j: serde_json::Value = serde_json::from_slice(&out.stdout)
