@@ -218,11 +218,7 @@ impl<'a> Run<'a> {
             }
             if crash {
                 self.sim.abort_all();
-                let c = live.counters();
-                let mut st = self.shared.stats.borrow_mut();
-                st.allocs_dropped += c.allocs_dropped;
-                st.grow_requests += c.grow_requests;
-                drop(st);
+                self.shared.stats.borrow_mut().add_epoch(&live.counters());
                 drop(live);
                 match self.crash() {
                     Ok(next) => {
@@ -557,11 +553,7 @@ impl<'a> Run<'a> {
         self.shared.stats.borrow_mut().epoch_disk = self.disk_counters().since(&self.epoch_start);
         // Drops during the close itself are not counted: close consumes
         // the image.
-        let c = img.counters();
-        let mut st = self.shared.stats.borrow_mut();
-        st.allocs_dropped += c.allocs_dropped;
-        st.grow_requests += c.grow_requests;
-        drop(st);
+        self.shared.stats.borrow_mut().add_epoch(&img.counters());
         let closed = self.block(async move { img.close().await });
         self.shared.stats.borrow_mut().disk = self.disk_counters();
         match closed {

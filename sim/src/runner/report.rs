@@ -90,6 +90,15 @@ pub struct RunReport {
     pub stats: RunStats,
 }
 
+impl RunStats {
+    /// Add what the engine counted in one epoch (open to crash or close)
+    /// to the sums kept over epochs.
+    pub(crate) fn add_epoch(&mut self, e: &engine::Counters) {
+        self.allocs_dropped += e.allocs_dropped;
+        self.grow_requests += e.grow_requests;
+    }
+}
+
 impl RunReport {
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
