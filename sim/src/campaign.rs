@@ -69,9 +69,32 @@ pub struct CampaignSummary {
     pub cases: u64,
     pub passed: u64,
     pub failed: u64,
+    /// Every case's trace hash combined in seed order ([`combined_trace_hash`]):
+    /// two campaigns over the same seeds with equal hashes ran every case
+    /// alike, which is how a refactor proves it changed no behaviour.
+    #[serde(serialize_with = "hex_u64")]
+    pub trace_hash: u64,
     pub totals: Totals,
     #[serde(skip)]
     pub failures: Vec<CaseFailure>,
+}
+
+fn hex_u64<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{v:016x}"))
+}
+
+/// One hash over `(seed, trace hash)` pairs, taken in seed order whatever
+/// order the workers finished in, so the figure depends only on what each
+/// case did. A case that panicked contributes hash 0, as its report says.
+pub fn combined_trace_hash(per_case: &mut [(u64, u64)]) -> u64 {
+    per_case.sort_unstable();
+    let mut h = crate::trace::TraceHasher::new();
+    h.event("campaign");
+    for &(seed, hash) in per_case.iter() {
+        h.write_u64(seed);
+        h.write_u64(hash);
+    }
+    h.finish()
 }
 
 /// Counts summed over every case.
@@ -150,6 +173,7 @@ pub fn run_campaign(plan: &CampaignPlan, progress: &(dyn Fn(u64, u64) + Sync)) -
     let started = Instant::now();
     let (tx, rx) = mpsc::channel::<(Case, RunReport)>();
     let mut summary = CampaignSummary::default();
+    let mut hashes: Vec<(u64, u64)> = Vec::new();
     std::thread::scope(|scope| {
         for _ in 0..plan.jobs.max(1) {
             let tx = tx.clone();
@@ -178,6 +202,7 @@ pub fn run_campaign(plan: &CampaignPlan, progress: &(dyn Fn(u64, u64) + Sync)) -
         drop(tx);
         for (case, report) in rx {
             summary.cases += 1;
+            hashes.push((case.seed, report.trace_hash));
             summary.totals.add(&report.stats);
             summary.totals.harsh_cases += u64::from(case.harsh());
             summary.totals.data_file_cases += u64::from(case.image.data_file.is_some());
@@ -200,5 +225,24 @@ pub fn run_campaign(plan: &CampaignPlan, progress: &(dyn Fn(u64, u64) + Sync)) -
         stop.store(true, Ordering::Relaxed);
     });
     summary.failures.sort_by_key(|f| f.case.seed);
+    summary.trace_hash = combined_trace_hash(&mut hashes);
     summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::combined_trace_hash;
+
+    #[test]
+    fn combined_hash_ignores_finishing_order_but_not_content() {
+        let mut a = vec![(3, 30), (1, 10), (2, 20)];
+        let mut b = vec![(1, 10), (2, 20), (3, 30)];
+        assert_eq!(combined_trace_hash(&mut a), combined_trace_hash(&mut b));
+        let mut c = vec![(1, 10), (2, 21), (3, 30)];
+        assert_ne!(combined_trace_hash(&mut b), combined_trace_hash(&mut c));
+        // A case's hash is bound to its seed: swapping two cases' hashes
+        // is a different campaign.
+        let mut d = vec![(1, 20), (2, 10), (3, 30)];
+        assert_ne!(combined_trace_hash(&mut b), combined_trace_hash(&mut d));
+    }
 }

@@ -201,22 +201,38 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             }
         }
     }
-    std::fs::create_dir_all(&args.reports).ok();
+    println!("trace hash: {:016x}", summary.trace_hash);
+    let end = if plan.time_limit.is_some() {
+        // A timed campaign ran seeds from the start up to the last one run.
+        seeds.start + summary.cases * plan.shard.1
+    } else {
+        seeds.end
+    };
     let report = serde_json::json!({
-        "seeds": [seeds.start, seeds.end.min(seeds.start + summary.cases * plan.shard.1)],
-        "profile": format!("{:?}", plan.profile),
-        "switches": format!("{:?}", plan.switches),
+        "revision": env!("QCSIM_REVISION"),
+        "seeds": [seeds.start, end],
+        "profile": plan.profile.name(),
+        "switches": args.switches,
+        "harsh": plan.harsh,
         "shard": [plan.shard.0, plan.shard.1],
+        "trace_hash": format!("{:016x}", summary.trace_hash),
         "summary": summary,
         "failing_seeds": summary.failures.iter().map(|f| f.case.seed).collect::<Vec<_>>(),
     });
-    let rpath = args.reports.join(format!(
-        "campaign-{}-{}.json",
-        seeds.start,
-        seeds.start + summary.cases
-    ));
-    if std::fs::write(&rpath, serde_json::to_string_pretty(&report)?).is_ok() {
-        println!("report: {}", rpath.display());
-    }
+    // The name says the range and shard, so shards of one range do not
+    // overwrite each other's reports.
+    let shard = if plan.shard.1 > 1 {
+        format!("-shard-{}-of-{}", plan.shard.0, plan.shard.1)
+    } else {
+        String::new()
+    };
+    let rpath = args
+        .reports
+        .join(format!("campaign-{}-{end}{shard}.json", seeds.start));
+    std::fs::create_dir_all(&args.reports)
+        .with_context(|| format!("creating the report directory {}", args.reports.display()))?;
+    std::fs::write(&rpath, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing the campaign report {}", rpath.display()))?;
+    println!("report: {}", rpath.display());
     Ok(if summary.failed == 0 { 0 } else { 1 })
 }

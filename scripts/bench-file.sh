@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The real-file benchmark matrix of reports/bench-file-<date>.txt: qcsim
+# The real-file benchmark matrix of the bench log it prints: qcsim
 # bench against qemu-img bench (--compare-qemu, same flags, a fresh copy of
 # the same image), writes and reads, cache none and writeback, depth 1 and
 # 64, 20000 requests of 4 KiB, on 1 GiB images with 64 KiB clusters.
 #
-# Usage: reports/bench-file.sh QCSIM_BINARY WORK_DIR [REPEATS]
+# Usage: scripts/bench-file.sh QCSIM_BINARY WORK_DIR [REPEATS]
 # WORK_DIR must be on the file system to measure (not tmpfs for -t none).
 # Writes go to a fresh image each run; reads to an image whose first 80 MiB
 # (all that 20000 requests of 4 KiB touch) qemu-io wrote beforehand, so that

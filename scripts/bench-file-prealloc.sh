@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Usage: run.sh WORK_DIR REPEATS LABEL=BINARY...
+# Real-file bench of several qcsim binaries (LABEL=BINARY), qemu-img bench beside them.
+# Usage: scripts/bench-file-prealloc.sh WORK_DIR REPEATS LABEL=BINARY...
 # Interleaves the binaries within each repeat so they share the machine's noise.
 set -euo pipefail
 dir=$1; repeats=$2; shift 2; BINS=("$@")
