@@ -55,3 +55,37 @@ pub struct Counters {
     /// Device flushes the engine issued (for any reason).
     pub device_flushes: u64,
 }
+
+impl Counters {
+    /// What happened between `earlier` and `self`, field by field (both
+    /// taken from one image, so no field can go backwards).
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        Counters {
+            guest_reads: self.guest_reads - earlier.guest_reads,
+            guest_bytes_read: self.guest_bytes_read - earlier.guest_bytes_read,
+            guest_writes: self.guest_writes - earlier.guest_writes,
+            guest_bytes_written: self.guest_bytes_written - earlier.guest_bytes_written,
+            guest_flushes: self.guest_flushes - earlier.guest_flushes,
+            guest_zero_writes: self.guest_zero_writes - earlier.guest_zero_writes,
+            guest_discards: self.guest_discards - earlier.guest_discards,
+            clusters_allocated: self.clusters_allocated - earlier.clusters_allocated,
+            cow_created: self.cow_created - earlier.cow_created,
+            cow_cancelled_whole: self.cow_cancelled_whole - earlier.cow_cancelled_whole,
+            cow_cancelled_partial: self.cow_cancelled_partial - earlier.cow_cancelled_partial,
+            cow_performed: self.cow_performed - earlier.cow_performed,
+            cow_bytes_written: self.cow_bytes_written - earlier.cow_bytes_written,
+            zeroing_requests: self.zeroing_requests - earlier.zeroing_requests,
+            zeroing_fallbacks: self.zeroing_fallbacks - earlier.zeroing_fallbacks,
+            cow_already_zero: self.cow_already_zero - earlier.cow_already_zero,
+            grow_requests: self.grow_requests - earlier.grow_requests,
+            grow_bytes: self.grow_bytes - earlier.grow_bytes,
+            alloc_joins: self.alloc_joins - earlier.alloc_joins,
+            allocs_dropped: self.allocs_dropped - earlier.allocs_dropped,
+            overlap_waits: self.overlap_waits - earlier.overlap_waits,
+            backing_bytes_read: self.backing_bytes_read - earlier.backing_bytes_read,
+            l2_writebacks: self.l2_writebacks - earlier.l2_writebacks,
+            refcount_writebacks: self.refcount_writebacks - earlier.refcount_writebacks,
+            device_flushes: self.device_flushes - earlier.device_flushes,
+        }
+    }
+}

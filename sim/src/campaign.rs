@@ -7,7 +7,6 @@ use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 use engine::Switches;
 use serde::Serialize;
@@ -41,9 +40,6 @@ impl SwitchPlan {
 #[derive(Debug, Clone)]
 pub struct CampaignPlan {
     pub seeds: Range<u64>,
-    /// Stop starting new cases after this long (wall clock: a campaign's
-    /// length, never a case's content).
-    pub time_limit: Option<Duration>,
     pub profile: Profile,
     pub switches: SwitchPlan,
     /// Run only seeds with `seed % shard.1 == shard.0`.
@@ -167,10 +163,16 @@ pub fn run_guarded(case: &Case) -> RunReport {
 }
 
 /// Run the plan; `progress` is called after each case with (done, failed).
-pub fn run_campaign(plan: &CampaignPlan, progress: &(dyn Fn(u64, u64) + Sync)) -> CampaignSummary {
+/// Workers start no new case once `should_stop` says so: that is how a
+/// caller bounds a campaign by wall-clock time (a campaign's length, never
+/// a case's content), which this crate never reads itself.
+pub fn run_campaign(
+    plan: &CampaignPlan,
+    should_stop: &(dyn Fn() -> bool + Sync),
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> CampaignSummary {
     let next = AtomicU64::new(plan.seeds.start);
     let stop = AtomicBool::new(false);
-    let started = Instant::now();
     let (tx, rx) = mpsc::channel::<(Case, RunReport)>();
     let mut summary = CampaignSummary::default();
     let mut hashes: Vec<(u64, u64)> = Vec::new();
@@ -182,7 +184,7 @@ pub fn run_campaign(plan: &CampaignPlan, progress: &(dyn Fn(u64, u64) + Sync)) -
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                if plan.time_limit.is_some_and(|t| started.elapsed() >= t) {
+                if should_stop() {
                     break;
                 }
                 let seed = next.fetch_add(1, Ordering::Relaxed);

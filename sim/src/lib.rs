@@ -1,12 +1,17 @@
 //! qcsim's simulation harness: the simulated disk, the deterministic
-//! executor and clock, workloads and cases, the runner and campaigns.
+//! executor and clock, workloads and cases, the runner, campaigns,
+//! shrinking, enumeration and the simulated benchmarks.
+//!
+//! Nothing here reads the wall clock (clippy's `disallowed-methods`, in this
+//! crate's `clippy.toml`, refuses it): a case is a pure function of its
+//! inputs. The real-file tools live in the `tools` crate, the command line
+//! in `qcsim`.
 
 pub mod bench;
 pub mod campaign;
 pub mod case;
 pub mod disk;
 pub mod exec;
-pub mod files;
 pub mod rng;
 pub mod runner;
 pub mod shrink;

@@ -1,7 +1,7 @@
 //! The reference model of guest-visible data: which values each 512-byte
 //! guest sector may hold while requests are in flight, and after a crash.
 //!
-//! The model follows DESIGN.md ("The oracle"): it keeps write ids, not
+//! The model follows ARCHITECTURE.md ("The oracle's rules"): it keeps write ids, not
 //! bytes, one history per sector touched, so its memory is proportional to
 //! the sectors written, not to the disk size. The runner feeds it the guest
 //! requests as they are issued and completed, and every read's bytes; the

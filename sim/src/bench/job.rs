@@ -362,7 +362,7 @@ pub fn run_job_with(
         .map_err(|e| BenchError::Exec(e, name))??;
     let (image, start, end) = out;
     let device = end.1.since(&start.1);
-    let engine = engine_delta(&start.2, &end.2);
+    let engine = end.2.since(&start.2);
     let row = Row {
         workload: setup.workload,
         switches: SwitchMap(switches),
@@ -419,35 +419,4 @@ fn quiet_options(latency: LatencyOptions, log: bool) -> DiskOptions {
     o.log.enabled = log;
     o.log.data_bytes_max = 0;
     o
-}
-
-/// `b - a`, field by field.
-pub(crate) fn engine_delta(a: &Counters, b: &Counters) -> Counters {
-    Counters {
-        guest_reads: b.guest_reads - a.guest_reads,
-        guest_bytes_read: b.guest_bytes_read - a.guest_bytes_read,
-        guest_writes: b.guest_writes - a.guest_writes,
-        guest_bytes_written: b.guest_bytes_written - a.guest_bytes_written,
-        guest_flushes: b.guest_flushes - a.guest_flushes,
-        guest_zero_writes: b.guest_zero_writes - a.guest_zero_writes,
-        guest_discards: b.guest_discards - a.guest_discards,
-        clusters_allocated: b.clusters_allocated - a.clusters_allocated,
-        cow_created: b.cow_created - a.cow_created,
-        cow_cancelled_whole: b.cow_cancelled_whole - a.cow_cancelled_whole,
-        cow_cancelled_partial: b.cow_cancelled_partial - a.cow_cancelled_partial,
-        cow_performed: b.cow_performed - a.cow_performed,
-        cow_bytes_written: b.cow_bytes_written - a.cow_bytes_written,
-        zeroing_requests: b.zeroing_requests - a.zeroing_requests,
-        zeroing_fallbacks: b.zeroing_fallbacks - a.zeroing_fallbacks,
-        cow_already_zero: b.cow_already_zero - a.cow_already_zero,
-        grow_requests: b.grow_requests - a.grow_requests,
-        grow_bytes: b.grow_bytes - a.grow_bytes,
-        alloc_joins: b.alloc_joins - a.alloc_joins,
-        allocs_dropped: b.allocs_dropped - a.allocs_dropped,
-        overlap_waits: b.overlap_waits - a.overlap_waits,
-        backing_bytes_read: b.backing_bytes_read - a.backing_bytes_read,
-        l2_writebacks: b.l2_writebacks - a.l2_writebacks,
-        refcount_writebacks: b.refcount_writebacks - a.refcount_writebacks,
-        device_flushes: b.device_flushes - a.device_flushes,
-    }
 }

@@ -9,20 +9,13 @@
 //! `job` runs one (workload, switches) pair and returns a `Row`; `table`
 //! renders rows for people.
 //!
-//! `file` is the other benchmark, `qcsim bench FILE`: qemu-img bench's job
-//! on a real image file, timed by the wall clock, with the device's requests
-//! counted by `counting`.
+//! The other benchmark, `qcsim bench FILE` (qemu-img bench's job on a real
+//! image file, timed by the wall clock), lives in the `tools` crate: this
+//! crate reads no clock.
 
-mod counting;
-mod file;
 mod job;
 mod table;
 
-pub use counting::{CountingDev, DevCounts};
-pub use file::{
-    run_file_bench, CacheMode, FileBenchError, FileBenchOptions, FileBenchReport, MAX_BUFFER_BYTES,
-    MAX_THREADS,
-};
 pub use job::{
     backing_byte, guest_byte, run_job, run_job_with, sequential_ops, sequential_ops_of, BenchError,
     GuestOp, JobSetup, Observed, Row, Workload, CLUSTER_SIZE, REQUEST_SIZE,

@@ -102,7 +102,7 @@ impl LatencyOptions {
             channels: 0,
             // ext4 with O_DIRECT, 4 KiB writes at depth 64: writes that
             // extend the file cost about 46 us more each than writes inside
-            // it (0.93 s over 20000 writes, reports/bench-file-prealloc-*).
+            // it (0.93 s over 20000 writes; ARCHITECTURE.md, "Measured").
             extend: 40_000,
         }
     }

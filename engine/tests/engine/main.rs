@@ -1,0 +1,20 @@
+//! The engine's integration tests, one module per subject, in one test
+//! binary (one link, not one per file). Images go to QEMU's tools through
+//! `testkit`; devices with exact faults or records come from `blockdev`.
+
+mod support;
+
+mod block_status;
+mod data_file;
+mod data_file_entry;
+mod deferred_cow_error;
+mod extended_l2;
+mod file_dev;
+mod grow_ahead;
+mod header_write_error;
+mod hostile_images;
+mod qemu_images;
+mod raw_subcluster_zero;
+mod roundtrip;
+mod xl2_data_file;
+mod zstd_clusters;

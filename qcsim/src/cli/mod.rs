@@ -1,0 +1,15 @@
+//! One module per `qcsim` subcommand; each has `Args` and `run`, which
+//! returns the process exit code.
+
+pub mod bench;
+pub mod campaign;
+pub mod check;
+pub mod convert;
+pub mod create;
+pub mod dump;
+pub mod enumerate;
+pub mod info;
+pub mod io;
+pub mod replay;
+pub mod run;
+pub mod shrink;

@@ -1,0 +1,16 @@
+//! The command line's tests: `qcsim` run as a process, beside QEMU's tools,
+//! one module per subject, in one test binary.
+
+mod support;
+
+mod bench_cli;
+mod bench_file;
+mod cli_args;
+mod cli_data_file;
+mod cli_interop;
+mod cli_raw;
+mod convert_holes;
+mod enumerate_cli;
+mod extended_l2_cli;
+mod run_counters;
+mod verify_determinism;

@@ -1,0 +1,6 @@
+//! The deliberately broken engine variants (feature `broken`), each caught
+//! by the harness: `cargo test -p sim --features broken --test broken`.
+
+mod enumerate_broken;
+mod shrink_broken;
+mod verify_broken;

@@ -1,0 +1,23 @@
+//! The harness's integration tests (simulated disk, executor, cases,
+//! runner, campaigns, shrinking, enumeration, simulated benchmarks), one
+//! module per subject, in one test binary.
+
+mod bench_bounds;
+mod case_arbitrary;
+mod case_crash_smoke;
+mod case_data_file;
+mod case_engine_smoke;
+mod case_generate;
+mod case_json;
+mod counters_switches;
+mod data_file_crash;
+mod disk_crash;
+mod disk_engine;
+mod disk_faults;
+mod disk_semantics;
+mod dump_snapshots;
+mod enumerate_states;
+mod exec_sched;
+mod shrink_mechanics;
+mod verify_corpus;
+mod verify_qemu_oracle;

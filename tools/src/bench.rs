@@ -1,0 +1,692 @@
+//! The real-file benchmark of `qcsim bench FILE`, with `qemu-img bench`'s
+//! job: COUNT requests of BUFFER_SIZE bytes, DEPTH in flight at once, the
+//! first at OFFSET and each next one STEP bytes further (wrapping before the
+//! end of the disk), all reads or all writes of one pattern byte, with an
+//! optional flush every FLUSH_INTERVAL requests (after draining the queue,
+//! unless told not to).
+//!
+//! The engine runs on a [`FileDev`] (its worker pool has as many threads as
+//! requests may be in flight, up to [`MAX_THREADS`], as QEMU's thread pool)
+//! wrapped in a [`CountingDev`], driven by a single-threaded executor: the
+//! engine's futures interleave on this thread while the pool's workers do
+//! the syscalls and wake them.
+//!
+//! This is the one module of this crate that reads the wall clock: it times
+//! a real file, not a simulation, and nothing it measures feeds a simulated
+//! run.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use engine::dev::{
+    BlockDev, CountingDev, DevCounts, FileDev, FileOpenError, FileOptions, WriteFlags,
+};
+use engine::{Counters, EngineOptions, Image, Switches};
+use futures::future::LocalBoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde::Serialize;
+
+use crate::files::{probe_path, Format, OpenError, Probed};
+
+/// Most worker threads the file's pool gets (QEMU's thread pool has 64).
+pub const MAX_THREADS: usize = 64;
+/// Largest count, depth and buffer size, as qemu-img bench's (`INT_MAX`).
+pub const MAX_INT_ARG: u64 = i32::MAX as u64;
+/// Most bytes of request buffers held at once (depth × buffer size for
+/// reads, the buffer size for writes): a bound on what a mistyped flag can
+/// make this allocate.
+pub const MAX_BUFFER_BYTES: u64 = 1 << 30;
+
+/// `-t`: how the file is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum CacheMode {
+    /// O_DIRECT: bypass the host page cache.
+    #[serde(rename = "none")]
+    None,
+    /// The host page cache, flushed by fdatasync on a guest flush.
+    #[serde(rename = "writeback")]
+    Writeback,
+}
+
+impl CacheMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheMode::None => "none",
+            CacheMode::Writeback => "writeback",
+        }
+    }
+}
+
+impl fmt::Display for CacheMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for CacheMode {
+    type Err = FileBenchError;
+
+    fn from_str(s: &str) -> Result<CacheMode, FileBenchError> {
+        match s {
+            "none" | "off" => Ok(CacheMode::None),
+            "writeback" => Ok(CacheMode::Writeback),
+            "directsync" | "writethrough" | "unsafe" => Err(FileBenchError::Invalid(format!(
+                "cache mode '{s}' is not supported (supported: none, writeback)"
+            ))),
+            _ => Err(FileBenchError::Invalid(format!(
+                "invalid cache mode '{s}' (supported: none, writeback)"
+            ))),
+        }
+    }
+}
+
+/// One benchmark run; field meanings are qemu-img bench's flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileBenchOptions {
+    /// `-f`; probed from the file when `None`.
+    pub format: Option<Format>,
+    /// `-t`.
+    pub cache: CacheMode,
+    /// `-c`: requests to complete, 1 to [`MAX_INT_ARG`].
+    pub count: u64,
+    /// `-d`: requests in flight at once, 1 to [`MAX_INT_ARG`].
+    pub depth: u64,
+    /// `-s`: bytes per request, 1 to [`MAX_INT_ARG`].
+    pub buffer_size: u64,
+    /// `-o`: guest offset of the first request.
+    pub offset: u64,
+    /// `-S`: offset increment from one request to the next; 0 means the
+    /// buffer size, as in qemu-img.
+    pub step: u64,
+    /// `-w`: write instead of read.
+    pub write: bool,
+    /// `--pattern`: the byte every write writes. On reads qemu-img ignores
+    /// it; here every read is checked to return it.
+    pub pattern: Option<u8>,
+    /// `--flush-interval`: a flush after this many requests (writes only);
+    /// 0 for none.
+    pub flush_interval: u64,
+    /// Wait for the requests in flight before each flush (off with
+    /// `--no-drain`).
+    pub drain: bool,
+    /// The engine's optimisations (qcow2 only).
+    pub switches: Switches,
+}
+
+impl Default for FileBenchOptions {
+    fn default() -> Self {
+        FileBenchOptions {
+            format: None,
+            cache: CacheMode::Writeback,
+            count: 75000,
+            depth: 64,
+            buffer_size: 4096,
+            offset: 0,
+            step: 0,
+            write: false,
+            pattern: None,
+            flush_interval: 0,
+            drain: true,
+            switches: Switches::ALL_ON,
+        }
+    }
+}
+
+impl FileBenchOptions {
+    /// The offset increment actually used.
+    pub fn effective_step(&self) -> u64 {
+        if self.step == 0 {
+            self.buffer_size
+        } else {
+            self.step
+        }
+    }
+
+    /// qemu-img bench's opening lines: the job, and the flush interval
+    /// when there is one.
+    pub fn header_line(&self) -> String {
+        let mut s = self.job_line();
+        if self.flush_interval != 0 {
+            s.push_str(&format!(
+                "\nSending flush every {} requests",
+                self.flush_interval
+            ));
+        }
+        s
+    }
+
+    fn job_line(&self) -> String {
+        format!(
+            "Sending {} {} requests, {} bytes each, {} in parallel (starting at offset {}, step size {})",
+            self.count,
+            if self.write { "write" } else { "read" },
+            self.buffer_size,
+            self.depth,
+            self.offset,
+            self.effective_step()
+        )
+    }
+
+    /// The checks qemu-img bench makes on its flags, with its wording
+    /// where it has one; sizes against the disk are checked once it is open.
+    pub fn validate(&self) -> Result<(), FileBenchError> {
+        let range = |what: &str, v: u64| {
+            if (1..=MAX_INT_ARG).contains(&v) {
+                Ok(())
+            } else {
+                Err(FileBenchError::Invalid(format!(
+                    "invalid {what} specified: {v}; must be between 1 and {MAX_INT_ARG}"
+                )))
+            }
+        };
+        range("request count", self.count)?;
+        range("queue depth", self.depth)?;
+        range("buffer size", self.buffer_size)?;
+        if self.step > MAX_INT_ARG {
+            return Err(FileBenchError::Invalid(format!(
+                "invalid step size specified: {}; must be at most {MAX_INT_ARG}",
+                self.step
+            )));
+        }
+        if self.flush_interval > MAX_INT_ARG {
+            return Err(FileBenchError::Invalid(format!(
+                "invalid flush interval specified: {}; must be at most {MAX_INT_ARG}",
+                self.flush_interval
+            )));
+        }
+        if self.flush_interval != 0 && !self.write {
+            return Err(FileBenchError::Invalid(
+                "--flush-interval is only available in write tests".into(),
+            ));
+        }
+        // Reads need a buffer per request in flight, writes share one.
+        let buffers = if self.write {
+            self.buffer_size
+        } else {
+            self.depth.min(self.count).saturating_mul(self.buffer_size)
+        };
+        if buffers > MAX_BUFFER_BYTES {
+            return Err(FileBenchError::Invalid(format!(
+                "depth {} and buffer size {} need {buffers} bytes of buffers, more than the limit of {MAX_BUFFER_BYTES}",
+                self.depth, self.buffer_size
+            )));
+        }
+        Ok(())
+    }
+
+    /// The offset of the request after one at `offset`, wrapped as
+    /// qemu-img wraps it so that every request fits in a disk of `size`.
+    pub fn next_offset(&self, offset: u64, size: u64) -> u64 {
+        if size <= self.buffer_size {
+            return 0;
+        }
+        (offset + self.effective_step()) % (size - self.buffer_size)
+    }
+}
+
+/// What a run did and how long it took.
+#[derive(Debug, Clone)]
+pub struct FileBenchReport {
+    pub format: Format,
+    pub cache: CacheMode,
+    pub write: bool,
+    pub requests: u64,
+    pub buffer_size: u64,
+    pub depth: u64,
+    /// From the first request to the completion of the last, as qemu-img
+    /// bench times it.
+    pub elapsed: Duration,
+    /// Closing the image afterwards (write back metadata, flush).
+    pub close_elapsed: Duration,
+    /// Flushes the job issued (`--flush-interval`).
+    pub guest_flushes: u64,
+    /// The device during the run.
+    pub device: DevCounts,
+    /// The device during the run and the close.
+    pub device_with_close: DevCounts,
+    /// The engine's counters during the run (qcow2 only).
+    pub engine: Option<Counters>,
+}
+
+impl FileBenchReport {
+    pub fn iops(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Guest mebibytes (2^20 bytes) per second.
+    pub fn mib_per_sec(&self) -> f64 {
+        self.iops() * self.buffer_size as f64 / (1u64 << 20) as f64
+    }
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FileBenchError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error(transparent)]
+    File(#[from] FileOpenError),
+    #[error("{path}: {error}")]
+    Engine { path: PathBuf, error: engine::Error },
+    #[error("{path}: images with a backing file are not supported by the file benchmark")]
+    Backing { path: PathBuf },
+    #[error(
+        "{path}: a request of {len} bytes at offset {offset} does not fit in the {size}-byte disk"
+    )]
+    OutOfRange {
+        path: PathBuf,
+        offset: u64,
+        len: u64,
+        size: u64,
+    },
+    #[error("{path}: failed {op} at offset {offset}: {error}")]
+    Request {
+        path: PathBuf,
+        op: &'static str,
+        offset: u64,
+        error: engine::Error,
+    },
+    #[error("{path}: the read at offset {offset} returned byte {found:#04x} at +{at}, not the pattern {pattern:#04x}")]
+    Mismatch {
+        path: PathBuf,
+        offset: u64,
+        at: usize,
+        found: u8,
+        pattern: u8,
+    },
+}
+
+/// The disk under test.
+enum Target {
+    Raw(CountingDev<FileDev>),
+    Qcow2(Box<Image<CountingDev<FileDev>>>),
+}
+
+impl Target {
+    fn size(&self) -> u64 {
+        match self {
+            Target::Raw(d) => d.len(),
+            Target::Qcow2(i) => i.virtual_size(),
+        }
+    }
+
+    fn counts(&self) -> DevCounts {
+        match self {
+            Target::Raw(d) => d.counts(),
+            Target::Qcow2(i) => i.device().counts(),
+        }
+    }
+
+    fn engine_counters(&self) -> Option<Counters> {
+        match self {
+            Target::Raw(_) => None,
+            Target::Qcow2(i) => Some(i.counters()),
+        }
+    }
+
+    async fn read(&self, offset: u64, buf: &mut [u8]) -> engine::Result<()> {
+        match self {
+            Target::Raw(d) => Ok(d.read(offset, buf).await?),
+            Target::Qcow2(i) => i.read(offset, buf).await,
+        }
+    }
+
+    async fn write(&self, offset: u64, buf: &[u8]) -> engine::Result<()> {
+        match self {
+            Target::Raw(d) => Ok(d.write(offset, buf, WriteFlags::default()).await?),
+            Target::Qcow2(i) => i.write(offset, buf).await,
+        }
+    }
+
+    async fn flush(&self) -> engine::Result<()> {
+        match self {
+            Target::Raw(d) => Ok(d.flush().await?),
+            Target::Qcow2(i) => i.flush().await,
+        }
+    }
+
+    /// Close, returning the device's final counts.
+    async fn close(self, write: bool) -> engine::Result<DevCounts> {
+        match self {
+            Target::Raw(d) => {
+                if write {
+                    d.flush().await?;
+                }
+                Ok(d.counts())
+            }
+            Target::Qcow2(i) => Ok(i.close().await?.counts()),
+        }
+    }
+}
+
+/// A finished piece of the job.
+enum Done {
+    /// A request; reads give their buffer back for reuse.
+    Request(Option<Vec<u8>>),
+    /// A flush; `drained` if the queue was drained for it.
+    Flush { drained: bool },
+}
+
+fn open_target(path: &Path, o: &FileBenchOptions) -> Result<(Target, Format), FileBenchError> {
+    let format = match o.format {
+        Some(f) => f,
+        None => match probe_path(path)? {
+            Probed::Format(f) => f,
+            Probed::Foreign(format) => {
+                return Err(OpenError::ForeignFormat {
+                    path: path.to_owned(),
+                    format,
+                }
+                .into())
+            }
+        },
+    };
+    let file_opts = FileOptions {
+        read_only: !o.write,
+        direct: o.cache == CacheMode::None,
+        threads: o.depth.min(MAX_THREADS as u64) as usize,
+        ..FileOptions::default()
+    };
+    if format == Format::Raw && o.switches != Switches::ALL_ON {
+        return Err(FileBenchError::Invalid(
+            "engine switches apply to qcow2 images only, not raw".into(),
+        ));
+    }
+    let dev = CountingDev::new(FileDev::open(path, &file_opts)?);
+    let target = match format {
+        Format::Raw => Target::Raw(dev),
+        Format::Qcow2 => {
+            let opts = EngineOptions {
+                switches: o.switches,
+                read_only: !o.write,
+                ..EngineOptions::default()
+            };
+            let image = futures::executor::block_on(Image::open(dev, opts)).map_err(|error| {
+                FileBenchError::Engine {
+                    path: path.to_owned(),
+                    error,
+                }
+            })?;
+            if image.backing_spec().is_some() {
+                return Err(FileBenchError::Backing {
+                    path: path.to_owned(),
+                });
+            }
+            Target::Qcow2(Box::new(image))
+        }
+    };
+    Ok((target, format))
+}
+
+/// Run the benchmark on the image at `path`.
+pub fn run_file_bench(
+    path: &Path,
+    o: &FileBenchOptions,
+) -> Result<FileBenchReport, FileBenchError> {
+    o.validate()?;
+    let (target, format) = open_target(path, o)?;
+    let size = target.size();
+    if o.offset
+        .checked_add(o.buffer_size)
+        .is_none_or(|end| end > size)
+    {
+        return Err(FileBenchError::OutOfRange {
+            path: path.to_owned(),
+            offset: o.offset,
+            len: o.buffer_size,
+            size,
+        });
+    }
+    let before = target.counts();
+    let engine_before = target.engine_counters();
+    let (elapsed, guest_flushes) = futures::executor::block_on(run_requests(path, &target, o))?;
+    let device = target.counts().since(&before);
+    let engine = match (target.engine_counters(), engine_before) {
+        (Some(after), Some(b)) => Some(after.since(&b)),
+        _ => None,
+    };
+    let close_start = Instant::now();
+    let total = futures::executor::block_on(target.close(o.write)).map_err(|error| {
+        FileBenchError::Engine {
+            path: path.to_owned(),
+            error,
+        }
+    })?;
+    let close_elapsed = close_start.elapsed();
+    Ok(FileBenchReport {
+        format,
+        cache: o.cache,
+        write: o.write,
+        requests: o.count,
+        buffer_size: o.buffer_size,
+        depth: o.depth,
+        elapsed,
+        close_elapsed,
+        guest_flushes,
+        device,
+        device_with_close: total.since(&before),
+        engine,
+    })
+}
+
+/// The job itself: returns the time from the first submission to the last
+/// request's completion, and the flushes issued.
+async fn run_requests(
+    path: &Path,
+    target: &Target,
+    o: &FileBenchOptions,
+) -> Result<(Duration, u64), FileBenchError> {
+    let size = target.size();
+    let bs = o.buffer_size as usize;
+    let write_buf = if o.write {
+        vec![o.pattern.unwrap_or(0); bs]
+    } else {
+        Vec::new()
+    };
+    let write_buf = &write_buf;
+    let mut spare: Vec<Vec<u8>> = Vec::new();
+    let mut set: FuturesUnordered<LocalBoxFuture<'_, Result<Done, FileBenchError>>> =
+        FuturesUnordered::new();
+    let (mut submitted, mut completed, mut in_flight) = (0u64, 0u64, 0u64);
+    let mut flushes = 0u64;
+    // A drained flush is wanted (`draining`) or running (`in_flush`): no
+    // new requests until it is done.
+    let (mut draining, mut in_flush) = (false, false);
+    let mut offset = o.offset;
+    let mut elapsed = None;
+    let start = Instant::now();
+    loop {
+        while !draining && !in_flush && submitted < o.count && in_flight < o.depth {
+            let off = offset;
+            offset = o.next_offset(offset, size);
+            submitted += 1;
+            in_flight += 1;
+            if o.write {
+                set.push(Box::pin(async move {
+                    target
+                        .write(off, write_buf)
+                        .await
+                        .map_err(|error| request_error(path, "write", off, error))?;
+                    Ok(Done::Request(None))
+                }));
+            } else {
+                let mut buf = spare.pop().unwrap_or_else(|| vec![0u8; bs]);
+                let pattern = o.pattern;
+                set.push(Box::pin(async move {
+                    target
+                        .read(off, &mut buf)
+                        .await
+                        .map_err(|error| request_error(path, "read", off, error))?;
+                    if let Some(p) = pattern {
+                        if let Some(at) = buf.iter().position(|&b| b != p) {
+                            return Err(FileBenchError::Mismatch {
+                                path: path.to_owned(),
+                                offset: off,
+                                at,
+                                found: buf[at],
+                                pattern: p,
+                            });
+                        }
+                    }
+                    Ok(Done::Request(Some(buf)))
+                }));
+            }
+        }
+        let Some(done) = set.next().await else { break };
+        match done? {
+            Done::Request(buf) => {
+                spare.extend(buf);
+                completed += 1;
+                in_flight -= 1;
+                if completed == o.count {
+                    elapsed = Some(start.elapsed());
+                }
+                let unsubmitted = o.count - submitted;
+                if o.flush_interval != 0 && unsubmitted.is_multiple_of(o.flush_interval) {
+                    if o.drain {
+                        draining = true;
+                    } else {
+                        flushes += 1;
+                        set.push(flush_future(path, target, false));
+                    }
+                }
+                if draining && in_flight == 0 {
+                    draining = false;
+                    in_flush = true;
+                    flushes += 1;
+                    set.push(flush_future(path, target, true));
+                }
+            }
+            Done::Flush { drained } => {
+                if drained {
+                    in_flush = false;
+                }
+            }
+        }
+    }
+    debug_assert_eq!(completed, o.count);
+    Ok((elapsed.unwrap_or_else(|| start.elapsed()), flushes))
+}
+
+fn flush_future<'a>(
+    path: &'a Path,
+    target: &'a Target,
+    drained: bool,
+) -> LocalBoxFuture<'a, Result<Done, FileBenchError>> {
+    Box::pin(async move {
+        target
+            .flush()
+            .await
+            .map_err(|error| request_error(path, "flush", 0, error))?;
+        Ok(Done::Flush { drained })
+    })
+}
+
+fn request_error(
+    path: &Path,
+    op: &'static str,
+    offset: u64,
+    error: engine::Error,
+) -> FileBenchError {
+    FileBenchError::Request {
+        path: path.to_owned(),
+        op,
+        offset,
+        error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_wrap_before_the_end_like_qemu_img() {
+        let o = FileBenchOptions {
+            buffer_size: 4096,
+            ..FileBenchOptions::default()
+        };
+        assert_eq!(o.effective_step(), 4096);
+        assert_eq!(o.next_offset(0, 1 << 20), 4096);
+        // The last offset that fits is never reached exactly: qemu-img
+        // wraps modulo (size - buffer size).
+        assert_eq!(o.next_offset((1 << 20) - 8192, 1 << 20), 0);
+        assert_eq!(o.next_offset(0, 4096), 0);
+        let o = FileBenchOptions { step: 7, ..o };
+        assert_eq!(o.next_offset(100, 1 << 20), 107);
+    }
+
+    #[test]
+    fn header_matches_qemu_img() {
+        let o = FileBenchOptions {
+            count: 10,
+            depth: 8,
+            write: true,
+            offset: 65536,
+            ..FileBenchOptions::default()
+        };
+        assert_eq!(
+            o.header_line(),
+            "Sending 10 write requests, 4096 bytes each, 8 in parallel (starting at offset 65536, step size 4096)"
+        );
+    }
+
+    #[test]
+    fn validation_names_the_flag() {
+        let ok = FileBenchOptions::default();
+        ok.validate().unwrap();
+        for (bad, words) in [
+            (
+                FileBenchOptions {
+                    count: 0,
+                    ..ok.clone()
+                },
+                "request count",
+            ),
+            (
+                FileBenchOptions {
+                    depth: 0,
+                    ..ok.clone()
+                },
+                "queue depth",
+            ),
+            (
+                FileBenchOptions {
+                    buffer_size: 0,
+                    ..ok.clone()
+                },
+                "buffer size",
+            ),
+            (
+                FileBenchOptions {
+                    flush_interval: 5,
+                    ..ok.clone()
+                },
+                "only available in write",
+            ),
+            (
+                FileBenchOptions {
+                    depth: 1 << 20,
+                    buffer_size: 1 << 20,
+                    ..ok.clone()
+                },
+                "limit",
+            ),
+            (
+                FileBenchOptions {
+                    write: true,
+                    buffer_size: (1 << 30) + 1,
+                    ..ok.clone()
+                },
+                "limit",
+            ),
+        ] {
+            let e = bad.validate().unwrap_err().to_string();
+            assert!(e.contains(words), "{e}");
+        }
+    }
+}
