@@ -17,6 +17,9 @@
 //! coherent: a direct request first writes back and then invalidates the page
 //! cache over its range. This avoids a read-modify-write of partial blocks,
 //! which would race with a neighbouring unaligned write to the same block.
+//!
+//! [`FileDev::file_id`] tells which file the descriptor really is, whatever
+//! name led to it.
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -81,6 +84,31 @@ pub enum FileOpenError {
     Threads(io::Error),
     #[error("invalid file options: {0}")]
     Options(String),
+}
+
+/// Which file an open descriptor is, as the kernel knows it: the same for
+/// every name (symlink, hard link, `..` path) that leads to the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileId {
+    /// A regular file: its file system and inode.
+    Inode { dev: u64, ino: u64 },
+    /// A block device, by the device it is rather than by the inode of
+    /// its node, since two device nodes can name one device.
+    BlockDevice { rdev: u64 },
+}
+
+impl FileId {
+    fn of(meta: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        if meta.file_type().is_block_device() {
+            FileId::BlockDevice { rdev: meta.rdev() }
+        } else {
+            FileId::Inode {
+                dev: meta.dev(),
+                ino: meta.ino(),
+            }
+        }
+    }
 }
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -338,6 +366,8 @@ pub struct FileDev {
     /// The length counting every extending request issued so far, so that
     /// `len()` answers without a syscall and sees requests still in flight.
     len: AtomicU64,
+    /// The file the descriptors are open on.
+    id: FileId,
 }
 
 impl fmt::Debug for FileDev {
@@ -437,7 +467,13 @@ impl FileDev {
             read_only: opts.read_only,
             fallocate: opts.fallocate,
             len: AtomicU64::new(len),
+            id: FileId::of(&meta),
         })
+    }
+
+    /// Which file this is, by device and inode (see [`FileId`]).
+    pub fn file_id(&self) -> FileId {
+        self.id
     }
 
     pub fn path(&self) -> &Path {

@@ -10,7 +10,7 @@
 mod file;
 mod mem;
 
-pub use file::{FileDev, FileOpenError, FileOptions, IoPool, DIRECT_ALIGN};
+pub use file::{FileDev, FileId, FileOpenError, FileOptions, IoPool, DIRECT_ALIGN};
 pub use mem::MemDev;
 
 use std::fmt;

@@ -1,0 +1,241 @@
+//! Issue 10: real image files that must not be destroyed.
+//!
+//! - A file an image refers to (backing file, external data file) that is
+//!   the image itself, or a file already open in the same chain, compared
+//!   by device and inode (so symlinks and hard links count), is refused at
+//!   open with an error naming the field and the file, and nothing is
+//!   written: the files stay byte-for-byte as they were.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const QCSIM: &str = env!("CARGO_BIN_EXE_qcsim");
+
+fn exec(program: &str, args: &[&str], dir: &Path) -> Output {
+    Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Run and require success.
+fn run(program: &str, args: &[&str], dir: &Path) -> Output {
+    let out = exec(program, args, dir);
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}",
+        text(&out)
+    );
+    out
+}
+
+/// Run and require failure whose standard error contains every needle.
+fn refused(program: &str, args: &[&str], dir: &Path, needles: &[&str]) -> String {
+    let out = exec(program, args, dir);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "{program} {args:?} should have failed: {}",
+        text(&out)
+    );
+    for n in needles {
+        assert!(
+            stderr.contains(n),
+            "{program} {args:?}: stderr lacks {n:?}: {}",
+            text(&out)
+        );
+    }
+    stderr
+}
+
+fn read(dir: &Path, name: &str) -> Vec<u8> {
+    std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Replace the one occurrence of `from` in the first cluster of `name` by
+/// `to` (same length): how a header extension or backing name is retargeted.
+fn patch(dir: &Path, name: &str, from: &str, to: &str) {
+    assert_eq!(from.len(), to.len(), "patch keeps the length");
+    let path = dir.join(name);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let head = &bytes[..bytes.len().min(65536)];
+    let hits: Vec<usize> = head
+        .windows(from.len())
+        .enumerate()
+        .filter(|(_, w)| *w == from.as_bytes())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(hits.len(), 1, "{name}: '{from}' found at {hits:?}");
+    bytes[hits[0]..hits[0] + to.len()].copy_from_slice(to.as_bytes());
+    std::fs::write(&path, bytes).unwrap();
+}
+
+/// Set autoclear bit 0 (bitmaps) in a version 3 header: qcsim clears bits
+/// it does not maintain at a read-write open, so any open that gets as far
+/// as the engine changes the file.
+fn set_autoclear_bitmaps(dir: &Path, name: &str) {
+    let path = dir.join(name);
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert_eq!(&bytes[4..8], &3u32.to_be_bytes(), "version 3 header");
+    bytes[95] |= 1;
+    std::fs::write(&path, bytes).unwrap();
+}
+
+fn qemu_create(dir: &Path, args: &[&str]) {
+    let mut all = vec!["create", "-q"];
+    all.extend_from_slice(args);
+    run("qemu-img", &all, dir);
+}
+
+/// The links a case can name instead of the file itself.
+fn make_links(dir: &Path, target: &str) {
+    std::os::unix::fs::symlink(target, dir.join("sym.qcow2")).unwrap();
+    std::fs::hard_link(dir.join(target), dir.join("hln.qcow2")).unwrap();
+}
+
+#[test]
+fn a_data_file_that_is_the_image_itself_is_refused_and_nothing_is_written() {
+    for raw in [false, true] {
+        // The image itself, a symlink to it, a hard link to it: all the
+        // same file, and all 9 bytes long like the data file name patched.
+        for name in ["img.qcow2", "sym.qcow2", "hln.qcow2"] {
+            let dir = tempfile::tempdir().unwrap();
+            let d = dir.path();
+            let opts = if raw {
+                "data_file=img.dataf,data_file_raw=on"
+            } else {
+                "data_file=img.dataf"
+            };
+            qemu_create(d, &["-f", "qcow2", "-o", opts, "img.qcow2", "1M"]);
+            patch(d, "img.qcow2", "img.dataf", name);
+            make_links(d, "img.qcow2");
+            let before = read(d, "img.qcow2");
+            let case = format!("raw={raw} data file {name}");
+            let quoted = format!("data file '{name}'");
+            let err = refused(
+                QCSIM,
+                &[
+                    "io",
+                    "-c",
+                    "write -P 0x55 0 64k",
+                    "-c",
+                    "flush",
+                    "img.qcow2",
+                ],
+                d,
+                &[&quoted, "img.qcow2"],
+            );
+            assert!(err.contains("already"), "{case}: {err}");
+            refused(
+                QCSIM,
+                &["io", "-r", "-c", "read 0 64k", "img.qcow2"],
+                d,
+                &[&quoted],
+            );
+            assert!(read(d, "img.qcow2") == before, "{case}: image changed");
+            let info = run("qemu-img", &["info", "img.qcow2"], d);
+            assert!(
+                String::from_utf8_lossy(&info.stdout).contains("file format: qcow2"),
+                "{case}: {}",
+                text(&info)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_backing_file_that_is_the_image_itself_is_refused_and_nothing_is_written() {
+    for name in ["img.qcow2", "sym.qcow2", "hln.qcow2"] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        qemu_create(
+            d,
+            &[
+                "-f",
+                "qcow2",
+                "-u",
+                "-b",
+                "bas.qcow2",
+                "-F",
+                "qcow2",
+                "img.qcow2",
+                "1M",
+            ],
+        );
+        patch(d, "img.qcow2", "bas.qcow2", name);
+        // A read-write open that reached the engine would clear this bit.
+        set_autoclear_bitmaps(d, "img.qcow2");
+        make_links(d, "img.qcow2");
+        let before = read(d, "img.qcow2");
+        let quoted = format!("backing file '{name}'");
+        refused(
+            QCSIM,
+            &[
+                "io",
+                "-c",
+                "write -P 0x55 0 64k",
+                "-c",
+                "flush",
+                "img.qcow2",
+            ],
+            d,
+            &[&quoted, "img.qcow2", "loops"],
+        );
+        assert!(
+            read(d, "img.qcow2") == before,
+            "backing {name}: image changed"
+        );
+    }
+}
+
+#[test]
+fn a_data_file_that_is_the_backing_file_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    qemu_create(d, &["-f", "qcow2", "base.qcow2", "1M"]);
+    run("qemu-io", &["-c", "write -P 0x22 0 64k", "base.qcow2"], d);
+    qemu_create(
+        d,
+        &[
+            "-f",
+            "qcow2",
+            "-b",
+            "base.qcow2",
+            "-F",
+            "qcow2",
+            "-o",
+            "data_file=data0.file",
+            "top.qcow2",
+        ],
+    );
+    patch(d, "top.qcow2", "data0.file", "base.qcow2");
+    set_autoclear_bitmaps(d, "top.qcow2");
+    let base = read(d, "base.qcow2");
+    let top = read(d, "top.qcow2");
+    refused(
+        QCSIM,
+        &[
+            "io",
+            "-c",
+            "write -P 0x55 0 64k",
+            "-c",
+            "flush",
+            "top.qcow2",
+        ],
+        d,
+        &["data file 'base.qcow2'", "top.qcow2", "backing file"],
+    );
+    assert!(read(d, "base.qcow2") == base, "backing file changed");
+    assert!(read(d, "top.qcow2") == top, "image changed");
+}
