@@ -5,11 +5,19 @@
 //!   by device and inode (so symlinks and hard links count), is refused at
 //!   open with an error naming the field and the file, and nothing is
 //!   written: the files stay byte-for-byte as they were.
+//! - `qcsim io` without `-c` reads commands from standard input one at a
+//!   time (so a test can hold an image open while it runs another tool).
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 const QCSIM: &str = env!("CARGO_BIN_EXE_qcsim");
+
+/// How long a holder may take to answer; generous for a loaded machine.
+const TIMEOUT: Duration = Duration::from_secs(60);
 
 fn exec(program: &str, args: &[&str], dir: &Path) -> Output {
     Command::new(program)
@@ -90,6 +98,117 @@ fn set_autoclear_bitmaps(dir: &Path, name: &str) {
     assert_eq!(&bytes[4..8], &3u32.to_be_bytes(), "version 3 header");
     bytes[95] |= 1;
     std::fs::write(&path, bytes).unwrap();
+}
+
+/// A process holding an image open, fed commands on standard input. Killed
+/// and reaped when dropped, whatever happened.
+struct Holder {
+    what: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Holder {
+    fn spawn(program: &str, args: &[&str], dir: &Path) -> Holder {
+        let mut child = Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        // The reader ends at EOF, when the child exits or is killed.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Holder {
+            what: format!("{program} {args:?}"),
+            child,
+            stdin,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin still open");
+        writeln!(stdin, "{line}")
+            .and_then(|()| stdin.flush())
+            .unwrap_or_else(|e| {
+                panic!("{}: cannot send {line:?}: {e}", self.what);
+            });
+    }
+
+    /// Wait for an output line containing `needle` (qemu-io's prompt may
+    /// stand before it on the line).
+    fn wait_for(&mut self, needle: &str) {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = line.contains(needle);
+                    self.seen.push(line);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "{}: no line with {needle:?} within {TIMEOUT:?}; saw {:?}",
+                    self.what, self.seen
+                ),
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "{}: exited before printing {needle:?} ({:?}); saw {:?}",
+                    self.what,
+                    self.child.try_wait(),
+                    self.seen
+                ),
+            }
+        }
+    }
+
+    /// Open, and ready: it answered a read, so the open (and its locks)
+    /// are done.
+    fn ready(program: &str, args: &[&str], dir: &Path) -> Holder {
+        let mut h = Holder::spawn(program, args, dir);
+        h.send("read 0 512");
+        h.wait_for("read 512/512 bytes at offset 0");
+        h
+    }
+
+    /// Close standard input (EOF ends the session) and wait for the exit.
+    fn finish(mut self) -> ExitStatus {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return status,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                other => panic!("{}: did not exit at EOF: {other:?}", self.what),
+            }
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn qemu_create(dir: &Path, args: &[&str]) {
@@ -238,4 +357,21 @@ fn a_data_file_that_is_the_backing_file_is_refused_and_nothing_is_written() {
     );
     assert!(read(d, "base.qcow2") == base, "backing file changed");
     assert!(read(d, "top.qcow2") == top, "image changed");
+}
+
+#[test]
+fn commands_come_from_standard_input_until_quit() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    qemu_create(d, &["-f", "qcow2", "img.qcow2", "1M"]);
+    let mut h = Holder::ready(QCSIM, &["io", "img.qcow2"], d);
+    h.send("write -P 7 0 4k");
+    h.wait_for("wrote 4096/4096 bytes at offset 0");
+    h.send("read -P 7 0 4k");
+    h.wait_for("read 4096/4096 bytes at offset 0");
+    h.send("quit");
+    // Whatever follows quit is not run.
+    let _ = writeln!(h.stdin.as_mut().unwrap(), "write -P 8 0 4k");
+    assert!(h.finish().success());
+    run("qemu-io", &["-c", "read -P 7 0 4k", "img.qcow2"], d);
 }
