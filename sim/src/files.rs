@@ -12,7 +12,10 @@
 //!    descriptor ([`FileId`]); one that is already open in the chain (the
 //!    image itself, or any file before it, whatever symlink, hard link or
 //!    path spelling led there) is refused, naming the field that led to it,
-//!    before it is read.
+//!    before it is locked or read. Each file then takes QEMU's image locks
+//!    for its role ([`LockRequest`]), so that no other process (QEMU's tools
+//!    or another `qcsim`) writes it under us and none of them is written
+//!    while another has it open.
 //! 2. Engines, bottom image first, each read-only but the top one; only the
 //!    top's open may write (clearing autoclear bits, rebuilding refcounts),
 //!    and only after all of the above.
@@ -25,7 +28,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use engine::dev::{
-    BlockDev, DevError, FileDev, FileId, FileOpenError, FileOptions, IoPool, WriteFlags, ZeroFlags,
+    BlockDev, DevError, FileDev, FileId, FileOpenError, FileOptions, IoPool, LockError,
+    LockRequest, WriteFlags, ZeroFlags,
 };
 use engine::format::header::Header;
 use engine::{Backing, EngineOptions, Image};
@@ -121,6 +125,10 @@ pub enum OpenError {
         name: String,
         first: FirstOpen,
     },
+    #[error("{path}: force-share (-U) is only for read-only opens (-r)")]
+    ForceShareWritable { path: PathBuf },
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error("{image}: backing chain deeper than {limit} files")]
     TooDeep { image: PathBuf, limit: usize },
     #[error("cannot start I/O threads: {0}")]
@@ -144,6 +152,10 @@ pub struct OpenOptions {
     pub engine: EngineOptions,
     /// Worker threads shared by the files of the chain.
     pub threads: usize,
+    /// qemu-img's `-U`: share every permission with other users, so the
+    /// open neither blocks nor is blocked by their writers (read-only opens
+    /// only).
+    pub force_share: bool,
 }
 
 impl Default for OpenOptions {
@@ -155,6 +167,7 @@ impl Default for OpenOptions {
             backing: true,
             engine: EngineOptions::default(),
             threads: DEFAULT_IO_THREADS,
+            force_share: false,
         }
     }
 }
@@ -389,6 +402,7 @@ pub fn resolve_data_file_path(name: &str) -> PathBuf {
 struct Chain {
     pool: IoPool,
     direct: bool,
+    force_share: bool,
     open: Vec<(FileId, FirstOpen)>,
 }
 
@@ -400,8 +414,10 @@ struct Reference<'a> {
 }
 
 impl Chain {
-    /// Open `path`, refusing a file the chain already has open, before
-    /// anything is read from it.
+    /// Open `path`, refusing a file the chain already has open. Neither
+    /// locked nor read yet: a repeated file must be refused before its
+    /// locks (which would conflict with the chain's own, and say so in
+    /// terms of another process) or anything else.
     fn open_file(
         &mut self,
         path: &Path,
@@ -461,7 +477,7 @@ async fn header_of(dev: &FileDev) -> Result<Header, OpenError> {
         })
 }
 
-/// A qcow2 image of the chain whose files are open, and whose
+/// A qcow2 image of the chain whose files are open and locked, and whose
 /// engine is not open yet.
 struct Level {
     path: PathBuf,
@@ -473,7 +489,7 @@ struct Level {
     named_by: Option<(PathBuf, String)>,
 }
 
-/// Pass 1 below the top image: open and check each backing file
+/// Pass 1 below the top image: open, check and lock each backing file
 /// down to the bottom, pushing a [`Level`] for each qcow2 one; the raw
 /// file at the bottom, if the chain ends in one, is returned.
 async fn open_backing_files(
@@ -481,6 +497,7 @@ async fn open_backing_files(
     levels: &mut Vec<Level>,
     path: &Path,
 ) -> Result<Option<FileDev>, OpenError> {
+    let fs = chain.force_share;
     loop {
         let Some(current) = levels.last() else {
             return Ok(None);
@@ -526,14 +543,22 @@ async fn open_backing_files(
         let role = Role::Backing {
             of: current_path.clone(),
         };
-        let dev = match chain.open_file(&backing_path, true, Some(reference), role) {
+        let mut dev = match chain.open_file(&backing_path, true, Some(reference), role) {
             Ok(dev) => dev,
             Err(e @ OpenError::AlreadyOpen { .. }) => return Err(e),
             Err(e) => return Err(backing_err(e)),
         };
+        // Backing files are opened read-only and take QEMU's read-only
+        // locks: they keep writers out unless this open shares writing.
         match format_of(&dev, format).await.map_err(backing_err)? {
-            Format::Raw => return Ok(Some(dev)),
+            Format::Raw => {
+                dev.lock(LockRequest::raw_file(true))
+                    .map_err(|e| backing_err(e.into()))?;
+                return Ok(Some(dev));
+            }
             Format::Qcow2 => {
+                dev.lock(LockRequest::qcow2_file(true, fs))
+                    .map_err(|e| backing_err(e.into()))?;
                 let header = header_of(&dev).await.map_err(backing_err)?;
                 levels.push(Level {
                     path: backing_path,
@@ -550,17 +575,28 @@ async fn open_backing_files(
 
 /// Open the image at `path` and, if asked, its whole backing chain.
 pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenError> {
+    if opts.force_share && !opts.read_only {
+        return Err(OpenError::ForceShareWritable {
+            path: path.to_owned(),
+        });
+    }
     let pool = IoPool::new(opts.threads.max(1)).map_err(OpenError::Threads)?;
     let mut chain = Chain {
         pool,
         direct: opts.direct,
+        force_share: opts.force_share,
         open: Vec::new(),
     };
+    let fs = chain.force_share;
 
-    // Pass 1: every file, checked; nothing written.
-    let top = chain.open_file(path, opts.read_only, None, Role::Image)?;
-    if format_of(&top, opts.format).await? == Format::Raw {
-        return Ok(Disk::Raw(top));
+    // Pass 1: every file, checked and locked; nothing written.
+    let mut top = chain.open_file(path, opts.read_only, None, Role::Image)?;
+    match format_of(&top, opts.format).await? {
+        Format::Raw => {
+            top.lock(LockRequest::raw_file(opts.read_only))?;
+            return Ok(Disk::Raw(top));
+        }
+        Format::Qcow2 => top.lock(LockRequest::qcow2_file(opts.read_only, fs))?,
     }
     let header = header_of(&top).await?;
     let mut levels = vec![Level {
@@ -600,7 +636,12 @@ pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenErr
             of: level.path.clone(),
         };
         let data_path = resolve_data_file_path(&name);
-        let opened = chain.open_file(&data_path, level.read_only, Some(reference), role);
+        let opened = chain
+            .open_file(&data_path, level.read_only, Some(reference), role)
+            .and_then(|mut dev| {
+                dev.lock(LockRequest::data_file(level.read_only, fs))?;
+                Ok(dev)
+            });
         match opened {
             Ok(dev) => level.data = Some(dev),
             Err(_) if describe_only => {}

@@ -5,8 +5,12 @@
 //!   by device and inode (so symlinks and hard links count), is refused at
 //!   open with an error naming the field and the file, and nothing is
 //!   written: the files stay byte-for-byte as they were.
+//! - Image locking as QEMU does it (OFD locks on bytes 100.. and 200.. of
+//!   every file): `qcsim` and `qemu-io`/`qemu-img` refuse to write an image
+//!   the other holds open for writing, in both directions, for backing and
+//!   data files too; `-r -U` reads an image in use, as qemu-io's does.
 //! - `qcsim io` without `-c` reads commands from standard input one at a
-//!   time (so a test can hold an image open while it runs another tool).
+//!   time, which is how these tests hold an image open.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -374,4 +378,164 @@ fn commands_come_from_standard_input_until_quit() {
     let _ = writeln!(h.stdin.as_mut().unwrap(), "write -P 8 0 4k");
     assert!(h.finish().success());
     run("qemu-io", &["-c", "read -P 7 0 4k", "img.qcow2"], d);
+}
+
+#[test]
+fn qcsim_holding_an_image_for_writing_locks_qemu_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    qemu_create(d, &["-f", "qcow2", "img.qcow2", "1M"]);
+    let mut h = Holder::ready(QCSIM, &["io", "img.qcow2"], d);
+    refused("qemu-io", &["-c", "write 0 4k", "img.qcow2"], d, &["lock"]);
+    // A plain read-only open fails too (it does not share writing), and
+    // so does qemu-img info; with force-share a reader gets in.
+    refused(
+        "qemu-io",
+        &["-r", "-c", "read 0 4k", "img.qcow2"],
+        d,
+        &["lock"],
+    );
+    refused("qemu-img", &["info", "img.qcow2"], d, &["lock"]);
+    run("qemu-io", &["-r", "-U", "-c", "read 0 4k", "img.qcow2"], d);
+    run("qemu-img", &["info", "-U", "img.qcow2"], d);
+    // The holder still writes, and its locks go with it.
+    h.send("write -P 0x33 0 4k");
+    h.wait_for("wrote 4096/4096 bytes at offset 0");
+    assert!(h.finish().success());
+    run("qemu-io", &["-c", "read -P 0x33 0 4k", "img.qcow2"], d);
+}
+
+#[test]
+fn qemu_holding_an_image_for_writing_locks_qcsim_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    qemu_create(d, &["-f", "qcow2", "img.qcow2", "1M"]);
+    let h = Holder::ready("qemu-io", &["img.qcow2"], d);
+    let before = read(d, "img.qcow2");
+    refused(
+        QCSIM,
+        &["io", "-c", "write 0 4k", "img.qcow2"],
+        d,
+        &["\"write\" lock", "img.qcow2", "another process"],
+    );
+    refused(
+        QCSIM,
+        &["io", "-r", "-c", "read 0 4k", "img.qcow2"],
+        d,
+        &["shared \"write\" lock", "img.qcow2"],
+    );
+    // Creating over it would truncate it: refused before anything is done.
+    refused(
+        QCSIM,
+        &["create", "-f", "qcow2", "img.qcow2", "1M"],
+        d,
+        &["lock", "img.qcow2"],
+    );
+    assert!(read(d, "img.qcow2") == before, "image changed");
+    let out = run(
+        QCSIM,
+        &["io", "-r", "-U", "-c", "read -P 0 0 4k", "img.qcow2"],
+        d,
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("read 4096/4096 bytes at offset 0"),
+        "{}",
+        text(&out)
+    );
+    // As in qemu-io, force-share is for read-only opens only.
+    refused(
+        QCSIM,
+        &["io", "-U", "-c", "read 0 4k", "img.qcow2"],
+        d,
+        &["read-only"],
+    );
+    assert!(h.finish().success());
+    run(QCSIM, &["io", "-c", "write 0 4k", "img.qcow2"], d);
+}
+
+#[test]
+fn read_only_holders_keep_writers_out_and_let_readers_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    qemu_create(d, &["-f", "qcow2", "img.qcow2", "1M"]);
+
+    let h = Holder::ready(QCSIM, &["io", "-r", "img.qcow2"], d);
+    refused("qemu-io", &["-c", "write 0 4k", "img.qcow2"], d, &["lock"]);
+    run("qemu-io", &["-r", "-c", "read 0 4k", "img.qcow2"], d);
+    assert!(h.finish().success());
+
+    let h = Holder::ready("qemu-io", &["-r", "img.qcow2"], d);
+    refused(
+        QCSIM,
+        &["io", "-c", "write 0 4k", "img.qcow2"],
+        d,
+        &["\"write\" lock", "img.qcow2"],
+    );
+    run(QCSIM, &["io", "-r", "-c", "read 0 4k", "img.qcow2"], d);
+    assert!(h.finish().success());
+
+    // A force-share reader blocks nobody.
+    let h = Holder::ready(QCSIM, &["io", "-r", "-U", "img.qcow2"], d);
+    run("qemu-io", &["-c", "write 0 4k", "img.qcow2"], d);
+    assert!(h.finish().success());
+}
+
+#[test]
+fn backing_files_and_data_files_are_locked_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    qemu_create(d, &["-f", "qcow2", "base.qcow2", "1M"]);
+    qemu_create(
+        d,
+        &[
+            "-f",
+            "qcow2",
+            "-b",
+            "base.qcow2",
+            "-F",
+            "qcow2",
+            "top.qcow2",
+        ],
+    );
+    // Two images sharing one data file.
+    qemu_create(
+        d,
+        &["-f", "qcow2", "-o", "data_file=d.raw", "b.qcow2", "1M"],
+    );
+    qemu_create(
+        d,
+        &["-f", "qcow2", "-o", "data_file=d.raw", "c.qcow2", "1M"],
+    );
+
+    // qcsim holds the top image: its backing file takes read-only locks,
+    // which keep writers out and let readers in.
+    let h = Holder::ready(QCSIM, &["io", "top.qcow2"], d);
+    refused("qemu-io", &["-c", "write 0 4k", "base.qcow2"], d, &["lock"]);
+    run("qemu-io", &["-r", "-c", "read 0 4k", "base.qcow2"], d);
+    assert!(h.finish().success());
+
+    // And the other way: qemu-io on the top image keeps qcsim from
+    // writing its backing file.
+    let h = Holder::ready("qemu-io", &["top.qcow2"], d);
+    refused(
+        QCSIM,
+        &["io", "-c", "write 0 4k", "base.qcow2"],
+        d,
+        &["lock", "base.qcow2"],
+    );
+    assert!(h.finish().success());
+
+    // Data file: the holder of b.qcow2 keeps its data file from being
+    // resized, which a read-write open of c.qcow2 (same data file) needs.
+    let h = Holder::ready(QCSIM, &["io", "b.qcow2"], d);
+    refused("qemu-io", &["-c", "write 0 4k", "c.qcow2"], d, &["lock"]);
+    assert!(h.finish().success());
+    let h = Holder::ready("qemu-io", &["b.qcow2"], d);
+    refused(
+        QCSIM,
+        &["io", "-c", "write 0 4k", "c.qcow2"],
+        d,
+        &["lock", "d.raw"],
+    );
+    assert!(h.finish().success());
 }

@@ -8,9 +8,11 @@
 //! are in flight at once; implementations use interior mutability.
 
 mod file;
+pub mod lock;
 mod mem;
 
 pub use file::{FileDev, FileId, FileOpenError, FileOptions, IoPool, DIRECT_ALIGN};
+pub use lock::{LockError, LockRequest, Perms};
 pub use mem::MemDev;
 
 use std::fmt;

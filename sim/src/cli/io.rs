@@ -3,7 +3,7 @@
 //! qemu-io, one per line on standard input, each run as soon as its line is
 //! read (with a `qemu-io> ` prompt on a terminal) until end of input or
 //! `quit`; all run on one open of the image, so a session on standard input
-//! holds the image open between commands. Output follows
+//! holds the image open (and locked) between commands. Output follows
 //! qemu-io's shape ("wrote N/N bytes at offset M", "Pattern verification
 //! failed at offset N, N bytes", `read -v` hex dumps) without its timing
 //! line, so that runs are reproducible. As in qemu-io, a failing command is
@@ -29,6 +29,10 @@ pub struct Args {
     /// Open the image read-only.
     #[arg(short = 'r', long = "read-only")]
     pub read_only: bool,
+    /// Force sharing: with -r, open an image other processes have open for
+    /// writing, and do not keep them from writing it (qemu-io's -U).
+    #[arg(short = 'U', long = "force-share")]
+    pub force_share: bool,
     /// Bypass the host page cache (O_DIRECT).
     #[arg(short = 'n', long = "nocache")]
     pub nocache: bool,
@@ -429,6 +433,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         format,
         read_only: args.read_only,
         direct: args.nocache,
+        force_share: args.force_share,
         ..OpenOptions::default()
     };
     let mut source = if args.commands.is_empty() {
