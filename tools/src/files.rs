@@ -3,19 +3,35 @@
 //! way QEMU resolves it (a relative backing name is relative to the directory
 //! of the image that names it), every backing file opened read-only.
 //!
-//! A chain is opened iteratively, top image first, and linked bottom-up, so
-//! a long chain costs no recursion; its depth is bounded and a file that
-//! appears twice is a loop, refused with the path that closes it. All files
-//! of one chain share one [`IoPool`].
+//! A chain is opened in two passes, so that nothing is written to any of
+//! its files before every file is known to be safe to use:
+//!
+//! 1. Files, top image first: each image file, then its backing file named
+//!    in its header, down to the bottom, then each image's external data
+//!    file. Every file is identified by the device and inode of the opened
+//!    descriptor ([`FileId`]); one that is already open in the chain (the
+//!    image itself, or any file before it, whatever symlink, hard link or
+//!    path spelling led there) is refused, naming the field that led to it,
+//!    before it is locked or read. Each file then takes QEMU's image locks
+//!    for its role ([`LockRequest`]), so that no other process (QEMU's tools
+//!    or another `qcsim`) writes it under us and none of them is written
+//!    while another has it open.
+//! 2. Engines, bottom image first, each read-only but the top one; only the
+//!    top's open may write (clearing autoclear bits, rebuilding refcounts),
+//!    and only after all of the above.
+//!
+//! A long chain costs no recursion; its depth is bounded. All files of one
+//! chain share one [`IoPool`].
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use engine::dev::{
-    BlockDev, DevError, FileDev, FileOpenError, FileOptions, IoPool, WriteFlags, ZeroFlags,
+    BlockDev, DevError, FileDev, FileId, FileOpenError, FileOptions, IoPool, LockError,
+    LockRequest, WriteFlags, ZeroFlags,
 };
+use engine::format::header::Header;
 use engine::{Backing, EngineOptions, Image};
 
 /// The qcow2 magic, "QFI\xfb".
@@ -99,8 +115,20 @@ pub enum OpenError {
     },
     #[error("{image}: the image needs an external data file but its header names none")]
     DataFileUnnamed { image: PathBuf },
-    #[error("{image}: backing chain loops back to {path}")]
-    Loop { image: PathBuf, path: PathBuf },
+    /// A backing file or data file that is a file the chain has already
+    /// opened: writing through both names would destroy it (a data file
+    /// that is the image puts guest data over its header).
+    #[error("{image}: {field} '{name}' is the same file as {first}, already open in this chain{}", .field.consequence())]
+    AlreadyOpen {
+        image: PathBuf,
+        field: Field,
+        name: String,
+        first: FirstOpen,
+    },
+    #[error("{path}: force-share (-U) is only for read-only opens (-r)")]
+    ForceShareWritable { path: PathBuf },
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error("{image}: backing chain deeper than {limit} files")]
     TooDeep { image: PathBuf, limit: usize },
     #[error("cannot start I/O threads: {0}")]
@@ -124,6 +152,10 @@ pub struct OpenOptions {
     pub engine: EngineOptions,
     /// Worker threads shared by the files of the chain.
     pub threads: usize,
+    /// qemu-img's `-U`: share every permission with other users, so the
+    /// open neither blocks nor is blocked by their writers (read-only opens
+    /// only).
+    pub force_share: bool,
 }
 
 impl Default for OpenOptions {
@@ -135,6 +167,62 @@ impl Default for OpenOptions {
             backing: true,
             engine: EngineOptions::default(),
             threads: DEFAULT_IO_THREADS,
+            force_share: false,
+        }
+    }
+}
+
+/// The field of an image's header that names another file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    BackingFile,
+    DataFile,
+}
+
+impl Field {
+    /// What a repeated file means for this field, for the error.
+    fn consequence(self) -> &'static str {
+        match self {
+            Field::BackingFile => ": the backing chain loops",
+            Field::DataFile => ": a data file must be a file of its own",
+        }
+    }
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Field::BackingFile => "backing file",
+            Field::DataFile => "data file",
+        })
+    }
+}
+
+/// A file of the chain being opened, as it was first opened.
+#[derive(Debug, Clone)]
+pub struct FirstOpen {
+    pub path: PathBuf,
+    pub role: Role,
+}
+
+/// What a file is to the chain.
+#[derive(Debug, Clone)]
+pub enum Role {
+    /// The image opened.
+    Image,
+    /// The backing file of the image at `of`.
+    Backing { of: PathBuf },
+    /// The external data file of the image at `of`.
+    Data { of: PathBuf },
+}
+
+impl fmt::Display for FirstOpen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = self.path.display();
+        match &self.role {
+            Role::Image => write!(f, "{path} (the image)"),
+            Role::Backing { of } => write!(f, "{path} (the backing file of {})", of.display()),
+            Role::Data { of } => write!(f, "{path} (the data file of {})", of.display()),
         }
     }
 }
@@ -310,111 +398,116 @@ pub fn resolve_data_file_path(name: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// One file opened as what it is, without its backing chain.
-enum Opened {
-    Raw(FileDev),
-    Qcow2(Box<Image<FileDev>>),
-}
-
-/// With `describe_only` (a read-only open to describe the image, as `info`
-/// does) a data file that cannot be opened is left out, as qemu-img info
-/// does; guest reads of that image then fail naming it.
-async fn open_one(
-    path: &Path,
-    format: Option<Format>,
-    read_only: bool,
+/// The files of one chain opened so far, by identity, and how to open more.
+struct Chain {
+    pool: IoPool,
     direct: bool,
-    describe_only: bool,
-    engine_opts: &EngineOptions,
-    pool: &IoPool,
-) -> Result<Opened, OpenError> {
-    let file_opts = FileOptions {
-        read_only,
-        direct,
-        threads: pool.threads(),
-        fallocate: true,
-    };
-    let dev = FileDev::open_in(path, &file_opts, pool.clone())?;
-    let format = match format {
-        Some(f) => f,
-        None => match probe_dev(&dev).await? {
-            Probed::Format(f) => f,
-            Probed::Foreign(name) => {
-                return Err(OpenError::ForeignFormat {
-                    path: path.to_owned(),
-                    format: name,
-                })
-            }
-        },
-    };
-    match format {
-        Format::Raw => Ok(Opened::Raw(dev)),
-        Format::Qcow2 => {
-            let mut opts = engine_opts.clone();
-            opts.read_only = read_only;
-            let engine_err = |error| OpenError::Engine {
-                path: path.to_owned(),
-                error,
-            };
-            let header = Image::read_header(&dev).await.map_err(engine_err)?;
-            let data = if header.has_data_file() {
-                let Some(name) = header.data_file() else {
-                    return Err(OpenError::DataFileUnnamed {
-                        image: path.to_owned(),
-                    });
-                };
-                match FileDev::open_in(resolve_data_file_path(&name), &file_opts, pool.clone()) {
-                    Ok(data) => Some(data),
-                    Err(_) if describe_only && read_only => None,
-                    Err(error) => {
-                        return Err(OpenError::DataFile {
-                            image: path.to_owned(),
-                            name,
-                            error: Box::new(OpenError::File(error)),
-                        })
-                    }
-                }
-            } else {
-                None
-            };
-            let image = Image::open_with_data(dev, data, opts)
-                .await
-                .map_err(engine_err)?;
-            Ok(Opened::Qcow2(Box::new(image)))
+    force_share: bool,
+    open: Vec<(FileId, FirstOpen)>,
+}
+
+/// The field of an image that names a file being opened.
+struct Reference<'a> {
+    image: &'a Path,
+    field: Field,
+    name: &'a str,
+}
+
+impl Chain {
+    /// Open `path`, refusing a file the chain already has open. Neither
+    /// locked nor read yet: a repeated file must be refused before its
+    /// locks (which would conflict with the chain's own, and say so in
+    /// terms of another process) or anything else.
+    fn open_file(
+        &mut self,
+        path: &Path,
+        read_only: bool,
+        reference: Option<Reference<'_>>,
+        role: Role,
+    ) -> Result<FileDev, OpenError> {
+        let file_opts = FileOptions {
+            read_only,
+            direct: self.direct,
+            threads: self.pool.threads(),
+            fallocate: true,
+        };
+        let dev = FileDev::open_in(path, &file_opts, self.pool.clone())?;
+        let id = dev.file_id();
+        // Only the top image has no reference, and it is opened first.
+        let first = self.open.iter().find(|(seen, _)| *seen == id);
+        if let (Some((_, first)), Some(r)) = (first, reference) {
+            return Err(OpenError::AlreadyOpen {
+                image: r.image.to_owned(),
+                field: r.field,
+                name: r.name.to_owned(),
+                first: first.clone(),
+            });
         }
+        self.open.push((
+            id,
+            FirstOpen {
+                path: path.to_owned(),
+                role,
+            },
+        ));
+        Ok(dev)
     }
 }
 
-/// Open the image at `path` and, if asked, its whole backing chain.
-pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenError> {
-    let pool = IoPool::new(opts.threads.max(1)).map_err(OpenError::Threads)?;
-    let top = open_one(
-        path,
-        opts.format,
-        opts.read_only,
-        opts.direct,
-        !opts.backing,
-        &opts.engine,
-        &pool,
-    )
-    .await?;
-    let mut top = match top {
-        Opened::Raw(dev) => return Ok(Disk::Raw(dev)),
-        Opened::Qcow2(image) => image,
-    };
-    if !opts.backing {
-        return Ok(Disk::Qcow2(top));
+/// The format of the file on `dev`: `format` if given, else probed.
+async fn format_of(dev: &FileDev, format: Option<Format>) -> Result<Format, OpenError> {
+    match format {
+        Some(f) => Ok(f),
+        None => match probe_dev(dev).await? {
+            Probed::Format(f) => Ok(f),
+            Probed::Foreign(name) => Err(OpenError::ForeignFormat {
+                path: dev.path().to_owned(),
+                format: name,
+            }),
+        },
     }
+}
 
-    // Walk down the chain, keeping every opened qcow2 image; the last file
-    // is either raw or a qcow2 image without a backing file.
-    let mut seen = BTreeSet::new();
-    seen.insert(canonical(path));
-    let mut images: Vec<Box<Image<FileDev>>> = Vec::new();
-    let mut bottom_raw: Option<FileDev> = None;
-    let mut current_path = path.to_owned();
-    while let Some((name, fmt_name)) = top.backing_spec() {
-        if images.len() >= MAX_CHAIN_DEPTH {
+async fn header_of(dev: &FileDev) -> Result<Header, OpenError> {
+    Image::read_header(dev)
+        .await
+        .map_err(|error| OpenError::Engine {
+            path: dev.path().to_owned(),
+            error,
+        })
+}
+
+/// A qcow2 image of the chain whose files are open and locked, and whose
+/// engine is not open yet.
+struct Level {
+    path: PathBuf,
+    dev: FileDev,
+    header: Header,
+    read_only: bool,
+    data: Option<FileDev>,
+    /// For a backing file: the image that names it, and the name.
+    named_by: Option<(PathBuf, String)>,
+}
+
+/// Pass 1 below the top image: open, check and lock each backing file
+/// down to the bottom, pushing a [`Level`] for each qcow2 one; the raw
+/// file at the bottom, if the chain ends in one, is returned.
+async fn open_backing_files(
+    chain: &mut Chain,
+    levels: &mut Vec<Level>,
+    path: &Path,
+) -> Result<Option<FileDev>, OpenError> {
+    let fs = chain.force_share;
+    loop {
+        let Some(current) = levels.last() else {
+            return Ok(None);
+        };
+        let Some(name) = current.header.backing_file.clone() else {
+            return Ok(None);
+        };
+        let current_path = current.path.clone();
+        let fmt_name = current.header.backing_format();
+        if levels.len() > MAX_CHAIN_DEPTH {
             return Err(OpenError::TooDeep {
                 image: path.to_owned(),
                 limit: MAX_CHAIN_DEPTH,
@@ -442,50 +535,163 @@ pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenErr
             None => None,
         };
         let backing_path = resolve_backing_path(&current_path, &name);
-        if !seen.insert(canonical(&backing_path)) {
-            return Err(OpenError::Loop {
-                image: path.to_owned(),
-                path: backing_path,
-            });
-        }
-        let opened = open_one(
-            &backing_path,
-            format,
-            true,
-            opts.direct,
-            false,
-            &opts.engine,
-            &pool,
-        )
-        .await
-        .map_err(backing_err)?;
-        images.push(top);
-        match opened {
-            Opened::Raw(dev) => {
-                bottom_raw = Some(dev);
-                top = images.pop().expect("just pushed");
-                break;
+        let reference = Reference {
+            image: &current_path,
+            field: Field::BackingFile,
+            name: &name,
+        };
+        let role = Role::Backing {
+            of: current_path.clone(),
+        };
+        let mut dev = match chain.open_file(&backing_path, true, Some(reference), role) {
+            Ok(dev) => dev,
+            Err(e @ OpenError::AlreadyOpen { .. }) => return Err(e),
+            Err(e) => return Err(backing_err(e)),
+        };
+        // Backing files are opened read-only and take QEMU's read-only
+        // locks: they keep writers out unless this open shares writing.
+        match format_of(&dev, format).await.map_err(backing_err)? {
+            Format::Raw => {
+                dev.lock(LockRequest::raw_file(true))
+                    .map_err(|e| backing_err(e.into()))?;
+                return Ok(Some(dev));
             }
-            Opened::Qcow2(image) => {
-                top = image;
-                current_path = backing_path;
+            Format::Qcow2 => {
+                dev.lock(LockRequest::qcow2_file(true, fs))
+                    .map_err(|e| backing_err(e.into()))?;
+                let header = header_of(&dev).await.map_err(backing_err)?;
+                levels.push(Level {
+                    path: backing_path,
+                    dev,
+                    header,
+                    read_only: true,
+                    data: None,
+                    named_by: Some((current_path, name)),
+                });
             }
         }
     }
-    // `top` is now the lowest qcow2 image; link upwards.
-    if let Some(dev) = bottom_raw {
-        top.attach_backing(Backing::Raw(dev));
-    }
-    while let Some(mut upper) = images.pop() {
-        upper.attach_backing(Backing::Qcow2(top));
-        top = upper;
-    }
-    Ok(Disk::Qcow2(top))
 }
 
-/// The identity of a path for loop detection: canonical where it exists.
-fn canonical(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned())
+/// Open the image at `path` and, if asked, its whole backing chain.
+pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenError> {
+    if opts.force_share && !opts.read_only {
+        return Err(OpenError::ForceShareWritable {
+            path: path.to_owned(),
+        });
+    }
+    let pool = IoPool::new(opts.threads.max(1)).map_err(OpenError::Threads)?;
+    let mut chain = Chain {
+        pool,
+        direct: opts.direct,
+        force_share: opts.force_share,
+        open: Vec::new(),
+    };
+    let fs = chain.force_share;
+
+    // Pass 1: every file, checked and locked; nothing written.
+    let mut top = chain.open_file(path, opts.read_only, None, Role::Image)?;
+    match format_of(&top, opts.format).await? {
+        Format::Raw => {
+            top.lock(LockRequest::raw_file(opts.read_only))?;
+            return Ok(Disk::Raw(top));
+        }
+        Format::Qcow2 => top.lock(LockRequest::qcow2_file(opts.read_only, fs))?,
+    }
+    let header = header_of(&top).await?;
+    let mut levels = vec![Level {
+        path: path.to_owned(),
+        dev: top,
+        header,
+        read_only: opts.read_only,
+        data: None,
+        named_by: None,
+    }];
+    let bottom_raw = if opts.backing {
+        open_backing_files(&mut chain, &mut levels, path).await?
+    } else {
+        None
+    };
+    // Data files come after every image file, so that one naming a file of
+    // the chain is refused as the data file it is.
+    for level in &mut levels {
+        if !level.header.has_data_file() {
+            continue;
+        }
+        let Some(name) = level.header.data_file() else {
+            return Err(OpenError::DataFileUnnamed {
+                image: level.path.clone(),
+            });
+        };
+        // An open that only describes the image (as `info` does) leaves out
+        // a data file it cannot use, as qemu-img info does; guest reads of
+        // that image then fail naming it.
+        let describe_only = !opts.backing && level.read_only;
+        let reference = Reference {
+            image: &level.path,
+            field: Field::DataFile,
+            name: &name,
+        };
+        let role = Role::Data {
+            of: level.path.clone(),
+        };
+        let data_path = resolve_data_file_path(&name);
+        let opened = chain
+            .open_file(&data_path, level.read_only, Some(reference), role)
+            .and_then(|mut dev| {
+                dev.lock(LockRequest::data_file(level.read_only, fs))?;
+                Ok(dev)
+            });
+        match opened {
+            Ok(dev) => level.data = Some(dev),
+            Err(_) if describe_only => {}
+            Err(e @ OpenError::AlreadyOpen { .. }) => return Err(e),
+            Err(error) => {
+                return Err(OpenError::DataFile {
+                    image: level.path.clone(),
+                    name,
+                    error: Box::new(error),
+                })
+            }
+        }
+    }
+
+    // Pass 2: the engines, bottom-up; only the top one may write.
+    let top = levels.remove(0);
+    let mut lower = bottom_raw.map(Backing::Raw);
+    while let Some(level) = levels.pop() {
+        let named_by = level.named_by.clone();
+        let mut image = open_engine(level, &opts.engine)
+            .await
+            .map_err(|error| match named_by {
+                Some((image, name)) => OpenError::Backing {
+                    image,
+                    name,
+                    error: Box::new(error),
+                },
+                None => error,
+            })?;
+        if let Some(b) = lower.take() {
+            image.attach_backing(b);
+        }
+        lower = Some(Backing::Qcow2(Box::new(image)));
+    }
+    let mut image = open_engine(top, &opts.engine).await?;
+    if let Some(b) = lower {
+        image.attach_backing(b);
+    }
+    Ok(Disk::Qcow2(Box::new(image)))
+}
+
+async fn open_engine(level: Level, engine: &EngineOptions) -> Result<Image<FileDev>, OpenError> {
+    let mut opts = engine.clone();
+    opts.read_only = level.read_only;
+    Image::open_with_data(level.dev, level.data, opts)
+        .await
+        .map_err(|error| OpenError::Engine {
+            path: level.path,
+            error,
+        })
 }
 
 /// Open only the file at `path` (no engine): for probing and raw sizes.

@@ -17,6 +17,12 @@
 //! coherent: a direct request first writes back and then invalidates the page
 //! cache over its range. This avoids a read-modify-write of partial blocks,
 //! which would race with a neighbouring unaligned write to the same block.
+//!
+//! Locks: [`FileDev::lock`] takes QEMU's image locks (see [`super::lock`])
+//! on the buffered descriptor; the O_DIRECT one never holds any, so the
+//! two never conflict with each other. [`FileDev::create`] takes QEMU's
+//! create locks before it empties the file. [`FileDev::file_id`] tells
+//! which file the descriptor really is, whatever name led to it.
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -31,6 +37,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 
+use super::lock::{self, Held, LockError, LockRequest};
 use super::{BlockDev, DevError, IoOp, WriteFlags, ZeroFlags};
 
 /// Alignment of offset, length and memory that O_DIRECT requests use. 4096
@@ -81,6 +88,33 @@ pub enum FileOpenError {
     Threads(io::Error),
     #[error("invalid file options: {0}")]
     Options(String),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+}
+
+/// Which file an open descriptor is, as the kernel knows it: the same for
+/// every name (symlink, hard link, `..` path) that leads to the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileId {
+    /// A regular file: its file system and inode.
+    Inode { dev: u64, ino: u64 },
+    /// A block device, by the device it is rather than by the inode of
+    /// its node, since two device nodes can name one device.
+    BlockDevice { rdev: u64 },
+}
+
+impl FileId {
+    fn of(meta: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        if meta.file_type().is_block_device() {
+            FileId::BlockDevice { rdev: meta.rdev() }
+        } else {
+            FileId::Inode {
+                dev: meta.dev(),
+                ino: meta.ino(),
+            }
+        }
+    }
 }
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -338,6 +372,11 @@ pub struct FileDev {
     /// The length counting every extending request issued so far, so that
     /// `len()` answers without a syscall and sees requests still in flight.
     len: AtomicU64,
+    /// The file the descriptors are open on.
+    id: FileId,
+    /// The lock bytes the buffered descriptor's description holds; they
+    /// go when it closes.
+    held: Held,
 }
 
 impl fmt::Debug for FileDev {
@@ -367,13 +406,17 @@ impl FileDev {
         Self::open_impl(path.as_ref(), opts, pool, false)
     }
 
-    /// Create `path` (truncating it if it exists) with a pool of its own.
+    /// Create `path` (emptying it if it exists) with a pool of its own.
+    /// The file is emptied only after QEMU's create locks are taken
+    /// ([`LockRequest::create`]), so a file another process has open is
+    /// refused untouched; the device keeps those locks until dropped or
+    /// changed with [`FileDev::lock`].
     pub fn create(path: impl AsRef<Path>, opts: &FileOptions) -> Result<FileDev, FileOpenError> {
         let pool = new_pool(opts)?;
         Self::create_in(path, opts, pool)
     }
 
-    /// Create `path` (truncating it if it exists); requests run on `pool`.
+    /// [`FileDev::create`], with requests on `pool`.
     pub fn create_in(
         path: impl AsRef<Path>,
         opts: &FileOptions,
@@ -397,11 +440,13 @@ impl FileDev {
             path: path.to_owned(),
             error,
         };
+        // Never O_TRUNC: a file is emptied only once the locks say nobody
+        // else uses it.
         let options = |create_it: bool| {
             let mut o = OpenOptions::new();
             o.read(true).write(!opts.read_only);
             if create_it {
-                o.create(true).truncate(true);
+                o.create(true);
             }
             o
         };
@@ -429,6 +474,14 @@ impl FileDev {
         } else {
             None
         };
+        let mut held = Held::default();
+        if create {
+            lock::apply(&file, path, &mut held, LockRequest::create())?;
+            // O_TRUNC would have left a block device as it is, too.
+            if ft.is_file() {
+                file.set_len(0).map_err(open_err)?;
+            }
+        }
         let len = end_of_file(&file).map_err(open_err)?;
         Ok(FileDev {
             fds: Arc::new(Fds { file, direct }),
@@ -437,7 +490,23 @@ impl FileDev {
             read_only: opts.read_only,
             fallocate: opts.fallocate,
             len: AtomicU64::new(len),
+            id: FileId::of(&meta),
+            held,
         })
+    }
+
+    /// Which file this is, by device and inode (see [`FileId`]).
+    pub fn file_id(&self) -> FileId {
+        self.id
+    }
+
+    /// Hold QEMU's image locks for `req` on this file, replacing any held
+    /// before, once no other open file description (of this process or
+    /// another) holds one that conflicts. Refused, the device holds what it
+    /// held before. Called before the device is handed to the engine, hence
+    /// `&mut self`.
+    pub fn lock(&mut self, req: LockRequest) -> Result<(), LockError> {
+        lock::apply(&self.fds.file, &self.path, &mut self.held, req)
     }
 
     pub fn path(&self) -> &Path {

@@ -1,12 +1,15 @@
 //! `qcsim io`: a qemu-io subset on an image file. Commands (`read`, `write`,
-//! `discard`, `flush`) come from `-c` options, in order, or one per line on
-//! standard input; all run on one open of the image. Output follows
+//! `discard`, `flush`, `quit`) come from `-c` options, in order, or, as in
+//! qemu-io, one per line on standard input, each run as soon as its line is
+//! read (with a `qemu-io> ` prompt on a terminal) until end of input or
+//! `quit`; all run on one open of the image, so a session on standard input
+//! holds the image open (and locked) between commands. Output follows
 //! qemu-io's shape ("wrote N/N bytes at offset M", "Pattern verification
 //! failed at offset N, N bytes", `read -v` hex dumps) without its timing
 //! line, so that runs are reproducible. As in qemu-io, a failing command is
 //! reported and the next one still runs; the exit code is 1 if any failed.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -26,6 +29,10 @@ pub struct Args {
     /// Open the image read-only.
     #[arg(short = 'r', long = "read-only")]
     pub read_only: bool,
+    /// Force sharing: with -r, open an image other processes have open for
+    /// writing, and do not keep them from writing it (qemu-io's -U).
+    #[arg(short = 'U', long = "force-share")]
+    pub force_share: bool,
     /// Bypass the host page cache (O_DIRECT).
     #[arg(short = 'n', long = "nocache")]
     pub nocache: bool,
@@ -67,6 +74,8 @@ pub enum Cmd {
         quiet: bool,
     },
     Flush,
+    /// End the session; later commands are not run.
+    Quit,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +259,12 @@ pub fn parse_command(line: &str) -> Result<Option<Cmd>, CmdError> {
             }
             Cmd::Flush
         }
+        "quit" | "q" => {
+            if !rest.is_empty() {
+                return err("quit: takes no arguments");
+            }
+            Cmd::Quit
+        }
         other => return err(format!("command \"{other}\" not found")),
     };
     Ok(Some(cmd))
@@ -366,6 +381,45 @@ async fn execute(disk: &Disk, cmd: &Cmd, out: &mut impl Write) -> anyhow::Result
             }
             Ok(true)
         }
+        // The caller stops at quit before executing it.
+        Cmd::Quit => Ok(true),
+    }
+}
+
+/// Where commands come from: the `-c` list, or standard input read one
+/// line at a time, only when the previous command is done.
+enum Source {
+    List(std::vec::IntoIter<String>),
+    Stdin {
+        input: std::io::StdinLock<'static>,
+        prompt: bool,
+    },
+}
+
+impl Source {
+    /// The next command line, `None` at the end.
+    fn next_line(&mut self) -> anyhow::Result<Option<String>> {
+        match self {
+            Source::List(lines) => Ok(lines.next()),
+            Source::Stdin { input, prompt } => {
+                if *prompt {
+                    let mut out = std::io::stdout().lock();
+                    write!(out, "qemu-io> ")?;
+                    out.flush()?;
+                }
+                let mut line = String::new();
+                let n = input
+                    .read_line(&mut line)
+                    .context("reading commands from standard input")?;
+                if n == 0 {
+                    if *prompt {
+                        println!();
+                    }
+                    return Ok(None);
+                }
+                Ok(Some(line))
+            }
+        }
     }
 }
 
@@ -375,30 +429,32 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .as_deref()
         .map(str::parse::<Format>)
         .transpose()?;
-    let lines: Vec<String> = if args.commands.is_empty() {
-        std::io::stdin()
-            .lock()
-            .lines()
-            .collect::<Result<_, _>>()
-            .context("reading commands from standard input")?
-    } else {
-        args.commands.clone()
-    };
     let opts = OpenOptions {
         format,
         read_only: args.read_only,
         direct: args.nocache,
+        force_share: args.force_share,
         ..OpenOptions::default()
+    };
+    let mut source = if args.commands.is_empty() {
+        let input = std::io::stdin().lock();
+        let prompt = input.is_terminal();
+        Source::Stdin { input, prompt }
+    } else {
+        Source::List(args.commands.clone().into_iter())
     };
     futures::executor::block_on(async {
         // Open errors already name the file (and the backing file at fault).
         let disk = open_image(&args.file, &opts).await?;
-        let stdout = std::io::stdout();
-        let mut out = stdout.lock();
         let mut ok = true;
-        for line in &lines {
-            match parse_command(line) {
+        while let Some(line) = source.next_line()? {
+            // The lock is taken per command, so that the prompt can print
+            // between commands; each command's output is flushed before the
+            // next line is read, so a reader on a pipe sees it at once.
+            let mut out = std::io::stdout().lock();
+            match parse_command(&line) {
                 Ok(None) => {}
+                Ok(Some(Cmd::Quit)) => break,
                 Ok(Some(cmd)) => ok &= execute(&disk, &cmd, &mut out).await?,
                 Err(e) => {
                     out.flush()?;
@@ -406,8 +462,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     ok = false;
                 }
             }
+            out.flush()?;
         }
-        out.flush()?;
         disk.close()
             .await
             .with_context(|| format!("closing {}", args.file.display()))?;
@@ -477,6 +533,8 @@ mod tests {
             }
         );
         assert_eq!(parse("flush"), Cmd::Flush);
+        assert_eq!(parse("quit"), Cmd::Quit);
+        assert_eq!(parse(" q "), Cmd::Quit);
         assert_eq!(parse_command("   ").unwrap(), None);
     }
 
@@ -494,6 +552,7 @@ mod tests {
             ("write -z -P 1 0 4k", "cannot be specified at the same time"),
             ("write 0 4G", "length cannot exceed"),
             ("flush now", "no arguments"),
+            ("quit now", "no arguments"),
         ];
         for (line, needle) in cases {
             let msg = parse_err(line);

@@ -12,5 +12,6 @@ mod cli_raw;
 mod convert_holes;
 mod enumerate_cli;
 mod extended_l2_cli;
+mod locking;
 mod run_counters;
 mod verify_determinism;
