@@ -22,7 +22,7 @@
 
 use crate::dev::{BlockDev, ZeroFlags};
 use crate::error::{Error, Result};
-use crate::format::entry::{COMPRESSED, COPIED, OFFSET_MASK};
+use crate::format::entry::{COMPRESSED, OFFSET_MASK};
 use crate::format::header::{autoclear, Header};
 use crate::format::{L2Entry, L2Mapping};
 use crate::image::{Compat, CreateOptions, Image};
@@ -141,33 +141,9 @@ impl<D: BlockDev> Image<D> {
         self.data.as_ref()
     }
 
-    /// Where guest data clusters live: the data file, or the image itself.
-    pub(crate) fn data_dev(&self) -> &D {
-        self.data.as_ref().unwrap_or(&self.dev)
-    }
-
     /// The data file is kept a valid raw image of the disk.
     pub(crate) fn data_file_raw(&self) -> bool {
         self.data.is_some() && self.meta.borrow().header.data_file_raw()
-    }
-
-    /// What an L2 entry means in this image at guest offset `guest` (its
-    /// subcluster, with extended L2 entries).
-    pub(crate) fn decode_l2(&self, e: L2Entry, guest: u64) -> L2Mapping {
-        let m = self.geo.decode_at(e, guest);
-        // With a data file, offset 0 with COPIED is guest cluster 0 (an
-        // extended entry says so by its allocation bit instead).
-        if self.data.is_some()
-            && !self.geo.extended_l2
-            && m == L2Mapping::Unallocated
-            && e.word & COPIED != 0
-        {
-            return L2Mapping::Normal {
-                host: 0,
-                copied: true,
-            };
-        }
-        m
     }
 
     /// With a data file, an entry must map guest offset `guest` at the same
@@ -207,21 +183,6 @@ impl<D: BlockDev> Image<D> {
             )),
             _ => Ok(()),
         }
-    }
-
-    /// Host clusters for the `n` guest clusters starting at `guest_start`:
-    /// with a data file their own offset (nothing to count), otherwise a
-    /// new run from the refcount allocator. Also whether the run is known
-    /// to read as zeroes (`grow::is_fresh`; never for a data file).
-    pub(crate) async fn alloc_data_clusters(
-        &self,
-        guest_start: u64,
-        n: u64,
-    ) -> Result<(u64, bool)> {
-        if self.data.is_some() {
-            return Ok((guest_start, false));
-        }
-        self.alloc_clusters_fresh(n).await
     }
 
     /// With raw external data, make guest bytes [start, end) read as zeroes

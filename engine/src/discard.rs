@@ -1,4 +1,4 @@
-//! Guest flush, discard and write_zeroes. Discard and zeroing of whole
+//! Guest discard and write_zeroes. Discard and zeroing of whole
 //! clusters change L2 entries (to zero clusters on version 3) and free the
 //! old host clusters once that change is durable; partial clusters are
 //! written with zeroes (write_zeroes) or left alone (discard, a hint).
@@ -11,16 +11,6 @@ use crate::image::Image;
 use crate::write::CowFailure;
 
 impl<D: BlockDev> Image<D> {
-    /// Make every guest write that completed before this call durable.
-    pub async fn flush(&self) -> Result<()> {
-        self.count(|c| c.guest_flushes += 1);
-        if self.opts.read_only {
-            return Ok(());
-        }
-        self.check_writable()?;
-        self.flush_internal(false).await
-    }
-
     /// Discard whole clusters in the range; they then read as zeroes
     /// (version 3) or from the backing file (version 2). Partial clusters
     /// at either end are left as they are.

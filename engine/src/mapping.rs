@@ -6,6 +6,7 @@
 
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
+use crate::format::entry::COPIED;
 use crate::format::{L1Entry, L2Entry, L2Mapping};
 use crate::image::{overlaps, Image};
 
@@ -24,6 +25,30 @@ pub(crate) enum Run {
 }
 
 impl<D: BlockDev> Image<D> {
+    /// Where guest data clusters live: the data file, or the image itself.
+    pub(crate) fn data_dev(&self) -> &D {
+        self.data.as_ref().unwrap_or(&self.dev)
+    }
+
+    /// What an L2 entry means in this image at guest offset `guest` (its
+    /// subcluster, with extended L2 entries).
+    pub(crate) fn decode_l2(&self, e: L2Entry, guest: u64) -> L2Mapping {
+        let m = self.geo.decode_at(e, guest);
+        // With a data file, offset 0 with COPIED is guest cluster 0 (an
+        // extended entry says so by its allocation bit instead).
+        if self.data.is_some()
+            && !self.geo.extended_l2
+            && m == L2Mapping::Unallocated
+            && e.word & COPIED != 0
+        {
+            return L2Mapping::Normal {
+                host: 0,
+                copied: true,
+            };
+        }
+        m
+    }
+
     /// Load the L2 table at `off` into the cache (validating its place).
     pub(crate) async fn load_l2(&self, off: u64) -> Result<()> {
         if self.meta.borrow().l2.contains(off) {

@@ -11,6 +11,21 @@ use crate::format::refcount;
 use crate::image::{be64_bytes, Image, PendingFree};
 
 impl<D: BlockDev> Image<D> {
+    /// Host clusters for the `n` guest clusters starting at `guest_start`:
+    /// with a data file their own offset (nothing to count), otherwise a
+    /// new run from the refcount allocator. Also whether the run is known
+    /// to read as zeroes (`grow::is_fresh`; never for a data file).
+    pub(crate) async fn alloc_data_clusters(
+        &self,
+        guest_start: u64,
+        n: u64,
+    ) -> Result<(u64, bool)> {
+        if self.data.is_some() {
+            return Ok((guest_start, false));
+        }
+        self.alloc_clusters_fresh(n).await
+    }
+
     /// Make sure the refcount block at `off` is in the cache, evicting (and
     /// writing back) another one if the cache is full.
     pub(crate) async fn load_refblock(&self, off: u64) -> Result<()> {

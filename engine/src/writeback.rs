@@ -15,7 +15,8 @@
 //! before the first L2 write instead, and refcounts are rebuilt after a
 //! crash.
 //!
-//! Every function here must be called with `Image::meta_lock` held.
+//! Every function here but the guest `flush` (which takes it) must be
+//! called with `Image::meta_lock` held.
 
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
@@ -23,6 +24,16 @@ use crate::format::header::incompat;
 use crate::image::{be64_bytes, Image};
 
 impl<D: BlockDev> Image<D> {
+    /// Make every guest write that completed before this call durable.
+    pub async fn flush(&self) -> Result<()> {
+        self.count(|c| c.guest_flushes += 1);
+        if self.opts.read_only {
+            return Ok(());
+        }
+        self.check_writable()?;
+        self.flush_internal(false).await
+    }
+
     /// Step 1 alone: make refcount changes durable. Returns whether it
     /// flushed. Skipped under lazy refcounts.
     pub(crate) async fn writeback_refcount_phase(&self) -> Result<bool> {
