@@ -32,6 +32,7 @@ impl<D: BlockDev> Image<D> {
     ///
     /// Must be called with `Image::meta_lock` held.
     pub(crate) async fn grow_for_run(&self, run_start: u64, run_end: u64, others_end: u64) {
+        self.assert_meta_locked("grow_for_run");
         let step = self.opts.grow_ahead;
         if !self.opts.switches.zero_cow
             || step == 0
@@ -111,6 +112,7 @@ impl<D: BlockDev> Image<D> {
     ///
     /// Must be called with `Image::meta_lock` held and no I/O in flight.
     pub(crate) async fn trim_growth(&self) {
+        self.assert_meta_locked("trim_growth");
         let keep = {
             let m = self.meta.borrow();
             let Some(from) = m.grown_from else {

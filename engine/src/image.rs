@@ -245,6 +245,17 @@ impl<D: BlockDev> Image<D> {
         *self.counters.borrow()
     }
 
+    /// Debug builds check the rule the metadata modules state: `what` may
+    /// only run with `meta_lock` held (it awaits I/O between reading and
+    /// changing metadata, and another request must not interleave).
+    #[track_caller]
+    pub(crate) fn assert_meta_locked(&self, what: &str) {
+        debug_assert!(
+            self.meta_lock.is_locked(),
+            "{what} called without meta_lock held"
+        );
+    }
+
     pub(crate) fn count(&self, f: impl FnOnce(&mut Counters)) {
         f(&mut self.counters.borrow_mut());
     }

@@ -2,7 +2,9 @@
 //! the lookup of runs of clusters that map the same way. Allocating or
 //! copying an L2 table for a write lives here too.
 //!
-//! Every function here must be called with `Image::meta_lock` held.
+//! Every function here that reads or changes the tables must be called
+//! with `Image::meta_lock` held (debug builds assert it at the entry
+//! points); `data_dev` and `decode_l2` read no mutable state.
 
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
@@ -167,6 +169,7 @@ impl<D: BlockDev> Image<D> {
     /// cluster. With extended L2 entries a run ends where the subclusters
     /// stop mapping alike.
     pub(crate) async fn map_run(&self, off: u64, max_len: u64) -> Result<(Run, u64)> {
+        self.assert_meta_locked("map_run");
         let cs = self.geo.cluster_size;
         let sc = self.geo.subcluster_size;
         let first = self.l2_entry(off).await?;
@@ -220,6 +223,7 @@ impl<D: BlockDev> Image<D> {
     /// The L2 table for guest offset `guest`, ready to be modified:
     /// allocated if missing, copied if shared with a snapshot.
     pub(crate) async fn l2_table_for_write(&self, guest: u64) -> Result<u64> {
+        self.assert_meta_locked("l2_table_for_write");
         let l1i = self.geo.offset_to_l1_index(guest);
         let l1e = L1Entry(self.meta.borrow().l1[l1i]);
         if l1e.l2_offset() != 0 && l1e.copied() {
@@ -253,6 +257,7 @@ impl<D: BlockDev> Image<D> {
     /// Set the L2 entry of guest offset `guest` in the (loaded) table
     /// `l2_off`; returns the previous entry.
     pub(crate) fn set_l2_entry(&self, l2_off: u64, guest: u64, e: L2Entry) -> L2Entry {
+        self.assert_meta_locked("set_l2_entry");
         self.update_l2_entry(l2_off, guest, |_| e)
     }
 
@@ -264,6 +269,7 @@ impl<D: BlockDev> Image<D> {
         guest: u64,
         f: impl FnOnce(L2Entry) -> L2Entry,
     ) -> L2Entry {
+        self.assert_meta_locked("update_l2_entry");
         let idx = self.geo.offset_to_l2_index(guest);
         let ext = self.geo.extended_l2;
         let mut m = self.meta.borrow_mut();

@@ -3,7 +3,8 @@
 //! growing the refcount table, and freeing clusters only once the metadata
 //! that stopped using them is durable.
 //!
-//! Every function here must be called with `Image::meta_lock` held.
+//! Every function here must be called with `Image::meta_lock` held (debug
+//! builds assert it where the state changes).
 
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
@@ -95,6 +96,7 @@ impl<D: BlockDev> Image<D> {
 
     /// Set the refcount of `cluster`; its refcount block must exist.
     pub(crate) async fn set_refcount(&self, cluster: u64, value: u64) -> Result<()> {
+        self.assert_meta_locked("set_refcount");
         let (rti, idx) = self.geo.refcount_position(cluster);
         let off = self.meta.borrow().reftable.get(rti).copied().unwrap_or(0);
         assert_ne!(
@@ -123,6 +125,7 @@ impl<D: BlockDev> Image<D> {
     /// [`Image::alloc_clusters`], and whether the run is fresh: zeroed by
     /// growing the file and never used since, so it reads as zeroes.
     pub(crate) async fn alloc_clusters_fresh(&self, n: u64) -> Result<(u64, bool)> {
+        self.assert_meta_locked("alloc_clusters_fresh");
         assert!(n > 0);
         #[cfg(feature = "broken")]
         if self.opts.broken == Some(crate::options::Broken::ReuseBeforeDurable) {
@@ -239,6 +242,7 @@ impl<D: BlockDev> Image<D> {
     /// creating one (and growing the table) if needed. Returns whether it
     /// allocated anything.
     pub(crate) async fn ensure_refblock(&self, rti: usize) -> Result<bool> {
+        self.assert_meta_locked("ensure_refblock");
         let len = self.meta.borrow().reftable.len();
         if rti < len && self.meta.borrow().reftable[rti] != 0 {
             return Ok(false);
@@ -294,6 +298,7 @@ impl<D: BlockDev> Image<D> {
     /// it returns: the header switch must never point at a table whose
     /// blocks are not on disk.
     async fn grow_reftable(&self, min_entries: usize) -> Result<()> {
+        self.assert_meta_locked("grow_reftable");
         let cs = self.geo.cluster_size;
         let per_cluster = (cs / 8) as usize;
         let (old, start) = {
@@ -419,6 +424,7 @@ impl<D: BlockDev> Image<D> {
     /// Drop a reference to `cluster` once the metadata change that removed
     /// it is durable and no data I/O started before now can touch it.
     pub(crate) fn queue_free(&self, cluster: u64) {
+        self.assert_meta_locked("queue_free");
         let io_seq = self.inflight.borrow().next_io_seq;
         #[cfg(feature = "broken")]
         if self.opts.broken == Some(crate::options::Broken::ReuseBeforeDurable) {
@@ -441,6 +447,7 @@ impl<D: BlockDev> Image<D> {
     /// Apply the frees whose metadata is durable and whose cluster no
     /// in-flight I/O can still touch.
     pub(crate) async fn apply_ready_frees(&self) -> Result<()> {
+        self.assert_meta_locked("apply_ready_frees");
         let oldest_io = self.inflight.borrow().oldest_io();
         let ready: Vec<PendingFree> = {
             let mut m = self.meta.borrow_mut();

@@ -28,6 +28,13 @@ pub struct CoMutexGuard<'a> {
 }
 
 impl CoMutex {
+    /// Whether some task holds the lock now: for debug assertions of the
+    /// "called with meta_lock held" rules (single-threaded, so the answer
+    /// cannot change before the caller uses it).
+    pub fn is_locked(&self) -> bool {
+        self.locked.get()
+    }
+
     pub fn lock(&self) -> impl Future<Output = CoMutexGuard<'_>> {
         let ticket = self.next_ticket.get();
         self.next_ticket.set(ticket + 1);

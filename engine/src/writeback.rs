@@ -15,8 +15,8 @@
 //! before the first L2 write instead, and refcounts are rebuilt after a
 //! crash.
 //!
-//! Every function here but the guest `flush` (which takes it) must be
-//! called with `Image::meta_lock` held.
+//! Every function here but `flush` and `flush_internal` (which take it)
+//! must be called with `Image::meta_lock` held; debug builds assert it.
 
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
@@ -37,6 +37,7 @@ impl<D: BlockDev> Image<D> {
     /// Step 1 alone: make refcount changes durable. Returns whether it
     /// flushed. Skipped under lazy refcounts.
     pub(crate) async fn writeback_refcount_phase(&self) -> Result<bool> {
+        self.assert_meta_locked("writeback_refcount_phase");
         if self.meta.borrow().lazy {
             return Ok(false);
         }
@@ -65,6 +66,7 @@ impl<D: BlockDev> Image<D> {
     /// Under lazy refcounts, set the dirty bit durably before anything that
     /// relies on it reaches the disk.
     pub(crate) async fn ensure_dirty_bit(&self) -> Result<()> {
+        self.assert_meta_locked("ensure_dirty_bit");
         let need = {
             let m = self.meta.borrow();
             m.lazy && !m.dirty_on_disk
@@ -81,6 +83,7 @@ impl<D: BlockDev> Image<D> {
     /// The whole ordered writeback. Always ends with every completed guest
     /// write and every metadata change durable.
     pub(crate) async fn writeback_all(&self) -> Result<()> {
+        self.assert_meta_locked("writeback_all");
         if self.meta.borrow().poisoned {
             return Err(Error::Poisoned);
         }
