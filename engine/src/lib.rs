@@ -4,8 +4,11 @@
 //!
 //! The engine runs single-threaded with cooperative concurrency: many guest
 //! requests may be in flight on one [`Image`] at once and interleave at every
-//! await, as QEMU's coroutines do. Nothing here reads a clock, spawns a thread
-//! or draws a random number; that belongs to whoever drives it.
+//! await, as QEMU's coroutines do. Nothing in the engine's logic reads a
+//! clock, spawns a thread or draws a random number; that belongs to whoever
+//! drives it. The one exception is the real-file device, `dev::FileDev`,
+//! whose I/O worker threads (`dev::IoPool`) run the blocking system calls:
+//! the engine still sees one single-threaded device.
 
 mod cache;
 mod compress;
