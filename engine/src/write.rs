@@ -11,6 +11,7 @@
 //! Overlapping guest writes are serialised at byte granularity before any
 //! of this: a write waits for in-flight writes to the same bytes.
 
+use crate::broken::{self, Broken};
 use crate::cow::CowSource;
 use crate::dev::{BlockDev, WriteFlags, ZeroFlags};
 use crate::error::{Error, Result};
@@ -126,7 +127,7 @@ impl<D: BlockDev> Image<D> {
             // 1. handle_dependencies
             let dep = self.inflight.borrow().alloc_at(off);
             if let Some(key) = dep {
-                if self.broken_double_alloc() {
+                if broken::is(&self.opts, Broken::DoubleAlloc) {
                     // Deliberately wrong: a second cluster for a guest
                     // cluster whose allocation is still in flight.
                     drop(guard);
@@ -386,28 +387,11 @@ impl<D: BlockDev> Image<D> {
         });
         drop(guard);
 
-        if self.broken_link_before_data() {
+        if broken::is(&self.opts, Broken::LinkBeforeData) {
             // Deliberately wrong: the link may reach the disk before the data.
-            self.inflight
-                .borrow_mut()
-                .allocs
-                .get_mut(&gstart)
-                .expect("alloc")
-                .writers -= 1;
-            self.inflight
-                .borrow_mut()
-                .allocs
-                .get_mut(&gstart)
-                .expect("alloc")
-                .written
-                .insert(cover_start, cover_end);
-            self.commit_alloc(gstart, CowFailure::Keep).await?;
-            let r = self
-                .data_dev()
-                .write(host + (off - gstart), data, WriteFlags::default())
+            return self
+                .broken_link_before_data(gstart, (cover_start, cover_end), host, off, data)
                 .await;
-            r?;
-            return Ok(data.len());
         }
 
         let io = self.inflight.borrow_mut().begin_io();
@@ -500,7 +484,7 @@ impl<D: BlockDev> Image<D> {
         let head = (cstart, off);
         let tail = (end, cend);
         let areas: Vec<(u64, u64)> = [head, tail].into_iter().filter(|(a, b)| a < b).collect();
-        if areas.is_empty() || self.broken_drop_cow() {
+        if areas.is_empty() || broken::is(&self.opts, Broken::DropPartialCow) {
             return Ok(self
                 .data_dev()
                 .write(host + (off - gstart), data, WriteFlags::default())
@@ -771,7 +755,7 @@ impl<D: BlockDev> Image<D> {
                 });
             }
         }
-        if gaps.is_empty() || self.broken_drop_cow() {
+        if gaps.is_empty() || broken::is(&self.opts, Broken::DropPartialCow) {
             return Ok(());
         }
         let pieces: Vec<(u64, u64, CowSource)> = gaps
@@ -871,74 +855,5 @@ impl<D: BlockDev> Image<D> {
             word: host | COPIED,
             bitmap: (cur.bitmap | mask) & !(mask << SUBCLUSTERS),
         }
-    }
-
-    /// The `DoubleAlloc` variant: allocate another cluster for the same
-    /// guest cluster, fill it (COW from the old source plus this write's
-    /// data) and link it at once. The first allocation's link later
-    /// replaces it, and this write's data is lost.
-    #[cfg(feature = "broken")]
-    async fn broken_second_alloc(&self, key: u64, off: u64, data: &[u8]) -> Result<usize> {
-        let cs = self.geo.cluster_size;
-        let gstart = self.geo.cluster_start(off);
-        let n = ((gstart + cs - off) as usize).min(data.len());
-        let src = {
-            let inf = self.inflight.borrow();
-            match inf.allocs.get(&key) {
-                Some(a) => self.cow_source(a, gstart),
-                None => return Ok(0),
-            }
-        };
-        let host = {
-            let _g = self.meta_lock.lock().await;
-            self.alloc_data_clusters(gstart, 1).await?.0
-        };
-        let mut buf = vec![0u8; cs as usize];
-        self.read_cow_source(&src, gstart, &mut buf).await?;
-        let o = (off - gstart) as usize;
-        buf[o..o + n].copy_from_slice(&data[..n]);
-        self.data_dev()
-            .write(host, &buf, WriteFlags::default())
-            .await?;
-        let _g = self.meta_lock.lock().await;
-        let l2 = self.l2_table_for_write(gstart).await?;
-        let old = self.set_l2_entry(l2, gstart, self.geo.data_entry(host));
-        self.release_entry(old);
-        Ok(n)
-    }
-
-    #[cfg(not(feature = "broken"))]
-    async fn broken_second_alloc(&self, _key: u64, _off: u64, _data: &[u8]) -> Result<usize> {
-        unreachable!("only the broken build has variants")
-    }
-
-    #[cfg(feature = "broken")]
-    fn broken_is(&self, b: crate::options::Broken) -> bool {
-        self.opts.broken == Some(b)
-    }
-
-    #[cfg(feature = "broken")]
-    fn broken_double_alloc(&self) -> bool {
-        self.broken_is(crate::options::Broken::DoubleAlloc)
-    }
-    #[cfg(feature = "broken")]
-    fn broken_link_before_data(&self) -> bool {
-        self.broken_is(crate::options::Broken::LinkBeforeData)
-    }
-    #[cfg(feature = "broken")]
-    fn broken_drop_cow(&self) -> bool {
-        self.broken_is(crate::options::Broken::DropPartialCow)
-    }
-    #[cfg(not(feature = "broken"))]
-    fn broken_double_alloc(&self) -> bool {
-        false
-    }
-    #[cfg(not(feature = "broken"))]
-    fn broken_link_before_data(&self) -> bool {
-        false
-    }
-    #[cfg(not(feature = "broken"))]
-    fn broken_drop_cow(&self) -> bool {
-        false
     }
 }
