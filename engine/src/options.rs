@@ -97,8 +97,10 @@ impl Default for Switches {
 }
 
 /// Deliberately broken engine variants. Each reintroduces one classic
-/// crash-consistency bug so a test can prove the harness catches it.
-#[cfg(feature = "broken")]
+/// crash-consistency bug so a test can prove the harness catches it. The
+/// type exists in every build, so the hooks (`broken::is`) read as ordinary
+/// code; only a build with the `broken` feature can select one
+/// (`EngineOptions::broken`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Broken {

@@ -6,6 +6,7 @@
 //! Every function here must be called with `Image::meta_lock` held (debug
 //! builds assert it where the state changes).
 
+use crate::broken::{self, Broken};
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
 use crate::format::refcount;
@@ -127,8 +128,7 @@ impl<D: BlockDev> Image<D> {
     pub(crate) async fn alloc_clusters_fresh(&self, n: u64) -> Result<(u64, bool)> {
         self.assert_meta_locked("alloc_clusters_fresh");
         assert!(n > 0);
-        #[cfg(feature = "broken")]
-        if self.opts.broken == Some(crate::options::Broken::ReuseBeforeDurable) {
+        if broken::is(&self.opts, Broken::ReuseBeforeDurable) {
             // Frees queued by the broken `queue_free` land before this
             // allocation looks for free clusters, so it may reuse them.
             self.apply_ready_frees().await?;
@@ -426,16 +426,8 @@ impl<D: BlockDev> Image<D> {
     pub(crate) fn queue_free(&self, cluster: u64) {
         self.assert_meta_locked("queue_free");
         let io_seq = self.inflight.borrow().next_io_seq;
-        #[cfg(feature = "broken")]
-        if self.opts.broken == Some(crate::options::Broken::ReuseBeforeDurable) {
-            // The broken variant: the free counts as durable at once and
-            // waits for no in-flight I/O; the next allocation applies it.
-            self.meta.borrow_mut().pending_frees.push(PendingFree {
-                cluster,
-                io_seq: 0,
-                durable: true,
-            });
-            return;
+        if broken::is(&self.opts, Broken::ReuseBeforeDurable) {
+            return self.broken_free_at_once(cluster);
         }
         self.meta.borrow_mut().pending_frees.push(PendingFree {
             cluster,

@@ -11,8 +11,9 @@
 //! Overlapping guest writes are serialised at byte granularity before any
 //! of this: a write waits for in-flight writes to the same bytes.
 
-use crate::cow::CowSource;
-use crate::dev::{BlockDev, WriteFlags, ZeroFlags};
+use crate::broken::{self, Broken};
+use crate::cow::{self, Place};
+use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
 use crate::format::entry::{COPIED, SUBCLUSTERS};
 use crate::format::{L2Entry, L2Mapping};
@@ -126,7 +127,7 @@ impl<D: BlockDev> Image<D> {
             // 1. handle_dependencies
             let dep = self.inflight.borrow().alloc_at(off);
             if let Some(key) = dep {
-                if self.broken_double_alloc() {
+                if broken::is(&self.opts, Broken::DoubleAlloc) {
                     // Deliberately wrong: a second cluster for a guest
                     // cluster whose allocation is still in flight.
                     drop(guard);
@@ -386,28 +387,11 @@ impl<D: BlockDev> Image<D> {
         });
         drop(guard);
 
-        if self.broken_link_before_data() {
+        if broken::is(&self.opts, Broken::LinkBeforeData) {
             // Deliberately wrong: the link may reach the disk before the data.
-            self.inflight
-                .borrow_mut()
-                .allocs
-                .get_mut(&gstart)
-                .expect("alloc")
-                .writers -= 1;
-            self.inflight
-                .borrow_mut()
-                .allocs
-                .get_mut(&gstart)
-                .expect("alloc")
-                .written
-                .insert(cover_start, cover_end);
-            self.commit_alloc(gstart, CowFailure::Keep).await?;
-            let r = self
-                .data_dev()
-                .write(host + (off - gstart), data, WriteFlags::default())
+            return self
+                .broken_link_before_data(gstart, (cover_start, cover_end), host, off, data)
                 .await;
-            r?;
-            return Ok(data.len());
         }
 
         let io = self.inflight.borrow_mut().begin_io();
@@ -417,7 +401,7 @@ impl<D: BlockDev> Image<D> {
                 .await
                 .map_err(Error::from)
         } else {
-            self.write_with_cow(gstart, host, off, data).await
+            self.write_with_cow(gstart, off, data).await
         };
         let done = match (&r, self.opts.switches.delayed_cow) {
             (Err(_), _) => None,
@@ -487,109 +471,26 @@ impl<D: BlockDev> Image<D> {
         }
     }
 
-    /// Without delayed COW: data and COW areas go to the new clusters now,
-    /// zeroed in one request, merged into one write, or written apart.
-    async fn write_with_cow(&self, gstart: u64, host: u64, off: u64, data: &[u8]) -> Result<()> {
+    /// Without delayed COW: data and COW areas go to the new clusters now
+    /// (as `cow::plan` decides: zeroed in one request, merged into one
+    /// write, or written apart).
+    async fn write_with_cow(&self, key: u64, off: u64, data: &[u8]) -> Result<()> {
         let end = off + data.len() as u64;
-        // The bytes the allocation fills: whole clusters, or subclusters.
-        let (cstart, cend) = {
+        let (job, place) = {
             let inf = self.inflight.borrow();
-            let a = &inf.allocs[&gstart];
-            (a.cover_start, a.cover_end)
+            let a = &inf.allocs[&key];
+            // The bytes the allocation fills: whole clusters, or subclusters.
+            let head = (a.cover_start, off);
+            let tail = (end, a.cover_end);
+            let todo = [head, tail].into_iter().filter(|(s, e)| s < e).collect();
+            (self.cow_job(a, todo, Some((off, end))), Place::of(a))
         };
-        let head = (cstart, off);
-        let tail = (end, cend);
-        let areas: Vec<(u64, u64)> = [head, tail].into_iter().filter(|(a, b)| a < b).collect();
-        if areas.is_empty() || self.broken_drop_cow() {
-            return Ok(self
-                .data_dev()
-                .write(host + (off - gstart), data, WriteFlags::default())
-                .await?);
+        let sw = self.cow_switches();
+        if !job.todo.is_empty() && !sw.drop_cow {
+            self.count(|c| c.cow_performed += job.todo.len() as u64);
         }
-        let a = self.inflight.borrow().allocs[&gstart].clone();
-        let pieces: Vec<Vec<(u64, u64, CowSource)>> = areas
-            .iter()
-            .map(|&(s, e)| self.cow_pieces(&a, s, e))
-            .collect();
-        self.count(|c| c.cow_performed += areas.len() as u64);
-        let all_zero = if a.in_place {
-            // The cluster is live: zeroing it must not touch allocated
-            // subclusters, which readers (and a crash) still see.
-            self.cow_pieces(&a, cstart, cend)
-                .iter()
-                .all(|(_, _, s)| s.is_zero())
-        } else {
-            pieces.iter().flatten().all(|(_, _, s)| s.is_zero())
-        };
-        if all_zero && self.opts.switches.zero_cow && a.fresh {
-            // Growing the file zeroed these clusters already.
-            self.count(|c| c.cow_already_zero += areas.len() as u64);
-            return Ok(self
-                .data_dev()
-                .write(host + (off - gstart), data, WriteFlags::default())
-                .await?);
-        }
-        if all_zero && self.opts.switches.zero_cow {
-            let flags = ZeroFlags {
-                no_fallback: true,
-                ..Default::default()
-            };
-            match self
-                .data_dev()
-                .write_zeroes(host + (cstart - gstart), cend - cstart, flags)
-                .await
-            {
-                Ok(()) => {
-                    self.count(|c| c.zeroing_requests += 1);
-                    return Ok(self
-                        .data_dev()
-                        .write(host + (off - gstart), data, WriteFlags::default())
-                        .await?);
-                }
-                Err(e) if e.is_not_supported() => self.count(|c| c.zeroing_fallbacks += 1),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let mut bufs = Vec::with_capacity(areas.len());
-        for (&(s, e), area_pieces) in areas.iter().zip(&pieces) {
-            let mut b = vec![0u8; (e - s) as usize];
-            for &(ps, pe, src) in area_pieces {
-                self.read_cow_source(&src, ps, &mut b[(ps - s) as usize..(pe - s) as usize])
-                    .await?;
-            }
-            bufs.push(b);
-        }
-        let cow_bytes: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        self.count(|c| c.cow_bytes_written += cow_bytes);
-        if self.opts.switches.merge_cow {
-            let mut merged = Vec::with_capacity((cend - cstart) as usize);
-            let mut it = areas.iter().zip(bufs);
-            let mut pending = it.next();
-            if let Some((&(s, _), b)) = &pending {
-                if s == cstart && off > cstart {
-                    merged.extend_from_slice(b);
-                    pending = it.next();
-                }
-            }
-            merged.extend_from_slice(data);
-            if let Some((_, b)) = pending {
-                merged.extend_from_slice(&b);
-            }
-            let start = if off > cstart { cstart } else { off };
-            return Ok(self
-                .data_dev()
-                .write(host + (start - gstart), &merged, WriteFlags::default())
-                .await?);
-        }
-        for (&(s, _), b) in areas.iter().zip(&bufs) {
-            self.data_dev()
-                .write(host + (s - gstart), b, WriteFlags::default())
-                .await?;
-        }
-        Ok(self
-            .data_dev()
-            .write(host + (off - gstart), data, WriteFlags::default())
-            .await?)
+        self.run_cow_plan(place, &cow::plan(&job, sw), off, data)
+            .await
     }
 
     /// Commit an allocation once writes have covered all of it.
@@ -748,66 +649,31 @@ impl<D: BlockDev> Image<D> {
         r
     }
 
-    /// Copy what no write covered, counting cancelled and performed areas.
+    /// Copy what no write covered (as `cow::plan` decides), counting
+    /// cancelled and performed areas.
     async fn perform_remaining_cow(&self, key: u64) -> Result<()> {
-        let (a, gaps) = {
+        let (job, place) = {
             let inf = self.inflight.borrow();
-            let a = inf.allocs[&key].clone();
-            let gaps = a.unwritten();
-            (a, gaps)
-        };
-        if self.opts.switches.delayed_cow {
-            for &(s, e) in &a.cow_areas {
-                let left: u64 = a.written.gaps(s, e).iter().map(|(x, y)| y - x).sum();
-                self.count(|c| {
-                    if left == 0 {
-                        c.cow_cancelled_whole += 1;
-                    } else if left < e - s {
-                        c.cow_cancelled_partial += 1;
-                        c.cow_performed += 1;
-                    } else {
-                        c.cow_performed += 1;
-                    }
-                });
-            }
-        }
-        if gaps.is_empty() || self.broken_drop_cow() {
-            return Ok(());
-        }
-        let pieces: Vec<(u64, u64, CowSource)> = gaps
-            .into_iter()
-            .flat_map(|(s, e)| self.cow_pieces(&a, s, e))
-            .collect();
-        for (s, e, src) in pieces {
-            let host = a.host + (s - a.guest_start);
-            if src.is_zero() && self.opts.switches.zero_cow && a.fresh && !a.failed_write {
-                // Growing the file zeroed these bytes, and no write into
-                // the allocation has failed over them since.
-                self.count(|c| c.cow_already_zero += 1);
-                continue;
-            }
-            if src.is_zero() && self.opts.switches.zero_cow {
-                let flags = ZeroFlags {
-                    no_fallback: true,
-                    ..Default::default()
-                };
-                match self.data_dev().write_zeroes(host, e - s, flags).await {
-                    Ok(()) => {
-                        self.count(|c| c.zeroing_requests += 1);
-                        continue;
-                    }
-                    Err(err) if err.is_not_supported() => self.count(|c| c.zeroing_fallbacks += 1),
-                    Err(err) => return Err(err.into()),
+            let a = &inf.allocs[&key];
+            if self.opts.switches.delayed_cow {
+                for &(s, e) in &a.cow_areas {
+                    let left: u64 = a.written.gaps(s, e).iter().map(|(x, y)| y - x).sum();
+                    self.count(|c| {
+                        if left == 0 {
+                            c.cow_cancelled_whole += 1;
+                        } else if left < e - s {
+                            c.cow_cancelled_partial += 1;
+                            c.cow_performed += 1;
+                        } else {
+                            c.cow_performed += 1;
+                        }
+                    });
                 }
             }
-            let mut b = vec![0u8; (e - s) as usize];
-            self.read_cow_source(&src, s, &mut b).await?;
-            self.data_dev()
-                .write(host, &b, WriteFlags::default())
-                .await?;
-            self.count(|c| c.cow_bytes_written += e - s);
-        }
-        Ok(())
+            (self.cow_job(a, a.unwritten(), None), Place::of(a))
+        };
+        self.run_cow_plan(place, &cow::plan(&job, self.cow_switches()), 0, &[])
+            .await
     }
 
     /// Point the L2 entries at the new clusters and drop the allocation.
@@ -871,74 +737,5 @@ impl<D: BlockDev> Image<D> {
             word: host | COPIED,
             bitmap: (cur.bitmap | mask) & !(mask << SUBCLUSTERS),
         }
-    }
-
-    /// The `DoubleAlloc` variant: allocate another cluster for the same
-    /// guest cluster, fill it (COW from the old source plus this write's
-    /// data) and link it at once. The first allocation's link later
-    /// replaces it, and this write's data is lost.
-    #[cfg(feature = "broken")]
-    async fn broken_second_alloc(&self, key: u64, off: u64, data: &[u8]) -> Result<usize> {
-        let cs = self.geo.cluster_size;
-        let gstart = self.geo.cluster_start(off);
-        let n = ((gstart + cs - off) as usize).min(data.len());
-        let src = {
-            let inf = self.inflight.borrow();
-            match inf.allocs.get(&key) {
-                Some(a) => self.cow_source(a, gstart),
-                None => return Ok(0),
-            }
-        };
-        let host = {
-            let _g = self.meta_lock.lock().await;
-            self.alloc_data_clusters(gstart, 1).await?.0
-        };
-        let mut buf = vec![0u8; cs as usize];
-        self.read_cow_source(&src, gstart, &mut buf).await?;
-        let o = (off - gstart) as usize;
-        buf[o..o + n].copy_from_slice(&data[..n]);
-        self.data_dev()
-            .write(host, &buf, WriteFlags::default())
-            .await?;
-        let _g = self.meta_lock.lock().await;
-        let l2 = self.l2_table_for_write(gstart).await?;
-        let old = self.set_l2_entry(l2, gstart, self.geo.data_entry(host));
-        self.release_entry(old);
-        Ok(n)
-    }
-
-    #[cfg(not(feature = "broken"))]
-    async fn broken_second_alloc(&self, _key: u64, _off: u64, _data: &[u8]) -> Result<usize> {
-        unreachable!("only the broken build has variants")
-    }
-
-    #[cfg(feature = "broken")]
-    fn broken_is(&self, b: crate::options::Broken) -> bool {
-        self.opts.broken == Some(b)
-    }
-
-    #[cfg(feature = "broken")]
-    fn broken_double_alloc(&self) -> bool {
-        self.broken_is(crate::options::Broken::DoubleAlloc)
-    }
-    #[cfg(feature = "broken")]
-    fn broken_link_before_data(&self) -> bool {
-        self.broken_is(crate::options::Broken::LinkBeforeData)
-    }
-    #[cfg(feature = "broken")]
-    fn broken_drop_cow(&self) -> bool {
-        self.broken_is(crate::options::Broken::DropPartialCow)
-    }
-    #[cfg(not(feature = "broken"))]
-    fn broken_double_alloc(&self) -> bool {
-        false
-    }
-    #[cfg(not(feature = "broken"))]
-    fn broken_link_before_data(&self) -> bool {
-        false
-    }
-    #[cfg(not(feature = "broken"))]
-    fn broken_drop_cow(&self) -> bool {
-        false
     }
 }

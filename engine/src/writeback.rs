@@ -18,6 +18,7 @@
 //! Every function here but `flush` and `flush_internal` (which take it)
 //! must be called with `Image::meta_lock` held; debug builds assert it.
 
+use crate::broken::{self, Broken};
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::header::incompat;
@@ -45,7 +46,7 @@ impl<D: BlockDev> Image<D> {
         if self.write_dirty_refblocks().await? {
             // The broken variant skips the flush but reports it done, so
             // that the caller's own ordering flush is skipped too.
-            if !self.broken_skip_refcount_flush() {
+            if !broken::is(&self.opts, Broken::SkipRefcountFlush) {
                 self.device_flush().await?;
             }
             flushed = true;
@@ -178,15 +179,5 @@ impl<D: BlockDev> Image<D> {
             self.trim_growth().await;
         }
         Ok(())
-    }
-
-    #[cfg(feature = "broken")]
-    fn broken_skip_refcount_flush(&self) -> bool {
-        self.opts.broken == Some(crate::options::Broken::SkipRefcountFlush)
-    }
-
-    #[cfg(not(feature = "broken"))]
-    fn broken_skip_refcount_flush(&self) -> bool {
-        false
     }
 }

@@ -1,6 +1,7 @@
-//! Copy-on-write sources: where the old content of a cluster being
-//! replaced comes from (zeroes, the backing file, the old host cluster, or
-//! a compressed cluster), and reading it.
+//! COW sources: where the old content of a cluster being replaced comes
+//! from (zeroes, the backing file, the old host cluster, or a compressed
+//! cluster), the pieces of one source a range is cut into, and reading
+//! them.
 
 use crate::dev::BlockDev;
 use crate::error::Result;
@@ -27,6 +28,21 @@ impl CowSource {
     }
 }
 
+/// Guest bytes `[start, end)` of an allocation whose old content has one
+/// source; never wider than a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Piece {
+    pub start: u64,
+    pub end: u64,
+    pub src: CowSource,
+}
+
+impl Piece {
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+}
+
 impl<D: BlockDev> Image<D> {
     /// The source of the old content at guest offset `guest`, which lies
     /// in allocation `a`. It holds for the rest of `guest`'s subcluster
@@ -45,21 +61,25 @@ impl<D: BlockDev> Image<D> {
     /// cluster boundaries, and subcluster boundaries with extended L2
     /// entries), each piece with its source. Neighbours in one cluster with
     /// the same source stay one piece.
-    pub(crate) fn cow_pieces(&self, a: &Alloc, s: u64, e: u64) -> Vec<(u64, u64, CowSource)> {
-        let mut out: Vec<(u64, u64, CowSource)> = Vec::new();
+    pub(crate) fn cow_pieces(&self, a: &Alloc, s: u64, e: u64) -> Vec<Piece> {
+        let mut out: Vec<Piece> = Vec::new();
         let mut p = s;
         while p < e {
             let q = e.min(self.geo.subcluster_start(p) + self.geo.subcluster_size);
             let src = self.cow_source(a, p);
             match out.last_mut() {
                 Some(last)
-                    if last.1 == p
-                        && last.2 == src
-                        && self.geo.cluster_start(last.0) == self.geo.cluster_start(p) =>
+                    if last.end == p
+                        && last.src == src
+                        && self.geo.cluster_start(last.start) == self.geo.cluster_start(p) =>
                 {
-                    last.1 = q
+                    last.end = q
                 }
-                _ => out.push((p, q, src)),
+                _ => out.push(Piece {
+                    start: p,
+                    end: q,
+                    src,
+                }),
             }
             p = q;
         }

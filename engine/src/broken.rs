@@ -1,0 +1,117 @@
+//! The deliberately broken engine variants (cargo feature `broken`,
+//! [`Broken`]), gated in one place.
+//!
+//! Each variant is a hook in the correct code that reads as ordinary code,
+//! `if broken::is(&self.opts, Broken::X) { ... }`. Without the feature
+//! [`is`] is a `const fn` answering false, so the compiler removes every
+//! hook and the code only a hook reaches; with it, the case's
+//! `EngineOptions::broken` picks the one variant that runs. What a variant
+//! does beyond a skipped step lives here, so the correct paths carry no
+//! more than the hook. Only tests that prove the harness catches these
+//! bugs turn them on.
+
+use crate::dev::{BlockDev, WriteFlags};
+use crate::error::Result;
+use crate::image::{Image, PendingFree};
+use crate::options::EngineOptions;
+use crate::write::CowFailure;
+
+pub(crate) use crate::options::Broken;
+
+/// Whether the image runs broken variant `b`.
+#[cfg(feature = "broken")]
+pub(crate) fn is(opts: &EngineOptions, b: Broken) -> bool {
+    opts.broken == Some(b)
+}
+
+/// Whether the image runs broken variant `b`: never, in this build.
+#[cfg(not(feature = "broken"))]
+#[inline(always)]
+pub(crate) const fn is(_opts: &EngineOptions, _b: Broken) -> bool {
+    false
+}
+
+impl<D: BlockDev> Image<D> {
+    /// `DoubleAlloc`: allocate another cluster for a guest cluster whose
+    /// allocation `key` is still in flight, fill it (COW from the old
+    /// source plus this write's data) and link it at once. The first
+    /// allocation's link later replaces it, and this write's data is lost.
+    pub(crate) async fn broken_second_alloc(
+        &self,
+        key: u64,
+        off: u64,
+        data: &[u8],
+    ) -> Result<usize> {
+        let cs = self.geo.cluster_size;
+        let gstart = self.geo.cluster_start(off);
+        let n = ((gstart + cs - off) as usize).min(data.len());
+        let src = {
+            let inf = self.inflight.borrow();
+            match inf.allocs.get(&key) {
+                Some(a) => self.cow_source(a, gstart),
+                None => return Ok(0),
+            }
+        };
+        let host = {
+            let _g = self.meta_lock.lock().await;
+            self.alloc_data_clusters(gstart, 1).await?.0
+        };
+        let mut buf = vec![0u8; cs as usize];
+        self.read_cow_source(&src, gstart, &mut buf).await?;
+        let o = (off - gstart) as usize;
+        buf[o..o + n].copy_from_slice(&data[..n]);
+        self.data_dev()
+            .write(host, &buf, WriteFlags::default())
+            .await?;
+        let _g = self.meta_lock.lock().await;
+        let l2 = self.l2_table_for_write(gstart).await?;
+        let old = self.set_l2_entry(l2, gstart, self.geo.data_entry(host));
+        self.release_entry(old);
+        Ok(n)
+    }
+
+    /// `LinkBeforeData`: link allocation `key` (just made for the write of
+    /// `data` at `off` into host `host`, covering `[cover_start,
+    /// cover_end)`) before its data is written, so the link may reach the
+    /// disk first.
+    pub(crate) async fn broken_link_before_data(
+        &self,
+        key: u64,
+        (cover_start, cover_end): (u64, u64),
+        host: u64,
+        off: u64,
+        data: &[u8],
+    ) -> Result<usize> {
+        self.inflight
+            .borrow_mut()
+            .allocs
+            .get_mut(&key)
+            .expect("alloc")
+            .writers -= 1;
+        self.inflight
+            .borrow_mut()
+            .allocs
+            .get_mut(&key)
+            .expect("alloc")
+            .written
+            .insert(cover_start, cover_end);
+        self.commit_alloc(key, CowFailure::Keep).await?;
+        let r = self
+            .data_dev()
+            .write(host + (off - key), data, WriteFlags::default())
+            .await;
+        r?;
+        Ok(data.len())
+    }
+
+    /// `ReuseBeforeDurable`: the free of `cluster` counts as durable at
+    /// once and waits for no in-flight I/O; the next allocation applies it
+    /// (see `alloc_clusters_fresh`) and may hand the cluster out again.
+    pub(crate) fn broken_free_at_once(&self, cluster: u64) {
+        self.meta.borrow_mut().pending_frees.push(PendingFree {
+            cluster,
+            io_seq: 0,
+            durable: true,
+        });
+    }
+}
