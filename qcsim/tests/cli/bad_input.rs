@@ -1,0 +1,473 @@
+//! The robustness issue: bad input to any subcommand gets a clear error
+//! naming the problem and a non-zero exit, never a panic, a hang or an
+//! unbounded allocation, and a command that fails never destroys a file.
+//!
+//! - `create` and `convert` check every size, option, backing file and
+//!   lock before they empty anything, and tell files apart by device and
+//!   inode (hard links included).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use crate::support::{exec, qcsim, run, QCSIM};
+
+/// What a file holds before a command that must leave it alone.
+const PRECIOUS: &[u8] = b"precious data that no failed command may destroy\n";
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Run `qcsim`, which must fail cleanly (exit 1, or 2 for a usage error
+/// clap refuses; never a panic or a signal), and first of all every file
+/// of `kept` still holds [`PRECIOUS`]; every needle must be in its output.
+/// Returns standard output and error together.
+fn refused_keeping(args: &[&str], dir: &Path, needles: &[&str], kept: &[&str]) -> String {
+    let out = exec(QCSIM, args, dir);
+    let all = text(&out);
+    for name in kept {
+        assert_precious(dir, name, &format!("qcsim {args:?}: {all}"));
+    }
+    assert!(
+        matches!(out.status.code(), Some(1) | Some(2)),
+        "qcsim {args:?} should fail with 1 or 2: {all}"
+    );
+    assert!(!all.contains("panicked"), "qcsim {args:?} panicked: {all}");
+    for n in needles {
+        assert!(all.contains(n), "qcsim {args:?}: output lacks {n:?}: {all}");
+    }
+    all
+}
+
+fn precious(dir: &Path, name: &str) {
+    std::fs::write(dir.join(name), PRECIOUS).unwrap();
+}
+
+fn assert_precious(dir: &Path, name: &str, case: &str) {
+    let now = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{case}: {name}: {e}"));
+    assert_eq!(
+        now,
+        PRECIOUS,
+        "{case}: {name} was changed: now {} bytes {:?}",
+        now.len(),
+        String::from_utf8_lossy(&now[..now.len().min(64)])
+    );
+}
+
+/// How long a holder may take to answer; generous for a loaded machine.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `qemu-io` holding an image open (and locked) until dropped: killed and
+/// reaped then, whatever happened.
+struct Holder {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl Holder {
+    /// Open `image` with `qemu-io` (`args` before the image, e.g. `-r`) and
+    /// wait until it answered a read: then its open and locks are done.
+    fn qemu_io(args: &[&str], image: &str, dir: &Path) -> Holder {
+        let mut child = Command::new("qemu-io")
+            .args(args)
+            .arg(image)
+            .current_dir(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run qemu-io (install qemu-utils)");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut h = Holder {
+            child,
+            stdin,
+            lines,
+        };
+        let stdin = h.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "read 0 512")
+            .and_then(|()| stdin.flush())
+            .unwrap();
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match h.lines.recv_timeout(left) {
+                Ok(line) if line.contains("read 512/512 bytes at offset 0") => return h,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => panic!("qemu-io {image}: no answer"),
+                Err(RecvTimeoutError::Disconnected) => panic!("qemu-io {image}: exited"),
+            }
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// Item 1: create and convert validate everything before touching a file.
+
+#[test]
+fn create_errors_leave_existing_files_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cases: &[(&[&str], &[&str])] = &[
+        // Larger than any file offset.
+        (
+            &["create", "-f", "qcow2", "keep", "8E"],
+            &["keep", "9223372036854775807"],
+        ),
+        (
+            &["create", "-f", "raw", "keep", "8E"],
+            &["keep", "9223372036854775807"],
+        ),
+        // The engine's own limits: an L1 table above 32 MiB.
+        (
+            &[
+                "create",
+                "-f",
+                "qcow2",
+                "-o",
+                "cluster_size=512",
+                "keep",
+                "1T",
+            ],
+            &["L1 table"],
+        ),
+        (
+            &["create", "-f", "qcow2", "-o", "bogus=1", "keep", "1M"],
+            &["'bogus'"],
+        ),
+        (
+            &[
+                "create",
+                "-f",
+                "qcow2",
+                "-b",
+                "missing.raw",
+                "-F",
+                "raw",
+                "keep",
+                "1M",
+            ],
+            &["missing.raw"],
+        ),
+        (
+            &[
+                "create",
+                "-f",
+                "qcow2",
+                "-o",
+                "cluster_size=4M",
+                "keep",
+                "1M",
+            ],
+            &["cluster size"],
+        ),
+        (
+            &[
+                "create",
+                "-f",
+                "qcow2",
+                "-o",
+                "compat=v2,lazy_refcounts=on",
+                "keep",
+                "1M",
+            ],
+            &["lazy refcounts"],
+        ),
+        // The data file is emptied only once the image is known good.
+        (
+            &[
+                "create",
+                "-f",
+                "qcow2",
+                "-o",
+                "data_file=data",
+                "keep",
+                "8E",
+            ],
+            &["9223372036854775807"],
+        ),
+        (
+            &[
+                "create",
+                "-f",
+                "qcow2",
+                "-o",
+                "data_file=data,cluster_size=512",
+                "keep",
+                "1T",
+            ],
+            &["L1 table"],
+        ),
+    ];
+    for (args, needles) in cases {
+        precious(d, "keep");
+        precious(d, "data");
+        refused_keeping(args, d, needles, &["keep", "data"]);
+    }
+}
+
+#[test]
+fn convert_errors_leave_the_existing_destination_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    qcsim(&["create", "-q", "-f", "qcow2", "src.qcow2", "1M"], d);
+    qcsim(&["create", "-q", "-f", "qcow2", "big.qcow2", "1T"], d);
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &[
+                "convert",
+                "-O",
+                "qcow2",
+                "-o",
+                "compat=v2,lazy_refcounts=on",
+                "src.qcow2",
+                "keep",
+            ],
+            &["lazy refcounts"],
+        ),
+        (
+            &[
+                "convert",
+                "-O",
+                "qcow2",
+                "-o",
+                "compat=v2,data_file=data",
+                "src.qcow2",
+                "keep",
+            ],
+            &["external data files"],
+        ),
+        // Only the source's size shows that 512-byte clusters need an L1
+        // table above 32 MiB.
+        (
+            &[
+                "convert",
+                "-O",
+                "qcow2",
+                "-o",
+                "cluster_size=512",
+                "big.qcow2",
+                "keep",
+            ],
+            &["L1 table"],
+        ),
+        (
+            &[
+                "convert",
+                "-O",
+                "qcow2",
+                "-o",
+                "data_file=data,cluster_size=512",
+                "big.qcow2",
+                "keep",
+            ],
+            &["L1 table"],
+        ),
+        (
+            &[
+                "convert",
+                "-O",
+                "qcow2",
+                "-o",
+                "bogus=1",
+                "src.qcow2",
+                "keep",
+            ],
+            &["'bogus'"],
+        ),
+        (&["convert", "missing.qcow2", "keep"], &["missing.qcow2"]),
+    ];
+    for (args, needles) in cases {
+        precious(d, "keep");
+        precious(d, "data");
+        refused_keeping(args, d, needles, &["keep", "data"]);
+    }
+}
+
+/// A data file is emptied only once the image file is known to be free:
+/// an image another process holds is refused with both files intact.
+#[test]
+fn create_refused_by_a_lock_leaves_the_data_file_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "img.qcow2", "1M"],
+        d,
+    );
+    let before = std::fs::read(d.join("img.qcow2")).unwrap();
+    precious(d, "data");
+    let holder = Holder::qemu_io(&[], "img.qcow2", d);
+    refused_keeping(
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-o",
+            "data_file=data",
+            "img.qcow2",
+            "1M",
+        ],
+        d,
+        &["img.qcow2", "lock"],
+        &["data"],
+    );
+    drop(holder);
+    assert_eq!(std::fs::read(d.join("img.qcow2")).unwrap(), before);
+}
+
+/// The data file of a new image cannot be its backing file (by any name):
+/// creating it would empty the backing file.
+#[test]
+fn create_refuses_a_data_file_that_is_the_backing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    precious(d, "base.raw");
+    std::fs::hard_link(d.join("base.raw"), d.join("alias.raw")).unwrap();
+    for data in ["base.raw", "alias.raw"] {
+        let opts = format!("data_file={data}");
+        refused_keeping(
+            &[
+                "create",
+                "-f",
+                "qcow2",
+                "-b",
+                "base.raw",
+                "-F",
+                "raw",
+                "-o",
+                &opts,
+                "top.qcow2",
+                "1M",
+            ],
+            d,
+            &["data file", "backing file"],
+            &["base.raw"],
+        );
+    }
+}
+
+// Item 10 (part): files compared by device and inode, not by path.
+
+#[test]
+fn create_and_convert_see_through_hard_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    precious(d, "base.raw");
+    std::fs::hard_link(d.join("base.raw"), d.join("alias.raw")).unwrap();
+    std::os::unix::fs::symlink("base.raw", d.join("sym.raw")).unwrap();
+    for unsafe_flag in [&[][..], &["-u"][..]] {
+        for target in ["alias.raw", "sym.raw"] {
+            let mut args = vec!["create", "-f", "qcow2"];
+            args.extend_from_slice(unsafe_flag);
+            args.extend(["-b", "base.raw", "-F", "raw", target, "1M"]);
+            refused_keeping(&args, d, &["same file"], &["base.raw"]);
+        }
+    }
+    // Nor a file deeper in the backing chain (the backing file's own
+    // backing file here), nor the data file of the new image.
+    qcsim(
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-b",
+            "base.raw",
+            "-F",
+            "raw",
+            "mid.qcow2",
+            "1M",
+        ],
+        d,
+    );
+    for args in [
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-b",
+            "mid.qcow2",
+            "-F",
+            "qcow2",
+            "alias.raw",
+        ][..],
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-b",
+            "mid.qcow2",
+            "-F",
+            "qcow2",
+            "-o",
+            "data_file=alias.raw",
+            "new.qcow2",
+        ][..],
+    ] {
+        refused_keeping(
+            args,
+            d,
+            &["same file", "backing file of mid.qcow2"],
+            &["base.raw"],
+        );
+    }
+    for target in ["alias.raw", "sym.raw"] {
+        refused_keeping(
+            &["convert", "-f", "raw", "base.raw", target],
+            d,
+            &["same file"],
+            &["base.raw"],
+        );
+    }
+    // A destination that is a file of the source's chain (its raw backing
+    // file here) is refused too, naming the file's role.
+    qcsim(
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-b",
+            "base.raw",
+            "-F",
+            "raw",
+            "top.qcow2",
+            "1M",
+        ],
+        d,
+    );
+    for target in ["base.raw", "alias.raw"] {
+        refused_keeping(
+            &["convert", "top.qcow2", target],
+            d,
+            &["same file", "backing file"],
+            &["base.raw"],
+        );
+    }
+}
