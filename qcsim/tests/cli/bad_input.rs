@@ -4,7 +4,9 @@
 //!
 //! - `create` and `convert` check every size, option, backing file and
 //!   lock before they empty anything, and tell files apart by device and
-//!   inode (hard links included).
+//!   inode (hard links included);
+//! - `campaign` bounds `--jobs` and `--time` and says which part of
+//!   `--shard` is wrong.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -27,9 +29,14 @@ fn text(out: &Output) -> String {
 }
 
 /// Run `qcsim`, which must fail cleanly (exit 1, or 2 for a usage error
-/// clap refuses; never a panic or a signal), and first of all every file
-/// of `kept` still holds [`PRECIOUS`]; every needle must be in its output.
-/// Returns standard output and error together.
+/// clap refuses; never a panic or a signal) with every needle in its
+/// output. Returns standard output and error together.
+fn refused(args: &[&str], dir: &Path, needles: &[&str]) -> String {
+    refused_keeping(args, dir, needles, &[])
+}
+
+/// [`refused`], and first of all every file of `kept` still holds
+/// [`PRECIOUS`].
 fn refused_keeping(args: &[&str], dir: &Path, needles: &[&str], kept: &[&str]) -> String {
     let out = exec(QCSIM, args, dir);
     let all = text(&out);
@@ -469,5 +476,94 @@ fn create_and_convert_see_through_hard_links() {
             &["same file", "backing file"],
             &["base.raw"],
         );
+    }
+}
+
+// Item 2: --jobs bounded.
+
+#[test]
+fn campaign_jobs_are_bounded_and_never_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let base = [
+        "campaign",
+        "--seeds",
+        "0..1",
+        "--quiet",
+        "--reports",
+        "r",
+        "--corpus",
+        "c",
+        "--jobs",
+    ];
+    let with = |jobs: &'static str| {
+        let mut v = base.to_vec();
+        v.push(jobs);
+        v
+    };
+    refused(&with("0"), d, &["--jobs", "0", "at least 1"]);
+    refused(&with("100000"), d, &["--jobs", "100000", "1024"]);
+    refused(&with("1025"), d, &["1024"]);
+    refused(&with("many"), d, &["--jobs", "many"]);
+    assert!(!d.join("r").exists(), "a refused campaign wrote no report");
+    let out = qcsim(&with("3"), d);
+    assert!(out.contains("(3 jobs)"), "{out}");
+}
+
+// Item 3: --time checked.
+
+#[test]
+fn campaign_time_overflow_and_zero_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "1152921504606846976h",
+            &["1152921504606846976h", "too long"],
+        ),
+        ("307445734561825861m", &["too long"]),
+        ("18446744073709551616s", &["too long"]),
+        ("0", &["--time", "0", "longer than 0"]),
+        ("0s", &["longer than 0"]),
+        ("0h", &["longer than 0"]),
+        ("10d", &["unit"]),
+        ("h", &["number"]),
+    ];
+    for (time, needles) in cases {
+        let args = [
+            "campaign",
+            "--time",
+            time,
+            "--quiet",
+            "--reports",
+            "r",
+            "--corpus",
+            "c",
+        ];
+        refused(&args, d, needles);
+    }
+    assert!(!d.join("r").exists(), "a refused campaign wrote no report");
+}
+
+// Item 4: --shard says which part is wrong.
+
+#[test]
+fn campaign_shard_errors_name_the_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cases: &[(&str, &[&str])] = &[
+        ("x/y", &["--shard", "index \"x\"", "I/N"]),
+        ("1/y", &["count \"y\"", "I/N"]),
+        ("-1/4", &["index \"-1\""]),
+        ("3", &["I/N"]),
+        ("2/2", &["index 2", "below the count 2"]),
+        ("0/0", &["count 0"]),
+    ];
+    for (shard, needles) in cases {
+        // `=`, so that clap takes "-1/4" as the value it is.
+        let shard_arg = format!("--shard={shard}");
+        let args = ["campaign", "--seeds", "0..1", "--quiet", &shard_arg];
+        let all = refused(&args, d, needles);
+        assert!(!all.contains("invalid digit"), "{shard}: {all}");
     }
 }
