@@ -10,7 +10,7 @@ use engine::Switches;
 use indicatif::{ProgressBar, ProgressStyle};
 use sim::campaign::{run_campaign, CampaignPlan, SwitchPlan};
 
-use super::run::ProfileArg;
+use super::run::{save_case, ProfileArg};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -226,8 +226,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             sim::shrink::shrink_failing(&f.case, &Default::default(), |_| {}).map(|(s, _)| s.case)
         });
         match shrunk {
-            Some(Ok(case)) => case.save(&path)?,
-            _ => f.case.save(&path)?,
+            Some(Ok(case)) => save_case(&case, &path)?,
+            _ => save_case(&f.case, &path)?,
         }
         println!(
             "FAIL seed {}{}: replay with: cargo run --release --bin qcsim -- replay {}",

@@ -6,7 +6,9 @@
 //!   lock before they empty anything, and tell files apart by device and
 //!   inode (hard links included);
 //! - `campaign` bounds `--jobs` and `--time` and says which part of
-//!   `--shard` is wrong.
+//!   `--shard` is wrong;
+//! - `run --save` and `run --export` say what they could not write or
+//!   what they created.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -566,4 +568,75 @@ fn campaign_shard_errors_name_the_part() {
         let all = refused(&args, d, needles);
         assert!(!all.contains("invalid digit"), "{shard}: {all}");
     }
+}
+
+// Item 5: run --save says it could not write.
+
+#[test]
+fn run_save_failure_says_it_could_not_write_the_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let all = refused(
+        &["run", "--seed", "1", "--save", "/"],
+        d,
+        &["could not write the case to /", "Is a directory"],
+    );
+    assert!(!all.contains("reading"), "{all}");
+    refused(
+        &["run", "--seed", "1", "--save", "no/such/dir/case.json"],
+        d,
+        &[
+            "could not write the case to no/such/dir/case.json",
+            "No such file",
+        ],
+    );
+    // And a case that cannot be read says so, once.
+    let all = refused(
+        &["replay", "missing.json"],
+        d,
+        &["could not read the case from missing.json"],
+    );
+    assert_eq!(all.matches("No such file").count(), 1, "{all}");
+}
+
+// Item 8: run --export creates the directory and says so.
+
+#[test]
+fn run_export_creates_the_directory_and_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = exec(QCSIM, &["run", "--seed", "1", "--export", "out/new"], d);
+    let all = text(&out);
+    assert!(matches!(out.status.code(), Some(0) | Some(1)), "{all}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("created out/new"), "{all}");
+    assert!(stdout.contains("out/new/seed-1"), "{all}");
+    assert!(d.join("out/new/seed-1/final.qcow2").is_file(), "{all}");
+    // With --json the standard output stays one JSON document.
+    let out = exec(
+        QCSIM,
+        &["run", "--seed", "1", "--json", "--export", "out/json"],
+        d,
+    );
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("out/json/seed-1"),
+        "{}",
+        text(&out)
+    );
+    // A directory that cannot be made is an error before anything runs.
+    precious(d, "plain");
+    refused(
+        &["run", "--seed", "1", "--export", "plain"],
+        d,
+        &["plain", "export"],
+    );
+    qcsim(&["run", "--seed", "1", "--save", "case.json"], d);
+    refused(
+        &["replay", "--export", "plain/sub", "case.json"],
+        d,
+        &["plain/sub", "export"],
+    );
+    assert_precious(d, "plain", "export into a file");
 }
