@@ -133,6 +133,11 @@ pub enum OpenError {
     TooDeep { image: PathBuf, limit: usize },
     #[error("cannot start I/O threads: {0}")]
     Threads(std::io::Error),
+    /// The name led to another file the second time it was opened (it was
+    /// renamed or replaced in between), so the locks held are not on the
+    /// file read.
+    #[error("{path}: the file was replaced while it was being opened")]
+    Replaced { path: PathBuf },
 }
 
 /// How to open an image for the command line.
@@ -768,6 +773,54 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
         }
         _ => false,
     }
+}
+
+/// A plain [`std::fs::File`] on an image, for the code that reads and
+/// writes images without the engine (the checker and its repair, the
+/// dump), held while QEMU's image locks are held on the same file.
+///
+/// The locks sit on a second open file description of the same file (a
+/// [`FileDev`], whose locking is the one implementation of QEMU's
+/// protocol): OFD locks protect the file from other processes whichever
+/// of our descriptions does the I/O.
+pub struct LockedFile {
+    pub file: std::fs::File,
+    /// Holds the locks; they go when it is dropped.
+    _locks: FileDev,
+}
+
+/// Open `path` for plain I/O (writable or not) once `req`'s locks are
+/// held on it; a file that another process uses in a way `req` conflicts
+/// with is refused before it is read.
+pub fn open_locked(path: &Path, writable: bool, req: LockRequest) -> Result<LockedFile, OpenError> {
+    let file_opts = FileOptions {
+        read_only: !writable,
+        threads: 1,
+        ..FileOptions::default()
+    };
+    let mut locks = FileDev::open(path, &file_opts)?;
+    locks.lock(req)?;
+    let open_err = |error| {
+        OpenError::File(FileOpenError::Open {
+            path: path.to_owned(),
+            error,
+        })
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(writable)
+        .open(path)
+        .map_err(open_err)?;
+    let meta = file.metadata().map_err(open_err)?;
+    if file_id_of_metadata(&meta) != locks.file_id() {
+        return Err(OpenError::Replaced {
+            path: path.to_owned(),
+        });
+    }
+    Ok(LockedFile {
+        file,
+        _locks: locks,
+    })
 }
 
 /// Open only the file at `path` (no engine): for probing and raw sizes.

@@ -8,7 +8,8 @@
 //! - `campaign` bounds `--jobs` and `--time` and says which part of
 //!   `--shard` is wrong;
 //! - `run --save` and `run --export` say what they could not write or
-//!   what they created.
+//!   what they created;
+//! - `dump` fails on files it cannot read and on truncated headers.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -597,6 +598,62 @@ fn run_save_failure_says_it_could_not_write_the_case() {
         &["could not read the case from missing.json"],
     );
     assert_eq!(all.matches("No such file").count(), 1, "{all}");
+}
+
+// Item 6: dump fails on what it cannot read.
+
+#[test]
+fn dump_fails_on_unreadable_files_and_truncated_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("sub")).unwrap();
+    refused(&["dump", "sub"], d, &["sub", "not a regular file"]);
+    refused(
+        &["dump", "missing.qcow2"],
+        d,
+        &["missing.qcow2", "No such file"],
+    );
+    qcsim(&["create", "-q", "-f", "qcow2", "v3.qcow2", "1M"], d);
+    qcsim(
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-o",
+            "compat=v2",
+            "v2.qcow2",
+            "1M",
+        ],
+        d,
+    );
+    let v3 = std::fs::read(d.join("v3.qcow2")).unwrap();
+    let v2 = std::fs::read(d.join("v2.qcow2")).unwrap();
+    std::fs::write(d.join("t3.qcow2"), &v3[..50]).unwrap();
+    std::fs::write(d.join("t2.qcow2"), &v2[..70]).unwrap();
+    std::fs::write(d.join("t0.qcow2"), &v3[..2]).unwrap();
+    std::fs::write(d.join("empty.qcow2"), b"").unwrap();
+    std::fs::write(d.join("text.qcow2"), PRECIOUS).unwrap();
+    refused(
+        &["dump", "t3.qcow2"],
+        d,
+        &["t3.qcow2", "truncated", "50 bytes", "104"],
+    );
+    refused(
+        &["dump", "t2.qcow2"],
+        d,
+        &["t2.qcow2", "truncated", "70 bytes", "72"],
+    );
+    refused(&["dump", "t0.qcow2"], d, &["truncated", "2 bytes", "72"]);
+    refused(&["dump", "empty.qcow2"], d, &["truncated", "0 bytes"]);
+    refused(
+        &["dump", "text.qcow2"],
+        d,
+        &["text.qcow2", "not a qcow2 image"],
+    );
+    // A whole image still dumps.
+    let out = qcsim(&["dump", "v3.qcow2"], d);
+    assert!(out.starts_with("header\n  version 3\n"), "{out}");
 }
 
 // Item 8: run --export creates the directory and says so.
