@@ -9,7 +9,8 @@
 //!   `--shard` is wrong;
 //! - `run --save` and `run --export` say what they could not write or
 //!   what they created;
-//! - `dump` fails on files it cannot read and on truncated headers.
+//! - `dump` fails on files it cannot read and on truncated headers;
+//! - an image's backing name past the end of its file is named as such.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -654,6 +655,48 @@ fn dump_fails_on_unreadable_files_and_truncated_headers() {
     // A whole image still dumps.
     let out = qcsim(&["dump", "v3.qcow2"], d);
     assert!(out.starts_with("header\n  version 3\n"), "{out}");
+}
+
+// Item 7: a backing file name past the end of the file.
+
+#[test]
+fn backing_name_past_the_end_of_the_file_is_named_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("base.raw"), vec![0u8; 1 << 20]).unwrap();
+    qcsim(
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-b",
+            "base.raw",
+            "-F",
+            "raw",
+            "top.qcow2",
+            "1M",
+        ],
+        d,
+    );
+    let bytes = std::fs::read(d.join("top.qcow2")).unwrap();
+    let offset = u64::from_be_bytes(bytes[8..16].try_into().unwrap()) as usize;
+    let len = u32::from_be_bytes(bytes[16..20].try_into().unwrap()) as usize;
+    assert_eq!(len, "base.raw".len());
+    std::fs::write(d.join("cut.qcow2"), &bytes[..offset + 2]).unwrap();
+    let cut_len = (offset + 2).to_string();
+    // Every command that opens the image through the engine says so.
+    for args in [
+        &["info", "cut.qcow2"][..],
+        &["io", "-c", "read 0 512", "cut.qcow2"][..],
+        &["convert", "cut.qcow2", "out.raw"][..],
+    ] {
+        let all = refused(args, d, &["past the end of the file", &cut_len]);
+        assert!(
+            !all.contains("outside the first cluster"),
+            "{args:?}: {all}"
+        );
+    }
 }
 
 // Item 8: run --export creates the directory and says so.
