@@ -10,7 +10,8 @@
 //! - `run --save` and `run --export` say what they could not write or
 //!   what they created;
 //! - `dump` fails on files it cannot read and on truncated headers;
-//! - an image's backing name past the end of its file is named as such.
+//! - an image's backing name past the end of its file is named as such;
+//! - `io` names the request that is out of range, and writes nothing.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -18,7 +19,7 @@ use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crate::support::{exec, qcsim, run, QCSIM};
+use crate::support::{assert_clean, exec, qcsim, run, QCSIM};
 
 /// What a file holds before a command that must leave it alone.
 const PRECIOUS: &[u8] = b"precious data that no failed command may destroy\n";
@@ -739,4 +740,35 @@ fn run_export_creates_the_directory_and_says_where() {
         &["plain/sub", "export"],
     );
     assert_precious(d, "plain", "export into a file");
+}
+
+// Item 9: io names the request that is out of range.
+
+#[test]
+fn io_out_of_range_names_the_request_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    qcsim(&["create", "-q", "-f", "qcow2", "img.qcow2", "16M"], d);
+    qcsim(&["create", "-q", "-f", "raw", "img.raw", "16M"], d);
+    for (image, format) in [("img.qcow2", "qcow2"), ("img.raw", "raw")] {
+        for (cmd, op) in [
+            ("read 0 1g", "read"),
+            ("write 0 1g", "write"),
+            ("write -z 0 1g", "write"),
+            ("discard 0 1g", "discard"),
+        ] {
+            let all = refused(&["io", "-f", format, "-c", cmd, image], d, &[]);
+            let want = "offset 0 length 1073741824";
+            assert!(all.contains(&format!("{op} failed")), "{cmd}: {all}");
+            assert!(all.contains(want), "{image} {cmd}: {all}");
+            assert!(all.contains("16777216-byte"), "{image} {cmd}: {all}");
+            assert!(!all.contains("offset 16777216"), "{image} {cmd}: {all}");
+        }
+        let all = refused(&["io", "-f", format, "-c", "read 16m 512", image], d, &[]);
+        assert!(all.contains("offset 16777216 length 512"), "{all}");
+        // Nothing of the refused writes reached the image.
+        let out = qcsim(&["io", "-f", format, "-c", "read -P 0 0 16M", image], d);
+        assert!(out.contains("read 16777216/16777216"), "{image}: {out}");
+    }
+    assert_clean("img.qcow2", d);
 }
