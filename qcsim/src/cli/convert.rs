@@ -43,6 +43,11 @@ pub struct Args {
     /// to the destination.
     #[arg(long = "stats")]
     pub stats: bool,
+    /// Force sharing: read a source other processes have open, even for
+    /// writing, without keeping them from writing it (qemu-img's -U; what
+    /// is read may then be inconsistent).
+    #[arg(short = 'U', long = "force-share")]
+    pub force_share: bool,
     /// Source image.
     pub source: PathBuf,
     /// Destination file (created, or overwritten).
@@ -200,6 +205,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         format: source_format,
         read_only: true,
         direct: args.nocache,
+        force_share: args.force_share,
         ..OpenOptions::default()
     };
     futures::executor::block_on(async {

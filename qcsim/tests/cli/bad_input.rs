@@ -11,7 +11,9 @@
 //!   what they created;
 //! - `dump` fails on files it cannot read and on truncated headers;
 //! - an image's backing name past the end of its file is named as such;
-//! - `io` names the request that is out of range, and writes nothing.
+//! - `io` names the request that is out of range, and writes nothing;
+//! - `check -r`, `dump` and `bench FILE` take QEMU's locks, and `info`,
+//!   `check`, `convert` (and `dump`) take `-U`, as qemu-img does.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -770,5 +772,60 @@ fn io_out_of_range_names_the_request_and_writes_nothing() {
         let out = qcsim(&["io", "-f", format, "-c", "read -P 0 0 16M", image], d);
         assert!(out.contains("read 16777216/16777216"), "{image}: {out}");
     }
+    assert_clean("img.qcow2", d);
+}
+
+// Item 10: locks for check -r, dump and bench; -U for info, check,
+// convert and dump.
+
+#[test]
+fn check_repair_dump_and_bench_take_locks_and_u_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "img.qcow2", "1M"],
+        d,
+    );
+    {
+        // A writer holds the image: nothing may repair it, and readers
+        // get in only with -U, as with qemu-img.
+        let _writer = Holder::qemu_io(&[], "img.qcow2", d);
+        let locked = ["lock", "img.qcow2"];
+        refused(&["check", "-r", "leaks", "img.qcow2"], d, &locked);
+        refused(&["check", "-r", "all", "img.qcow2"], d, &locked);
+        refused(&["check", "img.qcow2"], d, &locked);
+        refused(&["info", "img.qcow2"], d, &locked);
+        refused(&["dump", "img.qcow2"], d, &locked);
+        refused(&["bench", "-c", "4", "-d", "1", "img.qcow2"], d, &locked);
+        refused(&["convert", "img.qcow2", "out.raw"], d, &locked);
+        refused(
+            &["check", "-U", "-r", "leaks", "img.qcow2"],
+            d,
+            &["force-share", "read-only"],
+        );
+        qcsim(&["check", "-U", "img.qcow2"], d);
+        qcsim(&["check", "--force-share", "img.qcow2"], d);
+        qcsim(&["info", "-U", "img.qcow2"], d);
+        qcsim(&["dump", "-U", "img.qcow2"], d);
+        qcsim(&["bench", "-U", "-c", "4", "-d", "1", "img.qcow2"], d);
+        qcsim(&["convert", "-U", "img.qcow2", "out.raw"], d);
+    }
+    {
+        // A reader holds the image: reading is fine, repairing is not.
+        let _reader = Holder::qemu_io(&["-r"], "img.qcow2", d);
+        refused(
+            &["check", "-r", "leaks", "img.qcow2"],
+            d,
+            &["lock", "img.qcow2"],
+        );
+        qcsim(&["check", "img.qcow2"], d);
+        qcsim(&["dump", "img.qcow2"], d);
+    }
+    // Alone, repair works, and takes the write locks while it runs (a
+    // qemu-io started meanwhile could not write; here it just finds the
+    // image free again afterwards).
+    qcsim(&["check", "-r", "all", "img.qcow2"], d);
+    run("qemu-io", &["-c", "write 0 4k", "img.qcow2"], d);
     assert_clean("img.qcow2", d);
 }
