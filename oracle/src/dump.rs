@@ -3,12 +3,136 @@
 //! enough for snapshot tests: one fact per line, in offset order, only
 //! what is set; runs of equal refcounts are merged.
 //!
-//! Like the checker, it parses the image itself. It never fails: what
-//! cannot be read is written into the dump as such.
+//! Like the checker, it parses the image itself. [`dump`] never fails:
+//! what cannot be read is written into the dump as such (what snapshot
+//! tests of damaged images want). [`try_dump`] is for a user asking about
+//! a file: a file it cannot read, or one whose header is missing, cut
+//! short or not a qcow2 header, is an error that says so, rather than a
+//! dump of fields read as zeroes past the end of the file.
 
+use std::cell::RefCell;
 use std::fmt::Write;
+use std::io;
 
 use crate::check::ImageSource;
+
+/// The smallest header: version 2's, and what a file must hold to be
+/// parsed as any qcow2 image.
+const V2_HEADER_LEN: u64 = 72;
+/// The smallest version 3 header.
+const V3_MIN_HEADER_LEN: u64 = 104;
+
+/// Why an image cannot be dumped.
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    #[error("cannot read the file: {0}")]
+    Read(io::Error),
+    /// The file ends inside the header; `version` when the file got as far
+    /// as saying which.
+    #[error(
+        "truncated qcow2 header: the file holds {len} bytes, {} needs {needed}",
+        match .version {
+            Some(v) => format!("a version {v} header"),
+            None => "a qcow2 header".to_string(),
+        }
+    )]
+    Truncated {
+        len: u64,
+        needed: u64,
+        version: Option<u32>,
+    },
+    #[error("not a qcow2 image (magic {found:#010x}, not 0x514649fb)")]
+    BadMagic { found: u32 },
+    #[error("cluster_bits {0} is outside 9..=21 (512 B to 2 MiB clusters)")]
+    ClusterBits(u32),
+}
+
+/// A source that remembers the first read error, which [`read`] turns
+/// into a missing table.
+struct Watched<'a> {
+    src: &'a dyn ImageSource,
+    error: RefCell<Option<io::Error>>,
+}
+
+impl ImageSource for Watched<'_> {
+    fn len(&self) -> u64 {
+        self.src.len()
+    }
+
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        let r = self.src.read_at(off, buf);
+        if let Err(e) = &r {
+            let mut first = self.error.borrow_mut();
+            if first.is_none() {
+                *first = Some(io::Error::new(e.kind(), e.to_string()));
+            }
+        }
+        r
+    }
+}
+
+/// The dump of the image in `src`, or why there is none: the file cannot
+/// be read, or its header is truncated, has no qcow2 magic or an
+/// impossible cluster size. Tables that cannot be shown (too large, or
+/// pointing nowhere) are written into the dump, as [`dump`] does.
+pub fn try_dump(src: &dyn ImageSource) -> Result<String, DumpError> {
+    let watched = Watched {
+        src,
+        error: RefCell::new(None),
+    };
+    check_header(&watched)?;
+    let mut out = String::new();
+    let result = dump_into(&watched, &mut out);
+    if let Some(e) = watched.error.into_inner() {
+        return Err(DumpError::Read(e));
+    }
+    if let Err(e) = result {
+        let _ = writeln!(out, "unreadable: {e}");
+    }
+    Ok(out)
+}
+
+/// The header's own checks, before any field of it is believed.
+fn check_header(src: &Watched<'_>) -> Result<(), DumpError> {
+    let len = src.len();
+    let mut h = [0u8; V3_MIN_HEADER_LEN as usize];
+    src.read_at(0, &mut h).map_err(DumpError::Read)?;
+    let truncated = |needed, version| DumpError::Truncated {
+        len,
+        needed,
+        version,
+    };
+    if len < 4 {
+        return Err(truncated(V2_HEADER_LEN, None));
+    }
+    let magic = be32(&h, 0);
+    if magic != 0x5146_49fb {
+        return Err(DumpError::BadMagic { found: magic });
+    }
+    if len < 8 {
+        return Err(truncated(V2_HEADER_LEN, None));
+    }
+    // Laid out as the dump reads them: version 3 and later as version 3.
+    let version = be32(&h, 4);
+    if version < 3 {
+        if len < V2_HEADER_LEN {
+            return Err(truncated(V2_HEADER_LEN, Some(version)));
+        }
+    } else {
+        if len < V3_MIN_HEADER_LEN {
+            return Err(truncated(V3_MIN_HEADER_LEN, Some(version)));
+        }
+        let header_length = u64::from(be32(&h, 100));
+        if len < header_length {
+            return Err(truncated(header_length, Some(version)));
+        }
+    }
+    let cluster_bits = be32(&h, 20);
+    if !(9..=21).contains(&cluster_bits) {
+        return Err(DumpError::ClusterBits(cluster_bits));
+    }
+    Ok(())
+}
 
 /// Bound on the tables dumped, so a hostile image cannot make the dump
 /// allocate without limit.
@@ -212,5 +336,82 @@ fn refcount(block: &[u8], bits: u64, i: usize) -> u64 {
         16 => u16::from_be_bytes([block[2 * i], block[2 * i + 1]]) as u64,
         32 => be32(block, 4 * i) as u64,
         _ => be64(block, 8 * i),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first `len` bytes of a header of `version` with 64 KiB clusters
+    /// and no tables.
+    fn header(version: u32, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; 112];
+        b[..4].copy_from_slice(b"QFI\xfb");
+        b[4..8].copy_from_slice(&version.to_be_bytes());
+        b[20..24].copy_from_slice(&16u32.to_be_bytes());
+        b[96..100].copy_from_slice(&4u32.to_be_bytes());
+        b[100..104].copy_from_slice(&104u32.to_be_bytes());
+        b.truncate(len);
+        b
+    }
+
+    #[test]
+    fn try_dump_refuses_what_it_cannot_read_as_a_header() {
+        let truncated = |b: Vec<u8>| match try_dump(&b) {
+            Err(DumpError::Truncated {
+                len,
+                needed,
+                version,
+            }) => (len, needed, version),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(truncated(header(3, 50)), (50, 104, Some(3)));
+        assert_eq!(truncated(header(2, 71)), (71, 72, Some(2)));
+        assert_eq!(truncated(header(3, 6)), (6, 72, None));
+        assert_eq!(truncated(Vec::new()), (0, 72, None));
+        let mut long = header(3, 112);
+        long[100..104].copy_from_slice(&4096u32.to_be_bytes());
+        assert_eq!(truncated(long), (112, 4096, Some(3)));
+        let msg = try_dump(&header(3, 50)).unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "truncated qcow2 header: the file holds 50 bytes, a version 3 header needs 104"
+        );
+        let mut foreign = header(3, 112);
+        foreign[0] = b'X';
+        assert!(matches!(
+            try_dump(&foreign),
+            Err(DumpError::BadMagic { .. })
+        ));
+        let mut bits = header(3, 112);
+        bits[20..24].copy_from_slice(&30u32.to_be_bytes());
+        assert!(matches!(try_dump(&bits), Err(DumpError::ClusterBits(30))));
+        // Whole headers dump, as `dump` does.
+        for (v, len) in [(2, 72), (3, 104)] {
+            let b = header(v, len);
+            assert_eq!(try_dump(&b).unwrap(), dump(&b), "version {v}");
+        }
+    }
+
+    /// A source whose every read fails, as a directory's does.
+    struct Unreadable;
+
+    impl ImageSource for Unreadable {
+        fn len(&self) -> u64 {
+            1 << 20
+        }
+
+        fn read_at(&self, _: u64, _: &mut [u8]) -> io::Result<()> {
+            Err(io::Error::other("no reading here"))
+        }
+    }
+
+    #[test]
+    fn try_dump_reports_read_errors() {
+        let err = try_dump(&Unreadable).unwrap_err();
+        assert!(matches!(err, DumpError::Read(_)), "{err:?}");
+        assert!(err.to_string().contains("no reading here"), "{err}");
+        assert!(dump(&Unreadable).starts_with("unreadable"));
     }
 }

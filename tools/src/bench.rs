@@ -21,7 +21,8 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use engine::dev::{
-    BlockDev, CountingDev, DevCounts, FileDev, FileOpenError, FileOptions, WriteFlags,
+    BlockDev, CountingDev, DevCounts, FileDev, FileOpenError, FileOptions, LockError, LockRequest,
+    WriteFlags,
 };
 use engine::{Counters, EngineOptions, Image, Switches};
 use futures::future::LocalBoxFuture;
@@ -113,6 +114,10 @@ pub struct FileBenchOptions {
     pub drain: bool,
     /// The engine's optimisations (qcow2 only).
     pub switches: Switches,
+    /// `-U`: a read benchmark shares the image with writers (and neither
+    /// blocks them nor is blocked). A write benchmark always takes QEMU's
+    /// write locks; there it has no effect.
+    pub force_share: bool,
 }
 
 impl Default for FileBenchOptions {
@@ -130,6 +135,7 @@ impl Default for FileBenchOptions {
             flush_interval: 0,
             drain: true,
             switches: Switches::ALL_ON,
+            force_share: false,
         }
     }
 }
@@ -270,6 +276,8 @@ pub enum FileBenchError {
     Open(#[from] OpenError),
     #[error(transparent)]
     File(#[from] FileOpenError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error("{path}: {error}")]
     Engine { path: PathBuf, error: engine::Error },
     #[error("{path}: images with a backing file are not supported by the file benchmark")]
@@ -396,7 +404,16 @@ fn open_target(path: &Path, o: &FileBenchOptions) -> Result<(Target, Format), Fi
             "engine switches apply to qcow2 images only, not raw".into(),
         ));
     }
-    let dev = CountingDev::new(FileDev::open(path, &file_opts)?);
+    let mut dev = FileDev::open(path, &file_opts)?;
+    // QEMU's locks, as qemu-img bench takes them, before the first read:
+    // a write benchmark on an image another process has open (or a read
+    // benchmark on one another process writes) is refused, not run under it.
+    let share = o.force_share && !o.write;
+    dev.lock(match format {
+        Format::Raw => LockRequest::raw_file(!o.write),
+        Format::Qcow2 => LockRequest::qcow2_file(!o.write, share),
+    })?;
+    let dev = CountingDev::new(dev);
     let target = match format {
         Format::Raw => Target::Raw(dev),
         Format::Qcow2 => {

@@ -133,6 +133,11 @@ pub enum OpenError {
     TooDeep { image: PathBuf, limit: usize },
     #[error("cannot start I/O threads: {0}")]
     Threads(std::io::Error),
+    /// The name led to another file the second time it was opened (it was
+    /// renamed or replaced in between), so the locks held are not on the
+    /// file read.
+    #[error("{path}: the file was replaced while it was being opened")]
+    Replaced { path: PathBuf },
 }
 
 /// How to open an image for the command line.
@@ -414,6 +419,16 @@ struct Reference<'a> {
 }
 
 impl Chain {
+    fn files(&self) -> Vec<ChainFile> {
+        self.open
+            .iter()
+            .map(|(id, first)| ChainFile {
+                id: *id,
+                first: first.clone(),
+            })
+            .collect()
+    }
+
     /// Open `path`, refusing a file the chain already has open. Neither
     /// locked nor read yet: a repeated file must be refused before its
     /// locks (which would conflict with the chain's own, and say so in
@@ -573,8 +588,27 @@ async fn open_backing_files(
     }
 }
 
+/// A file an opened chain holds: which file it is and why it was opened.
+#[derive(Debug, Clone)]
+pub struct ChainFile {
+    pub id: FileId,
+    pub first: FirstOpen,
+}
+
 /// Open the image at `path` and, if asked, its whole backing chain.
 pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenError> {
+    open_image_with_files(path, opts)
+        .await
+        .map(|(disk, _)| disk)
+}
+
+/// [`open_image`], and every file the chain opened (image, backing files,
+/// data files), so that a caller about to write another file can tell
+/// whether it is one of them, whatever name leads to it.
+pub async fn open_image_with_files(
+    path: &Path,
+    opts: &OpenOptions,
+) -> Result<(Disk, Vec<ChainFile>), OpenError> {
     if opts.force_share && !opts.read_only {
         return Err(OpenError::ForceShareWritable {
             path: path.to_owned(),
@@ -594,7 +628,7 @@ pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenErr
     match format_of(&top, opts.format).await? {
         Format::Raw => {
             top.lock(LockRequest::raw_file(opts.read_only))?;
-            return Ok(Disk::Raw(top));
+            return Ok((Disk::Raw(top), chain.files()));
         }
         Format::Qcow2 => top.lock(LockRequest::qcow2_file(opts.read_only, fs))?,
     }
@@ -680,7 +714,7 @@ pub async fn open_image(path: &Path, opts: &OpenOptions) -> Result<Disk, OpenErr
     if let Some(b) = lower {
         image.attach_backing(b);
     }
-    Ok(Disk::Qcow2(Box::new(image)))
+    Ok((Disk::Qcow2(Box::new(image)), chain.files()))
 }
 
 async fn open_engine(level: Level, engine: &EngineOptions) -> Result<Image<FileDev>, OpenError> {
@@ -692,6 +726,101 @@ async fn open_engine(level: Level, engine: &EngineOptions) -> Result<Image<FileD
             path: level.path,
             error,
         })
+}
+
+/// Which file `meta` describes, as [`FileDev::file_id`] says it for an
+/// open device (block devices by the device they are, the rest by device
+/// and inode), so that a file not opened yet can be compared with one that
+/// is.
+pub fn file_id_of_metadata(meta: &std::fs::Metadata) -> FileId {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if meta.file_type().is_block_device() {
+        FileId::BlockDevice { rdev: meta.rdev() }
+    } else {
+        FileId::Inode {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+}
+
+/// Which file `path` leads to (following symlinks), or the error that says
+/// there is none (`NotFound`) or that it cannot be looked at.
+pub fn file_id_of_path(path: &Path) -> std::io::Result<FileId> {
+    std::fs::metadata(path).map(|m| file_id_of_metadata(&m))
+}
+
+/// Whether two names lead to the same file: by device and inode when both
+/// exist (hard links, symlinks and `..` spellings alike), and when neither
+/// does, by their directory (canonicalised) and file name, so that two
+/// spellings of one new file still count as one. A name that exists is
+/// never the same file as one that does not.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    match (file_id_of_path(a), file_id_of_path(b)) {
+        (Ok(x), Ok(y)) => x == y,
+        (Err(_), Err(_)) => {
+            let spelled = |p: &Path| -> Option<PathBuf> {
+                let dir = match p.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                Some(std::fs::canonicalize(dir).ok()?.join(p.file_name()?))
+            };
+            match (spelled(a), spelled(b)) {
+                (Some(x), Some(y)) => x == y,
+                _ => a == b,
+            }
+        }
+        _ => false,
+    }
+}
+
+/// A plain [`std::fs::File`] on an image, for the code that reads and
+/// writes images without the engine (the checker and its repair, the
+/// dump), held while QEMU's image locks are held on the same file.
+///
+/// The locks sit on a second open file description of the same file (a
+/// [`FileDev`], whose locking is the one implementation of QEMU's
+/// protocol): OFD locks protect the file from other processes whichever
+/// of our descriptions does the I/O.
+pub struct LockedFile {
+    pub file: std::fs::File,
+    /// Holds the locks; they go when it is dropped.
+    _locks: FileDev,
+}
+
+/// Open `path` for plain I/O (writable or not) once `req`'s locks are
+/// held on it; a file that another process uses in a way `req` conflicts
+/// with is refused before it is read.
+pub fn open_locked(path: &Path, writable: bool, req: LockRequest) -> Result<LockedFile, OpenError> {
+    let file_opts = FileOptions {
+        read_only: !writable,
+        threads: 1,
+        ..FileOptions::default()
+    };
+    let mut locks = FileDev::open(path, &file_opts)?;
+    locks.lock(req)?;
+    let open_err = |error| {
+        OpenError::File(FileOpenError::Open {
+            path: path.to_owned(),
+            error,
+        })
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(writable)
+        .open(path)
+        .map_err(open_err)?;
+    let meta = file.metadata().map_err(open_err)?;
+    if file_id_of_metadata(&meta) != locks.file_id() {
+        return Err(OpenError::Replaced {
+            path: path.to_owned(),
+        });
+    }
+    Ok(LockedFile {
+        file,
+        _locks: locks,
+    })
 }
 
 /// Open only the file at `path` (no engine): for probing and raw sizes.

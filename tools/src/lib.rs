@@ -1,11 +1,13 @@
 //! qcsim's engine on real image files: opening an image and its backing
-//! chain on `FileDev`s as QEMU resolves them (`files`), the argument syntax
-//! shared with qemu-img and qemu-io (`qemu_args`), and qemu-img bench's job
-//! through the engine, timed by the wall clock (`bench`).
+//! chain on `FileDev`s as QEMU resolves them (`files`), creating image
+//! files so that a failed command destroys none (`create`), the argument
+//! syntax shared with qemu-img and qemu-io (`qemu_args`), and qemu-img
+//! bench's job through the engine, timed by the wall clock (`bench`).
 //!
 //! The `qcsim` binary is thin glue over this crate and `sim`; this crate
 //! never uses the simulation.
 
 pub mod bench;
+pub mod create;
 pub mod files;
 pub mod qemu_args;

@@ -23,6 +23,20 @@ pub enum ArgError {
     BadValue { key: String, reason: String },
     #[error("{0}")]
     Conflict(String),
+    #[error("invalid image size {0}: it must be between 0 and {MAX_IMAGE_SIZE} bytes (the largest file offset)")]
+    ImageSize(u64),
+}
+
+/// Largest virtual disk (and raw file): the largest offset a file can
+/// have, as qemu-img bounds image sizes.
+pub const MAX_IMAGE_SIZE: u64 = i64::MAX as u64;
+
+/// `size` if an image may be that large.
+pub fn check_image_size(size: u64) -> Result<u64, ArgError> {
+    if size > MAX_IMAGE_SIZE {
+        return Err(ArgError::ImageSize(size));
+    }
+    Ok(size)
 }
 
 /// Parse a size as qemu's `qemu_strtosz` does: a decimal number (a

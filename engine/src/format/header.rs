@@ -362,6 +362,19 @@ impl Header {
                     })?;
                     h.backing_file = Some(name);
                 }
+                // Inside the first cluster but not inside `cluster`: the
+                // file ends first (`cluster` is the whole file when it is
+                // shorter than a cluster).
+                Some(end) if end <= cluster_size as u64 => {
+                    return Err(Error::format(
+                        "backing_file_offset",
+                        format!(
+                            "backing file name (bytes {}..{end}) lies past the end of the file ({} bytes)",
+                            h.backing_file_offset,
+                            cluster.len()
+                        ),
+                    ))
+                }
                 _ => {
                     return Err(Error::format(
                         "backing_file_offset",

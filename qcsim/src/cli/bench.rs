@@ -89,7 +89,9 @@ pub struct Args {
     /// Print nothing but errors.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
-    /// Accepted for qemu-img compatibility (no locking is done).
+    /// Force sharing: read an image other processes have open, even for
+    /// writing, without keeping them from writing it. A write benchmark
+    /// takes the write locks whatever this says.
     #[arg(short = 'U', long = "force-share")]
     pub force_share: bool,
     /// Turn an engine optimisation off (qcow2; repeatable): multi_cluster,
@@ -212,6 +214,7 @@ pub fn file_options(a: &Args) -> anyhow::Result<FileBenchOptions> {
         flush_interval: number("--flush-interval", &a.flush_interval, 0)?,
         drain: !a.no_drain,
         switches,
+        force_share: a.force_share,
     };
     opts.validate()?;
     Ok(opts)
@@ -239,6 +242,14 @@ fn run_file(a: &Args, path: &Path, opts: &FileBenchOptions) -> anyhow::Result<i3
     } else {
         None
     };
+    if a.force_share && opts.write {
+        // qemu-img refuses -U with -w; this tool accepted it before it
+        // locked at all, so it stays accepted, and says what it does.
+        eprintln!(
+            "qcsim: bench: -U has no effect on a write benchmark: {} is locked for writing",
+            path.display()
+        );
+    }
     if !a.quiet {
         println!("{}", opts.header_line());
     }

@@ -10,7 +10,7 @@ use engine::Switches;
 use indicatif::{ProgressBar, ProgressStyle};
 use sim::campaign::{run_campaign, CampaignPlan, SwitchPlan};
 
-use super::run::ProfileArg;
+use super::run::{save_case, ProfileArg};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -21,8 +21,8 @@ pub struct Args {
     /// 30s, 10m, 2h.
     #[arg(long)]
     pub time: Option<String>,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
+    /// Worker threads, 1 to 1024 (default: all cores).
+    #[arg(long, value_parser = parse_jobs)]
     pub jobs: Option<usize>,
     #[arg(long, value_enum, default_value = "mixed")]
     pub profile: ProfileArg,
@@ -70,18 +70,50 @@ fn parse_range(s: &str) -> anyhow::Result<std::ops::Range<u64>> {
     Ok(a..b)
 }
 
+/// Most `--jobs`. Cases are CPU-bound (no I/O, no waiting), so jobs
+/// beyond the cores only add memory (every job holds a case's simulated
+/// disks) and threads; the cap is far above any core count worth using
+/// and the same on every machine, so a command line that works on one
+/// works on all, and it turns a typo such as 100000 into an error instead
+/// of as many threads.
+pub const MAX_JOBS: usize = 1024;
+
+/// `--jobs N`: 1 to [`MAX_JOBS`].
+pub fn parse_jobs(s: &str) -> Result<usize, String> {
+    let n: usize = s.trim().parse().map_err(|_| {
+        format!("--jobs {s:?}: expected a number of worker threads, 1 to {MAX_JOBS}")
+    })?;
+    if n == 0 {
+        return Err("--jobs 0: a campaign needs at least 1 worker thread".into());
+    }
+    if n > MAX_JOBS {
+        return Err(format!(
+            "--jobs {n}: at most {MAX_JOBS} worker threads (cases are CPU-bound: more jobs than cores only costs memory)"
+        ));
+    }
+    Ok(n)
+}
+
+/// `--time`: a number and a unit (s, the default, m or h), longer than 0;
+/// one whose seconds do not fit in 64 bits is refused, not wrapped.
 pub fn parse_duration(s: &str) -> anyhow::Result<Duration> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .with_context(|| format!("duration {s:?}: expected a number and s, m or h"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => bail!("duration {s:?}: unit must be s, m or h"),
+    let per_unit: u64 = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => bail!("--time {s:?}: the unit must be s, m or h"),
     };
+    if num.is_empty() {
+        bail!("--time {s:?}: expected a number and s, m or h (30s, 10m, 2h)");
+    }
+    let too_long = || anyhow::anyhow!("--time {s:?}: too long (at most {} seconds)", u64::MAX);
+    let n: u64 = num.parse().map_err(|_| too_long())?;
+    let secs = n.checked_mul(per_unit).ok_or_else(too_long)?;
+    if secs == 0 {
+        bail!("--time {s:?}: a timed campaign must run for longer than 0 seconds");
+    }
     Ok(Duration::from_secs(secs))
 }
 
@@ -98,13 +130,24 @@ pub fn parse_switches(s: &str) -> anyhow::Result<SwitchPlan> {
     })
 }
 
+/// `--shard I/N`: shard I of N, 0 <= I < N; an error says which part is
+/// wrong.
 fn parse_shard(s: &str) -> anyhow::Result<(u64, u64)> {
-    let (i, n) = s
-        .split_once('/')
-        .with_context(|| format!("--shard {s:?}: expected I/N"))?;
-    let (i, n): (u64, u64) = (i.parse()?, n.parse()?);
-    if n == 0 || i >= n {
-        bail!("--shard {s:?}: need 0 <= I < N");
+    const EXPECTED: &str = "expected I/N, shard I of N with 0 <= I < N, such as 0/4";
+    let Some((i, n)) = s.split_once('/') else {
+        bail!("--shard {s:?}: {EXPECTED}");
+    };
+    let i: u64 = i.trim().parse().map_err(|_| {
+        anyhow::anyhow!("--shard {s:?}: the shard index {i:?} is not a number; {EXPECTED}")
+    })?;
+    let n: u64 = n.trim().parse().map_err(|_| {
+        anyhow::anyhow!("--shard {s:?}: the shard count {n:?} is not a number; {EXPECTED}")
+    })?;
+    if n == 0 {
+        bail!("--shard {s:?}: the shard count 0 must be at least 1; {EXPECTED}");
+    }
+    if i >= n {
+        bail!("--shard {s:?}: the shard index {i} must be below the count {n}; {EXPECTED}");
     }
     Ok((i, n))
 }
@@ -116,9 +159,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         (None, Some(_)) => 0..u64::MAX,
         (None, None) => bail!("give --seeds A..B or --time DURATION"),
     };
-    let jobs = args
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let jobs = args.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_JOBS))
+    });
     let plan = CampaignPlan {
         seeds: seeds.clone(),
         profile: args.profile.into(),
@@ -183,8 +226,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             sim::shrink::shrink_failing(&f.case, &Default::default(), |_| {}).map(|(s, _)| s.case)
         });
         match shrunk {
-            Some(Ok(case)) => case.save(&path)?,
-            _ => f.case.save(&path)?,
+            Some(Ok(case)) => save_case(&case, &path)?,
+            _ => save_case(&f.case, &path)?,
         }
         println!(
             "FAIL seed {}{}: replay with: cargo run --release --bin qcsim -- replay {}",

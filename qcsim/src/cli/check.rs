@@ -3,7 +3,9 @@
 //! failed check, 2 corruptions, 3 leaks only).
 
 use anyhow::Context;
+use engine::dev::LockRequest;
 use oracle::check::{self, RepairMode};
+use tools::files::open_locked;
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Repair {
@@ -34,6 +36,11 @@ pub struct Args {
     /// Suppress the human report.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
+    /// Force sharing: check an image other processes have open, even for
+    /// writing, without keeping them from writing it (qemu-img's -U; the
+    /// result may then be inconsistent). Not with -r.
+    #[arg(short = 'U', long = "force-share")]
+    pub force_share: bool,
     /// Image file.
     pub file: std::path::PathBuf,
 }
@@ -46,19 +53,29 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
     }
     let path = &args.file;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(args.repair.is_some())
-        .open(path)
+    let repair = args.repair.is_some();
+    if repair && args.force_share {
+        anyhow::bail!(
+            "Could not open '{}': force-share (-U) is only for read-only opens, and repair (-r) writes the image",
+            path.display()
+        );
+    }
+    // QEMU's locks, as qemu-img check takes them: a check reads (and keeps
+    // writers out, unless -U), a repair writes, so nobody else may have
+    // the image open for writing or reading while it runs: an image QEMU
+    // is writing is refused, not repaired under it.
+    let req = LockRequest::qcow2_file(!repair, args.force_share);
+    let mut locked = open_locked(path, repair, req)
         .with_context(|| format!("Could not open '{}'", path.display()))?;
+    let file = &mut locked.file;
     let mut report = match args.repair {
-        None => check::check(&file),
+        None => check::check(&*file),
         Some(r) => {
             let mode = match r {
                 Repair::Leaks => RepairMode::Leaks,
                 Repair::All => RepairMode::All,
             };
-            check::repair(&mut file, mode)
+            check::repair(file, mode)
                 .with_context(|| format!("Could not open '{}'", path.display()))?
         }
     };

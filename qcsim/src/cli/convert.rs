@@ -15,7 +15,10 @@ use anyhow::{bail, Context};
 use engine::dev::{BlockDev, FileDev, FileOptions};
 use engine::{EngineOptions, Image, Status};
 use futures::stream::{FuturesUnordered, StreamExt};
-use tools::files::{open_image, resolve_data_file_path, Disk, Format, OpenOptions};
+use tools::create::{check_create_options, prepare, Wanted};
+use tools::files::{
+    file_id_of_path, open_image_with_files, resolve_data_file_path, Disk, Format, OpenOptions,
+};
 
 use tools::qemu_args::{option_help, wants_help, ImageOpts};
 
@@ -40,6 +43,11 @@ pub struct Args {
     /// to the destination.
     #[arg(long = "stats")]
     pub stats: bool,
+    /// Force sharing: read a source other processes have open, even for
+    /// writing, without keeping them from writing it (qemu-img's -U; what
+    /// is read may then be inconsistent).
+    #[arg(short = 'U', long = "force-share")]
+    pub force_share: bool,
     /// Source image.
     pub source: PathBuf,
     /// Destination file (created, or overwritten).
@@ -193,43 +201,74 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if output_format == Format::Raw && opts != ImageOpts::default() {
         bail!("convert: raw output takes no -o options");
     }
-    if let (Ok(a), Ok(b)) = (
-        std::fs::canonicalize(&args.source),
-        std::fs::canonicalize(&args.destination),
-    ) {
-        if a == b {
-            bail!("convert: source and destination are the same file");
-        }
-    }
     let src_opts = OpenOptions {
         format: source_format,
         read_only: true,
         direct: args.nocache,
+        force_share: args.force_share,
         ..OpenOptions::default()
     };
     futures::executor::block_on(async {
-        let src = open_image(&args.source, &src_opts).await?;
+        let (src, src_files) = open_image_with_files(&args.source, &src_opts).await?;
         let size = src.virtual_size();
         let file_opts = FileOptions {
             direct: args.nocache,
             ..FileOptions::default()
         };
-        let dev = FileDev::create(&args.destination, &file_opts)?;
         let dst_name = args.destination.display().to_string();
-        let (target, granule) = match output_format {
-            Format::Raw => {
+        // Every check before the destination is touched: the options
+        // against the source's size (only now known), and the files to
+        // write against every file the source chain reads, by device and
+        // inode (a hard link to the source is the source).
+        let create = match output_format {
+            Format::Raw => None,
+            Format::Qcow2 => {
+                let create = opts
+                    .to_create_options(size)
+                    .with_context(|| dst_name.clone())?;
+                check_create_options(&create)
+                    .await
+                    .with_context(|| dst_name.clone())?;
+                Some(create)
+            }
+        };
+        let data_path = create
+            .as_ref()
+            .and_then(|c| c.data_file.as_deref())
+            .map(resolve_data_file_path);
+        let mut wanted = vec![Wanted {
+            path: &args.destination,
+            // A raw destination is the disk, so it takes the disk's size.
+            length: (output_format == Format::Raw).then_some(size),
+        }];
+        if let Some(path) = &data_path {
+            wanted.push(Wanted {
+                path,
+                length: Some(size),
+            });
+        }
+        for w in &wanted {
+            let Ok(id) = file_id_of_path(w.path) else {
+                continue;
+            };
+            if let Some(f) = src_files.iter().find(|f| f.id == id) {
+                bail!(
+                    "convert: {} is the same file as {}, which the source reads: writing it would destroy the source",
+                    w.path.display(),
+                    f.first
+                );
+            }
+        }
+        let mut devs = prepare(&wanted, &file_opts).await?.into_iter();
+        let dev = devs.next().expect("the destination was prepared");
+        let data = devs.next();
+        let (target, granule) = match create {
+            None => {
+                dev.truncate(0).await.context(dst_name.clone())?;
                 dev.truncate(size).await.context(dst_name.clone())?;
                 (Target::Raw(dev), 4096)
             }
-            Format::Qcow2 => {
-                let create = opts.to_create_options(size)?;
-                let data = match &create.data_file {
-                    Some(name) => Some(
-                        FileDev::create(resolve_data_file_path(name), &file_opts)
-                            .with_context(|| format!("{dst_name}: creating the data file"))?,
-                    ),
-                    None => None,
-                };
+            Some(create) => {
                 Image::create_with_data(&dev, data.as_ref(), &create)
                     .await
                     .with_context(|| format!("{dst_name}: creating the image"))?;

@@ -6,14 +6,15 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use engine::dev::{BlockDev, FileDev, FileOptions};
+use engine::dev::{BlockDev, FileOptions};
 use engine::{CreateOptions, Image};
+use tools::create::{check_create_options, prepare, Wanted};
 use tools::files::{
-    open_image, probe_path, resolve_backing_path, resolve_data_file_path, Format, OpenOptions,
-    Probed,
+    file_id_of_path, open_image_with_files, probe_path, resolve_backing_path,
+    resolve_data_file_path, same_file, Format, OpenOptions, Probed,
 };
 
-use tools::qemu_args::{option_help, parse_size, wants_help, ImageOpts};
+use tools::qemu_args::{check_image_size, option_help, parse_size, wants_help, ImageOpts};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -90,11 +91,18 @@ fn create_raw(args: &Args, file: &Path, opts: &ImageOpts) -> anyhow::Result<i32>
     let Some(size) = opts.size else {
         bail!("image creation needs a size parameter");
     };
+    check_image_size(size).with_context(|| format!("{}", file.display()))?;
+    // Opened, locked and shown to take the size before it is emptied.
+    let wanted = [Wanted {
+        path: file,
+        length: Some(size),
+    }];
+    let dev = futures::executor::block_on(prepare(&wanted, &FileOptions::default()))?.remove(0);
     if !args.quiet {
         println!("Formatting '{}', fmt=raw size={size}", file.display());
     }
-    let dev = FileDev::create(file, &FileOptions::default())?;
     futures::executor::block_on(async {
+        dev.truncate(0).await?;
         dev.truncate(size).await?;
         dev.flush().await
     })
@@ -103,16 +111,23 @@ fn create_raw(args: &Args, file: &Path, opts: &ImageOpts) -> anyhow::Result<i32>
 }
 
 fn create_qcow2(args: &Args, file: &Path, mut opts: ImageOpts) -> anyhow::Result<i32> {
+    let mut backing_path = None;
+    // Every file the backing chain reads (when it is opened), which no
+    // file this create writes may be.
+    let mut chain_files = Vec::new();
     if let Some(name) = opts.backing_file.clone() {
-        let backing_path = resolve_backing_path(file, &name);
+        let path = resolve_backing_path(file, &name);
         let Some(fmt) = opts.backing_fmt.clone() else {
-            bail!("{}", missing_backing_format(file, &backing_path));
+            bail!("{}", missing_backing_format(file, &path));
         };
         let fmt: Format = fmt.parse()?;
-        if same_file(file, &backing_path) {
+        // By device and inode: a hard link to the backing file is the
+        // backing file, and creating the image would empty it.
+        if same_file(file, &path) {
             bail!(
-                "{}: trying to create an image with the same file name as its backing file",
-                file.display()
+                "{}: trying to create an image over its own backing file: {} is the same file",
+                file.display(),
+                path.display()
             );
         }
         if !args.unsafe_backing {
@@ -121,20 +136,76 @@ fn create_qcow2(args: &Args, file: &Path, mut opts: ImageOpts) -> anyhow::Result
                 read_only: true,
                 ..OpenOptions::default()
             };
-            let backing_size = futures::executor::block_on(async {
-                let disk = open_image(&backing_path, &open).await?;
+            let (backing_size, files) = futures::executor::block_on(async {
+                let (disk, files) = open_image_with_files(&path, &open).await?;
                 let size = disk.virtual_size();
                 disk.close().await?;
-                anyhow::Ok(size)
+                anyhow::Ok((size, files))
             })
             .with_context(|| format!("{}: could not open backing image", file.display()))?;
             opts.size.get_or_insert(backing_size);
+            chain_files = files;
         }
+        backing_path = Some(path);
     }
     let Some(size) = opts.size else {
         bail!("image creation needs a size parameter");
     };
-    let create = opts.to_create_options(size)?;
+    let named = || format!("{}", file.display());
+    check_image_size(size).with_context(named)?;
+    let create = opts.to_create_options(size).with_context(named)?;
+    // Everything the engine would refuse, refused before any file is
+    // touched (the engine's create empties its files first thing).
+    futures::executor::block_on(check_create_options(&create)).with_context(named)?;
+    // The data file is created (emptied) as qemu-img does, and a relative
+    // name is taken from the working directory, as QEMU opens it.
+    let data_path = create.data_file.as_deref().map(resolve_data_file_path);
+    if let Some(path) = &data_path {
+        if same_file(file, path) {
+            bail!(
+                "{}: the data file cannot be the image file itself",
+                file.display()
+            );
+        }
+        if let Some(backing) = backing_path.as_ref().filter(|b| same_file(path, b)) {
+            bail!(
+                "{}: the data file {} is the same file as the backing file {}: creating it would empty the backing file",
+                file.display(),
+                path.display(),
+                backing.display()
+            );
+        }
+    }
+    for path in std::iter::once(file).chain(data_path.as_deref()) {
+        let Ok(id) = file_id_of_path(path) else {
+            continue;
+        };
+        if let Some(f) = chain_files.iter().find(|f| f.id == id) {
+            bail!(
+                "{}: {} is the same file as {}, which the backing chain reads: creating it would destroy it",
+                file.display(),
+                path.display(),
+                f.first
+            );
+        }
+    }
+    // Both files opened and locked, and the data file shown to take the
+    // disk's size, before either is emptied: a lock held by another
+    // process on the image must not cost the data file its contents.
+    let mut wanted = vec![Wanted {
+        path: file,
+        length: None,
+    }];
+    if let Some(path) = &data_path {
+        wanted.push(Wanted {
+            path,
+            length: Some(size),
+        });
+    }
+    let mut devs =
+        futures::executor::block_on(prepare(&wanted, &FileOptions::default()))?.into_iter();
+    let dev = devs.next().expect("the image file was prepared");
+    let data = devs.next();
     if !args.quiet {
         println!(
             "{}",
@@ -146,30 +217,12 @@ fn create_qcow2(args: &Args, file: &Path, mut opts: ImageOpts) -> anyhow::Result
             )
         );
     }
-    // The data file is created (emptied) as qemu-img does, and a relative
-    // name is taken from the working directory, as QEMU opens it.
-    let data = match &create.data_file {
-        Some(name) => {
-            let path = resolve_data_file_path(name);
-            if same_file(file, &path) {
-                bail!(
-                    "{}: the data file cannot be the image file itself",
-                    file.display()
-                );
-            }
-            let dev = FileDev::create(&path, &FileOptions::default())
-                .with_context(|| format!("{}: could not create data file", file.display()))?;
-            Some(dev)
-        }
-        None => None,
-    };
-    let dev = FileDev::create(file, &FileOptions::default())?;
     futures::executor::block_on(async {
         Image::create_with_data(&dev, data.as_ref(), &create).await?;
         dev.flush().await?;
         anyhow::Ok(())
     })
-    .with_context(|| format!("{}", file.display()))?;
+    .with_context(named)?;
     Ok(0)
 }
 
@@ -185,13 +238,6 @@ fn missing_backing_format(file: &Path, backing: &Path) -> String {
         "{}: backing file specified without backing format{hint}",
         file.display()
     )
-}
-
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => a == b,
-    }
 }
 
 /// The line qemu-img prints before creating a qcow2 image, in its order.

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use sim::case::{Case, Op};
 use sim::runner::{enumerate_crash_states, EnumerateOptions, Granularity};
 
-use super::run::ProfileArg;
+use super::run::{load_case, save_case, ProfileArg};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -66,12 +66,12 @@ pub fn small_case(seed: u64, profile: ProfileArg, groups: usize) -> Case {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let case = match &args.case {
-        Some(p) => Case::load(p)?,
+        Some(p) => load_case(p)?,
         None => small_case(args.seed, args.profile, args.groups),
     };
     case.validate()?;
     if let Some(p) = &args.save {
-        case.save(p)?;
+        save_case(&case, p)?;
     }
     let granularity = match args.granularity {
         GranularityArg::Auto => Granularity::Auto,

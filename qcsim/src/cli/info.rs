@@ -22,6 +22,10 @@ pub struct Args {
     /// Image format (raw or qcow2); probed when omitted.
     #[arg(short = 'f', long = "format", value_name = "FMT")]
     pub format: Option<String>,
+    /// Force sharing: describe an image other processes have open, even
+    /// for writing, without keeping them from writing it (qemu-img's -U).
+    #[arg(short = 'U', long = "force-share")]
+    pub force_share: bool,
     /// Image file.
     pub file: PathBuf,
 }
@@ -119,12 +123,13 @@ pub struct Qcow2Specific {
     pub extended_l2: Option<bool>,
 }
 
-/// Gather the report for the image at `path`.
-pub fn gather(path: &Path, format: Option<Format>) -> anyhow::Result<Info> {
+/// Gather the report for the image at `path`; `force_share` as `-U`.
+pub fn gather(path: &Path, format: Option<Format>, force_share: bool) -> anyhow::Result<Info> {
     let opts = OpenOptions {
         format,
         read_only: true,
         backing: false,
+        force_share,
         ..OpenOptions::default()
     };
     let disk = futures::executor::block_on(open_image(path, &opts))?;
@@ -298,7 +303,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if output != "human" && output != "json" {
         anyhow::bail!("--output must be 'human' or 'json', not '{output}'");
     }
-    let info = gather(&args.file, format)?;
+    let info = gather(&args.file, format, args.force_share)?;
     if output == "json" {
         println!("{}", json(&info)?);
     } else {

@@ -293,6 +293,18 @@ pub fn hexdump(out: &mut impl Write, offset: u64, data: &[u8]) -> std::io::Resul
     Ok(())
 }
 
+/// The whole request against the disk, before it is cut into pieces: an
+/// error names the request as given (a piece past the end would name only
+/// itself), and a write that does not fit writes nothing rather than its
+/// first pieces.
+fn in_range(disk: &Disk, offset: u64, len: u64) -> engine::Result<()> {
+    let size = disk.virtual_size();
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(engine::Error::OutOfRange { offset, len, size }),
+    }
+}
+
 /// Run one command; the error text is printed as "<op> failed: <error>".
 async fn execute(disk: &Disk, cmd: &Cmd, out: &mut impl Write) -> anyhow::Result<bool> {
     let pieces = |offset: u64, len: u64| {
@@ -301,6 +313,18 @@ async fn execute(disk: &Disk, cmd: &Cmd, out: &mut impl Write) -> anyhow::Result
             (offset + at, (len - at).min(PIECE))
         })
     };
+    let range = match *cmd {
+        Cmd::Read { offset, len, .. } => Some(("read", offset, len)),
+        Cmd::Write { offset, len, .. } => Some(("write", offset, len)),
+        Cmd::Discard { offset, len, .. } => Some(("discard", offset, len)),
+        Cmd::Flush | Cmd::Quit => None,
+    };
+    if let Some((op, offset, len)) = range {
+        if let Err(e) = in_range(disk, offset, len) {
+            writeln!(out, "{op} failed: {e}")?;
+            return Ok(false);
+        }
+    }
     match *cmd {
         Cmd::Read {
             offset,

@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
-use sim::case::Case;
 use sim::runner::{run_case, RunOptions};
+
+use super::run::{load_case, prepare_export, print_report, report_export};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -18,13 +19,15 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let case = Case::load(&args.case)?;
+    let case = load_case(&args.case)?;
+    let export = prepare_export(args.export.as_deref())?;
     let report = run_case(
         &case,
         &RunOptions {
             export: args.export,
         },
     );
-    super::run::print_report(&report, args.json);
+    print_report(&report, args.json);
+    report_export(export.as_ref(), &case, args.json);
     Ok(if report.passed() { 0 } else { 1 })
 }

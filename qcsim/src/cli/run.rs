@@ -1,8 +1,9 @@
 //! `qcsim run --seed N [--profile P]`: one case from a seed; prints the
 //! verdict and the trace hash, and saves the case when it fails.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use sim::case::Case;
 use sim::runner::{run_case, RunOptions, RunReport};
 use sim::workload::Profile;
@@ -55,8 +56,9 @@ impl From<ProfileArg> for Profile {
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let case = Case::generate(args.seed, args.profile.into());
     if let Some(p) = &args.save {
-        case.save(p)?;
+        save_case(&case, p)?;
     }
+    let export = prepare_export(args.export.as_deref())?;
     let report = run_case(
         &case,
         &RunOptions {
@@ -64,7 +66,88 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         },
     );
     print_report(&report, args.json);
+    report_export(export.as_ref(), &case, args.json);
     Ok(if report.passed() { 0 } else { 1 })
+}
+
+/// Write `case` to `path`, saying so if it cannot be written. (The case
+/// type's own `save` reports a failure as "reading case file", and repeats
+/// the OS error.)
+pub fn save_case(case: &Case, path: &Path) -> anyhow::Result<()> {
+    std::fs::write(path, case.to_json())
+        .with_context(|| format!("could not write the case to {}", path.display()))
+}
+
+/// Read and validate the case saved at `path`.
+pub fn load_case(path: &Path) -> anyhow::Result<Case> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("could not read the case from {}", path.display()))?;
+    // The error's own text, not a chain: the case errors repeat their
+    // source in their message.
+    Case::from_json(&text)
+        .map_err(|e| anyhow::anyhow!("{}: not a usable case: {e}", path.display()))
+}
+
+/// Where `--export` goes, made before the run.
+pub struct Export {
+    dir: PathBuf,
+    created: bool,
+}
+
+/// Make the `--export` directory (and its parents) before the run, as a
+/// user asking for files there expects, so that one that cannot be made
+/// (a file stands in the way, no permission) is an error before anything
+/// runs, not a warning per image afterwards.
+pub fn prepare_export(dir: Option<&Path>) -> anyhow::Result<Option<Export>> {
+    let Some(dir) = dir else {
+        return Ok(None);
+    };
+    if dir.exists() && !dir.is_dir() {
+        anyhow::bail!(
+            "--export {}: it exists and is not a directory",
+            dir.display()
+        );
+    }
+    let created = !dir.exists();
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("--export {}: cannot make the directory", dir.display()))?;
+    Ok(Some(Export {
+        dir: dir.to_owned(),
+        created,
+    }))
+}
+
+/// Say where the run's images went: the runner writes them into a
+/// directory of the case's seed under the export directory. On standard
+/// error with `--json`, so standard output stays one JSON document.
+pub fn report_export(export: Option<&Export>, case: &Case, json: bool) {
+    let Some(e) = export else {
+        return;
+    };
+    // The runner's naming (sim::runner, `export_dir`).
+    let seed_dir = e.dir.join(format!("seed-{}", case.seed));
+    let images = std::fs::read_dir(&seed_dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|f| f.path().extension().is_some_and(|x| x == "qcow2"))
+                .count()
+        })
+        .unwrap_or(0);
+    let mut line = String::new();
+    if e.created {
+        line.push_str(&format!("export: created {}; ", e.dir.display()));
+    } else {
+        line.push_str("export: ");
+    }
+    line.push_str(&format!(
+        "{images} images with their verdicts in {}",
+        seed_dir.display()
+    ));
+    if json {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
 }
 
 /// The verdict, the counts and the trace hash, as `run` and `replay` print

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use sim::case::Case;
 use sim::shrink::{shrink_failing, CaseSize, ShrinkOptions, DEFAULT_MAX_RUNS};
+
+use super::run::{load_case, save_case};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -32,7 +33,7 @@ pub fn default_output(case: &std::path::Path) -> PathBuf {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let case = Case::load(&args.case)?;
+    let case = load_case(&args.case)?;
     let out = args.output.unwrap_or_else(|| default_output(&args.case));
     println!(
         "shrink: {} from {}",
@@ -52,7 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         },
     )
     .with_context(|| format!("shrinking {}", args.case.display()))?;
-    shrunk.case.save(&out)?;
+    save_case(&shrunk.case, &out)?;
     println!(
         "shrink: still fails ({kind}) with {} after {} runs ({} steps{}); written to {}",
         CaseSize::of(&shrunk.case),

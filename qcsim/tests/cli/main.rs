@@ -3,6 +3,7 @@
 
 mod support;
 
+mod bad_input;
 mod bench_cli;
 mod bench_file;
 mod cli_args;
