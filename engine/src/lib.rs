@@ -7,6 +7,7 @@
 //! await, as QEMU's coroutines do. Nothing here reads a clock, spawns a thread
 //! or draws a random number; that belongs to whoever drives it.
 
+mod allocs;
 mod broken;
 mod cache;
 mod compress;
