@@ -10,6 +10,7 @@
 //! more than the hook. Only tests that prove the harness catches these
 //! bugs turn them on.
 
+use crate::allocs::AllocId;
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::Result;
 use crate::image::{Image, PendingFree};
@@ -33,12 +34,12 @@ pub(crate) const fn is(_opts: &EngineOptions, _b: Broken) -> bool {
 
 impl<D: BlockDev> Image<D> {
     /// `DoubleAlloc`: allocate another cluster for a guest cluster whose
-    /// allocation `key` is still in flight, fill it (COW from the old
+    /// allocation `id` is still in flight, fill it (COW from the old
     /// source plus this write's data) and link it at once. The first
     /// allocation's link later replaces it, and this write's data is lost.
     pub(crate) async fn broken_second_alloc(
         &self,
-        key: u64,
+        id: AllocId,
         off: u64,
         data: &[u8],
     ) -> Result<usize> {
@@ -47,7 +48,7 @@ impl<D: BlockDev> Image<D> {
         let n = ((gstart + cs - off) as usize).min(data.len());
         let src = {
             let inf = self.inflight.borrow();
-            match inf.allocs.get(&key) {
+            match inf.allocs.get(id) {
                 Some(a) => self.cow_source(a, gstart),
                 None => return Ok(0),
             }
@@ -70,35 +71,28 @@ impl<D: BlockDev> Image<D> {
         Ok(n)
     }
 
-    /// `LinkBeforeData`: link allocation `key` (just made for the write of
+    /// `LinkBeforeData`: link allocation `id` (just made for the write of
     /// `data` at `off` into host `host`, covering `[cover_start,
     /// cover_end)`) before its data is written, so the link may reach the
     /// disk first.
     pub(crate) async fn broken_link_before_data(
         &self,
-        key: u64,
-        (cover_start, cover_end): (u64, u64),
+        id: AllocId,
+        cover: (u64, u64),
         host: u64,
         off: u64,
         data: &[u8],
     ) -> Result<usize> {
-        self.inflight
-            .borrow_mut()
-            .allocs
-            .get_mut(&key)
-            .expect("alloc")
-            .writers -= 1;
-        self.inflight
-            .borrow_mut()
-            .allocs
-            .get_mut(&key)
-            .expect("alloc")
-            .written
-            .insert(cover_start, cover_end);
-        self.commit_alloc(key, CowFailure::Keep).await?;
+        // As if the write had ended, covering everything (no wake-up).
+        let start = {
+            let mut inf = self.inflight.borrow_mut();
+            inf.allocs.writer_done(id, Some(cover));
+            inf.allocs.alloc(id).guest_start()
+        };
+        self.commit_alloc(start, CowFailure::Keep).await?;
         let r = self
             .data_dev()
-            .write(host + (off - key), data, WriteFlags::default())
+            .write(host + (off - start), data, WriteFlags::default())
             .await;
         r?;
         Ok(data.len())

@@ -107,7 +107,11 @@ impl<D: BlockDev> Image<D> {
         let cstart = self.geo.cluster_start(start);
         let cend = cstart + self.geo.cluster_size;
         let _g = loop {
-            let keys = self.inflight.borrow().allocs_overlapping(cstart, cend);
+            let keys = self
+                .inflight
+                .borrow()
+                .allocs
+                .starts_overlapping(cstart, cend);
             for k in keys {
                 self.settle_alloc(k, CowFailure::Keep).await?;
             }
@@ -115,7 +119,8 @@ impl<D: BlockDev> Image<D> {
             if self
                 .inflight
                 .borrow()
-                .allocs_overlapping(cstart, cend)
+                .allocs
+                .starts_overlapping(cstart, cend)
                 .is_empty()
             {
                 break g;
@@ -176,7 +181,7 @@ impl<D: BlockDev> Image<D> {
     async fn unmap_locked(&self, start: u64, end: u64, zero: bool) -> Result<()> {
         // Allocations in flight here finish first, so the entries below
         // are final.
-        let keys = self.inflight.borrow().allocs_overlapping(start, end);
+        let keys = self.inflight.borrow().allocs.starts_overlapping(start, end);
         for k in keys {
             self.settle_alloc(k, CowFailure::Keep).await?;
         }

@@ -10,6 +10,7 @@
 //! whose I/O worker threads (`dev::IoPool`) run the blocking system calls:
 //! the engine still sees one single-threaded device.
 
+mod allocs;
 mod broken;
 mod cache;
 mod compress;

@@ -30,24 +30,22 @@ impl<D: BlockDev> Image<D> {
     async fn read_step(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
         let guard = self.meta_lock.lock().await;
         let cs = self.geo.cluster_size;
-        let pending = self.inflight.borrow().alloc_at(off);
-        if let Some(key) = pending {
+        let pending = self.inflight.borrow().allocs.at(off);
+        if let Some(id) = pending {
             // Allocated, not linked: written bytes from the new cluster,
             // the rest from where the cluster's data was before.
             let (src, n) = {
                 let inf = self.inflight.borrow();
-                let a = &inf.allocs[&key];
+                let a = inf.allocs.alloc(id);
                 let cluster_end = self.geo.cluster_start(off) + cs;
                 let max = (buf.len() as u64).min(cluster_end - off);
-                match a.written.covering_end(off) {
+                match a.written().covering_end(off) {
                     Some(e) => (
-                        CowSource::Host(
-                            a.host + (off - a.guest_start) - self.geo.offset_into_cluster(off),
-                        ),
+                        CowSource::Host(a.host_of(off) - self.geo.offset_into_cluster(off)),
                         (e - off).min(max),
                     ),
                     None => {
-                        let next = a.written.next_start_after(off).unwrap_or(u64::MAX);
+                        let next = a.written().next_start_after(off).unwrap_or(u64::MAX);
                         // A source holds for one subcluster at most.
                         let sc_end = self.geo.subcluster_start(off) + self.geo.subcluster_size;
                         (
@@ -69,7 +67,7 @@ impl<D: BlockDev> Image<D> {
         let limit = {
             let inf = self.inflight.borrow();
             let mut l = buf.len() as u64;
-            if let Some(next) = inf.next_alloc_after(off) {
+            if let Some(next) = inf.allocs.next_start_after(off) {
                 l = l.min(next - off);
             }
             l

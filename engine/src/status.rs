@@ -88,11 +88,12 @@ impl<D: BlockDev> Image<D> {
     async fn status_piece(&self, off: u64, max: u64) -> Result<(Status, u64)> {
         let limit = {
             let inf = self.inflight.borrow();
-            if let Some(key) = inf.alloc_at(off) {
-                let a = &inf.allocs[&key];
+            if let Some(id) = inf.allocs.at(off) {
+                let a = inf.allocs.alloc(id);
                 return Ok((Status::Data, (a.end() - off).min(max)));
             }
-            inf.next_alloc_after(off)
+            inf.allocs
+                .next_start_after(off)
                 .map_or(max, |next| (next - off).min(max))
         };
         let (run, n) = self.map_run(off, limit).await?;

@@ -11,6 +11,7 @@
 //! Overlapping guest writes are serialised at byte granularity before any
 //! of this: a write waits for in-flight writes to the same bytes.
 
+use crate::allocs::{Alloc, AllocId, AllocState, AllocWait, NewAlloc};
 use crate::broken::{self, Broken};
 use crate::cow::{self, Place};
 use crate::dev::{BlockDev, WriteFlags};
@@ -18,7 +19,6 @@ use crate::error::{Error, Result};
 use crate::format::entry::{COPIED, SUBCLUSTERS};
 use crate::format::{L2Entry, L2Mapping};
 use crate::image::{Image, PendingFree};
-use crate::inflight::{Alloc, AllocState, RangeSet};
 use crate::mapping::Run;
 
 /// What a failed deferred COW does to its allocation.
@@ -125,32 +125,37 @@ impl<D: BlockDev> Image<D> {
                 return Err(Error::Poisoned);
             }
             // 1. handle_dependencies
-            let dep = self.inflight.borrow().alloc_at(off);
-            if let Some(key) = dep {
+            let dep = self.inflight.borrow().allocs.at(off);
+            if let Some(id) = dep {
                 if broken::is(&self.opts, Broken::DoubleAlloc) {
                     // Deliberately wrong: a second cluster for a guest
                     // cluster whose allocation is still in flight.
                     drop(guard);
-                    return self.broken_second_alloc(key, off, data).await;
+                    return self.broken_second_alloc(id, off, data).await;
                 }
-                if self.may_join(key) {
-                    drop(guard);
-                    if !self.in_cover(key, off) {
+                let (start, joinable, in_cover) = {
+                    let inf = self.inflight.borrow();
+                    let a = inf.allocs.alloc(id);
+                    let (cs, ce) = a.cover();
+                    (a.guest_start(), self.may_join(a), (cs..ce).contains(&off))
+                };
+                drop(guard);
+                if joinable {
+                    if !in_cover {
                         // Subclusters the allocation leaves as they were:
                         // link it first, then map this write afresh.
-                        self.commit_alloc(key, CowFailure::Keep).await?;
+                        self.commit_alloc(start, CowFailure::Keep).await?;
                         continue;
                     }
-                    return self.join_alloc(key, off, data).await;
+                    return self.join_alloc(id, off, data).await;
                 }
-                drop(guard);
-                self.wait_alloc_settled(key).await;
+                self.wait_alloc(AllocWait::Settled { start }).await;
                 continue;
             }
             let limit = {
                 let inf = self.inflight.borrow();
                 let mut l = data.len() as u64;
-                if let Some(next) = inf.next_alloc_after(off) {
+                if let Some(next) = inf.allocs.next_start_after(off) {
                     l = l.min(next - off);
                 }
                 l
@@ -181,49 +186,19 @@ impl<D: BlockDev> Image<D> {
         }
     }
 
-    /// Whether guest offset `off` lies in the bytes allocation `key` fills.
-    fn in_cover(&self, key: u64, off: u64) -> bool {
-        let inf = self.inflight.borrow();
-        let a = &inf.allocs[&key];
-        (a.cover_start..a.cover_end).contains(&off)
-    }
-
-    fn may_join(&self, key: u64) -> bool {
-        let inf = self.inflight.borrow();
-        let a = &inf.allocs[&key];
-        a.state == AllocState::Open && self.opts.switches.delayed_cow
-    }
-
-    /// Wait until the allocation is linked (gone), can be joined, or the
-    /// image has failed.
-    async fn wait_alloc_settled(&self, key: u64) {
-        self.wq
-            .wait_until(|| {
-                !self.inflight.borrow().allocs.contains_key(&key)
-                    || self.may_join(key)
-                    || self.meta.borrow().poisoned
-            })
-            .await;
-    }
-
     /// Give up an allocation whose write failed before anything was
     /// linked to it (without delayed COW no other write can have joined
     /// it): the clusters not yet linked go back to the free pool.
-    /// `id` names the allocation: once it is linked, a later one may take
-    /// the same key (a write filling other subclusters of the cluster), and
+    /// By id: once it is linked, a later allocation may take the same
+    /// guest start (a write filling other subclusters of the cluster), and
     /// that one is not this caller's to give up.
-    async fn abort_alloc(&self, key: u64, id: u64) {
+    async fn abort_alloc(&self, id: AllocId) {
         let _g = self.meta_lock.lock().await;
         // A flush may have taken it over meanwhile: then it is completed
         // from its COW sources and linked, which is as good.
-        let open = self
-            .inflight
-            .borrow()
-            .allocs
-            .get(&key)
-            .is_some_and(|a| a.state == AllocState::Open && a.id == id);
+        let open = self.inflight.borrow().allocs.state(id) == Some(AllocState::Open);
         if open {
-            self.drop_alloc(key);
+            self.drop_alloc(id);
         }
     }
 
@@ -231,12 +206,10 @@ impl<D: BlockDev> Image<D> {
     /// Nothing durable points at them, but a read that began before now may
     /// still be reading one (the written part of an unlinked cluster), so
     /// each is reused only once the I/O started before now has finished.
-    fn drop_alloc(&self, key: u64) {
-        let Some(a) = self.inflight.borrow_mut().allocs.remove(&key) else {
-            return;
-        };
+    fn drop_alloc(&self, id: AllocId) {
+        let a = self.inflight.borrow_mut().allocs.give_up(id);
         self.wq.notify_all();
-        if a.in_place {
+        if a.in_place() {
             // The clusters were there before the allocation: nothing to
             // free.
             self.count(|c| c.allocs_dropped += 1);
@@ -246,15 +219,15 @@ impl<D: BlockDev> Image<D> {
         let cs = self.geo.cluster_size;
         // Data file clusters have no refcount to give back.
         let first = if self.has_data_file() {
-            a.len / cs
+            a.clusters()
         } else {
-            a.linked
+            a.linked()
         };
         {
             let mut m = self.meta.borrow_mut();
-            for i in first..a.len / cs {
+            for i in first..a.clusters() {
                 m.pending_frees.push(PendingFree {
-                    cluster: a.host / cs + i,
+                    cluster: a.host() / cs + i,
                     io_seq,
                     durable: true,
                 });
@@ -266,43 +239,32 @@ impl<D: BlockDev> Image<D> {
 
     /// Write into the new clusters of an allocation still in flight; the
     /// bytes written cancel that part of its COW.
-    async fn join_alloc(&self, key: u64, off: u64, data: &[u8]) -> Result<usize> {
-        let (host, n) = {
-            let mut inf = self.inflight.borrow_mut();
-            let a = inf.allocs.get_mut(&key).expect("alloc present");
-            a.writers += 1;
-            let n = (a.cover_end - off).min(data.len() as u64);
-            (a.host + (off - a.guest_start), n)
-        };
+    async fn join_alloc(&self, id: AllocId, off: u64, data: &[u8]) -> Result<usize> {
+        let (host, n) = self
+            .inflight
+            .borrow_mut()
+            .allocs
+            .join(id, off, data.len() as u64);
         self.count(|c| c.alloc_joins += 1);
         let io = self.inflight.borrow_mut().begin_io();
         let r = self
             .data_dev()
             .write(host, &data[..n as usize], WriteFlags::default())
             .await;
-        self.finish_writer(key, io, r.is_ok().then_some((off, off + n)));
+        self.finish_writer(id, io, r.is_ok().then_some((off, off + n)));
         r?;
-        self.commit_if_covered(key).await?;
+        self.commit_if_covered(id).await?;
         Ok(n as usize)
     }
 
-    /// A write into allocation `key` has finished: end its I/O, count it
+    /// A write into allocation `id` has finished: end its I/O, count it
     /// out, record the bytes it wrote (`None` if it failed). Returns whether
     /// writes now cover the whole allocation.
-    fn finish_writer(&self, key: u64, io: u64, written: Option<(u64, u64)>) -> bool {
+    fn finish_writer(&self, id: AllocId, io: u64, written: Option<(u64, u64)>) -> bool {
         let covered = {
             let mut inf = self.inflight.borrow_mut();
             inf.end_io(io);
-            let a = inf
-                .allocs
-                .get_mut(&key)
-                .expect("alloc present while it has writers");
-            a.writers -= 1;
-            a.failed_write |= written.is_none();
-            if let Some((s, e)) = written {
-                a.written.insert(s, e);
-            }
-            a.unwritten().is_empty()
+            inf.allocs.writer_done(id, written)
         };
         self.wq.notify_all();
         covered
@@ -355,42 +317,33 @@ impl<D: BlockDev> Image<D> {
         if end < cover_end {
             cow_areas.push((end, cover_end));
         }
-        let alloc_id = self.inflight.borrow_mut().new_alloc_id();
-        let alloc = Alloc {
-            id: alloc_id,
-            guest_start: gstart,
-            len: gend - gstart,
-            host,
-            old,
-            written: RangeSet::default(),
-            writers: 1,
-            state: AllocState::Open,
-            cow_areas: cow_areas.clone(),
-            linked: 0,
-            cover_start,
-            cover_end,
-            in_place: in_place.is_some(),
-            fresh,
-            failed_write: false,
-            doomed: false,
-        };
-        let open_allocs = {
+        let ncow = cow_areas.len() as u64;
+        let (id, open_allocs) = {
             let mut inf = self.inflight.borrow_mut();
-            inf.allocs.insert(gstart, alloc);
-            inf.allocs.len()
+            let id = inf.allocs.open(NewAlloc {
+                guest_start: gstart,
+                len: gend - gstart,
+                host,
+                old,
+                cow_areas,
+                cover: (cover_start, cover_end),
+                in_place: in_place.is_some(),
+                fresh,
+            });
+            (id, inf.allocs.count())
         };
         self.count(|c| {
             if in_place.is_none() {
                 c.clusters_allocated += nclusters;
             }
-            c.cow_created += cow_areas.len() as u64;
+            c.cow_created += ncow;
         });
         drop(guard);
 
         if broken::is(&self.opts, Broken::LinkBeforeData) {
             // Deliberately wrong: the link may reach the disk before the data.
             return self
-                .broken_link_before_data(gstart, (cover_start, cover_end), host, off, data)
+                .broken_link_before_data(id, (cover_start, cover_end), host, off, data)
                 .await;
         }
 
@@ -401,7 +354,7 @@ impl<D: BlockDev> Image<D> {
                 .await
                 .map_err(Error::from)
         } else {
-            self.write_with_cow(gstart, off, data).await
+            self.write_with_cow(id, off, data).await
         };
         let done = match (&r, self.opts.switches.delayed_cow) {
             (Err(_), _) => None,
@@ -409,7 +362,7 @@ impl<D: BlockDev> Image<D> {
             // The COW areas were written along with the data.
             (Ok(()), false) => Some((cover_start, cover_end)),
         };
-        let covered = self.finish_writer(gstart, io, done);
+        let covered = self.finish_writer(id, io, done);
         if !self.opts.switches.delayed_cow {
             // The guest learns of any failure here, so the allocation can
             // be given up: the failed write reads as old data.
@@ -418,7 +371,7 @@ impl<D: BlockDev> Image<D> {
                 Err(e) => Err(e),
             };
             if r.is_err() {
-                self.abort_alloc(gstart, alloc_id).await;
+                self.abort_alloc(id).await;
             }
             return r.map(|()| data.len());
         }
@@ -429,8 +382,9 @@ impl<D: BlockDev> Image<D> {
         if covered {
             self.commit_alloc(gstart, CowFailure::Keep).await?;
         } else if open_allocs > MAX_OPEN_ALLOCS {
-            let oldest = self.inflight.borrow().allocs.keys().next().copied();
-            if let Some(k) = oldest {
+            // The first by guest offset (not the oldest: any will do).
+            let first = self.inflight.borrow().allocs.first_start();
+            if let Some(k) = first {
                 self.commit_alloc(k, CowFailure::Keep).await?;
             }
         }
@@ -474,14 +428,15 @@ impl<D: BlockDev> Image<D> {
     /// Without delayed COW: data and COW areas go to the new clusters now
     /// (as `cow::plan` decides: zeroed in one request, merged into one
     /// write, or written apart).
-    async fn write_with_cow(&self, key: u64, off: u64, data: &[u8]) -> Result<()> {
+    async fn write_with_cow(&self, id: AllocId, off: u64, data: &[u8]) -> Result<()> {
         let end = off + data.len() as u64;
         let (job, place) = {
             let inf = self.inflight.borrow();
-            let a = &inf.allocs[&key];
+            let a = inf.allocs.alloc(id);
             // The bytes the allocation fills: whole clusters, or subclusters.
-            let head = (a.cover_start, off);
-            let tail = (end, a.cover_end);
+            let (cover_start, cover_end) = a.cover();
+            let head = (cover_start, off);
+            let tail = (end, cover_end);
             let todo = [head, tail].into_iter().filter(|(s, e)| s < e).collect();
             (self.cow_job(a, todo, Some((off, end))), Place::of(a))
         };
@@ -494,18 +449,15 @@ impl<D: BlockDev> Image<D> {
     }
 
     /// Commit an allocation once writes have covered all of it.
-    async fn commit_if_covered(&self, key: u64) -> Result<()> {
-        let covered = {
+    async fn commit_if_covered(&self, id: AllocId) -> Result<()> {
+        let ready = {
             let inf = self.inflight.borrow();
-            match inf.allocs.get(&key) {
-                Some(a) => {
-                    a.state == AllocState::Open && a.writers == 0 && a.unwritten().is_empty()
-                }
-                None => false,
-            }
+            inf.allocs
+                .ready_to_commit(id)
+                .then(|| inf.allocs.alloc(id).guest_start())
         };
-        if covered {
-            self.commit_alloc(key, CowFailure::Keep).await?;
+        if let Some(start) = ready {
+            self.commit_alloc(start, CowFailure::Keep).await?;
         }
         Ok(())
     }
@@ -513,7 +465,7 @@ impl<D: BlockDev> Image<D> {
     /// Commit every allocation in flight now (guest flush, close). The
     /// caller must report an error without awaiting anything first.
     pub(crate) async fn commit_all_allocs(&self) -> Result<()> {
-        let keys: Vec<u64> = self.inflight.borrow().allocs.keys().copied().collect();
+        let keys: Vec<u64> = self.inflight.borrow().allocs.starts();
         let mut first_err = None;
         let mut failed = Vec::new();
         for k in keys {
@@ -522,96 +474,79 @@ impl<D: BlockDev> Image<D> {
                 failed.push(k);
             }
         }
-        // Those whose COW failed are marked and still Committing: give them
-        // up now, with no await before the flush reports its failure. Not
-        // those whose commit failed otherwise (linking): they went back to
-        // Open, and another writer may have taken them over since.
+        // Those whose COW failed are Doomed: give them up now, with no
+        // await before the flush reports its failure. Not those whose
+        // commit failed otherwise (linking): they went back to Open, and
+        // another writer may have taken them over since.
         for k in failed {
             let doomed = self
                 .inflight
                 .borrow()
                 .allocs
-                .get(&k)
-                .is_some_and(|a| a.doomed);
-            if doomed {
-                self.drop_alloc(k);
+                .at_start(k)
+                .filter(|a| a.state() == AllocState::Doomed)
+                .map(|a| a.id());
+            if let Some(id) = doomed {
+                self.drop_alloc(id);
             }
         }
         first_err.map_or(Ok(()), Err)
     }
 
-    /// See an allocation through before a flush or discard relies on the
-    /// L2 table. With delayed COW it is committed here; without, its owner
-    /// (the write that made it, still in flight) always commits or gives
-    /// it up before completing, so only waiting is needed, and taking it
-    /// over would race with the owner giving it up.
-    pub(crate) async fn settle_alloc(&self, key: u64, on_cow_error: CowFailure) -> Result<()> {
+    /// See the allocation at guest start `start` through before a flush
+    /// or discard relies on the L2 table. With delayed COW it is committed
+    /// here; without, its owner (the write that made it, still in flight)
+    /// always commits or gives it up before completing, so only waiting is
+    /// needed, and taking it over would race with the owner giving it up.
+    pub(crate) async fn settle_alloc(&self, start: u64, on_cow_error: CowFailure) -> Result<()> {
         if self.opts.switches.delayed_cow {
-            return self.commit_alloc(key, on_cow_error).await;
+            return self.commit_alloc(start, on_cow_error).await;
         }
-        self.wq
-            .wait_until(|| !self.inflight.borrow().allocs.contains_key(&key))
-            .await;
+        self.wait_alloc(AllocWait::Gone { start }).await;
         Ok(())
     }
 
-    /// Finish an allocation: wait for the writes into it, perform what is
-    /// left of its COW, and link its clusters into the L2 table. If another
-    /// task is already committing it, wait for that instead.
+    /// Finish the allocation at guest start `start`: wait for the writes
+    /// into it, perform what is left of its COW, and link its clusters into
+    /// the L2 table. If another task is already committing it, wait for
+    /// that instead; should that commit fail and reopen it, commit it here.
+    /// (Whatever is at `start` when this looks: after such a wait it may be
+    /// a later allocation of the same place, which a flush commits too.)
     ///
     /// If the COW fails, `on_cow_error` says what becomes of it: a guest
-    /// flush gives it up (its failure tells the guest that unflushed
-    /// writes may be lost); anyone else keeps it open for a later flush,
+    /// flush dooms it (its failure tells the guest that unflushed
+    /// writes may be lost); anyone else reopens it for a later flush,
     /// since their failure promises nothing about other writes' data.
-    pub(crate) async fn commit_alloc(&self, key: u64, on_cow_error: CowFailure) -> Result<()> {
-        loop {
-            let state = self.inflight.borrow().allocs.get(&key).map(|a| a.state);
-            match state {
+    pub(crate) async fn commit_alloc(&self, start: u64, on_cow_error: CowFailure) -> Result<()> {
+        let id = loop {
+            let at = self
+                .inflight
+                .borrow()
+                .allocs
+                .at_start(start)
+                .map(|a| (a.id(), a.state()));
+            match at {
                 None => return Ok(()),
-                Some(AllocState::Committing) => {
-                    // Someone else is committing it; if that fails it goes
-                    // back to Open and this commit tries again.
-                    self.wq
-                        .wait_until(|| {
-                            self.inflight
-                                .borrow()
-                                .allocs
-                                .get(&key)
-                                .is_none_or(|a| a.state == AllocState::Open)
-                        })
-                        .await;
+                Some((id, AllocState::Open)) => {
+                    self.inflight.borrow_mut().allocs.begin_commit(id);
+                    break id;
                 }
-                Some(AllocState::Open) => {
-                    self.inflight
-                        .borrow_mut()
-                        .allocs
-                        .get_mut(&key)
-                        .expect("alloc")
-                        .state = AllocState::Committing;
-                    break;
+                // Someone else is committing it; if that fails it goes back
+                // to Open and this commit tries again.
+                Some((_, AllocState::Committing | AllocState::Doomed)) => {
+                    self.wait_alloc(AllocWait::CommitEnded { start }).await
                 }
             }
-        }
-        self.wq
-            .wait_until(|| {
-                self.inflight
-                    .borrow()
-                    .allocs
-                    .get(&key)
-                    .is_none_or(|a| a.writers == 0)
-            })
-            .await;
-        if !self.inflight.borrow().allocs.contains_key(&key) {
+        };
+        self.wait_alloc(AllocWait::WritersDone { id }).await;
+        if self.inflight.borrow().allocs.get(id).is_none() {
             return Ok(());
         }
-        let cow = self.perform_remaining_cow(key).await;
+        let cow = self.perform_remaining_cow(id).await;
         if cow.is_ok() {
             // Every byte of the new clusters now holds its data: reads may
             // use them whole.
-            if let Some(a) = self.inflight.borrow_mut().allocs.get_mut(&key) {
-                let (s, e) = (a.cover_start, a.cover_end);
-                a.written.insert(s, e);
-            }
+            self.inflight.borrow_mut().allocs.cow_done(id);
         }
         if let Err(e) = cow {
             // The copy failed, so the cluster cannot be linked without
@@ -620,26 +555,20 @@ impl<D: BlockDev> Image<D> {
                 // The flush will fail, the image stays as it was before
                 // the allocation, and the writes that went only into this
                 // cluster are lost, as unflushed writes may be when a
-                // flush fails. It stays Committing (visible to reads,
-                // closed to writes) until the flush drops it just before
+                // flush fails. Doomed, it stays visible to reads and closed
+                // to writes until the flush gives it up just before
                 // failing, so that no read sees the loss before the guest
                 // can know of it.
-                CowFailure::Drop => {
-                    if let Some(a) = self.inflight.borrow_mut().allocs.get_mut(&key) {
-                        a.doomed = true;
-                    }
-                }
+                CowFailure::Drop => self.inflight.borrow_mut().allocs.doom(id),
                 CowFailure::Keep => {
-                    if let Some(a) = self.inflight.borrow_mut().allocs.get_mut(&key) {
-                        a.state = AllocState::Open;
-                    }
+                    self.inflight.borrow_mut().allocs.reopen(id);
                     self.wq.notify_all();
                 }
             }
             return Err(e);
         }
         let guard = self.meta_lock.lock().await;
-        let r = self.link_alloc(key).await;
+        let r = self.link_alloc(id).await;
         let r = match r {
             Ok(()) if !self.opts.switches.delayed_metadata => self.writeback_all().await,
             other => other,
@@ -651,13 +580,13 @@ impl<D: BlockDev> Image<D> {
 
     /// Copy what no write covered (as `cow::plan` decides), counting
     /// cancelled and performed areas.
-    async fn perform_remaining_cow(&self, key: u64) -> Result<()> {
+    async fn perform_remaining_cow(&self, id: AllocId) -> Result<()> {
         let (job, place) = {
             let inf = self.inflight.borrow();
-            let a = &inf.allocs[&key];
+            let a = inf.allocs.alloc(id);
             if self.opts.switches.delayed_cow {
-                for &(s, e) in &a.cow_areas {
-                    let left: u64 = a.written.gaps(s, e).iter().map(|(x, y)| y - x).sum();
+                for &(s, e) in a.cow_areas() {
+                    let left: u64 = a.written().gaps(s, e).iter().map(|(x, y)| y - x).sum();
                     self.count(|c| {
                         if left == 0 {
                             c.cow_cancelled_whole += 1;
@@ -677,38 +606,28 @@ impl<D: BlockDev> Image<D> {
     }
 
     /// Point the L2 entries at the new clusters and drop the allocation.
-    /// On an error the allocation stays (Open, with the clusters linked so
-    /// far remembered) so that a later flush finishes it.
-    async fn link_alloc(&self, key: u64) -> Result<()> {
-        let a = self.inflight.borrow().allocs[&key].clone();
+    /// On an error the allocation is reopened (partly linked: the clusters
+    /// linked so far are remembered) so that a later flush finishes it.
+    async fn link_alloc(&self, id: AllocId) -> Result<()> {
+        let a = self.inflight.borrow().allocs.alloc(id).clone();
         let cs = self.geo.cluster_size;
-        for i in a.linked..a.len / cs {
-            let guest = a.guest_start + i * cs;
+        for i in a.linked()..a.clusters() {
+            let guest = a.guest_start() + i * cs;
             match self.l2_table_for_write(guest).await {
                 Ok(l2) => {
                     let old = self.update_l2_entry(l2, guest, |cur| self.linked_entry(&a, i, cur));
-                    if !a.in_place {
+                    if !a.in_place() {
                         self.release_entry(old);
                     }
-                    self.inflight
-                        .borrow_mut()
-                        .allocs
-                        .get_mut(&key)
-                        .expect("alloc")
-                        .linked = i + 1;
+                    self.inflight.borrow_mut().allocs.linked_through(id, i + 1);
                 }
                 Err(e) => {
-                    self.inflight
-                        .borrow_mut()
-                        .allocs
-                        .get_mut(&key)
-                        .expect("alloc")
-                        .state = AllocState::Open;
+                    self.inflight.borrow_mut().allocs.reopen(id);
                     return Err(e);
                 }
             }
         }
-        self.inflight.borrow_mut().allocs.remove(&key);
+        self.inflight.borrow_mut().allocs.finish(id);
         Ok(())
     }
 
@@ -719,18 +638,19 @@ impl<D: BlockDev> Image<D> {
     /// changed since the allocation began: zeroed.)
     fn linked_entry(&self, a: &Alloc, i: u64, cur: L2Entry) -> L2Entry {
         let cs = self.geo.cluster_size;
-        let host = a.host + i * cs;
-        let cstart = a.guest_start + i * cs;
-        if !self.geo.extended_l2 || (a.cover_start == a.guest_start && a.cover_end == a.end()) {
+        let host = a.host() + i * cs;
+        let cstart = a.guest_start() + i * cs;
+        let (cover_start, cover_end) = a.cover();
+        if !self.geo.extended_l2 || (cover_start == a.guest_start() && cover_end == a.end()) {
             return self.geo.data_entry(host);
         }
         let sc = self.geo.subcluster_size;
-        let first = (a.cover_start.max(cstart) - cstart) / sc;
-        let last = (a.cover_end.min(cstart + cs) - cstart) / sc;
+        let first = (cover_start.max(cstart) - cstart) / sc;
+        let last = (cover_end.min(cstart + cs) - cstart) / sc;
         debug_assert!(first < last && last <= SUBCLUSTERS as u64);
         let mask = ((1u64 << last) - 1) & !((1u64 << first) - 1);
         debug_assert!(
-            cur.word & !COPIED == if a.in_place { host } else { 0 },
+            cur.word & !COPIED == if a.in_place() { host } else { 0 },
             "the cluster's host changed under an allocation"
         );
         L2Entry {

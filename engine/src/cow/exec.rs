@@ -3,11 +3,11 @@
 //! (`Image::run_cow_plan`). Nothing here decides; `cow::plan` has.
 
 use super::plan::{CowJob, CowPlan, CowSwitches, Part, Range, Step, Write};
+use crate::allocs::Alloc;
 use crate::broken::{self, Broken};
 use crate::dev::{BlockDev, WriteFlags, ZeroFlags};
 use crate::error::Result;
 use crate::image::Image;
-use crate::inflight::Alloc;
 
 /// Where an allocation's guest bytes live on the data device: guest
 /// `guest_start` at host `host`, the rest contiguous after it.
@@ -20,8 +20,8 @@ pub(crate) struct Place {
 impl Place {
     pub fn of(a: &Alloc) -> Place {
         Place {
-            guest_start: a.guest_start,
-            host: a.host,
+            guest_start: a.guest_start(),
+            host: a.host(),
         }
     }
 
@@ -35,14 +35,15 @@ impl<D: BlockDev> Image<D> {
     /// `todo` still to copy, and the guest data range `data` written with
     /// them (see [`CowJob::data`]).
     pub(crate) fn cow_job(&self, a: &Alloc, todo: Vec<Range>, data: Option<Range>) -> CowJob {
+        let (cover_start, cover_end) = a.cover();
         CowJob {
-            cover: (a.cover_start, a.cover_end),
-            pieces: self.cow_pieces(a, a.cover_start, a.cover_end),
+            cover: (cover_start, cover_end),
+            pieces: self.cow_pieces(a, cover_start, cover_end),
             todo,
             data,
-            in_place: a.in_place,
-            fresh: a.fresh,
-            failed_write: a.failed_write,
+            in_place: a.in_place(),
+            fresh: a.fresh(),
+            failed_write: a.failed_write(),
         }
     }
 

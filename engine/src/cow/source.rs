@@ -3,11 +3,11 @@
 //! cluster), the pieces of one source a range is cut into, and reading
 //! them.
 
+use crate::allocs::Alloc;
 use crate::dev::BlockDev;
 use crate::error::Result;
 use crate::format::L2Mapping;
 use crate::image::Image;
-use crate::inflight::Alloc;
 
 /// Where the old content of a guest cluster lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,8 +48,8 @@ impl<D: BlockDev> Image<D> {
     /// in allocation `a`. It holds for the rest of `guest`'s subcluster
     /// (cluster, in standard images).
     pub(crate) fn cow_source(&self, a: &Alloc, guest: u64) -> CowSource {
-        let i = ((guest - a.guest_start) / self.geo.cluster_size) as usize;
-        match self.decode_l2(a.old[i], guest) {
+        let i = ((guest - a.guest_start()) / self.geo.cluster_size) as usize;
+        match self.decode_l2(a.old_entry(i), guest) {
             L2Mapping::Unallocated if self.backing.is_some() => CowSource::Backing,
             L2Mapping::Unallocated | L2Mapping::Zero { .. } => CowSource::Zero,
             L2Mapping::Normal { host, .. } => CowSource::Host(host),
