@@ -217,15 +217,19 @@ impl Op {
 }
 
 /// Why a case is refused.
+///
+/// Each message carries its cause's text itself, and no variant reports a
+/// `source()`: a chain printer (anyhow's `{:#}`, as the CLI prints errors)
+/// would otherwise print the cause twice, once in the message and once as
+/// the next link. thiserror treats a field named `source` as the source,
+/// hence `error` below, and `#[from]` implies `#[source]`, hence the
+/// hand-written `From` impl.
 #[derive(Debug, thiserror::Error)]
 pub enum CaseError {
-    #[error("reading case file {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("reading case file {path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("case JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     #[error("case version {found} is not supported (this build reads version {CASE_VERSION})")]
     Version { found: u32 },
     #[error(
@@ -265,6 +269,12 @@ pub enum CaseError {
     },
 }
 
+impl From<serde_json::Error> for CaseError {
+    fn from(e: serde_json::Error) -> Self {
+        CaseError::Json(e)
+    }
+}
+
 #[derive(Deserialize)]
 struct VersionOnly {
     version: u32,
@@ -292,17 +302,17 @@ impl Case {
     }
 
     pub fn load(path: &Path) -> Result<Case, CaseError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CaseError::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| CaseError::Io {
             path: path.display().to_string(),
-            source,
+            error,
         })?;
         Case::from_json(&text)
     }
 
     pub fn save(&self, path: &Path) -> Result<(), CaseError> {
-        std::fs::write(path, self.to_json()).map_err(|source| CaseError::Io {
+        std::fs::write(path, self.to_json()).map_err(|error| CaseError::Io {
             path: path.display().to_string(),
-            source,
+            error,
         })
     }
 
