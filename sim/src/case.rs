@@ -12,6 +12,7 @@
 
 use std::path::Path;
 
+use engine::format::header::CompressionType;
 use engine::{Compat, CreateOptions, EngineOptions};
 use oracle::data::{BackingData, BackingPattern, SECTOR_SIZE};
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,22 @@ pub const MAX_OP_SECTORS: u64 = 4096;
 pub const MAX_CACHE_TABLES: usize = 1024;
 /// Smallest cluster size with extended L2 entries (as qemu-img requires).
 pub const MIN_EXTENDED_L2_CLUSTER_SIZE: u64 = 16 << 10;
+/// Least `EngineOptions::metadata_memory_limit` a case may give. The
+/// engine refuses to open an image whose L1 and refcount tables need more,
+/// and to rebuild refcounts over a file of more than `limit / 8` clusters.
+/// Within the other bounds of a case these stay far below it: the L1 table
+/// of a 64 MiB disk is at most 16 KiB (512-byte clusters), its refcount
+/// table at most a few clusters (2 MiB each with 2 MiB clusters), and a
+/// rebuild of a 1 GiB file of 512-byte clusters needs 16 MiB.
+pub const MIN_METADATA_MEMORY_LIMIT: u64 = 16 << 20;
+/// Most `EngineOptions::grow_ahead` a case may give (the whole largest
+/// virtual disk): every crash image and the final image are read whole
+/// into memory, and growth past the end of the file is part of them.
+pub const MAX_GROW_AHEAD: u64 = MAX_VIRTUAL_SIZE;
+/// Most sectors a misdirected write may land away from its target
+/// (`FaultOptions::misdirect_sectors_max`): the file grows to where it
+/// lands, and is read whole into memory after a crash and at the end.
+pub const MAX_MISDIRECT_SECTORS: u32 = 4096;
 
 /// One simulated run, whole.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -244,6 +261,8 @@ pub enum CaseError {
     LazyRefcountsOnV2,
     #[error("extended L2 entries need compat 1.1 and clusters of at least 16 KiB")]
     ExtendedL2,
+    #[error("compression_type {0:?}: compat 0.10 supports only zlib compression")]
+    CompressionTypeOnV2(CompressionType),
     #[error("data file: {0}")]
     DataFile(String),
     #[error("backing: {0}")]
@@ -439,6 +458,28 @@ impl Case {
                 )));
             }
         }
+        // Values the engine accepts but a run cannot use: the open after
+        // create would fail (a limit too small for the tables), every
+        // write would fail (read-only), or growth would overflow or
+        // grow the image past what a run can hold in memory.
+        if e.metadata_memory_limit < MIN_METADATA_MEMORY_LIMIT {
+            return Err(CaseError::Engine(format!(
+                "metadata_memory_limit {}: must be at least {MIN_METADATA_MEMORY_LIMIT} bytes, \
+                 enough for the tables of any image a case can create",
+                e.metadata_memory_limit
+            )));
+        }
+        if e.read_only {
+            return Err(CaseError::Engine(
+                "read_only: must be false, a case writes to its image".into(),
+            ));
+        }
+        if e.grow_ahead > MAX_GROW_AHEAD {
+            return Err(CaseError::Engine(format!(
+                "grow_ahead {}: must be at most {MAX_GROW_AHEAD} bytes",
+                e.grow_ahead
+            )));
+        }
         Ok(())
     }
 
@@ -466,6 +507,9 @@ impl Case {
             && (c.compat == Compat::V2 || c.cluster_size < MIN_EXTENDED_L2_CLUSTER_SIZE)
         {
             return Err(CaseError::ExtendedL2);
+        }
+        if c.compat == Compat::V2 && c.compression_type != CompressionType::Zlib {
+            return Err(CaseError::CompressionTypeOnV2(c.compression_type));
         }
         self.validate_data_file()?;
         match &self.image.backing {
@@ -541,7 +585,32 @@ impl Case {
     }
 
     fn validate_device(&self) -> Result<(), CaseError> {
-        Ok(self.disk.validate()?)
+        self.disk.validate()?;
+        // What any disk may do but a case's disk may not: the runner may
+        // take a crash image of any case (a close that fails after an
+        // injected fault is treated as a crash), and reads every image
+        // whole into memory.
+        let refuse = |field: &'static str, reason: String| {
+            Err(CaseError::Disk(OptionsError { field, reason }))
+        };
+        let d = &self.disk;
+        if !d.crash.track {
+            return refuse(
+                "crash.track",
+                "must be true: the run takes crash images of the disk".into(),
+            );
+        }
+        if d.faults.misdirect_sectors_max > MAX_MISDIRECT_SECTORS {
+            return refuse(
+                "faults.misdirect_sectors_max",
+                format!(
+                    "{} is more than {MAX_MISDIRECT_SECTORS} sectors: a misdirected write \
+                     grows the file to where it lands",
+                    d.faults.misdirect_sectors_max
+                ),
+            );
+        }
+        Ok(())
     }
 
     fn validate_workload(&self) -> Result<(), CaseError> {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use sim::campaign::{run_campaign, CampaignPlan, SwitchPlan};
 use sim::case::{Case, CaseError};
+use sim::runner::{run_case, RunOptions};
 use sim::workload::Profile;
 
 /// An error and its `source()` chain, as anyhow's `{:#}` prints it (and
@@ -88,5 +89,90 @@ fn a_campaign_with_an_empty_shard_runs_nothing() {
         };
         let summary = run_campaign(&plan, &|_, _| {});
         assert_eq!(summary.cases, 0, "shard {shard:?}");
+    }
+}
+
+/// Case 1 of the random profile, as `qcsim run --seed 1 --save case.json`
+/// writes it (issue 10's examples edit this case), edited as JSON.
+fn seed_1_edited(edit: impl FnOnce(&mut serde_json::Value)) -> Result<Case, CaseError> {
+    let case = Case::generate(1, Profile::Mixed);
+    let mut v: serde_json::Value = serde_json::from_str(&case.to_json()).unwrap();
+    edit(&mut v);
+    Case::from_json(&v.to_string())
+}
+
+/// `field` is refused and the message names it.
+fn refused(field: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+    match seed_1_edited(edit) {
+        Ok(_) => panic!("{field}: accepted"),
+        Err(e) => assert!(e.to_string().contains(field), "{field}: {e}"),
+    }
+}
+
+/// Engine and disk option values the engine or disk accepts but a run
+/// cannot use are refused by validation, naming the field. Each of them
+/// used to pass validation and then fail the run (the engine blamed for
+/// it), abort on a huge allocation, or panic.
+#[test]
+fn options_a_run_cannot_use_are_refused_by_name() {
+    // Was: "open after create: metadata limit: L1 table needs 8 bytes".
+    refused("metadata_memory_limit", |v| {
+        v["engine"]["metadata_memory_limit"] = 0.into()
+    });
+    refused("metadata_memory_limit", |v| {
+        v["engine"]["metadata_memory_limit"] = (sim::case::MIN_METADATA_MEMORY_LIMIT - 1).into()
+    });
+    // Was: every write "failed with no fault injected: image is read-only".
+    refused("read_only", |v| v["engine"]["read_only"] = true.into());
+    // Was: a remainder by zero (u64::MAX) or a 1 TiB allocation (1 << 40)
+    // when the grown image was read whole.
+    refused("grow_ahead", |v| {
+        v["engine"]["grow_ahead"] = u64::MAX.into()
+    });
+    refused("grow_ahead", |v| {
+        v["engine"]["grow_ahead"] = (sim::case::MAX_GROW_AHEAD + 1).into()
+    });
+    // Was: "create: invalid option compression_type".
+    refused("compression_type", |v| {
+        let c = &mut v["image"]["create"];
+        c["compat"] = "0.10".into();
+        c["refcount_bits"] = 16.into();
+        c["data_file"] = serde_json::Value::Null;
+        c["data_file_raw"] = false.into();
+        c["compression_type"] = "zstd".into();
+        v["image"]["data_file"] = serde_json::Value::Null;
+    });
+    // Was: "crash image: crash images need crash tracking".
+    refused("crash.track", |v| {
+        v["disk"]["crash"]["track"] = false.into()
+    });
+    // Was: an 868 GiB allocation when the image was read after a
+    // misdirected write.
+    refused("faults.misdirect_sectors_max", |v| {
+        v["disk"]["faults"]["misdirect_sectors_max"] = u32::MAX.into()
+    });
+}
+
+/// The bounds are not too tight: a case at the least metadata memory
+/// limit runs and passes, with the largest clusters (the largest refcount
+/// table) and with the smallest under lazy refcounts (the largest
+/// refcount rebuild after its crashes).
+#[test]
+fn the_least_metadata_memory_limit_is_enough() {
+    let limit = sim::case::MIN_METADATA_MEMORY_LIMIT;
+    for (cluster_size, lazy) in [(2u64 << 20, false), (512, true)] {
+        let case = seed_1_edited(|v| {
+            v["engine"]["metadata_memory_limit"] = limit.into();
+            v["image"]["create"]["cluster_size"] = cluster_size.into();
+            v["image"]["create"]["lazy_refcounts"] = lazy.into();
+        })
+        .unwrap();
+        assert!(case.crashes() > 0);
+        let report = run_case(&case, &RunOptions::default());
+        assert!(
+            report.passed(),
+            "{cluster_size} {lazy}: {:?}",
+            report.failures
+        );
     }
 }
