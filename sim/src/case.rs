@@ -47,6 +47,15 @@ pub const MIN_METADATA_MEMORY_LIMIT: u64 = 16 << 20;
 /// virtual disk): every crash image and the final image are read whole
 /// into memory, and growth past the end of the file is part of them.
 pub const MAX_GROW_AHEAD: u64 = MAX_VIRTUAL_SIZE;
+/// More bytes than any one device request the engine issues for a case:
+/// guest requests are at most 2 MiB (`MAX_OP_SECTORS`) and with their COW
+/// areas at most two clusters (2 MiB each) more; tables are at most a
+/// cluster, and the L1 and refcount tables of a case's image are far below
+/// that; growing the file ahead covers at most `MAX_GROW_AHEAD` plus one
+/// allocation; building a qcow2 backing file writes it (at most
+/// `MAX_VIRTUAL_SIZE`) in one request. The executor's time budget charges
+/// every request as if it moved this much (`runner::exec_options`).
+pub const MAX_REQUEST_BYTES: u64 = 128 << 20;
 /// Most sectors a misdirected write may land away from its target
 /// (`FaultOptions::misdirect_sectors_max`): the file grows to where it
 /// lands, and is read whole into memory after a crash and at the end.

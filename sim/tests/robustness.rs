@@ -176,3 +176,69 @@ fn the_least_metadata_memory_limit_is_enough() {
         );
     }
 }
+
+/// The slowest devices validation allows, one latency at a time and all
+/// at once, run to a verdict: no panic (bandwidth 1 and 1000 s latencies
+/// used to panic in the runner, "a single engine request cannot hang the
+/// executor"), and no livelock blamed on the engine (a minute-long seek,
+/// flush, read or write used to spend the fixed one-hour time budget).
+#[test]
+fn the_slowest_valid_devices_run_to_a_verdict() {
+    let max = sim::disk::MAX_LATENCY_NS;
+    let bw = sim::disk::MIN_BANDWIDTH;
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let edits: Vec<(&str, Edit)> = vec![
+        ("bandwidth", Box::new(move |l| l["bandwidth"] = bw.into())),
+        ("seek", Box::new(move |l| l["seek"] = max.into())),
+        ("extend", Box::new(move |l| l["extend"] = max.into())),
+        (
+            "flush_mean",
+            Box::new(move |l| l["flush_mean"] = max.into()),
+        ),
+        (
+            "write_min+write_mean",
+            Box::new(move |l| {
+                l["write_min"] = max.into();
+                l["write_mean"] = max.into();
+            }),
+        ),
+        (
+            "read_min+read_mean",
+            Box::new(move |l| {
+                l["read_min"] = max.into();
+                l["read_mean"] = max.into();
+            }),
+        ),
+        (
+            "all",
+            Box::new(move |l| {
+                for f in ["read_mean", "write_mean", "flush_mean", "seek", "extend"] {
+                    l[f] = max.into();
+                }
+                l["bandwidth"] = bw.into();
+            }),
+        ),
+    ];
+    for (what, edit) in edits {
+        let case = seed_1_edited(|v| edit(&mut v["disk"]["latency"])).unwrap();
+        // The budget does not saturate: validation keeps it countable.
+        let budget = sim::runner::exec_options(&case).time_max;
+        assert!(budget < u64::MAX, "{what}: {budget}");
+        let report = run_case(&case, &RunOptions::default());
+        assert!(report.passed(), "{what}: {:?}", report.failures);
+    }
+}
+
+/// Beyond the bounds, validation refuses the device by the field's name.
+#[test]
+fn device_latencies_past_the_bounds_are_refused_by_name() {
+    let max = sim::disk::MAX_LATENCY_NS;
+    refused("latency.bandwidth", |v| {
+        v["disk"]["latency"]["bandwidth"] = 1.into()
+    });
+    for field in ["seek", "extend", "read_mean", "write_mean", "flush_mean"] {
+        refused(&format!("latency.{field}"), |v| {
+            v["disk"]["latency"][field] = (max + 1).into()
+        });
+    }
+}

@@ -270,12 +270,15 @@ impl SimDisk {
                 transfer = u64::try_from(t).unwrap_or(u64::MAX / 4);
             }
         }
+        // Saturating: validated options keep every sum far below u64::MAX
+        // (`MAX_LATENCY_NS`), and if it were ever reached, time standing
+        // still is better than a wrapped clock or a panic.
         if st.channels.is_empty() {
-            let bus_done = st.bus_free.max(now) + transfer;
+            let bus_done = st.bus_free.max(now).saturating_add(transfer);
             st.bus_free = bus_done;
-            return bus_done + service;
+            return bus_done.saturating_add(service);
         }
-        let service = service + transfer;
+        let service = service.saturating_add(transfer);
         let (i, free) = st
             .channels
             .iter()
@@ -283,7 +286,7 @@ impl SimDisk {
             .enumerate()
             .min_by_key(|&(i, t)| (t, i))
             .expect("at least one channel");
-        let done = free.max(now) + service;
+        let done = free.max(now).saturating_add(service);
         st.channels[i] = done;
         done
     }
