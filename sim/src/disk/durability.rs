@@ -17,12 +17,15 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use super::payload::Data;
 use super::store::SparseStore;
 
 /// What a write-like request puts on the disk.
 #[derive(Debug, Clone)]
 pub(crate) enum Payload {
-    Data(Rc<[u8]>),
+    /// Its bytes, compact (see `payload`): a pending write keeps them until
+    /// it is durable or dead, however many later writes cover it.
+    Data(Rc<Data>),
     Zeroes,
 }
 
@@ -47,14 +50,19 @@ impl Pending {
         subtract((self.offset, self.offset + self.len), &self.dead)
     }
 
+    /// Bytes its payload holds in memory (the fixed-size parts aside).
+    pub(crate) fn payload_bytes(&self) -> u64 {
+        match &self.payload {
+            Payload::Data(d) => d.heap_bytes(),
+            Payload::Zeroes => 0,
+        }
+    }
+
     /// Put the bytes of `[start, end)` (inside this write) into `store`.
     pub(crate) fn apply(&self, store: &mut SparseStore, start: u64, end: u64) {
         debug_assert!(self.offset <= start && end <= self.offset + self.len);
         match &self.payload {
-            Payload::Data(d) => store.write(
-                start,
-                &d[(start - self.offset) as usize..(end - self.offset) as usize],
-            ),
+            Payload::Data(d) => d.apply(store, self.offset, start - self.offset, end - self.offset),
             Payload::Zeroes => store.zero(start, end - start),
         }
     }
@@ -63,10 +71,7 @@ impl Pending {
     pub(crate) fn copy_out(&self, pos: u64, out: &mut [u8]) {
         debug_assert!(self.offset <= pos && pos + out.len() as u64 <= self.offset + self.len);
         match &self.payload {
-            Payload::Data(d) => {
-                let at = (pos - self.offset) as usize;
-                out.copy_from_slice(&d[at..at + out.len()]);
-            }
+            Payload::Data(d) => d.copy_out(pos - self.offset, out),
             Payload::Zeroes => out.fill(0),
         }
     }

@@ -37,6 +37,7 @@ mod durability;
 mod faults;
 mod log;
 mod options;
+mod payload;
 mod simdisk;
 mod store;
 
