@@ -169,7 +169,7 @@ pub struct CrashPoint {
 
 impl CrashPoint {
     fn new(dur: &Durability, sector_size: u32, options: CrashOptions) -> Self {
-        let mut writes: Vec<Pending> = dur.pending.values().cloned().collect();
+        let mut writes: Vec<Pending> = dur.pending().values().cloned().collect();
         writes.sort_by_key(|p| (p.completed.unwrap_or(u64::MAX), p.id));
         let ss = u64::from(sector_size);
         let mut sectors: BTreeMap<u64, Vec<usize>> = BTreeMap::new();

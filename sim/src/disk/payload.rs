@@ -76,6 +76,13 @@ impl Data {
         if !tail.is_empty() {
             push(&mut runs, pos, tail.len() as u64, Kind::Raw(tail.to_vec()));
         }
+        // Kept until a flush, possibly by the million: no spare capacity.
+        runs.shrink_to_fit();
+        for r in &mut runs {
+            if let Kind::Raw(b) = &mut r.kind {
+                b.shrink_to_fit();
+            }
+        }
         Data {
             len: bytes.len() as u64,
             runs,

@@ -90,7 +90,7 @@ impl fmt::Debug for SimDisk {
         f.debug_struct("SimDisk")
             .field("index", &self.inner.index)
             .field("len", &st.len)
-            .field("pending", &st.dur.pending.len())
+            .field("pending", &st.dur.pending().len())
             .field("counters", &st.counters)
             .finish()
     }
@@ -217,14 +217,14 @@ impl SimDisk {
 
     /// Writes in flight or not yet durable.
     pub fn pending_count(&self) -> usize {
-        self.inner.state.borrow().dur.pending.len()
+        self.inner.state.borrow().dur.pending().len()
     }
 
     /// Bytes the pending writes' payloads hold in memory (see
     /// `disk::payload`: guest data is kept as a few words per run).
     pub fn pending_payload_bytes(&self) -> u64 {
         let st = self.inner.state.borrow();
-        st.dur.pending.values().map(|p| p.payload_bytes()).sum()
+        st.dur.pending().values().map(|p| p.payload_bytes()).sum()
     }
 
     /// What reads return now.
@@ -491,7 +491,7 @@ impl SimDisk {
                 _ => p.apply(&mut st.volatile, p.offset, p.offset + p.len),
             }
             if !self.inner.options.crash.track {
-                st.dur.pending.remove(&issued.id);
+                st.dur.forget(issued.id);
             }
             Self::share_if_settled(&mut st);
         }
@@ -504,7 +504,7 @@ impl SimDisk {
     /// older write, where the volatile view is the better answer): share its
     /// chunks rather than keep two copies.
     fn share_if_settled(st: &mut State) {
-        if st.dur.pending.is_empty() {
+        if st.dur.pending().is_empty() {
             st.dur.durable = st.volatile.clone();
         }
     }
