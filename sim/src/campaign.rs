@@ -171,6 +171,12 @@ pub fn run_campaign(
     should_stop: &(dyn Fn() -> bool + Sync),
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> CampaignSummary {
+    // No seed is in shard `i` of `n` when `i >= n`, and `n == 0` would
+    // divide by zero in the workers: such a plan runs nothing, at once,
+    // rather than panic or walk the whole range.
+    if plan.shard.1 == 0 || plan.shard.0 >= plan.shard.1 {
+        return CampaignSummary::default();
+    }
     let next = AtomicU64::new(plan.seeds.start);
     let stop = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel::<(Case, RunReport)>();
@@ -187,10 +193,16 @@ pub fn run_campaign(
                 if should_stop() {
                     break;
                 }
-                let seed = next.fetch_add(1, Ordering::Relaxed);
-                if seed >= plan.seeds.end {
+                // Take the next seed only while one is left: the counter
+                // never moves past the range's end, so it cannot wrap
+                // (a `fetch_add` past `u64::MAX` went back to 0 and the
+                // workers ran seeds outside the range forever).
+                let end = plan.seeds.end;
+                let Ok(seed) = next.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                    (s < end).then(|| s + 1)
+                }) else {
                     break;
-                }
+                };
                 if seed % plan.shard.1 != plan.shard.0 {
                     continue;
                 }

@@ -12,6 +12,7 @@
 
 use std::path::Path;
 
+use engine::format::header::CompressionType;
 use engine::{Compat, CreateOptions, EngineOptions};
 use oracle::data::{BackingData, BackingPattern, SECTOR_SIZE};
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,31 @@ pub const MAX_OP_SECTORS: u64 = 4096;
 pub const MAX_CACHE_TABLES: usize = 1024;
 /// Smallest cluster size with extended L2 entries (as qemu-img requires).
 pub const MIN_EXTENDED_L2_CLUSTER_SIZE: u64 = 16 << 10;
+/// Least `EngineOptions::metadata_memory_limit` a case may give. The
+/// engine refuses to open an image whose L1 and refcount tables need more,
+/// and to rebuild refcounts over a file of more than `limit / 8` clusters.
+/// Within the other bounds of a case these stay far below it: the L1 table
+/// of a 64 MiB disk is at most 16 KiB (512-byte clusters), its refcount
+/// table at most a few clusters (2 MiB each with 2 MiB clusters), and a
+/// rebuild of a 1 GiB file of 512-byte clusters needs 16 MiB.
+pub const MIN_METADATA_MEMORY_LIMIT: u64 = 16 << 20;
+/// Most `EngineOptions::grow_ahead` a case may give (the whole largest
+/// virtual disk): every crash image and the final image are read whole
+/// into memory, and growth past the end of the file is part of them.
+pub const MAX_GROW_AHEAD: u64 = MAX_VIRTUAL_SIZE;
+/// More bytes than any one device request the engine issues for a case:
+/// guest requests are at most 2 MiB (`MAX_OP_SECTORS`) and with their COW
+/// areas at most two clusters (2 MiB each) more; tables are at most a
+/// cluster, and the L1 and refcount tables of a case's image are far below
+/// that; growing the file ahead covers at most `MAX_GROW_AHEAD` plus one
+/// allocation; building a qcow2 backing file writes it (at most
+/// `MAX_VIRTUAL_SIZE`) in one request. The executor's time budget charges
+/// every request as if it moved this much (`runner::exec_options`).
+pub const MAX_REQUEST_BYTES: u64 = 128 << 20;
+/// Most sectors a misdirected write may land away from its target
+/// (`FaultOptions::misdirect_sectors_max`): the file grows to where it
+/// lands, and is read whole into memory after a crash and at the end.
+pub const MAX_MISDIRECT_SECTORS: u32 = 4096;
 
 /// One simulated run, whole.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,15 +243,19 @@ impl Op {
 }
 
 /// Why a case is refused.
+///
+/// Each message carries its cause's text itself, and no variant reports a
+/// `source()`: a chain printer (anyhow's `{:#}`, as the CLI prints errors)
+/// would otherwise print the cause twice, once in the message and once as
+/// the next link. thiserror treats a field named `source` as the source,
+/// hence `error` below, and `#[from]` implies `#[source]`, hence the
+/// hand-written `From` impl.
 #[derive(Debug, thiserror::Error)]
 pub enum CaseError {
-    #[error("reading case file {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("reading case file {path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("case JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     #[error("case version {found} is not supported (this build reads version {CASE_VERSION})")]
     Version { found: u32 },
     #[error(
@@ -240,6 +270,8 @@ pub enum CaseError {
     LazyRefcountsOnV2,
     #[error("extended L2 entries need compat 1.1 and clusters of at least 16 KiB")]
     ExtendedL2,
+    #[error("compression_type {0:?}: compat 0.10 supports only zlib compression")]
+    CompressionTypeOnV2(CompressionType),
     #[error("data file: {0}")]
     DataFile(String),
     #[error("backing: {0}")]
@@ -263,6 +295,12 @@ pub enum CaseError {
         sectors: u64,
         disk: u64,
     },
+}
+
+impl From<serde_json::Error> for CaseError {
+    fn from(e: serde_json::Error) -> Self {
+        CaseError::Json(e)
+    }
 }
 
 #[derive(Deserialize)]
@@ -292,17 +330,17 @@ impl Case {
     }
 
     pub fn load(path: &Path) -> Result<Case, CaseError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CaseError::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| CaseError::Io {
             path: path.display().to_string(),
-            source,
+            error,
         })?;
         Case::from_json(&text)
     }
 
     pub fn save(&self, path: &Path) -> Result<(), CaseError> {
-        std::fs::write(path, self.to_json()).map_err(|source| CaseError::Io {
+        std::fs::write(path, self.to_json()).map_err(|error| CaseError::Io {
             path: path.display().to_string(),
-            source,
+            error,
         })
     }
 
@@ -429,6 +467,28 @@ impl Case {
                 )));
             }
         }
+        // Values the engine accepts but a run cannot use: the open after
+        // create would fail (a limit too small for the tables), every
+        // write would fail (read-only), or growth would overflow or
+        // grow the image past what a run can hold in memory.
+        if e.metadata_memory_limit < MIN_METADATA_MEMORY_LIMIT {
+            return Err(CaseError::Engine(format!(
+                "metadata_memory_limit {}: must be at least {MIN_METADATA_MEMORY_LIMIT} bytes, \
+                 enough for the tables of any image a case can create",
+                e.metadata_memory_limit
+            )));
+        }
+        if e.read_only {
+            return Err(CaseError::Engine(
+                "read_only: must be false, a case writes to its image".into(),
+            ));
+        }
+        if e.grow_ahead > MAX_GROW_AHEAD {
+            return Err(CaseError::Engine(format!(
+                "grow_ahead {}: must be at most {MAX_GROW_AHEAD} bytes",
+                e.grow_ahead
+            )));
+        }
         Ok(())
     }
 
@@ -456,6 +516,9 @@ impl Case {
             && (c.compat == Compat::V2 || c.cluster_size < MIN_EXTENDED_L2_CLUSTER_SIZE)
         {
             return Err(CaseError::ExtendedL2);
+        }
+        if c.compat == Compat::V2 && c.compression_type != CompressionType::Zlib {
+            return Err(CaseError::CompressionTypeOnV2(c.compression_type));
         }
         self.validate_data_file()?;
         match &self.image.backing {
@@ -531,7 +594,32 @@ impl Case {
     }
 
     fn validate_device(&self) -> Result<(), CaseError> {
-        Ok(self.disk.validate()?)
+        self.disk.validate()?;
+        // What any disk may do but a case's disk may not: the runner may
+        // take a crash image of any case (a close that fails after an
+        // injected fault is treated as a crash), and reads every image
+        // whole into memory.
+        let refuse = |field: &'static str, reason: String| {
+            Err(CaseError::Disk(OptionsError { field, reason }))
+        };
+        let d = &self.disk;
+        if !d.crash.track {
+            return refuse(
+                "crash.track",
+                "must be true: the run takes crash images of the disk".into(),
+            );
+        }
+        if d.faults.misdirect_sectors_max > MAX_MISDIRECT_SECTORS {
+            return refuse(
+                "faults.misdirect_sectors_max",
+                format!(
+                    "{} is more than {MAX_MISDIRECT_SECTORS} sectors: a misdirected write \
+                     grows the file to where it lands",
+                    d.faults.misdirect_sectors_max
+                ),
+            );
+        }
+        Ok(())
     }
 
     fn validate_workload(&self) -> Result<(), CaseError> {

@@ -24,6 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::rc::Rc;
 
 use engine::dev::IoOp;
 use rand::Rng;
@@ -31,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::durability::{Durability, Payload, Pending};
 use super::options::{CrashOptions, TearFill, PPM};
+use super::payload::Data;
 use super::simdisk::SimDisk;
 use super::store::SparseStore;
 
@@ -167,7 +169,7 @@ pub struct CrashPoint {
 
 impl CrashPoint {
     fn new(dur: &Durability, sector_size: u32, options: CrashOptions) -> Self {
-        let mut writes: Vec<Pending> = dur.pending.values().cloned().collect();
+        let mut writes: Vec<Pending> = dur.pending().values().cloned().collect();
         writes.sort_by_key(|p| (p.completed.unwrap_or(u64::MAX), p.id));
         let ss = u64::from(sector_size);
         let mut sectors: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
@@ -212,15 +214,29 @@ impl CrashPoint {
         let start = sector * ss;
         let mut buf = vec![0; ss as usize];
         self.durable.read(start, &mut buf);
-        let mut end = 0;
-        for w in ws {
-            for (s, e) in w.live() {
-                let (s, e) = (s.max(start), e.min(start + ss));
-                if s < e {
-                    w.copy_out(s, &mut buf[(s - start) as usize..(e - start) as usize]);
-                    end = end.max(e);
-                }
-            }
+        // The live pieces of each write inside the sector, in order.
+        let pieces: Vec<(usize, u64, u64)> = ws
+            .iter()
+            .enumerate()
+            .flat_map(|(i, w)| {
+                w.live().into_iter().filter_map(move |(s, e)| {
+                    let (s, e) = (s.max(start), e.min(start + ss));
+                    (s < e).then_some((i, s, e))
+                })
+            })
+            .collect();
+        let end = pieces.iter().map(|&(_, _, e)| e).max().unwrap_or(0);
+        // A piece covering the whole sector hides every piece before it:
+        // lay the pieces over from the last such one. The value is the
+        // same, and a sector under thousands of pending whole-sector writes
+        // costs one copy instead of thousands (payloads are rebuilt from
+        // their compact form on every copy).
+        let from = pieces
+            .iter()
+            .rposition(|&(_, s, e)| s == start && e == start + ss)
+            .unwrap_or(0);
+        for &(i, s, e) in &pieces[from..] {
+            ws[i].copy_out(s, &mut buf[(s - start) as usize..(e - start) as usize]);
         }
         (buf, end)
     }
@@ -395,11 +411,11 @@ impl SimDisk {
                 (IoOp::Write | IoOp::WriteZeroes | IoOp::Discard, false) => {
                     if let Some((at, n)) = e.landed {
                         let payload = match e.op {
-                            IoOp::Write => Payload::Data(
+                            IoOp::Write => Payload::Data(Rc::new(Data::new(
                                 e.data
-                                    .clone()
+                                    .as_deref()
                                     .ok_or(CrashError::LogIncomplete { request: e.id })?,
-                            ),
+                            ))),
                             _ => Payload::Zeroes,
                         };
                         dur.issue(e.id, at, n, payload, e.fua);

@@ -37,6 +37,7 @@ mod durability;
 mod faults;
 mod log;
 mod options;
+mod payload;
 mod simdisk;
 mod store;
 
@@ -47,7 +48,7 @@ pub use faults::{FaultKind, InjectedFault};
 pub use log::{DiskCounters, LogEntry};
 pub use options::{
     CrashOptions, DiscardEffect, DiskOptions, FaultOptions, LatencyOptions, LogOptions, NthRequest,
-    OptionsError, SupportOptions, TearFill, PPM,
+    OptionsError, SupportOptions, TearFill, MAX_LATENCY_NS, MIN_BANDWIDTH, PPM,
 };
 pub use simdisk::SimDisk;
 pub use store::{SparseStore, CHUNK};

@@ -87,7 +87,41 @@ impl Default for LatencyOptions {
     }
 }
 
+/// Longest any latency field (a mean, `seek`, `extend`) may be, in ns: a
+/// minute. Together with [`MIN_BANDWIDTH`] this bounds what one request
+/// can take ([`LatencyOptions::worst_request`]), so that the executor's
+/// time budget, which scales with it, and the simulated clock stay far
+/// below `u64::MAX` ns in any run the step budget allows.
+pub const MAX_LATENCY_NS: Nanos = 60 * 1_000_000_000;
+
+/// Slowest transfer rate a device may have, in bytes per second (see
+/// [`MAX_LATENCY_NS`]); 0 still means transfers are free.
+pub const MIN_BANDWIDTH: u64 = 1_000_000;
+
 impl LatencyOptions {
+    /// The longest one request of at most `bytes` can keep this device
+    /// busy, in ns: the slowest draw of its kind (`2 * mean - min`), plus a
+    /// seek and a file extension for reads and writes, plus the transfer of
+    /// `bytes` (rounded up). Waiting for the bus or a channel is not
+    /// counted: during the wait the device is busy with other requests,
+    /// whose own worst cases count it. Saturates rather than overflows (the
+    /// bounds `validate` checks keep it far from that).
+    pub fn worst_request(&self, bytes: u64) -> Nanos {
+        let slowest = |min: Nanos, mean: Nanos| mean.saturating_mul(2).saturating_sub(min);
+        let transfer = if self.bandwidth == 0 {
+            0
+        } else {
+            let t = (u128::from(bytes) * 1_000_000_000).div_ceil(u128::from(self.bandwidth));
+            u64::try_from(t).unwrap_or(Nanos::MAX)
+        };
+        let data = slowest(self.read_min, self.read_mean)
+            .max(slowest(self.write_min, self.write_mean))
+            .saturating_add(self.seek)
+            .saturating_add(self.extend)
+            .saturating_add(transfer);
+        data.max(slowest(self.flush_min, self.flush_mean))
+    }
+
     /// A fast SSD: tens of microseconds, many requests at once.
     pub fn ssd() -> Self {
         Self {
@@ -316,21 +350,33 @@ impl DiskOptions {
                 field,
                 format!("{mean} is below the minimum {min}"),
             )?;
-            // 2 * mean - min must not overflow, nor leave room for a day-long
-            // request that would trip the executor's time budget.
+            // 2 * mean - min must not overflow, and one request must stay
+            // short enough for the executor's time budget (which grows with
+            // it) to be counted in u64 nanoseconds: see `MAX_LATENCY_NS`.
             check(
-                mean <= 1_000_000_000_000,
+                mean <= MAX_LATENCY_NS,
                 field,
-                format!("{mean} ns is more than 1000 s"),
+                format!(
+                    "{mean} ns is more than {} s",
+                    MAX_LATENCY_NS / 1_000_000_000
+                ),
             )?;
         }
         for (v, field) in [(l.seek, "latency.seek"), (l.extend, "latency.extend")] {
             check(
-                v <= 1_000_000_000_000,
+                v <= MAX_LATENCY_NS,
                 field,
-                format!("{v} ns is more than 1000 s"),
+                format!("{v} ns is more than {} s", MAX_LATENCY_NS / 1_000_000_000),
             )?;
         }
+        check(
+            l.bandwidth == 0 || l.bandwidth >= MIN_BANDWIDTH,
+            "latency.bandwidth",
+            format!(
+                "{} bytes/s is below {MIN_BANDWIDTH} (0 means transfers are free)",
+                l.bandwidth
+            ),
+        )?;
         check(
             l.channels <= 4096,
             "latency.channels",

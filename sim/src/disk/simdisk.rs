@@ -34,6 +34,7 @@ use super::durability::{Durability, Payload};
 use super::faults::{FaultKind, FaultState, InjectedFault};
 use super::log::{DiskCounters, LogEntry};
 use super::options::{DiscardEffect, DiskOptions, OptionsError};
+use super::payload::Data;
 use super::store::SparseStore;
 use crate::exec::{Nanos, Sim};
 use crate::rng::{self, Stream};
@@ -89,7 +90,7 @@ impl fmt::Debug for SimDisk {
         f.debug_struct("SimDisk")
             .field("index", &self.inner.index)
             .field("len", &st.len)
-            .field("pending", &st.dur.pending.len())
+            .field("pending", &st.dur.pending().len())
             .field("counters", &st.counters)
             .finish()
     }
@@ -216,7 +217,14 @@ impl SimDisk {
 
     /// Writes in flight or not yet durable.
     pub fn pending_count(&self) -> usize {
-        self.inner.state.borrow().dur.pending.len()
+        self.inner.state.borrow().dur.pending().len()
+    }
+
+    /// Bytes the pending writes' payloads hold in memory (see
+    /// `disk::payload`: guest data is kept as a few words per run).
+    pub fn pending_payload_bytes(&self) -> u64 {
+        let st = self.inner.state.borrow();
+        st.dur.pending().values().map(|p| p.payload_bytes()).sum()
     }
 
     /// What reads return now.
@@ -270,12 +278,15 @@ impl SimDisk {
                 transfer = u64::try_from(t).unwrap_or(u64::MAX / 4);
             }
         }
+        // Saturating: validated options keep every sum far below u64::MAX
+        // (`MAX_LATENCY_NS`), and if it were ever reached, time standing
+        // still is better than a wrapped clock or a panic.
         if st.channels.is_empty() {
-            let bus_done = st.bus_free.max(now) + transfer;
+            let bus_done = st.bus_free.max(now).saturating_add(transfer);
             st.bus_free = bus_done;
-            return bus_done + service;
+            return bus_done.saturating_add(service);
         }
-        let service = service + transfer;
+        let service = service.saturating_add(transfer);
         let (i, free) = st
             .channels
             .iter()
@@ -283,7 +294,7 @@ impl SimDisk {
             .enumerate()
             .min_by_key(|&(i, t)| (t, i))
             .expect("at least one channel");
-        let done = free.max(now) + service;
+        let done = free.max(now).saturating_add(service);
         st.channels[i] = done;
         done
     }
@@ -318,7 +329,7 @@ impl SimDisk {
                 kind,
             });
         }
-        let data_hash = req.data.as_ref().map(|d| hash_bytes(d));
+        let data_hash = req.data.map(hash_bytes);
         let f = req.flags;
         self.inner.sim.with_trace(|t| {
             t.event("dev.issue");
@@ -334,11 +345,13 @@ impl SimDisk {
             t.write_u64(now);
         });
         if o.log.enabled {
-            let keep = req
+            // The log keeps its own copy (the pending write keeps a compact
+            // one), while its data budget lasts.
+            let keep: Option<Rc<[u8]>> = req
                 .data
-                .as_ref()
-                .filter(|d| st.log_data_bytes + d.len() as u64 <= o.log.data_bytes_max);
-            if let Some(d) = keep {
+                .filter(|d| st.log_data_bytes + d.len() as u64 <= o.log.data_bytes_max)
+                .map(Rc::from);
+            if let Some(d) = &keep {
                 st.log_data_bytes += d.len() as u64;
             }
             st.log.push(LogEntry {
@@ -355,7 +368,7 @@ impl SimDisk {
                 complete_seq: None,
                 result: None,
                 data_hash,
-                data: keep.cloned(),
+                data: keep,
                 fault,
                 landed: None,
             });
@@ -422,13 +435,13 @@ impl SimDisk {
         }
     }
 
-    /// The common path of write, write_zeroes and discard. `payload` says
+    /// The common path of write, write_zeroes and discard. `lands` says
     /// what lands on `[offset, offset + land_len)`; `None` for a discard
     /// that changes nothing.
     async fn submit_write(
         &self,
-        req: Request,
-        payload: Option<Payload>,
+        req: Request<'_>,
+        lands: Option<Lands<'_>>,
         land_len: u64,
     ) -> Result<(), DevError> {
         let (op, offset, len) = (req.op, req.offset, req.len);
@@ -441,13 +454,23 @@ impl SimDisk {
                 Some(FaultKind::NoSpace) | Some(FaultKind::Lost) => None,
                 Some(FaultKind::Misdirected { to }) => Some((to, land_len)),
             };
-            if issued.fault != Some(FaultKind::NoSpace) && payload.is_some() {
+            if issued.fault != Some(FaultKind::NoSpace) && lands.is_some() {
                 st.len = st.len.max(offset + land_len);
             }
-            if let (Some((at, n)), Some(payload)) = (landing, payload) {
+            if let (Some((at, n)), Some(lands)) = (landing, lands) {
                 // A misdirected write may land past the end it claimed.
                 st.len = st.len.max(at + n);
                 if n > 0 {
+                    let payload = match lands {
+                        // Crash states need the bytes until the write is
+                        // durable: compact. Without crash tracking they
+                        // are dropped at completion: as they are.
+                        Lands::Bytes(b) if self.inner.options.crash.track => {
+                            Payload::Data(Rc::new(Data::new(&b[..n as usize])))
+                        }
+                        Lands::Bytes(b) => Payload::Data(Rc::new(Data::raw(&b[..n as usize]))),
+                        Lands::Zeroes => Payload::Zeroes,
+                    };
                     st.dur.issue(issued.id, at, n, payload, req.flags.fua);
                 }
                 Self::log_landing(&mut st, issued.id, at, n);
@@ -461,10 +484,14 @@ impl SimDisk {
         if let Some(p) = st.dur.complete(issued.id, seq, result.is_ok()) {
             // The whole write reaches the volatile view, dead parts included:
             // those only say what can no longer become durable or survive a
-            // crash, while reads see the newest completed data.
-            p.apply(&mut st.volatile, p.offset, p.offset + p.len);
+            // crash, while reads see the newest completed data. The
+            // caller's buffer is still at hand: copied, not rebuilt.
+            match lands {
+                Some(Lands::Bytes(b)) => st.volatile.write(p.offset, &b[..p.len as usize]),
+                _ => p.apply(&mut st.volatile, p.offset, p.offset + p.len),
+            }
             if !self.inner.options.crash.track {
-                st.dur.pending.remove(&issued.id);
+                st.dur.forget(issued.id);
             }
             Self::share_if_settled(&mut st);
         }
@@ -477,7 +504,7 @@ impl SimDisk {
     /// older write, where the volatile view is the better answer): share its
     /// chunks rather than keep two copies.
     fn share_if_settled(st: &mut State) {
-        if st.dur.pending.is_empty() {
+        if st.dur.pending().is_empty() {
             st.dur.durable = st.volatile.clone();
         }
     }
@@ -490,8 +517,15 @@ impl SimDisk {
     }
 }
 
+/// What a write-like request lands: the caller's bytes, or zeroes.
+#[derive(Clone, Copy)]
+enum Lands<'a> {
+    Bytes(&'a [u8]),
+    Zeroes,
+}
+
 /// A request as issued.
-struct Request {
+struct Request<'a> {
     op: IoOp,
     /// Where the caller sent it (0 for flush).
     offset: u64,
@@ -499,7 +533,7 @@ struct Request {
     len: u64,
     flags: ZeroFlags,
     /// A write's payload, for the log and the trace.
-    data: Option<Rc<[u8]>>,
+    data: Option<&'a [u8]>,
     timing: Timing,
     /// Bytes that cross the bus (0 for efficient zeroing and discards).
     transfer: u64,
@@ -510,7 +544,7 @@ struct Request {
     extends: bool,
 }
 
-impl Request {
+impl Request<'_> {
     fn new(op: IoOp, offset: u64, len: u64, timing: Timing) -> Self {
         Self {
             op,
@@ -574,18 +608,17 @@ impl BlockDev for SimDisk {
             st.counters.extends += u64::from(extends);
             extends
         };
-        let data: Rc<[u8]> = buf.into();
         let req = Request {
             extends,
             flags: ZeroFlags {
                 fua: flags.fua,
                 ..ZeroFlags::default()
             },
-            data: Some(data.clone()),
+            data: Some(buf),
             transfer: len,
             ..Request::new(IoOp::Write, offset, len, Timing::Write)
         };
-        self.submit_write(req, Some(Payload::Data(data)), len).await
+        self.submit_write(req, Some(Lands::Bytes(buf)), len).await
     }
 
     async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
@@ -625,7 +658,7 @@ impl BlockDev for SimDisk {
             st.counters.extends += u64::from(extends);
             Request { extends, ..req }
         };
-        self.submit_write(req, Some(Payload::Zeroes), len).await
+        self.submit_write(req, Some(Lands::Zeroes), len).await
     }
 
     async fn discard(&self, offset: u64, len: u64) -> Result<(), DevError> {
@@ -642,9 +675,9 @@ impl BlockDev for SimDisk {
             DiscardEffect::Nothing => false,
             DiscardEffect::Either => self.inner.state.borrow_mut().discard.gen_bool(0.5),
         };
-        let payload = (zeroes && land_len > 0).then_some(Payload::Zeroes);
+        let lands = (zeroes && land_len > 0).then_some(Lands::Zeroes);
         let req = Request::new(IoOp::Discard, offset, len, Timing::Write);
-        self.submit_write(req, payload, land_len).await
+        self.submit_write(req, lands, land_len).await
     }
 
     async fn flush(&self) -> Result<(), DevError> {

@@ -92,10 +92,18 @@ pub enum EnumerateError {
     /// states would have to be combined with the image's.
     #[error("the case has an external data file: enumerating crash states of two disks is not supported")]
     DataFile,
+    /// The cause is in the message and not a `source()` (see
+    /// `CaseError`): a chain printer would print it twice.
     #[error("crash states: {0}")]
-    Crash(#[from] CrashError),
+    Crash(CrashError),
     #[error("the run to the crash point went differently for state {index}: not deterministic")]
     Diverged { index: u64 },
+}
+
+impl From<CrashError> for EnumerateError {
+    fn from(e: CrashError) -> Self {
+        EnumerateError::Crash(e)
+    }
 }
 
 /// Enumerate the crash states of `case`'s first crash point and check

@@ -39,9 +39,9 @@ use oracle::model::{Model, OpId, SectorRange, Status, Violation, WriteKind};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::case::{Case, Op};
+use crate::case::{Case, Op, MAX_OPS, MAX_REQUEST_BYTES};
 use crate::disk::{DiskCounters, SimDisk};
-use crate::exec::Sim;
+use crate::exec::{ExecError, ExecOptions, Nanos, Sim};
 use crate::rng::{self, Stream};
 
 /// What a run does besides running.
@@ -72,6 +72,9 @@ struct Run<'a> {
     case: &'a Case,
     opts: &'a RunOptions,
     sim: Sim,
+    /// The group running (0 during setup, the last one at the end): where
+    /// a hang or livelock is reported.
+    group: usize,
     shared: Rc<Shared>,
     disk: SimDisk,
     /// The external data file's disk, when the case has one: faults,
@@ -118,6 +121,48 @@ const DATA_CRASH_STREAM: u32 = 1;
 /// How far past a crash image's end leaks are looked for.
 const HIDDEN_LEAK_SPAN: u64 = 64 << 20;
 
+/// The executor's limits for a run of `case`: the default step budget,
+/// and a time budget that follows from the case's devices, so that a slow
+/// device is never taken for a livelocked engine.
+///
+/// Simulated time passes only while a device request is pending (the
+/// engine and the runner never sleep otherwise), but for the crash
+/// horizons. While a request waits for the bus or a channel, others hold
+/// it, so the time that passes is at most the sum over requests of each
+/// one's own worst case (`LatencyOptions::worst_request` of the longest
+/// request the engine issues, `MAX_REQUEST_BYTES`). Each request that
+/// takes time costs its task a poll when it completes (the engine awaits
+/// its requests one at a time), so at most `steps_max` of them complete,
+/// and at most `MAX_OPS` more are cut short by crashes; a write_zeroes
+/// refused as not supported completes at once but holds the bus or a
+/// channel for its transfer, and the engine follows each refusal with a
+/// timed request of the same task: at most as many again. A run within
+/// the step budget therefore stays within this time budget; only the step
+/// budget, never the device's speed, can end a run as a livelock.
+///
+/// The budget is at least the default, so a run that fitted the default
+/// budget is unchanged; validation bounds latencies and bandwidth
+/// (`disk::MAX_LATENCY_NS`, `disk::MIN_BANDWIDTH`) so that it fits in
+/// u64 nanoseconds (it saturates rather than overflows regardless).
+pub fn exec_options(case: &Case) -> ExecOptions {
+    let default = ExecOptions::default();
+    let worst = case
+        .disk
+        .latency
+        .worst_request(MAX_REQUEST_BYTES)
+        .max(setup::quiet_disk().latency.worst_request(MAX_REQUEST_BYTES));
+    let requests = 2 * (default.steps_max + MAX_OPS as u64);
+    let horizons = case.crashes() as u64 * CRASH_HORIZON_NS;
+    let budget = requests
+        .checked_mul(worst)
+        .and_then(|t| t.checked_add(horizons))
+        .unwrap_or(Nanos::MAX);
+    ExecOptions {
+        time_max: budget.max(default.time_max),
+        ..default
+    }
+}
+
 /// Run one case.
 pub fn run_case(case: &Case, opts: &RunOptions) -> RunReport {
     let mut run = Run::fresh(case, opts);
@@ -150,7 +195,9 @@ pub fn run_case(case: &Case, opts: &RunOptions) -> RunReport {
 impl<'a> Run<'a> {
     /// A run of `case`, not yet started.
     fn fresh(case: &'a Case, opts: &'a RunOptions) -> Run<'a> {
-        let sim = Sim::new(case.seed);
+        // The default schedule policy, as `Sim::new`: only the budget
+        // differs, which no run that stays within it can observe.
+        let sim = Sim::with_options(case.seed, exec_options(case));
         let shared = Rc::new(Shared {
             model: RefCell::new(case.model()),
             failures: RefCell::new(Vec::new()),
@@ -161,6 +208,7 @@ impl<'a> Run<'a> {
             opts,
             disk: SimDisk::new(&sim, setup::quiet_disk()).expect("quiet disk options are valid"),
             sim,
+            group: 0,
             shared,
             data: None,
             backing: None,
@@ -177,6 +225,7 @@ impl<'a> Run<'a> {
     /// `crash`) until a crash time drawn from the crash stream. Returns
     /// false, with a recorded hang, if the executor could not go on.
     fn run_group(&mut self, img: &Rc<Img>, g: usize, ops: &[(u64, Op)], crash: bool) -> bool {
+        self.group = g;
         for &(n, op) in ops.iter().filter(|(_, op)| !matches!(op, Op::Crash)) {
             self.spawn_op(img, n, op);
         }
@@ -399,9 +448,11 @@ impl<'a> Run<'a> {
         let raw = self.disk.volatile().to_bytes();
         let dirty =
             raw.len() >= 80 && u64::from_be_bytes(raw[72..80].try_into().expect("8")) & 1 != 0;
-        let img = self.open_image().map_err(|e| Failure::Engine {
-            what: format!("reopen after {label} failed: {e}"),
-        })?;
+        let img = self
+            .open_image(&format!("reopen after {label}"))?
+            .map_err(|e| Failure::Engine {
+                what: format!("reopen after {label} failed: {e}"),
+            })?;
         // A dirty image's refcounts are stale by design: judge it after the
         // engine's repair; a clean one exactly as the crash left it.
         let judged = if dirty {
@@ -430,7 +481,10 @@ impl<'a> Run<'a> {
         }
         self.shared.model.borrow_mut().finish_recovery();
         if !violations.is_empty() {
-            let text = self.block(describe_owned(img.clone(), self.data_disk(), violations));
+            let text = self.block(
+                &format!("describing the violations after {label}"),
+                describe_owned(img.clone(), self.data_disk(), violations),
+            )?;
             self.fail(Failure::Model { text });
         }
         self.set_faults_enabled(true);
@@ -491,20 +545,31 @@ impl<'a> Run<'a> {
     fn read_all(&self, img: &Rc<Img>, first: u64, sectors: u64) -> Result<Vec<u8>, Failure> {
         let i = img.clone();
         let ss = SECTOR_SIZE as u64;
-        let r = self.block(async move {
+        let r = self.block(&format!("whole-disk read at sector {first}"), async move {
             let mut buf = vec![0u8; (sectors * ss) as usize];
             i.read(first * ss, &mut buf).await.map(|_| buf)
-        });
+        })?;
         r.map_err(|e| Failure::Engine {
             what: format!("whole-disk read at sector {first} failed with faults off: {e}"),
         })
     }
 
-    /// Drive one future to completion on the simulation.
-    fn block<T: 'static>(&self, f: impl std::future::Future<Output = T> + 'static) -> T {
-        self.sim
-            .block_on(f)
-            .expect("a single engine request cannot hang the executor")
+    /// Drive one future (one engine request, `what`) to completion on the
+    /// simulation. The executor's budgets follow from the case
+    /// (`exec_options`), so running out of them, or a hang, is the
+    /// engine's fault: a failure of the run, never a panic of the harness.
+    fn block<T: 'static>(
+        &self,
+        what: &str,
+        f: impl std::future::Future<Output = T> + 'static,
+    ) -> Result<T, Failure> {
+        self.sim.block_on(f).map_err(|e: ExecError| {
+            self.sim.abort_all();
+            Failure::Hang {
+                group: self.group,
+                message: format!("{what}: {e}"),
+            }
+        })
     }
 
     /// The end of a run without a crash: read everything, close cleanly,
@@ -530,8 +595,13 @@ impl<'a> Run<'a> {
                         .borrow_mut()
                         .read_completed(OpId(op), &buf)
                     {
-                        let text = self.block(describe_owned(img.clone(), self.data_disk(), vs));
-                        self.fail(Failure::Model { text });
+                        match self.block(
+                            "describing the violations of the final read",
+                            describe_owned(img.clone(), self.data_disk(), vs),
+                        ) {
+                            Ok(text) => self.fail(Failure::Model { text }),
+                            Err(f) => return self.fail(f),
+                        }
                     }
                 }
                 Err(f) => {
@@ -554,7 +624,10 @@ impl<'a> Run<'a> {
         // Drops during the close itself are not counted: close consumes
         // the image.
         self.shared.stats.borrow_mut().add_epoch(&img.counters());
-        let closed = self.block(async move { img.close().await });
+        let closed = match self.block("close", async move { img.close().await }) {
+            Ok(closed) => closed,
+            Err(f) => return self.fail(f),
+        };
         self.shared.stats.borrow_mut().disk = self.disk_counters();
         match closed {
             Ok(_) => {
@@ -659,5 +732,29 @@ fn export(
         });
     if let Err(e) = r {
         eprintln!("qcsim: export to {}: {e}", dir.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Profile;
+
+    /// An engine request that never completes (a hang, or a spent budget)
+    /// is a failure of the run, not a panic of the harness (it was
+    /// `expect("a single engine request cannot hang the executor")`).
+    #[test]
+    fn a_request_that_never_completes_is_a_failure_not_a_panic() {
+        let case = Case::generate(1, Profile::Mixed);
+        let opts = RunOptions::default();
+        let run = Run::fresh(&case, &opts);
+        match run.block("waiting forever", std::future::pending::<()>()) {
+            Err(Failure::Hang { group: 0, message }) => {
+                assert!(message.starts_with("waiting forever: hang"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // The stuck task is gone: the simulation can go on.
+        assert_eq!(run.sim.task_count(), 0);
     }
 }

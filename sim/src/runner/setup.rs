@@ -48,7 +48,7 @@ impl Run<'_> {
                         cluster_size,
                         ..Default::default()
                     };
-                    let r = self.block(async move {
+                    let r = self.block("building the qcow2 backing file", async move {
                         Image::create(&d, &co).await?;
                         // Built the same way in every version, so that
                         // saved cases replay bit for bit: without growing
@@ -60,7 +60,7 @@ impl Run<'_> {
                         let img = Image::open(d, build).await?;
                         img.write(0, &bytes).await?;
                         img.close().await.map(|_| ())
-                    });
+                    })?;
                     r.map_err(|e| Failure::Engine {
                         what: format!("building the qcow2 backing file: {e}"),
                     })?;
@@ -90,24 +90,35 @@ impl Run<'_> {
         let d = self.disk.clone();
         let data = self.data.clone();
         let co = case.image.create.clone();
-        self.block(async move { Image::create_with_data(&d, data.as_ref(), &co).await })
-            .map_err(|e| Failure::Engine {
-                what: format!("create: {e}"),
-            })?;
-        let img = self.open_image().map_err(|e| Failure::Engine {
-            what: format!("open after create: {e}"),
+        self.block("create", async move {
+            Image::create_with_data(&d, data.as_ref(), &co).await
+        })?
+        .map_err(|e| Failure::Engine {
+            what: format!("create: {e}"),
         })?;
+        let img = self
+            .open_image("open after create")?
+            .map_err(|e| Failure::Engine {
+                what: format!("open after create: {e}"),
+            })?;
         self.set_faults_enabled(true);
         Ok(img)
     }
 
     /// Open the image on the current disk, with the current data file's
-    /// disk, and attach the backing file.
-    pub(super) fn open_image(&self) -> Result<Img, engine::Error> {
+    /// disk, and attach the backing file. The outer error is a hang of the
+    /// executor while doing `what`, the inner one the engine's.
+    pub(super) fn open_image(&self, what: &str) -> Result<Result<Img, engine::Error>, Failure> {
         let d = self.disk.clone();
         let data = self.data.clone();
         let eo = self.case.engine.clone();
-        let mut img = self.block(async move { Image::open_with_data(d, data, eo).await })?;
+        let mut img = match self.block(
+            what,
+            async move { Image::open_with_data(d, data, eo).await },
+        )? {
+            Ok(img) => img,
+            Err(e) => return Ok(Err(e)),
+        };
         if let Some(b) = &self.backing {
             let backing = match b.spec {
                 BackingSpec::Raw { .. } => Backing::Raw(b.disk.clone()),
@@ -117,12 +128,15 @@ impl Run<'_> {
                         read_only: true,
                         ..Default::default()
                     };
-                    let bimg = self.block(async move { Image::open(d, ro).await })?;
+                    let bimg = match self.block(what, async move { Image::open(d, ro).await })? {
+                        Ok(bimg) => bimg,
+                        Err(e) => return Ok(Err(e)),
+                    };
                     Backing::Qcow2(Box::new(bimg))
                 }
             };
             img.attach_backing(backing);
         }
-        Ok(img)
+        Ok(Ok(img))
     }
 }

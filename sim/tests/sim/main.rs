@@ -18,6 +18,7 @@ mod disk_semantics;
 mod dump_snapshots;
 mod enumerate_states;
 mod exec_sched;
+mod robustness;
 mod shrink_mechanics;
 mod verify_corpus;
 mod verify_qemu_oracle;
