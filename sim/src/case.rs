@@ -56,6 +56,26 @@ pub const MAX_GROW_AHEAD: u64 = MAX_VIRTUAL_SIZE;
 /// `MAX_VIRTUAL_SIZE`) in one request. The executor's time budget charges
 /// every request as if it moved this much (`runner::exec_options`).
 pub const MAX_REQUEST_BYTES: u64 = 128 << 20;
+/// Most sectors the writes, write_zeroes and discards of a workload may
+/// cover in all (2 GiB of guest data): the reference model keeps a record
+/// of every sector written since the last flush (about 50 bytes each), and
+/// a crash state lists, per sector, every pending write over it.
+pub const MAX_WRITTEN_SECTORS: u64 = 1 << 22;
+/// Most work ([`Case::epoch_work`]) in one epoch: the epoch's disk logs
+/// every request it serves (about 200 bytes each) and keeps every write
+/// not yet flushed. At this bound the worst epoch measured (2 MiB writes
+/// allocating 512-byte clusters with every switch off) peaks near 450 MB.
+pub const MAX_EPOCH_WORK: u64 = 1 << 20;
+/// Most work in a whole case: a run's length, and the executor's budgets
+/// that grow with it (`runner::exec_options`), stay bounded.
+pub const MAX_WORK: u64 = 1 << 26;
+/// Most payload bytes a case's write log may keep
+/// (`LogOptions::data_bytes_max`, the default): the log keeps them for the
+/// disk's whole life, on each of a case's two disks.
+pub const MAX_LOG_DATA_BYTES: u64 = 64 << 20;
+/// Work ([`Case::epoch_work`]) counted per epoch for opening (or
+/// reopening and repairing) the image and closing it.
+const EPOCH_OVERHEAD: u64 = 1024;
 /// Most sectors a misdirected write may land away from its target
 /// (`FaultOptions::misdirect_sectors_max`): the file grows to where it
 /// lands, and is read whole into memory after a crash and at the end.
@@ -282,6 +302,9 @@ pub enum CaseError {
     Disk(#[from] OptionsError),
     #[error("workload holds {0} operations, more than {MAX_OPS}")]
     TooManyOps(usize),
+    /// The workload is valid operation by operation but too large in all.
+    #[error("workload too large: {0}")]
+    TooLarge(String),
     #[error("group {group}: {problem}")]
     Group { group: usize, problem: String },
     #[error(
@@ -442,6 +465,58 @@ impl Case {
             .count()
     }
 
+    /// A generous count of the device requests a correct engine issues in
+    /// each epoch of the run (the groups up to and including a crash, and
+    /// those after the last one), for the memory and step budgets:
+    /// - a write, write_zeroes or discard: 4 per cluster it spans (without
+    ///   multi_cluster one data request per cluster, with its COW and the
+    ///   metadata writeback and flushes an allocation brings);
+    /// - a read: 1 per cluster it spans;
+    /// - every operation: 1 more (a flush writes back tables that earlier
+    ///   writes dirtied, and those are counted with them);
+    /// - every epoch: two whole-disk reads of 1 per cluster of the disk
+    ///   (the check after the crash that opens it, and the one before the
+    ///   crash that ends it or the final one), and `EPOCH_OVERHEAD`.
+    pub fn epoch_work(&self) -> Vec<u64> {
+        let cs = self.image.create.cluster_size / SECTOR_SIZE as u64;
+        let disk_clusters = self.sectors().div_ceil(cs);
+        let per_epoch = 2 * disk_clusters + EPOCH_OVERHEAD;
+        let mut epochs = Vec::new();
+        let mut work = per_epoch;
+        for ops in &self.workload {
+            for op in ops {
+                work += 1;
+                if let Some((sector, sectors)) = op.range() {
+                    let spanned = (sector + sectors).div_ceil(cs) - sector / cs;
+                    work += match op {
+                        Op::Read { .. } => spanned,
+                        _ => 4 * spanned,
+                    };
+                }
+            }
+            if ops.iter().any(|op| matches!(op, Op::Crash)) {
+                epochs.push(work);
+                work = per_epoch;
+            }
+        }
+        epochs.push(work);
+        epochs
+    }
+
+    /// The work of the whole run: [`Case::epoch_work`], summed.
+    pub fn work(&self) -> u64 {
+        self.epoch_work().iter().sum()
+    }
+
+    /// Sectors the writes, write_zeroes and discards cover, summed.
+    pub fn written_sectors(&self) -> u64 {
+        self.numbered_ops()
+            .filter(|(_, _, op)| !matches!(op, Op::Read { .. }))
+            .filter_map(|(_, _, op)| op.range())
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// Checks every constraint the run relies on.
     pub fn validate(&self) -> Result<(), CaseError> {
         if self.version != CASE_VERSION {
@@ -452,7 +527,8 @@ impl Case {
         self.validate_engine()?;
         self.validate_image()?;
         self.validate_device()?;
-        self.validate_workload()
+        self.validate_workload()?;
+        self.validate_size()
     }
 
     fn validate_engine(&self) -> Result<(), CaseError> {
@@ -609,6 +685,16 @@ impl Case {
                 "must be true: the run takes crash images of the disk".into(),
             );
         }
+        if d.log.data_bytes_max > MAX_LOG_DATA_BYTES {
+            return refuse(
+                "log.data_bytes_max",
+                format!(
+                    "{} is more than {MAX_LOG_DATA_BYTES} bytes: the log keeps its payloads for \
+                     the disk's whole life",
+                    d.log.data_bytes_max
+                ),
+            );
+        }
         if d.faults.misdirect_sectors_max > MAX_MISDIRECT_SECTORS {
             return refuse(
                 "faults.misdirect_sectors_max",
@@ -659,6 +745,50 @@ impl Case {
                     });
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+impl Case {
+    /// What the workload needs in all, once each operation is valid: the
+    /// memory a run holds, and the executor's budgets, grow with it.
+    fn validate_size(&self) -> Result<(), CaseError> {
+        let too_large = |m: String| Err(CaseError::TooLarge(m));
+        let written = self.written_sectors();
+        if written > MAX_WRITTEN_SECTORS {
+            return too_large(format!(
+                "its writes, write_zeroes and discards cover {written} sectors, more than \
+                 {MAX_WRITTEN_SECTORS}: the reference model and the crash states keep a record \
+                 per sector written since the last flush"
+            ));
+        }
+        for (epoch, &work) in self.epoch_work().iter().enumerate() {
+            if work > MAX_EPOCH_WORK {
+                return too_large(format!(
+                    "epoch {epoch} (counting from 0; each crash ends one) needs about {work} \
+                     device requests, more than {MAX_EPOCH_WORK}: the disk logs every request \
+                     of an epoch; fewer or smaller operations between crashes, or larger \
+                     clusters"
+                ));
+            }
+        }
+        let work = self.work();
+        if work > MAX_WORK {
+            return too_large(format!(
+                "the run needs about {work} device requests, more than {MAX_WORK} (every crash \
+                 reads the whole disk back: fewer crashes, a smaller disk or larger clusters)"
+            ));
+        }
+        if crate::runner::time_budget(self).is_none() {
+            let worst = crate::runner::worst_request(self);
+            return Err(CaseError::Disk(OptionsError {
+                field: "latency",
+                reason: format!(
+                    "a request may take up to {worst} ns, too slow for a run of about {work} \
+                     device requests: the executor's time budget would not fit in u64 ns"
+                ),
+            }));
         }
         Ok(())
     }

@@ -65,6 +65,9 @@ pub struct RunStats {
     /// Leaked clusters the checker counted after crashes.
     pub leaked_clusters: u64,
     pub faults_injected: u64,
+    /// Task polls the executor made in the whole run: what the step
+    /// budget (`runner::exec_options`) bounds.
+    pub polls: u64,
     /// In harsh-mode cases (lost, misdirected or torn writes): model
     /// violations and checker findings seen, which are not failures there.
     pub harsh_findings: u64,

@@ -308,3 +308,125 @@ fn many_unflushed_rewrites_of_a_megabyte_run_and_pass() {
     assert!(report.passed(), "{:?}", report.failures);
     assert_eq!(report.stats.guest_writes, 256);
 }
+
+/// Seed 1 on a 64 MiB disk of 512-byte clusters with every switch off
+/// (one device request per cluster), its workload replaced by `workload`.
+fn request_heavy(workload: serde_json::Value) -> Result<Case, CaseError> {
+    seed_1_edited(|v| {
+        let c = &mut v["image"]["create"];
+        c["size"] = (64u64 << 20).into();
+        c["cluster_size"] = 512.into();
+        c["data_file"] = serde_json::Value::Null;
+        c["data_file_raw"] = false.into();
+        v["image"]["data_file"] = serde_json::Value::Null;
+        v["engine"]["switches"] = serde_json::json!({
+            "multi_cluster": false, "delayed_metadata": false, "zero_cow": false,
+            "merge_cow": false, "delayed_cow": false
+        });
+        v["workload"] = workload;
+    })
+}
+
+/// `n` groups of one 4096-sector write, one after the other over the disk.
+fn big_writes(n: u64) -> Vec<serde_json::Value> {
+    (0..n)
+        .map(|i| serde_json::json!([{"op": "write", "sector": (i * 4096) % 131072, "sectors": 4096}]))
+        .collect()
+}
+
+/// Workloads whose memory or length has no bound are refused, saying what
+/// is too large. Each was valid before and is measured in the commit that
+/// bounds it: 4096 unflushed 2 MiB writes and a crash peaked at 1.3 GB
+/// (the reference model and the crash state), 256 writes of 2 MiB on
+/// 512-byte clusters at 1 GB (the write log, a request per cluster), and
+/// 400 crashes over the same disk spent the step budget.
+#[test]
+fn workloads_too_large_to_run_are_refused_saying_what() {
+    let too_large = |r: Result<Case, CaseError>, what: &str| match r {
+        Err(e @ CaseError::TooLarge(_)) => assert!(e.to_string().contains(what), "{e}"),
+        Err(e) => panic!("{what}: refused for another reason: {e}"),
+        Ok(_) => panic!("{what}: accepted"),
+    };
+    let mut w: Vec<serde_json::Value> = (0..4095)
+        .map(|_| serde_json::json!([{"op": "write", "sector": 0, "sectors": 4096}]))
+        .collect();
+    w.push(serde_json::json!([{"op": "crash"}]));
+    too_large(
+        seed_1_edited(|v| {
+            v["image"]["create"]["size"] = (64u64 << 20).into();
+            v["workload"] = w.into();
+        }),
+        "16773120 sectors",
+    );
+    too_large(request_heavy(big_writes(256).into()), "epoch 0");
+    let mut w = big_writes(32);
+    w.push(serde_json::json!([{"op": "flush"}]));
+    w.extend((0..400).map(|_| serde_json::json!([{"op": "crash"}])));
+    too_large(request_heavy(w.into()), "the run needs about");
+    refused("log.data_bytes_max", |v| {
+        v["disk"]["log"]["data_bytes_max"] = (sim::case::MAX_LOG_DATA_BYTES + 1).into()
+    });
+    // The slowest device, for a workload of many crashes: the time budget
+    // would not fit in u64 ns.
+    let max = sim::disk::MAX_LATENCY_NS;
+    let mut w = big_writes(1);
+    w.extend((0..100).map(|_| serde_json::json!([{"op": "crash"}])));
+    match request_heavy(w.into()).map(|mut c| {
+        c.disk.latency.write_mean = max;
+        c.disk.latency.seek = max;
+        c.disk.latency.bandwidth = sim::disk::MIN_BANDWIDTH;
+        c
+    }) {
+        Ok(c) => {
+            let e = c.validate().unwrap_err();
+            assert!(e.to_string().contains("latency"), "{e}");
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A request-heavy case just inside the bounds runs and passes, within a
+/// tenth of its step budget (the budget's margin, checked).
+#[test]
+fn a_request_heavy_case_at_the_bounds_runs_within_its_budget() {
+    let case = request_heavy(big_writes(16).into()).unwrap();
+    let work = case.epoch_work();
+    assert!(work[0] > sim::case::MAX_EPOCH_WORK / 2, "{work:?}");
+    let report = run_case(&case, &RunOptions::default());
+    assert!(report.passed(), "{:?}", report.failures);
+    let budget = sim::runner::exec_options(&case).steps_max;
+    assert!(
+        report.stats.polls * 10 < budget,
+        "{} of {budget}",
+        report.stats.polls
+    );
+}
+
+/// The bounds refuse no generated case, by a margin: each profile and
+/// mixed, over many seeds, in harsh mode too, stay below half of each
+/// (the largest over these 70000 cases: 83215 written sectors, an epoch of
+/// 321860 and a case of 527348 units of work).
+#[test]
+fn generated_cases_stay_well_inside_the_bounds() {
+    let mut most = (0, 0, 0);
+    for profile in Profile::ALL {
+        for seed in 0..10_000 {
+            let mut case = Case::generate(seed, profile);
+            for harsh in [false, true] {
+                if harsh {
+                    case.disk = sim::disk::DiskOptions::swarm(seed, true);
+                }
+                case.validate()
+                    .unwrap_or_else(|e| panic!("{profile:?} {seed} harsh={harsh}: {e}"));
+            }
+            let epoch = case.epoch_work().into_iter().max().unwrap();
+            most.0 = most.0.max(case.written_sectors());
+            most.1 = most.1.max(epoch);
+            most.2 = most.2.max(case.work());
+        }
+    }
+    eprintln!("most (written sectors, epoch work, work): {most:?}");
+    assert!(most.0 * 2 <= sim::case::MAX_WRITTEN_SECTORS, "{most:?}");
+    assert!(most.1 * 2 <= sim::case::MAX_EPOCH_WORK, "{most:?}");
+    assert!(most.2 * 2 <= sim::case::MAX_WORK, "{most:?}");
+}
