@@ -829,3 +829,36 @@ fn check_repair_dump_and_bench_take_locks_and_u_shares() {
     run("qemu-io", &["-c", "write 0 4k", "img.qcow2"], d);
     assert_clean("img.qcow2", d);
 }
+
+/// A campaign whose report cannot be written fails and says where, after
+/// running its cases (before, `--reports /proc/x` exited 0 with no report
+/// and no message, so a scripted campaign lost its figures silently).
+#[test]
+fn campaign_report_write_failure_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A regular file where the report directory should be: creating the
+    // directory fails whoever runs the test (root included, unlike a
+    // read-only directory).
+    std::fs::write(d.join("taken"), b"not a directory").unwrap();
+    let args = [
+        "campaign",
+        "--seeds",
+        "0..2",
+        "--quiet",
+        "--reports",
+        "taken/reports",
+        "--corpus",
+        "c",
+    ];
+    let err = refused(&args, d, &["report", "taken/reports"]);
+    assert!(
+        err.contains("campaign: 2 cases"),
+        "the cases still ran: {err}"
+    );
+    assert_eq!(
+        std::fs::read(d.join("taken")).unwrap(),
+        b"not a directory",
+        "the file in the way is left alone"
+    );
+}
