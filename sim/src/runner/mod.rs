@@ -40,7 +40,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::case::{Case, Op, MAX_OPS, MAX_REQUEST_BYTES};
-use crate::disk::{DiskCounters, SimDisk};
+use crate::disk::{DiskCounters, SimDisk, SparseStore};
 use crate::exec::{ExecError, ExecOptions, Nanos, Sim};
 use crate::rng::{self, Stream};
 
@@ -96,13 +96,25 @@ struct Run<'a> {
     epoch_start: DiskCounters,
 }
 
-/// A crash image seen as longer than it is, reading zeroes past its end: a
-/// crash may leave refcounts for clusters past the end of the file (their
-/// data never landed), leaks `qemu-img check` cannot see until the file
-/// grows over them.
+/// An image as the checker reads it: the disk's store itself, not a flat
+/// copy (an image grown by the leaks of many crashes is held once, not
+/// two or three times), possibly seen as longer than it is, reading zeroes
+/// past its end: a crash may leave refcounts for clusters past the end of
+/// the file (their data never landed), leaks `qemu-img check` cannot see
+/// until the file grows over them.
 struct Padded<'a> {
-    bytes: &'a [u8],
+    store: &'a SparseStore,
     len: u64,
+}
+
+impl<'a> Padded<'a> {
+    /// The image exactly as long as it is.
+    fn exact(store: &'a SparseStore) -> Self {
+        Padded {
+            store,
+            len: store.len(),
+        }
+    }
 }
 
 impl oracle::check::ImageSource for Padded<'_> {
@@ -111,8 +123,21 @@ impl oracle::check::ImageSource for Padded<'_> {
     }
 
     fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.bytes.read_at(off, buf)
+        // Past the store's length it reads zeroes, as a byte slice does.
+        self.store.read(off, buf);
+        Ok(())
     }
+}
+
+/// Whether the image in `store` has its dirty bit set (incompatible
+/// feature bit 0, header bytes 72..80).
+fn dirty_bit(store: &SparseStore) -> bool {
+    if store.len() < 80 {
+        return false;
+    }
+    let mut b = [0u8; 8];
+    store.read(72, &mut b);
+    u64::from_be_bytes(b) & 1 != 0
 }
 
 /// The crash substream of the data file's disk.
@@ -475,9 +500,10 @@ impl<'a> Run<'a> {
     /// check it, read it whole against the model.
     fn recover(&mut self, label: &str) -> Result<Rc<Img>, Failure> {
         self.set_faults_enabled(false);
-        let raw = self.disk.volatile().to_bytes();
-        let dirty =
-            raw.len() >= 80 && u64::from_be_bytes(raw[72..80].try_into().expect("8")) & 1 != 0;
+        // A snapshot (chunks are shared and copied on write): the engine's
+        // repair on open does not change it.
+        let raw = self.disk.volatile();
+        let dirty = dirty_bit(&raw);
         let img = self
             .open_image(&format!("reopen after {label}"))?
             .map_err(|e| Failure::Engine {
@@ -485,17 +511,13 @@ impl<'a> Run<'a> {
             })?;
         // A dirty image's refcounts are stale by design: judge it after the
         // engine's repair; a clean one exactly as the crash left it.
-        let judged = if dirty {
-            self.disk.volatile().to_bytes()
-        } else {
-            raw
-        };
+        let judged = if dirty { self.disk.volatile() } else { raw };
         // A crash may leak clusters (allocated, never linked).
         let leaks = self.judge(label, &judged, None);
         self.shared.stats.borrow_mut().leaked_clusters += leaks;
         let padded = Padded {
-            bytes: &judged,
-            len: judged.len() as u64 + HIDDEN_LEAK_SPAN,
+            store: &judged,
+            len: judged.len() + HIDDEN_LEAK_SPAN,
         };
         self.leaked_after_crash = leak_offsets(&oracle::check::check(&padded));
         self.shared.stats.borrow_mut().crash_states_checked += 1;
@@ -523,14 +545,16 @@ impl<'a> Run<'a> {
 
     /// The checker's verdict on `bytes`: no corruption, and no leak but
     /// those in `leaks_allowed` (any, with `None`). Returns the leaks found.
-    fn judge(&self, label: &str, bytes: &[u8], leaks_allowed: Option<&BTreeSet<u64>>) -> u64 {
-        let report = oracle::check::check(&Padded {
-            bytes,
-            len: bytes.len() as u64,
-        });
+    fn judge(
+        &self,
+        label: &str,
+        image: &SparseStore,
+        leaks_allowed: Option<&BTreeSet<u64>>,
+    ) -> u64 {
+        let report = oracle::check::check(&Padded::exact(image));
         if let Some(dir) = self.export_dir() {
             let data = self.data.as_ref().map(|d| d.volatile().to_bytes());
-            export(&dir, label, bytes, data.as_deref(), &report);
+            export(&dir, label, &image.to_bytes(), data.as_deref(), &report);
         }
         let new_leaks: Vec<u64> = match leaks_allowed {
             None => Vec::new(),
@@ -661,12 +685,12 @@ impl<'a> Run<'a> {
         self.shared.stats.borrow_mut().disk = self.disk_counters();
         match closed {
             Ok(_) => {
-                let bytes = self.disk.volatile().to_bytes();
+                let image = self.disk.volatile();
                 // No new leak since the last crash, unless an injected
                 // fault explains it.
                 let allowed = self.leaked_after_crash.clone();
                 let allowed = (self.faults_so_far() == 0).then_some(&allowed);
-                self.judge("final", &bytes, allowed);
+                self.judge("final", &image, allowed);
             }
             Err(_) if self.faults_so_far() > 0 => {
                 // An injected fault poisoned the image: treat the close as
