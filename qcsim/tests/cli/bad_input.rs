@@ -17,23 +17,14 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crate::support::{assert_clean, exec, qcsim, run, QCSIM};
+use crate::support::{assert_clean, exec, qcsim, run, text, QCSIM};
 
 /// What a file holds before a command that must leave it alone.
 const PRECIOUS: &[u8] = b"precious data that no failed command may destroy\n";
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// Run `qcsim`, which must fail cleanly (exit 1, or 2 for a usage error
 /// clap refuses; never a panic or a signal) with every needle in its

@@ -14,43 +14,14 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-const QCSIM: &str = env!("CARGO_BIN_EXE_qcsim");
+use crate::support::{exec, run, text, QCSIM};
 
 /// How long a holder may take to answer; generous for a loaded machine.
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-fn exec(program: &str, args: &[&str], dir: &Path) -> Output {
-    Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// Run and require success.
-fn run(program: &str, args: &[&str], dir: &Path) -> Output {
-    let out = exec(program, args, dir);
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed: {}",
-        text(&out)
-    );
-    out
-}
 
 /// Run and require failure whose standard error contains every needle.
 fn refused(program: &str, args: &[&str], dir: &Path, needles: &[&str]) -> String {

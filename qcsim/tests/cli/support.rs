@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
+use std::process::Output;
 
 pub use testkit::{exec, run};
 
@@ -26,4 +27,14 @@ pub fn assert_clean(image: &str, dir: &Path) {
         String::from_utf8_lossy(&ours.stdout),
         String::from_utf8_lossy(&ours.stderr)
     );
+}
+
+/// A finished command's exit status and output, for failure messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
