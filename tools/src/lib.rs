@@ -1,13 +1,16 @@
 //! qcsim's engine on real image files: opening an image and its backing
 //! chain on `FileDev`s as QEMU resolves them (`files`), creating image
 //! files so that a failed command destroys none (`create`), the argument
-//! syntax shared with qemu-img and qemu-io (`qemu_args`), and qemu-img
-//! bench's job through the engine, timed by the wall clock (`bench`).
+//! syntax shared with qemu-img and qemu-io (`qemu_args`), the tools
+//! themselves as functions with typed errors and structured results:
+//! `qemu-img info` (`info`); and qemu-img bench's job through the engine,
+//! timed by the wall clock (`bench`).
 //!
-//! The `qcsim` binary is thin glue over this crate and `sim`; this crate
+//! The `qcsim` binary is thin glue over this crate and `sim`. This crate
 //! never uses the simulation.
 
 pub mod bench;
 pub mod create;
 pub mod files;
+pub mod info;
 pub mod qemu_args;
