@@ -4,4 +4,6 @@
 
 mod support;
 
+mod check;
+mod dump;
 mod info;

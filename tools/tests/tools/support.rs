@@ -43,6 +43,35 @@ pub fn qcow2(dir: &Path, name: &str, writes: &[(u64, u8, usize)]) -> PathBuf {
     qcow2_with(dir, name, &o, writes)
 }
 
+fn be64(bytes: &[u8], at: usize) -> usize {
+    u64::from_be_bytes(bytes[at..at + 8].try_into().unwrap()) as usize
+}
+
+fn patch(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
+    let mut bytes = std::fs::read(path).unwrap();
+    f(&mut bytes);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Unlink the first L2 table from the L1 table: that table and the data
+/// clusters it maps keep their refcounts, so they leak.
+pub fn plant_leak(path: &Path) {
+    patch(path, |b| {
+        let l1 = be64(b, 40);
+        b[l1..l1 + 8].fill(0);
+    });
+}
+
+/// Zero the refcount of cluster `cluster` (16-bit refcounts, first
+/// refcount block): a cluster still in use with refcount 0 is corruption.
+pub fn plant_zero_refcount(path: &Path, cluster: usize) {
+    patch(path, |b| {
+        let table = be64(b, 48);
+        let block = be64(b, table);
+        b[block + 2 * cluster..block + 2 * cluster + 2].fill(0);
+    });
+}
+
 /// Cut the file at `path` to its first `len` bytes.
 pub fn truncate(path: &Path, len: u64) {
     std::fs::OpenOptions::new()
