@@ -3,15 +3,16 @@
 //! files so that a failed command destroys none (`create`), the argument
 //! syntax shared with qemu-img and qemu-io (`qemu_args`), the tools
 //! themselves as functions with typed errors and structured results:
-//! `qemu-img info` (`info`), `check` with repair (`check`), the metadata
-//! dump (`dump`); and qemu-img bench's job through the engine, timed by the
-//! wall clock (`bench`).
+//! `qemu-img info` (`info`), `check` with repair (`check`), `convert`
+//! (`convert`), the metadata dump (`dump`); and qemu-img bench's job
+//! through the engine, timed by the wall clock (`bench`).
 //!
 //! The `qcsim` binary is thin glue over this crate and `sim`. This crate
 //! never uses the simulation.
 
 pub mod bench;
 pub mod check;
+pub mod convert;
 pub mod create;
 pub mod dump;
 pub mod files;

@@ -5,5 +5,6 @@
 mod support;
 
 mod check;
+mod convert;
 mod dump;
 mod info;
