@@ -1,14 +1,16 @@
 //! qcsim's engine on real image files: opening an image and its backing
 //! chain on `FileDev`s as QEMU resolves them (`files`), creating image
 //! files so that a failed command destroys none (`create`), the argument
-//! syntax shared with qemu-img and qemu-io (`qemu_args`), the tools
+//! syntax shared with qemu-img and qemu-io (`qemu_args`), and the tools
 //! themselves as functions with typed errors and structured results:
 //! `qemu-img info` (`info`), `check` with repair (`check`), `convert`
-//! (`convert`), the metadata dump (`dump`); and qemu-img bench's job
-//! through the engine, timed by the wall clock (`bench`).
+//! (`convert`), the qemu-io command parser and session (`io`), the
+//! metadata dump (`dump`), and qemu-img bench's job through the engine,
+//! timed by the wall clock (`bench`).
 //!
-//! The `qcsim` binary is thin glue over this crate and `sim`. This crate
-//! never uses the simulation.
+//! The `qcsim` binary is thin glue over this crate and `sim`: it parses
+//! arguments, calls these functions, prints and maps results to exit
+//! codes. This crate never uses the simulation.
 
 pub mod bench;
 pub mod check;
@@ -17,4 +19,5 @@ pub mod create;
 pub mod dump;
 pub mod files;
 pub mod info;
+pub mod io;
 pub mod qemu_args;

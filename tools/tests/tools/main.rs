@@ -8,3 +8,4 @@ mod check;
 mod convert;
 mod dump;
 mod info;
+mod io;
