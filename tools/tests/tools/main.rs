@@ -4,8 +4,10 @@
 
 mod support;
 
+mod bench;
 mod check;
 mod convert;
+mod create;
 mod dump;
 mod info;
 mod io;
