@@ -11,12 +11,19 @@
 //! engine's futures interleave on this thread while the pool's workers do
 //! the syscalls and wake them.
 //!
+//! [`FileBenchFlags::parse`] turns the flags as given into
+//! [`FileBenchOptions`], every value checked. [`FileBench`] is one job on
+//! one file: made with a fresh copy of the image when it is to be compared
+//! with `qemu-img bench` ([`FileBench::run_qemu`], the same job on the
+//! copy, its command line built by [`qemu_bench_args`]).
+//!
 //! This is the one module of this crate that reads the wall clock: it times
 //! a real file, not a simulation, and nothing it measures feeds a simulated
 //! run.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
@@ -29,7 +36,8 @@ use futures::future::LocalBoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::Serialize;
 
-use crate::files::{probe_path, Format, OpenError, Probed};
+use crate::files::{probe_path, Format, OpenError, Probed, UnknownFormat};
+use crate::qemu_args::{parse_size, ArgError};
 
 /// Most worker threads the file's pool gets (QEMU's thread pool has 64).
 pub const MAX_THREADS: usize = 64;
@@ -83,6 +91,145 @@ impl FromStr for CacheMode {
     }
 }
 
+/// `-i`: qemu-img's asynchronous I/O backend. Every one runs on the
+/// engine's thread pool here; the choice is passed on to `qemu-img bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aio {
+    Threads,
+    Native,
+    IoUring,
+}
+
+impl Aio {
+    pub fn name(self) -> &'static str {
+        match self {
+            Aio::Threads => "threads",
+            Aio::Native => "native",
+            Aio::IoUring => "io_uring",
+        }
+    }
+}
+
+impl FromStr for Aio {
+    type Err = FileBenchError;
+
+    fn from_str(s: &str) -> Result<Aio, FileBenchError> {
+        match s {
+            "threads" => Ok(Aio::Threads),
+            "native" => Ok(Aio::Native),
+            "io_uring" => Ok(Aio::IoUring),
+            _ => Err(FileBenchError::Aio(s.to_owned())),
+        }
+    }
+}
+
+/// The flags of `qcsim bench FILE` as given, qemu-img bench's: each value
+/// unparsed (`None` when the flag is absent), for [`FileBenchFlags::parse`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileBenchFlags {
+    /// `-c`.
+    pub count: Option<String>,
+    /// `-d`.
+    pub depth: Option<String>,
+    /// `-f`.
+    pub format: Option<String>,
+    /// `-t`.
+    pub cache: Option<String>,
+    /// `-s`.
+    pub buffer_size: Option<String>,
+    /// `-o`.
+    pub offset: Option<String>,
+    /// `-S`.
+    pub step: Option<String>,
+    /// `-i`.
+    pub aio: Option<String>,
+    /// `-n`.
+    pub native: bool,
+    /// `-w`.
+    pub write: bool,
+    /// `--pattern`.
+    pub pattern: Option<String>,
+    /// `--flush-interval`.
+    pub flush_interval: Option<String>,
+    /// `--no-drain`.
+    pub no_drain: bool,
+    /// `-U`.
+    pub force_share: bool,
+    /// `--off`, each a switch name.
+    pub off: Vec<String>,
+}
+
+impl FileBenchFlags {
+    /// The benchmark's options, every value checked
+    /// ([`FileBenchOptions::validate`] included); the error names the flag.
+    pub fn parse(&self) -> Result<FileBenchOptions, FileBenchError> {
+        let d = FileBenchOptions::default();
+        let format = self
+            .format
+            .as_deref()
+            .map(str::parse::<Format>)
+            .transpose()?;
+        let cache = match &self.cache {
+            None => d.cache,
+            Some(c) => c.parse::<CacheMode>()?,
+        };
+        let aio = self.aio.as_deref().map(str::parse::<Aio>).transpose()?;
+        let mut switches = d.switches;
+        for name in &self.off {
+            switches = switches
+                .with(name, false)
+                .ok_or_else(|| FileBenchError::UnknownSwitch { name: name.clone() })?;
+        }
+        let opts = FileBenchOptions {
+            format,
+            cache,
+            count: number("-c", &self.count, d.count)?,
+            depth: number("-d", &self.depth, d.depth)?,
+            buffer_size: number("-s", &self.buffer_size, d.buffer_size)?,
+            offset: number("-o", &self.offset, d.offset)?,
+            step: number("-S", &self.step, d.step)?,
+            write: self.write,
+            pattern: self.pattern.as_deref().map(pattern_byte).transpose()?,
+            flush_interval: number("--flush-interval", &self.flush_interval, 0)?,
+            drain: !self.no_drain,
+            switches,
+            force_share: self.force_share,
+            aio,
+            native: self.native,
+        };
+        opts.validate()?;
+        Ok(opts)
+    }
+}
+
+/// A numeric flag with qemu's size syntax, named in the error.
+fn number(flag: &'static str, value: &Option<String>, default: u64) -> Result<u64, FileBenchError> {
+    match value {
+        None => Ok(default),
+        Some(v) => parse_size(v).map_err(|error| FileBenchError::Number {
+            flag,
+            value: v.clone(),
+            error,
+        }),
+    }
+}
+
+/// A pattern byte: decimal, 0x hex or 0 octal, as qemu's strtoul with
+/// base 0.
+pub fn pattern_byte(s: &str) -> Result<u8, FileBenchError> {
+    let parsed = if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u64::from_str_radix(hex, 16)
+    } else if s.len() > 1 && s.starts_with('0') {
+        u64::from_str_radix(&s[1..], 8)
+    } else {
+        s.parse::<u64>()
+    };
+    match parsed {
+        Ok(v) if v <= 0xff => Ok(v as u8),
+        _ => Err(FileBenchError::Pattern(s.to_owned())),
+    }
+}
+
 /// One benchmark run; field meanings are qemu-img bench's flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileBenchOptions {
@@ -118,6 +265,10 @@ pub struct FileBenchOptions {
     /// blocks them nor is blocked). A write benchmark always takes QEMU's
     /// write locks; there it has no effect.
     pub force_share: bool,
+    /// `-i`: passed on to `qemu-img bench` only.
+    pub aio: Option<Aio>,
+    /// `-n`: passed on to `qemu-img bench` only.
+    pub native: bool,
 }
 
 impl Default for FileBenchOptions {
@@ -136,6 +287,8 @@ impl Default for FileBenchOptions {
             drain: true,
             switches: Switches::ALL_ON,
             force_share: false,
+            aio: None,
+            native: false,
         }
     }
 }
@@ -148,6 +301,12 @@ impl FileBenchOptions {
         } else {
             self.step
         }
+    }
+
+    /// `-U` asked for on a write benchmark, which locks for writing all
+    /// the same (qemu-img refuses the pair; this tool accepts it).
+    pub fn force_share_ignored(&self) -> bool {
+        self.force_share && self.write
     }
 
     /// qemu-img bench's opening lines: the job, and the flush interval
@@ -258,12 +417,23 @@ pub struct FileBenchReport {
 
 impl FileBenchReport {
     pub fn iops(&self) -> f64 {
-        self.requests as f64 / self.elapsed.as_secs_f64().max(1e-9)
+        self.iops_over(self.elapsed.as_secs_f64())
     }
 
     /// Guest mebibytes (2^20 bytes) per second.
     pub fn mib_per_sec(&self) -> f64 {
-        self.iops() * self.buffer_size as f64 / (1u64 << 20) as f64
+        self.mib_per_sec_over(self.elapsed.as_secs_f64())
+    }
+
+    /// The job's requests per second had it taken `seconds` (another
+    /// tool's time for the same job, say).
+    pub fn iops_over(&self, seconds: f64) -> f64 {
+        self.requests as f64 / seconds.max(1e-9)
+    }
+
+    /// [`FileBenchReport::mib_per_sec`] had the job taken `seconds`.
+    pub fn mib_per_sec_over(&self, seconds: f64) -> f64 {
+        self.iops_over(seconds) * self.buffer_size as f64 / (1u64 << 20) as f64
     }
 }
 
@@ -272,6 +442,58 @@ impl FileBenchReport {
 pub enum FileBenchError {
     #[error("{0}")]
     Invalid(String),
+    /// `-f` names no format this tool knows.
+    #[error(transparent)]
+    Format(#[from] UnknownFormat),
+    #[error("invalid aio option '{0}' (threads, native or io_uring)")]
+    Aio(String),
+    #[error("--off {name}: unknown switch (known: {})", Switches::NAMES.join(", "))]
+    UnknownSwitch { name: String },
+    /// A numeric flag (`-c`, `-d`, `-s`, `-o`, `-S`, `--flush-interval`)
+    /// that is not a size.
+    #[error("{flag} {value}")]
+    Number {
+        flag: &'static str,
+        value: String,
+        #[source]
+        error: ArgError,
+    },
+    #[error("invalid pattern byte '{0}': expected a number from 0 to 255")]
+    Pattern(String),
+    #[error("{path}: no such file")]
+    NoSuchFile { path: PathBuf },
+    /// The copy of the image for `qemu-img bench` could not be made.
+    #[error("copying {from} to {to} for qemu-img")]
+    Copy {
+        from: PathBuf,
+        to: PathBuf,
+        #[source]
+        error: std::io::Error,
+    },
+    #[error("syncing {path}")]
+    SyncCopy {
+        path: PathBuf,
+        #[source]
+        error: std::io::Error,
+    },
+    /// The copy probes as an image format qemu-img is not asked to read.
+    #[error("{path}: {format} image")]
+    ForeignCopy { path: PathBuf, format: &'static str },
+    #[error("running qemu-img (is it installed?)")]
+    RunQemu {
+        #[source]
+        error: std::io::Error,
+    },
+    /// `qemu-img bench` (`args`, joined) failed; its standard output and
+    /// standard error.
+    #[error("qemu-img {args} failed: {stdout}{stderr}")]
+    QemuFailed {
+        args: String,
+        stdout: String,
+        stderr: String,
+    },
+    #[error("no 'Run completed in' line in qemu-img's output:\n{stdout}")]
+    QemuOutput { stdout: String },
     #[error(transparent)]
     Open(#[from] OpenError),
     #[error(transparent)]
@@ -306,6 +528,174 @@ pub enum FileBenchError {
         found: u8,
         pattern: u8,
     },
+}
+
+/// A file benchmark ready to run: the image exists, and for a comparison
+/// with qemu-img a fresh copy of it was made beside it (removed when this
+/// is dropped).
+pub struct FileBench {
+    path: PathBuf,
+    opts: FileBenchOptions,
+    copy: Option<QemuCopy>,
+}
+
+impl FileBench {
+    /// Check that `path` exists and, if `compare_qemu`, copy the image for
+    /// `qemu-img bench` before this run changes it.
+    pub fn new(
+        path: &Path,
+        opts: &FileBenchOptions,
+        compare_qemu: bool,
+    ) -> Result<FileBench, FileBenchError> {
+        if !path.exists() {
+            return Err(FileBenchError::NoSuchFile {
+                path: path.to_owned(),
+            });
+        }
+        let copy = compare_qemu.then(|| QemuCopy::make(path)).transpose()?;
+        Ok(FileBench {
+            path: path.to_owned(),
+            opts: opts.clone(),
+            copy,
+        })
+    }
+
+    pub fn options(&self) -> &FileBenchOptions {
+        &self.opts
+    }
+
+    /// The job on the image ([`run_file_bench`]).
+    pub fn run(&self) -> Result<FileBenchReport, FileBenchError> {
+        run_file_bench(&self.path, &self.opts)
+    }
+
+    /// `qemu-img bench` with the same job on the copy, if one was made.
+    pub fn run_qemu(&self) -> Option<Result<QemuBenchRun, FileBenchError>> {
+        let copy = self.copy.as_ref()?;
+        Some(run_qemu_bench(&copy.0, &self.opts))
+    }
+}
+
+/// The copy `qemu-img bench` runs on, removed when dropped, whatever
+/// happened.
+struct QemuCopy(PathBuf);
+
+impl QemuCopy {
+    /// Beside the image, so that both runs use the same file system.
+    fn make(path: &Path) -> Result<QemuCopy, FileBenchError> {
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".qemu-bench-{}", std::process::id()));
+        let copy = QemuCopy(path.with_file_name(name));
+        std::fs::copy(path, &copy.0).map_err(|error| FileBenchError::Copy {
+            from: path.to_owned(),
+            to: copy.0.clone(),
+            error,
+        })?;
+        // The fresh copy's pages are dirty in the page cache; written back
+        // now, they cannot slow down qemu-img's O_DIRECT requests later.
+        std::fs::File::open(&copy.0)
+            .and_then(|f| f.sync_all())
+            .map_err(|error| FileBenchError::SyncCopy {
+                path: copy.0.clone(),
+                error,
+            })?;
+        Ok(copy)
+    }
+}
+
+impl Drop for QemuCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// What `qemu-img bench` printed for the job.
+#[derive(Debug, Clone)]
+pub struct QemuBenchRun {
+    /// Its arguments ([`qemu_bench_args`]).
+    pub args: Vec<String>,
+    /// Its standard output.
+    pub stdout: String,
+}
+
+impl QemuBenchRun {
+    /// The command as run: `qemu-img bench ...`.
+    pub fn command_line(&self) -> String {
+        format!("qemu-img {}", self.args.join(" "))
+    }
+
+    /// The time of its "Run completed in X seconds." line.
+    pub fn elapsed(&self) -> Result<Duration, FileBenchError> {
+        let secs = parse_qemu_seconds(&self.stdout).ok_or_else(|| FileBenchError::QemuOutput {
+            stdout: self.stdout.clone(),
+        })?;
+        Ok(Duration::from_secs_f64(secs.max(0.0)))
+    }
+}
+
+/// The qemu-img bench command line for the job `o` on `path`, a `format`
+/// image.
+pub fn qemu_bench_args(path: &Path, o: &FileBenchOptions, format: Format) -> Vec<String> {
+    let mut v: Vec<String> = vec!["bench".into(), "-f".into(), format.name().into()];
+    v.extend(["-t".into(), o.cache.name().into()]);
+    v.extend(["-c".into(), o.count.to_string()]);
+    v.extend(["-d".into(), o.depth.to_string()]);
+    v.extend(["-s".into(), o.buffer_size.to_string()]);
+    v.extend(["-o".into(), o.offset.to_string()]);
+    v.extend(["-S".into(), o.effective_step().to_string()]);
+    if let Some(aio) = o.aio {
+        v.extend(["-i".into(), aio.name().into()]);
+    }
+    if o.native {
+        v.push("-n".into());
+    }
+    if o.write {
+        v.push("-w".into());
+        if let Some(p) = o.pattern {
+            v.push(format!("--pattern={p}"));
+        }
+        if o.flush_interval != 0 {
+            v.push(format!("--flush-interval={}", o.flush_interval));
+        }
+        if !o.drain {
+            v.push("--no-drain".into());
+        }
+    }
+    v.push(path.display().to_string());
+    v
+}
+
+/// Run qemu-img bench with the job `o` on `copy`.
+fn run_qemu_bench(copy: &Path, o: &FileBenchOptions) -> Result<QemuBenchRun, FileBenchError> {
+    let format = format_of(copy, o, |format| FileBenchError::ForeignCopy {
+        path: copy.to_owned(),
+        format,
+    })?;
+    let args = qemu_bench_args(copy, o, format);
+    let out = Command::new("qemu-img")
+        .args(&args)
+        .output()
+        .map_err(|error| FileBenchError::RunQemu { error })?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(FileBenchError::QemuFailed {
+            args: args.join(" "),
+            stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    Ok(QemuBenchRun { args, stdout })
+}
+
+/// The seconds of qemu-img bench's "Run completed in X seconds." line.
+pub fn parse_qemu_seconds(out: &str) -> Option<f64> {
+    out.lines().find_map(|l| {
+        l.strip_prefix("Run completed in ")?
+            .strip_suffix(" seconds.")?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 /// The disk under test.
@@ -379,20 +769,30 @@ enum Done {
     Flush { drained: bool },
 }
 
-fn open_target(path: &Path, o: &FileBenchOptions) -> Result<(Target, Format), FileBenchError> {
-    let format = match o.format {
-        Some(f) => f,
+/// The format `o` names, or else the one `path` probes as; `foreign` is
+/// the error for a format this tool does not read.
+fn format_of(
+    path: &Path,
+    o: &FileBenchOptions,
+    foreign: impl FnOnce(&'static str) -> FileBenchError,
+) -> Result<Format, FileBenchError> {
+    match o.format {
+        Some(f) => Ok(f),
         None => match probe_path(path)? {
-            Probed::Format(f) => f,
-            Probed::Foreign(format) => {
-                return Err(OpenError::ForeignFormat {
-                    path: path.to_owned(),
-                    format,
-                }
-                .into())
-            }
+            Probed::Format(f) => Ok(f),
+            Probed::Foreign(format) => Err(foreign(format)),
         },
-    };
+    }
+}
+
+fn open_target(path: &Path, o: &FileBenchOptions) -> Result<(Target, Format), FileBenchError> {
+    let format = format_of(path, o, |format| {
+        OpenError::ForeignFormat {
+            path: path.to_owned(),
+            format,
+        }
+        .into()
+    })?;
     let file_opts = FileOptions {
         read_only: !o.write,
         direct: o.cache == CacheMode::None,

@@ -2,6 +2,15 @@
 //! `qcsim create` and `qcsim convert` empty an existing file only once
 //! everything that could refuse the command has been asked.
 //!
+//! `qemu-img create` itself is [`prepare_image`] then
+//! [`PreparedImage::write`] (or both at once, [`create_image`]): its option
+//! names (`-o cluster_size=...,refcount_bits=...,compat=...`), its
+//! backing-file rules (`-b` needs `-F`, and the error says what the file
+//! looks like; without a size the image takes the backing file's virtual
+//! size) and its "Formatting ..." line ([`PreparedImage::formatting_line`]),
+//! for raw and qcow2 files. Between the two steps the caller prints that
+//! line, as qemu-img prints it before it writes. The steps:
+//!
 //! 1. [`check_create_options`]: the engine's own checks of the options (an
 //!    L1 table too large for the size, a refcount table too large, ...),
 //!    run without any file.
@@ -22,6 +31,13 @@ use engine::dev::{
     WriteFlags, ZeroFlags,
 };
 use engine::{CreateOptions, Image};
+
+use crate::files::{
+    file_id_of_path, open_image_with_files, probe_path, resolve_backing_path,
+    resolve_data_file_path, same_file, FirstOpen, Format, OpenError, OpenOptions, Probed,
+    UnknownFormat,
+};
+use crate::qemu_args::{check_image_size, parse_size, ArgError, ImageOpts};
 
 /// Why the files of a create could not be prepared. Nothing was emptied.
 #[derive(Debug, thiserror::Error)]
@@ -205,6 +221,449 @@ async fn check_length(dev: &FileDev, path: &Path, length: u64) -> Result<(), Cre
     })
 }
 
+/// A `qemu-img create` request, its values as given.
+#[derive(Debug, Clone)]
+pub struct CreateImageOptions {
+    /// `-f`: raw or qcow2 (qcow2 by default here).
+    pub format: Format,
+    /// `-o` lists, as given (qemu-img's names; see
+    /// [`crate::qemu_args::option_help`]).
+    pub options: Vec<String>,
+    /// The virtual size, with an optional k, M, G, T suffix; for qcow2 with
+    /// a backing file, the backing file's size when `None`.
+    pub size: Option<String>,
+    /// `-b`: the backing file, stored as given (a relative name is
+    /// relative to the image).
+    pub backing: Option<String>,
+    /// `-F`: the backing file's format, required with a backing file.
+    pub backing_format: Option<String>,
+    /// `-u`: do not open the backing file (then the size is required).
+    pub unsafe_backing: bool,
+}
+
+impl Default for CreateImageOptions {
+    fn default() -> Self {
+        CreateImageOptions {
+            format: Format::Qcow2,
+            options: Vec::new(),
+            size: None,
+            backing: None,
+            backing_format: None,
+            unsafe_backing: false,
+        }
+    }
+}
+
+/// Why an image was not created. Every variant before `Write` left every
+/// file as it was (and created none).
+#[derive(Debug, thiserror::Error)]
+pub enum CreateImageError {
+    /// An option (an `-o` list, the size against the largest image, or
+    /// their combination) is refused; `error` names it.
+    #[error("{path}")]
+    Options {
+        path: PathBuf,
+        #[source]
+        error: ArgError,
+    },
+    /// The size argument does not parse.
+    #[error("invalid image size")]
+    Size {
+        #[source]
+        error: ArgError,
+    },
+    #[error("{path}: raw images take no options but size (no backing file either)")]
+    RawOptions { path: PathBuf },
+    /// No size, and no backing file opened to take it from.
+    #[error("image creation needs a size parameter")]
+    NoSize,
+    /// qemu-img refuses `-b` without `-F`; `probed` is what the backing
+    /// file looks like, if it could be read, so the fix is one copy away.
+    #[error(
+        "{path}: backing file specified without backing format{}",
+        backing_hint(.backing, .probed)
+    )]
+    MissingBackingFormat {
+        path: PathBuf,
+        backing: PathBuf,
+        probed: Option<Probed>,
+    },
+    /// `-F` names no format this tool knows.
+    #[error(transparent)]
+    BackingFormat(#[from] UnknownFormat),
+    /// By device and inode: a hard link to the backing file is the backing
+    /// file, and creating the image would empty it.
+    #[error(
+        "{path}: trying to create an image over its own backing file: {backing} is the same file"
+    )]
+    OverBacking { path: PathBuf, backing: PathBuf },
+    #[error("{path}: could not open backing image")]
+    BackingOpen {
+        path: PathBuf,
+        #[source]
+        error: Box<OpenError>,
+    },
+    #[error("{path}: could not open backing image")]
+    BackingClose {
+        path: PathBuf,
+        #[source]
+        error: engine::Error,
+    },
+    /// The engine would refuse these options (found on no file).
+    #[error("{path}")]
+    Refused {
+        path: PathBuf,
+        #[source]
+        error: engine::Error,
+    },
+    #[error("{path}: the data file cannot be the image file itself")]
+    DataIsImage { path: PathBuf },
+    #[error("{path}: the data file {data} is the same file as the backing file {backing}: creating it would empty the backing file")]
+    DataIsBacking {
+        path: PathBuf,
+        data: PathBuf,
+        backing: PathBuf,
+    },
+    /// A file to write (`file`: the image or its data file) is a file the
+    /// backing chain reads.
+    #[error("{path}: {file} is the same file as {first}, which the backing chain reads: creating it would destroy it")]
+    ChainFile {
+        path: PathBuf,
+        file: PathBuf,
+        first: FirstOpen,
+    },
+    /// The files could not be opened, locked or sized.
+    #[error(transparent)]
+    Prepare(#[from] CreateError),
+    /// Emptying, sizing or flushing a file failed.
+    #[error("{path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        error: DevError,
+    },
+    /// The engine's create failed.
+    #[error("{path}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        error: engine::Error,
+    },
+}
+
+fn backing_hint(backing: &Path, probed: &Option<Probed>) -> String {
+    match probed {
+        Some(Probed::Format(f)) => {
+            format!(" (detected format of {}: add -F {f})", backing.display())
+        }
+        Some(Probed::Foreign(name)) => format!(" ({} looks like {name})", backing.display()),
+        None => String::new(),
+    }
+}
+
+/// An image every check has passed, its files opened and locked, none yet
+/// emptied: [`PreparedImage::write`] creates it.
+pub struct PreparedImage {
+    path: PathBuf,
+    formatting_line: String,
+    files: PreparedFiles,
+}
+
+enum PreparedFiles {
+    Raw {
+        dev: FileDev,
+        size: u64,
+    },
+    Qcow2 {
+        dev: FileDev,
+        data: Option<FileDev>,
+        create: Box<CreateOptions>,
+    },
+}
+
+impl PreparedImage {
+    /// The line qemu-img prints before it writes the image, its fields in
+    /// qemu-img's order.
+    pub fn formatting_line(&self) -> &str {
+        &self.formatting_line
+    }
+
+    /// The engine's options for a qcow2 image (`None` for raw).
+    pub fn create_options(&self) -> Option<&CreateOptions> {
+        match &self.files {
+            PreparedFiles::Raw { .. } => None,
+            PreparedFiles::Qcow2 { create, .. } => Some(create),
+        }
+    }
+
+    /// Empty the files and write the image.
+    pub async fn write(self) -> Result<(), CreateImageError> {
+        let path = self.path;
+        match self.files {
+            PreparedFiles::Raw { dev, size } => async {
+                dev.truncate(0).await?;
+                dev.truncate(size).await?;
+                dev.flush().await
+            }
+            .await
+            .map_err(|error| CreateImageError::Write { path, error }),
+            PreparedFiles::Qcow2 { dev, data, create } => {
+                if let Err(error) = Image::create_with_data(&dev, data.as_ref(), &create).await {
+                    return Err(CreateImageError::Create { path, error });
+                }
+                dev.flush()
+                    .await
+                    .map_err(|error| CreateImageError::Write { path, error })
+            }
+        }
+    }
+}
+
+/// [`prepare_image`] then [`PreparedImage::write`]; returns the
+/// "Formatting ..." line.
+pub async fn create_image(
+    path: &Path,
+    opts: &CreateImageOptions,
+) -> Result<String, CreateImageError> {
+    let prepared = prepare_image(path, opts).await?;
+    let line = prepared.formatting_line.clone();
+    prepared.write().await?;
+    Ok(line)
+}
+
+/// Everything of `qemu-img create` before the first byte is written: the
+/// options parsed and checked, the backing file opened (unless `-u`) for
+/// its size and its chain's files, every file to write told apart from
+/// those, then opened and locked. An error here leaves every file as it
+/// was.
+pub async fn prepare_image(
+    path: &Path,
+    opts: &CreateImageOptions,
+) -> Result<PreparedImage, CreateImageError> {
+    let mut image = ImageOpts::default();
+    for list in &opts.options {
+        image
+            .apply_list(list)
+            .map_err(|error| CreateImageError::Options {
+                path: path.to_owned(),
+                error,
+            })?;
+    }
+    if let Some(s) = &opts.size {
+        image.size = Some(parse_size(s).map_err(|error| CreateImageError::Size { error })?);
+    }
+    if let Some(b) = &opts.backing {
+        image.backing_file = Some(b.clone());
+    }
+    if let Some(f) = &opts.backing_format {
+        image.backing_fmt = Some(f.clone());
+    }
+    match opts.format {
+        Format::Raw => prepare_raw(path, &image).await,
+        Format::Qcow2 => prepare_qcow2(path, image, opts.unsafe_backing).await,
+    }
+}
+
+/// The size, which the image must have by now, checked against the
+/// largest image.
+fn checked_size(path: &Path, size: Option<u64>) -> Result<u64, CreateImageError> {
+    let size = size.ok_or(CreateImageError::NoSize)?;
+    check_image_size(size).map_err(|error| CreateImageError::Options {
+        path: path.to_owned(),
+        error,
+    })
+}
+
+async fn prepare_raw(path: &Path, opts: &ImageOpts) -> Result<PreparedImage, CreateImageError> {
+    let only_size = ImageOpts {
+        size: opts.size,
+        ..ImageOpts::default()
+    };
+    if *opts != only_size {
+        return Err(CreateImageError::RawOptions {
+            path: path.to_owned(),
+        });
+    }
+    let size = checked_size(path, opts.size)?;
+    // Opened, locked and shown to take the size before it is emptied.
+    let wanted = [Wanted {
+        path,
+        length: Some(size),
+    }];
+    let dev = prepare(&wanted, &FileOptions::default()).await?.remove(0);
+    Ok(PreparedImage {
+        path: path.to_owned(),
+        formatting_line: format!("Formatting '{}', fmt=raw size={size}", path.display()),
+        files: PreparedFiles::Raw { dev, size },
+    })
+}
+
+async fn prepare_qcow2(
+    file: &Path,
+    mut opts: ImageOpts,
+    unsafe_backing: bool,
+) -> Result<PreparedImage, CreateImageError> {
+    let mut backing_path = None;
+    // Every file the backing chain reads (when it is opened), which no
+    // file this create writes may be.
+    let mut chain_files = Vec::new();
+    if let Some(name) = opts.backing_file.clone() {
+        let path = resolve_backing_path(file, &name);
+        let Some(fmt) = opts.backing_fmt.clone() else {
+            return Err(CreateImageError::MissingBackingFormat {
+                path: file.to_owned(),
+                probed: probe_path(&path).ok(),
+                backing: path,
+            });
+        };
+        let fmt: Format = fmt.parse()?;
+        if same_file(file, &path) {
+            return Err(CreateImageError::OverBacking {
+                path: file.to_owned(),
+                backing: path,
+            });
+        }
+        if !unsafe_backing {
+            let open = OpenOptions {
+                format: Some(fmt),
+                read_only: true,
+                ..OpenOptions::default()
+            };
+            let (disk, files) = open_image_with_files(&path, &open).await.map_err(|error| {
+                CreateImageError::BackingOpen {
+                    path: file.to_owned(),
+                    error: Box::new(error),
+                }
+            })?;
+            let backing_size = disk.virtual_size();
+            disk.close()
+                .await
+                .map_err(|error| CreateImageError::BackingClose {
+                    path: file.to_owned(),
+                    error,
+                })?;
+            opts.size.get_or_insert(backing_size);
+            chain_files = files;
+        }
+        backing_path = Some(path);
+    }
+    let size = checked_size(file, opts.size)?;
+    let create = opts
+        .to_create_options(size)
+        .map_err(|error| CreateImageError::Options {
+            path: file.to_owned(),
+            error,
+        })?;
+    // Everything the engine would refuse, refused before any file is
+    // touched (the engine's create empties its files first thing).
+    check_create_options(&create)
+        .await
+        .map_err(|error| CreateImageError::Refused {
+            path: file.to_owned(),
+            error,
+        })?;
+    // The data file is created (emptied) as qemu-img does, and a relative
+    // name is taken from the working directory, as QEMU opens it.
+    let data_path = create.data_file.as_deref().map(resolve_data_file_path);
+    if let Some(path) = &data_path {
+        if same_file(file, path) {
+            return Err(CreateImageError::DataIsImage {
+                path: file.to_owned(),
+            });
+        }
+        if let Some(backing) = backing_path.as_ref().filter(|b| same_file(path, b)) {
+            return Err(CreateImageError::DataIsBacking {
+                path: file.to_owned(),
+                data: path.clone(),
+                backing: backing.clone(),
+            });
+        }
+    }
+    for path in std::iter::once(file).chain(data_path.as_deref()) {
+        let Ok(id) = file_id_of_path(path) else {
+            continue;
+        };
+        if let Some(f) = chain_files.iter().find(|f| f.id == id) {
+            return Err(CreateImageError::ChainFile {
+                path: file.to_owned(),
+                file: path.to_owned(),
+                first: f.first.clone(),
+            });
+        }
+    }
+    // Both files opened and locked, and the data file shown to take the
+    // disk's size, before either is emptied: a lock held by another
+    // process on the image must not cost the data file its contents.
+    let mut wanted = vec![Wanted {
+        path: file,
+        length: None,
+    }];
+    if let Some(path) = &data_path {
+        wanted.push(Wanted {
+            path,
+            length: Some(size),
+        });
+    }
+    let mut devs = prepare(&wanted, &FileOptions::default()).await?.into_iter();
+    let dev = devs.next().expect("the image file was prepared");
+    let data = devs.next();
+    Ok(PreparedImage {
+        path: file.to_owned(),
+        formatting_line: formatting_line(
+            file,
+            &create,
+            opts.compat_name.as_deref(),
+            opts.data_file_raw,
+        ),
+        files: PreparedFiles::Qcow2 {
+            dev,
+            data,
+            create: Box::new(create),
+        },
+    })
+}
+
+/// The line qemu-img prints before creating a qcow2 image, in its order.
+/// `compat_name` is the `compat` option as given, if it was, and
+/// `data_file_raw` likewise.
+fn formatting_line(
+    file: &Path,
+    c: &CreateOptions,
+    compat_name: Option<&str>,
+    data_file_raw: Option<bool>,
+) -> String {
+    let onoff = |b: bool| if b { "on" } else { "off" };
+    let mut s = format!(
+        "Formatting '{}', fmt=qcow2 cluster_size={} extended_l2={} compression_type={} size={}",
+        file.display(),
+        c.cluster_size,
+        onoff(c.extended_l2),
+        c.compression_type.name(),
+        c.size
+    );
+    if let Some(b) = &c.backing_file {
+        s.push_str(&format!(" backing_file={b}"));
+    }
+    if let Some(f) = &c.backing_format {
+        s.push_str(&format!(" backing_fmt={f}"));
+    }
+    if let Some(name) = compat_name {
+        s.push_str(&format!(" compat={name}"));
+    }
+    if let Some(d) = &c.data_file {
+        s.push_str(&format!(" data_file={d}"));
+    }
+    if let Some(raw) = data_file_raw {
+        s.push_str(&format!(" data_file_raw={}", onoff(raw)));
+    }
+    s.push_str(&format!(
+        " lazy_refcounts={} refcount_bits={}",
+        onoff(c.lazy_refcounts),
+        c.refcount_bits
+    ));
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,5 +769,32 @@ mod tests {
         let devs = block_on(prepare(&wanted, &opts)).unwrap();
         assert_eq!(devs.len(), 1);
         assert_eq!(std::fs::read(&keep).unwrap(), b"keep me", "not emptied");
+    }
+
+    #[test]
+    fn formatting_line_matches_qemu_img_order() {
+        let c = CreateOptions {
+            size: 1 << 20,
+            backing_file: Some("base.raw".into()),
+            backing_format: Some("raw".into()),
+            ..CreateOptions::default()
+        };
+        assert_eq!(
+            formatting_line(Path::new("top.qcow2"), &c, None, None),
+            "Formatting 'top.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
+             compression_type=zlib size=1048576 backing_file=base.raw backing_fmt=raw \
+             lazy_refcounts=off refcount_bits=16"
+        );
+        let c = CreateOptions {
+            size: 1 << 30,
+            compat: engine::Compat::V2,
+            ..CreateOptions::default()
+        };
+        assert_eq!(
+            formatting_line(Path::new("v2.qcow2"), &c, Some("0.10"), None),
+            "Formatting 'v2.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
+             compression_type=zlib size=1073741824 compat=0.10 lazy_refcounts=off \
+             refcount_bits=16"
+        );
     }
 }

@@ -1,13 +1,24 @@
 //! qcsim's engine on real image files: opening an image and its backing
-//! chain on `FileDev`s as QEMU resolves them (`files`), creating image
-//! files so that a failed command destroys none (`create`), the argument
-//! syntax shared with qemu-img and qemu-io (`qemu_args`), and qemu-img
-//! bench's job through the engine, timed by the wall clock (`bench`).
+//! chain on `FileDev`s as QEMU resolves them (`files`), `qemu-img create`
+//! for raw and qcow2 files so that a failed command destroys none
+//! (`create`), the argument syntax shared with qemu-img and qemu-io
+//! (`qemu_args`), and the tools themselves as functions with typed errors
+//! and structured results: `qemu-img info` (`info`), `check` with repair
+//! (`check`), `convert` (`convert`), the qemu-io command parser and
+//! session (`io`), the metadata dump (`dump`), and qemu-img bench's job
+//! through the engine, timed by the wall clock, with its flags and the
+//! `qemu-img bench` run it is compared with (`bench`).
 //!
-//! The `qcsim` binary is thin glue over this crate and `sim`; this crate
-//! never uses the simulation.
+//! The `qcsim` binary is thin glue over this crate and `sim`: it parses
+//! arguments, calls these functions, prints and maps results to exit
+//! codes. This crate never uses the simulation.
 
 pub mod bench;
+pub mod check;
+pub mod convert;
 pub mod create;
+pub mod dump;
 pub mod files;
+pub mod info;
+pub mod io;
 pub mod qemu_args;

@@ -8,17 +8,17 @@
 //!   [--flush-interval N] [--no-drain] [--compare-qemu] FILENAME`: the
 //!   engine on a real image file, with `qemu-img bench`'s flags and
 //!   output; `--compare-qemu` then runs `qemu-img bench` with the same flags
-//!   on a fresh copy of the image and prints both side by side.
+//!   on a fresh copy of the image and prints both side by side. The flags,
+//!   the job and the qemu-img run are `tools::bench`'s; this module prints
+//!   them (the engine's line in `sim::runner::cow_summary`'s words, as
+//!   `qcsim run` prints it).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 
 use sim::bench::{render_table, run_all, Workload};
-use tools::bench::{run_file_bench, CacheMode, FileBenchOptions, FileBenchReport};
-use tools::files::Format;
+use tools::bench::{FileBench, FileBenchFlags, FileBenchReport};
 use tools::qemu_args::parse_size;
 
 #[derive(clap::Args)]
@@ -129,8 +129,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     let Some(path) = a.filename.clone() else {
         bail!("bench: expecting one image file name (or --sim for the simulated benchmarks)");
     };
-    let opts = file_options(&a)?;
-    run_file(&a, &path, &opts)
+    run_file(&a, &path)
 }
 
 fn run_sim(a: &Args) -> anyhow::Result<i32> {
@@ -152,97 +151,34 @@ fn run_sim(a: &Args) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// A numeric flag with qemu's size syntax, named in the error.
-fn number(flag: &str, value: &Option<String>, default: u64) -> anyhow::Result<u64> {
-    match value {
-        None => Ok(default),
-        Some(v) => parse_size(v).with_context(|| format!("{flag} {v}")),
+/// The file benchmark's flags, for `tools::bench` to parse.
+fn file_flags(a: &Args) -> FileBenchFlags {
+    FileBenchFlags {
+        count: a.count.clone(),
+        depth: a.depth.clone(),
+        format: a.format.clone(),
+        cache: a.cache.clone(),
+        buffer_size: a.buffer_size.clone(),
+        offset: a.offset.clone(),
+        step: a.step.clone(),
+        aio: a.aio.clone(),
+        native: a.native,
+        write: a.write,
+        pattern: a.pattern.clone(),
+        flush_interval: a.flush_interval.clone(),
+        no_drain: a.no_drain,
+        force_share: a.force_share,
+        off: a.off.clone(),
     }
 }
 
-/// A pattern byte: decimal, 0x hex or 0 octal, as qemu's strtoul with
-/// base 0.
-fn pattern_byte(s: &str) -> anyhow::Result<u8> {
-    let parsed = if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        u64::from_str_radix(hex, 16)
-    } else if s.len() > 1 && s.starts_with('0') {
-        u64::from_str_radix(&s[1..], 8)
-    } else {
-        s.parse::<u64>()
-    };
-    match parsed {
-        Ok(v) if v <= 0xff => Ok(v as u8),
-        _ => bail!("invalid pattern byte '{s}': expected a number from 0 to 255"),
-    }
-}
-
-/// The benchmark's options from the flags, every value checked.
-pub fn file_options(a: &Args) -> anyhow::Result<FileBenchOptions> {
+fn run_file(a: &Args, path: &Path) -> anyhow::Result<i32> {
     if a.json || a.hdd || a.extra {
         bail!("--json, --hdd and --extra belong to the simulated benchmarks (--sim)");
     }
-    let d = FileBenchOptions::default();
-    let format = a.format.as_deref().map(str::parse::<Format>).transpose()?;
-    let cache = match &a.cache {
-        None => d.cache,
-        Some(c) => c.parse::<CacheMode>()?,
-    };
-    if let Some(aio) = &a.aio {
-        if !matches!(aio.as_str(), "threads" | "native" | "io_uring") {
-            bail!("invalid aio option '{aio}' (threads, native or io_uring)");
-        }
-    }
-    let mut switches = d.switches;
-    for name in &a.off {
-        switches = switches.with(name, false).with_context(|| {
-            format!(
-                "--off {name}: unknown switch (known: {})",
-                engine::Switches::NAMES.join(", ")
-            )
-        })?;
-    }
-    let opts = FileBenchOptions {
-        format,
-        cache,
-        count: number("-c", &a.count, d.count)?,
-        depth: number("-d", &a.depth, d.depth)?,
-        buffer_size: number("-s", &a.buffer_size, d.buffer_size)?,
-        offset: number("-o", &a.offset, d.offset)?,
-        step: number("-S", &a.step, d.step)?,
-        write: a.write,
-        pattern: a.pattern.as_deref().map(pattern_byte).transpose()?,
-        flush_interval: number("--flush-interval", &a.flush_interval, 0)?,
-        drain: !a.no_drain,
-        switches,
-        force_share: a.force_share,
-    };
-    opts.validate()?;
-    Ok(opts)
-}
-
-fn run_file(a: &Args, path: &Path, opts: &FileBenchOptions) -> anyhow::Result<i32> {
-    if !path.exists() {
-        bail!("{}: no such file", path.display());
-    }
-    let copy = if a.compare_qemu {
-        let copy = TempFile(compare_copy_path(path));
-        std::fs::copy(path, &copy.0).with_context(|| {
-            format!(
-                "copying {} to {} for qemu-img",
-                path.display(),
-                copy.0.display()
-            )
-        })?;
-        // The fresh copy's pages are dirty in the page cache; written back
-        // now, they cannot slow down qemu-img's O_DIRECT requests later.
-        std::fs::File::open(&copy.0)
-            .and_then(|f| f.sync_all())
-            .with_context(|| format!("syncing {}", copy.0.display()))?;
-        Some(copy)
-    } else {
-        None
-    };
-    if a.force_share && opts.write {
+    let opts = file_flags(a).parse()?;
+    let bench = FileBench::new(path, &opts, a.compare_qemu)?;
+    if opts.force_share_ignored() {
         // qemu-img refuses -U with -w; this tool accepted it before it
         // locked at all, so it stays accepted, and says what it does.
         eprintln!(
@@ -253,13 +189,18 @@ fn run_file(a: &Args, path: &Path, opts: &FileBenchOptions) -> anyhow::Result<i3
     if !a.quiet {
         println!("{}", opts.header_line());
     }
-    let report = run_file_bench(path, opts)?;
+    let report = bench.run()?;
     if !a.quiet {
         print_report(&report);
     }
-    if let Some(copy) = copy {
-        let qemu_secs = run_qemu_bench(a, &copy.0, opts)?;
-        print_comparison(&report, qemu_secs);
+    if let Some(qemu) = bench.run_qemu() {
+        let qemu = qemu?;
+        if !a.quiet {
+            println!();
+            println!("{}", qemu.command_line());
+            print!("{}", qemu.stdout);
+        }
+        print_comparison(&report, qemu.elapsed()?.as_secs_f64());
     }
     Ok(0)
 }
@@ -309,101 +250,11 @@ fn print_report(r: &FileBenchReport) {
     }
 }
 
-/// A file removed when dropped, whatever happened.
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// Beside the image, so that both runs use the same file system.
-fn compare_copy_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".qemu-bench-{}", std::process::id()));
-    path.with_file_name(name)
-}
-
-/// The qemu-img bench command line for the same job.
-pub fn qemu_bench_args(a: &Args, path: &Path, o: &FileBenchOptions, format: Format) -> Vec<String> {
-    let mut v: Vec<String> = vec!["bench".into(), "-f".into(), format.name().into()];
-    v.extend(["-t".into(), o.cache.name().into()]);
-    v.extend(["-c".into(), o.count.to_string()]);
-    v.extend(["-d".into(), o.depth.to_string()]);
-    v.extend(["-s".into(), o.buffer_size.to_string()]);
-    v.extend(["-o".into(), o.offset.to_string()]);
-    v.extend(["-S".into(), o.effective_step().to_string()]);
-    if let Some(aio) = &a.aio {
-        v.extend(["-i".into(), aio.clone()]);
-    }
-    if a.native {
-        v.push("-n".into());
-    }
-    if o.write {
-        v.push("-w".into());
-        if let Some(p) = o.pattern {
-            v.push(format!("--pattern={p}"));
-        }
-        if o.flush_interval != 0 {
-            v.push(format!("--flush-interval={}", o.flush_interval));
-        }
-        if !o.drain {
-            v.push("--no-drain".into());
-        }
-    }
-    v.push(path.display().to_string());
-    v
-}
-
-/// Run qemu-img bench on `copy`; returns its time in seconds.
-fn run_qemu_bench(a: &Args, copy: &Path, o: &FileBenchOptions) -> anyhow::Result<f64> {
-    let format = match o.format {
-        Some(f) => f,
-        None => match tools::files::probe_path(copy)? {
-            tools::files::Probed::Format(f) => f,
-            tools::files::Probed::Foreign(name) => bail!("{}: {name} image", copy.display()),
-        },
-    };
-    let args = qemu_bench_args(a, copy, o, format);
-    let out = Command::new("qemu-img")
-        .args(&args)
-        .output()
-        .context("running qemu-img (is it installed?)")?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        bail!(
-            "qemu-img {} failed: {}{}",
-            args.join(" "),
-            stdout,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    if !a.quiet {
-        println!();
-        println!("qemu-img {}", args.join(" "));
-        print!("{stdout}");
-    }
-    parse_qemu_seconds(&stdout)
-        .with_context(|| format!("no 'Run completed in' line in qemu-img's output:\n{stdout}"))
-}
-
-/// The seconds of qemu-img bench's "Run completed in X seconds." line.
-pub fn parse_qemu_seconds(out: &str) -> Option<f64> {
-    out.lines().find_map(|l| {
-        l.strip_prefix("Run completed in ")?
-            .strip_suffix(" seconds.")?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
-fn print_comparison(r: &FileBenchReport, qemu_secs: f64) {
+/// Both runs side by side; `qemu` is qemu-img's time in seconds.
+fn print_comparison(r: &FileBenchReport, qemu: f64) {
     let ours = r.elapsed.as_secs_f64();
-    let per_sec = |secs: f64| r.requests as f64 / secs.max(1e-9);
-    let mib = |secs: f64| per_sec(secs) * r.buffer_size as f64 / (1u64 << 20) as f64;
-    let qemu = Duration::from_secs_f64(qemu_secs.max(0.0)).as_secs_f64();
+    let per_sec = |secs: f64| r.iops_over(secs);
+    let mib = |secs: f64| r.mib_per_sec_over(secs);
     println!();
     println!(
         "{:<10} {:>10} {:>10} {:>10}",

@@ -1,11 +1,8 @@
-//! `qcsim check`: the image checker on a real file, with `qemu-img
-//! check`'s flags, output and exit codes (0 clean, 1 check errors or a
-//! failed check, 2 corruptions, 3 leaks only).
+//! `qcsim check`: `qemu-img check [-r leaks|all]` on an image file
+//! (`tools::check`), with its flags, output and exit codes (0 clean, 1
+//! check errors or a failed check, 2 corruptions, 3 leaks only).
 
-use anyhow::Context;
-use engine::dev::LockRequest;
-use oracle::check::{self, RepairMode};
-use tools::files::open_locked;
+use tools::check::{check_file, CheckOptions, RepairMode};
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Repair {
@@ -52,52 +49,32 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             args.format
         );
     }
-    let path = &args.file;
-    let repair = args.repair.is_some();
-    if repair && args.force_share {
-        anyhow::bail!(
-            "Could not open '{}': force-share (-U) is only for read-only opens, and repair (-r) writes the image",
-            path.display()
-        );
-    }
-    // QEMU's locks, as qemu-img check takes them: a check reads (and keeps
-    // writers out, unless -U), a repair writes, so nobody else may have
-    // the image open for writing or reading while it runs: an image QEMU
-    // is writing is refused, not repaired under it.
-    let req = LockRequest::qcow2_file(!repair, args.force_share);
-    let mut locked = open_locked(path, repair, req)
-        .with_context(|| format!("Could not open '{}'", path.display()))?;
-    let file = &mut locked.file;
-    let mut report = match args.repair {
-        None => check::check(&*file),
-        Some(r) => {
-            let mode = match r {
-                Repair::Leaks => RepairMode::Leaks,
-                Repair::All => RepairMode::All,
-            };
-            check::repair(file, mode)
-                .with_context(|| format!("Could not open '{}'", path.display()))?
-        }
+    let opts = CheckOptions {
+        repair: args.repair.map(|r| match r {
+            Repair::Leaks => RepairMode::Leaks,
+            Repair::All => RepairMode::All,
+        }),
+        force_share: args.force_share,
     };
-    report.filename = path.display().to_string();
-    for f in &report.findings {
-        eprintln!("{}", f.message);
+    let outcome = check_file(&args.file, &opts)?;
+    for message in outcome.finding_messages() {
+        eprintln!("{message}");
     }
-    if let Some(msg) = &report.failure {
+    if let Some(msg) = outcome.failure() {
         eprintln!("qcsim: {msg}");
         eprintln!("qcsim: Check failed");
-        return Ok(1);
+        return Ok(outcome.exit_code());
     }
     match args.output {
         Output::Human => {
             if !args.quiet {
-                print!("{}", report.human());
+                print!("{}", outcome.human());
             }
         }
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Json => println!("{}", outcome.json()),
     }
-    if report.check_errors != 0 {
+    if outcome.check_failed() {
         eprintln!("qcsim: Check failed");
     }
-    Ok(report.exit_code())
+    Ok(outcome.exit_code())
 }

@@ -1,17 +1,8 @@
-//! `qcsim dump FILE`: a deterministic text dump of the image's header, L1
-//! and L2 tables, refcount table and refcounts (see `oracle::dump`). The
-//! file is read under QEMU's read-only image locks (so not while another
-//! process writes it, unless `-U`), and a file that cannot be read or whose
-//! header is cut short is an error.
+//! `qcsim dump FILE`: the deterministic text dump of an image's header, L1
+//! and L2 tables, refcount table and refcounts (`tools::dump`), read under
+//! QEMU's read-only image locks unless `-U`.
 
-use std::fs::File;
-use std::io::{Seek, SeekFrom};
 use std::path::PathBuf;
-
-use anyhow::Context;
-use engine::dev::LockRequest;
-use oracle::check::ImageSource;
-use tools::files::open_locked;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -24,30 +15,7 @@ pub struct Args {
     pub file: PathBuf,
 }
 
-/// The file with the length a block device has too (its metadata says 0),
-/// so that a header is judged truncated only when the file really ends.
-struct Sized {
-    file: File,
-    len: u64,
-}
-
-impl ImageSource for Sized {
-    fn len(&self) -> u64 {
-        self.len
-    }
-
-    fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        ImageSource::read_at(&self.file, off, buf)
-    }
-}
-
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let path = &args.file;
-    let named = || format!("{}", path.display());
-    let locked = open_locked(path, false, LockRequest::qcow2_file(true, args.force_share))?;
-    let mut file = locked.file.try_clone().with_context(named)?;
-    let len = file.seek(SeekFrom::End(0)).with_context(named)?;
-    let dump = oracle::dump::try_dump(&Sized { file, len }).with_context(named)?;
-    print!("{dump}");
+    print!("{}", tools::dump::dump_file(&args.file, args.force_share)?);
     Ok(0)
 }

@@ -1,0 +1,405 @@
+//! What `qemu-img info` reports about an image file: [`info`] gathers an
+//! [`InfoReport`], which renders as qemu-img's human layout
+//! ([`InfoReport::human`]) or as its JSON, with its field names and order
+//! (`virtual-size`, `cluster-size`, `actual-size`, `dirty-flag`,
+//! `backing-filename`, `format-specific`, ...; [`InfoReport::json`]).
+//!
+//! The image is opened read-only through the engine (which validates it),
+//! without its backing chain, as qemu-img info does; the qcow2 facts come
+//! from the header the engine read.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use engine::format::header::{compat, incompat};
+use serde::Serialize;
+
+use crate::files::{open_image, resolve_backing_path, Disk, Format, OpenError, OpenOptions};
+
+/// How to look at the image.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InfoOptions {
+    /// The format; probed when `None`.
+    pub format: Option<Format>,
+    /// qemu-img's `-U`: describe an image other processes have open, even
+    /// for writing, without keeping them from writing it.
+    pub force_share: bool,
+}
+
+/// Why an image could not be described.
+#[derive(Debug, thiserror::Error)]
+pub enum InfoError {
+    /// The image (or a file it needs) could not be opened; the error names
+    /// the file at fault.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The image opened, but its file's size on disk could not be read.
+    #[error("{path}: {error}")]
+    Metadata {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
+
+/// Everything `info` reports, in qemu-img's JSON field order.
+#[derive(Debug, Serialize)]
+pub struct InfoReport {
+    /// The protocol layer under the image: the file itself.
+    pub children: Vec<Child>,
+    #[serde(
+        rename = "backing-filename-format",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub backing_filename_format: Option<String>,
+    #[serde(rename = "virtual-size")]
+    pub virtual_size: u64,
+    pub filename: String,
+    #[serde(rename = "cluster-size", skip_serializing_if = "Option::is_none")]
+    pub cluster_size: Option<u64>,
+    pub format: String,
+    #[serde(rename = "actual-size")]
+    pub actual_size: u64,
+    #[serde(rename = "format-specific", skip_serializing_if = "Option::is_none")]
+    pub format_specific: Option<FormatSpecific>,
+    #[serde(
+        rename = "full-backing-filename",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub full_backing_filename: Option<String>,
+    #[serde(rename = "backing-filename", skip_serializing_if = "Option::is_none")]
+    pub backing_filename: Option<String>,
+    #[serde(rename = "dirty-flag")]
+    pub dirty_flag: bool,
+    /// Not serialized: the file length, for the human "Child node" part.
+    #[serde(skip)]
+    pub file_length: u64,
+}
+
+/// A child node, as qemu-img lists the protocol layer.
+#[derive(Debug, Serialize)]
+pub struct Child {
+    pub name: &'static str,
+    pub info: FileNode,
+}
+
+/// The file under an image, as qemu-img's "file" protocol node reports it.
+#[derive(Debug, Serialize)]
+pub struct FileNode {
+    pub children: Vec<Child>,
+    #[serde(rename = "virtual-size")]
+    pub virtual_size: u64,
+    pub filename: String,
+    pub format: &'static str,
+    #[serde(rename = "actual-size")]
+    pub actual_size: u64,
+    #[serde(rename = "format-specific")]
+    pub format_specific: FileSpecific,
+    #[serde(rename = "dirty-flag")]
+    pub dirty_flag: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FileSpecific {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub data: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FormatSpecific {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub data: Qcow2Specific,
+}
+
+/// qemu-img reports only compat, compression type and refcount bits for a
+/// version 2 image; the rest are omitted, not false.
+#[derive(Debug, Serialize)]
+pub struct Qcow2Specific {
+    pub compat: &'static str,
+    #[serde(rename = "compression-type")]
+    pub compression_type: &'static str,
+    #[serde(rename = "lazy-refcounts", skip_serializing_if = "Option::is_none")]
+    pub lazy_refcounts: Option<bool>,
+    #[serde(rename = "refcount-bits")]
+    pub refcount_bits: u32,
+    #[serde(rename = "data-file", skip_serializing_if = "Option::is_none")]
+    pub data_file: Option<String>,
+    /// Present exactly when the image has an external data file.
+    #[serde(rename = "data-file-raw", skip_serializing_if = "Option::is_none")]
+    pub data_file_raw: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub corrupt: Option<bool>,
+    #[serde(rename = "extended-l2", skip_serializing_if = "Option::is_none")]
+    pub extended_l2: Option<bool>,
+}
+
+/// Gather the report for the image at `path`.
+pub fn info(path: &Path, opts: &InfoOptions) -> Result<InfoReport, InfoError> {
+    let open = OpenOptions {
+        format: opts.format,
+        read_only: true,
+        backing: false,
+        force_share: opts.force_share,
+        ..OpenOptions::default()
+    };
+    let disk = futures::executor::block_on(open_image(path, &open))?;
+    let meta = std::fs::metadata(path).map_err(|error| InfoError::Metadata {
+        path: path.to_owned(),
+        error,
+    })?;
+    // QEMU's file layer reports the length rounded up to a sector.
+    let file_length = meta.len().next_multiple_of(512);
+    let mut info = InfoReport {
+        children: vec![Child {
+            name: "file",
+            info: FileNode {
+                children: Vec::new(),
+                virtual_size: file_length,
+                filename: path.display().to_string(),
+                format: "file",
+                actual_size: meta.blocks() * 512,
+                format_specific: FileSpecific {
+                    kind: "file",
+                    data: serde_json::Map::new(),
+                },
+                dirty_flag: false,
+            },
+        }],
+        backing_filename_format: None,
+        virtual_size: disk.virtual_size(),
+        filename: path.display().to_string(),
+        cluster_size: None,
+        format: disk.format().to_string(),
+        actual_size: meta.blocks() * 512,
+        format_specific: None,
+        full_backing_filename: None,
+        backing_filename: None,
+        dirty_flag: false,
+        file_length,
+    };
+    if let Disk::Qcow2(image) = &disk {
+        let h = image.header();
+        info.cluster_size = Some(image.cluster_size());
+        info.dirty_flag = h.incompatible_features & incompat::DIRTY != 0;
+        if let Some((name, fmt)) = image.backing_spec() {
+            info.full_backing_filename =
+                Some(resolve_backing_path(path, &name).display().to_string());
+            info.backing_filename = Some(name);
+            info.backing_filename_format = fmt;
+        }
+        let v3 = h.version >= 3;
+        let bit = |features: u64, b: u64| v3.then_some(features & b != 0);
+        info.format_specific = Some(FormatSpecific {
+            kind: "qcow2",
+            data: Qcow2Specific {
+                compat: if v3 { "1.1" } else { "0.10" },
+                compression_type: h.compression().name(),
+                lazy_refcounts: bit(h.compatible_features, compat::LAZY_REFCOUNTS),
+                // The engine validated refcount_order (at most 6) on open.
+                refcount_bits: 1u32 << h.refcount_order.min(6),
+                data_file: h.data_file(),
+                data_file_raw: h.has_data_file().then(|| h.data_file_raw()),
+                corrupt: bit(h.incompatible_features, incompat::CORRUPT),
+                extended_l2: bit(h.incompatible_features, incompat::EXTENDED_L2),
+            },
+        });
+    }
+    // Nothing was written; dropping the image instead of closing it keeps
+    // even the header untouched.
+    drop(disk);
+    Ok(info)
+}
+
+/// A size as qemu's `size_to_str`: three significant digits and a binary
+/// unit, chosen so that the number stays below 1000.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut unit = 0;
+    // Move up a unit once the value reaches 1000 of the current one
+    // (0.977 of the next), as qemu does.
+    while unit + 1 < UNITS.len() && bytes as f64 >= 1000.0 * (1u64 << (10 * unit)) as f64 {
+        unit += 1;
+    }
+    let v = bytes as f64 / (1u64 << (10 * unit)) as f64;
+    // printf's %.3g: three significant digits, trailing zeros dropped.
+    let digits = if v > 0.0 {
+        (2 - v.log10().floor() as i32).max(0) as usize
+    } else {
+        0
+    };
+    let mut s = format!("{v:.digits$}");
+    if s.contains('.') {
+        s = s.trim_end_matches('0').trim_end_matches('.').to_owned();
+    }
+    format!("{s} {}", UNITS[unit])
+}
+
+impl InfoReport {
+    /// The human layout of `qemu-img info`, every line ended.
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let mut line = |l: String| {
+            s.push_str(&l);
+            s.push('\n');
+        };
+        line(format!("image: {}", self.filename));
+        line(format!("file format: {}", self.format));
+        line(format!(
+            "virtual size: {} ({} bytes)",
+            human_size(self.virtual_size),
+            self.virtual_size
+        ));
+        line(format!("disk size: {}", human_size(self.actual_size)));
+        if let Some(c) = self.cluster_size {
+            line(format!("cluster_size: {c}"));
+        }
+        if let Some(b) = &self.backing_filename {
+            match &self.full_backing_filename {
+                Some(full) if full != b => {
+                    line(format!("backing file: {b} (actual path: {full})"));
+                }
+                _ => line(format!("backing file: {b}")),
+            }
+        }
+        if let Some(f) = &self.backing_filename_format {
+            line(format!("backing file format: {f}"));
+        }
+        if let Some(fs) = &self.format_specific {
+            let d = &fs.data;
+            line("Format specific information:".into());
+            line(format!("    compat: {}", d.compat));
+            line(format!("    compression type: {}", d.compression_type));
+            if let Some(l) = d.lazy_refcounts {
+                line(format!("    lazy refcounts: {l}"));
+            }
+            line(format!("    refcount bits: {}", d.refcount_bits));
+            if let Some(f) = &d.data_file {
+                line(format!("    data file: {f}"));
+            }
+            if let Some(r) = d.data_file_raw {
+                line(format!("    data file raw: {r}"));
+            }
+            if let Some(c) = d.corrupt {
+                line(format!("    corrupt: {c}"));
+            }
+            if let Some(e) = d.extended_l2 {
+                line(format!("    extended l2: {e}"));
+            }
+        }
+        line("Child node '/file':".into());
+        line(format!("    filename: {}", self.filename));
+        line("    protocol type: file".into());
+        line(format!(
+            "    file length: {} ({} bytes)",
+            human_size(self.file_length),
+            self.file_length
+        ));
+        line(format!("    disk size: {}", human_size(self.actual_size)));
+        s
+    }
+
+    /// The JSON of `qemu-img info --output json`, with its four-space
+    /// indentation and no final newline.
+    pub fn json(&self) -> String {
+        pretty_json(self)
+    }
+}
+
+/// `value` as JSON with qemu-img's four-space indentation. Serialising
+/// these reports into memory cannot fail: they hold no maps with non-string
+/// keys and no I/O happens.
+pub(crate) fn pretty_json(value: &impl Serialize) -> String {
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    value
+        .serialize(&mut ser)
+        .expect("a report serialises into memory");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_print_like_qemu() {
+        let cases = [
+            (0, "0 B"),
+            (512, "512 B"),
+            (999, "999 B"),
+            (1000, "0.977 KiB"),
+            (197120, "192 KiB"),
+            (200704, "196 KiB"),
+            (1 << 20, "1 MiB"),
+            (1536 << 20, "1.5 GiB"),
+            (1 << 30, "1 GiB"),
+            (10 << 30, "10 GiB"),
+        ];
+        for (bytes, want) in cases {
+            assert_eq!(human_size(bytes), want, "{bytes}");
+        }
+    }
+
+    #[test]
+    fn json_uses_qemu_field_names_and_order() {
+        let info = InfoReport {
+            children: Vec::new(),
+            backing_filename_format: Some("raw".into()),
+            virtual_size: 1 << 20,
+            filename: "top.qcow2".into(),
+            cluster_size: Some(65536),
+            format: "qcow2".into(),
+            actual_size: 200704,
+            format_specific: Some(FormatSpecific {
+                kind: "qcow2",
+                data: Qcow2Specific {
+                    compat: "1.1",
+                    compression_type: "zlib",
+                    lazy_refcounts: Some(false),
+                    refcount_bits: 16,
+                    data_file: None,
+                    data_file_raw: None,
+                    corrupt: Some(false),
+                    extended_l2: Some(false),
+                },
+            }),
+            full_backing_filename: Some("base.raw".into()),
+            backing_filename: Some("base.raw".into()),
+            dirty_flag: false,
+            file_length: 197120,
+        };
+        let want = r#"{
+    "children": [],
+    "backing-filename-format": "raw",
+    "virtual-size": 1048576,
+    "filename": "top.qcow2",
+    "cluster-size": 65536,
+    "format": "qcow2",
+    "actual-size": 200704,
+    "format-specific": {
+        "type": "qcow2",
+        "data": {
+            "compat": "1.1",
+            "compression-type": "zlib",
+            "lazy-refcounts": false,
+            "refcount-bits": 16,
+            "corrupt": false,
+            "extended-l2": false
+        }
+    },
+    "full-backing-filename": "base.raw",
+    "backing-filename": "base.raw",
+    "dirty-flag": false
+}"#;
+        assert_eq!(info.json(), want);
+        let text = info.human();
+        assert!(
+            text.contains("virtual size: 1 MiB (1048576 bytes)\n"),
+            "{text}"
+        );
+        assert!(text.contains("backing file: base.raw\n"), "{text}");
+        assert!(text.contains("    refcount bits: 16\n"), "{text}");
+    }
+}

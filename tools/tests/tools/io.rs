@@ -1,0 +1,141 @@
+//! `tools::io`: a session runs qemu-io commands on an image and returns
+//! each command's output and typed failure.
+
+use futures::executor::block_on;
+use tools::files::{OpenError, OpenOptions};
+use tools::io::{parse_command, CmdFailure, Executed, Session};
+
+use crate::support::{qcow2, truncate, SIZE};
+
+fn run(session: &Session, line: &str) -> Executed {
+    let cmd = parse_command(line).unwrap().expect("a command");
+    block_on(session.execute(&cmd))
+}
+
+fn open(path: &std::path::Path, read_only: bool) -> Session {
+    let opts = OpenOptions {
+        read_only,
+        ..OpenOptions::default()
+    };
+    block_on(Session::open(path, &opts)).unwrap()
+}
+
+#[test]
+fn writes_persist_and_reads_verify_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = qcow2(dir.path(), "img.qcow2", &[]);
+    let session = open(&path, false);
+    let done = run(&session, "write -P 0xab 0 64k");
+    assert_eq!(done.lines, ["wrote 65536/65536 bytes at offset 0"]);
+    assert!(done.failure.is_none());
+    let done = run(&session, "write -z 64k 4k");
+    assert_eq!(done.lines, ["wrote 4096/4096 bytes at offset 65536"]);
+    let done = run(&session, "discard -q 128k 64k");
+    assert!(done.lines.is_empty() && done.failure.is_none());
+    assert!(run(&session, "flush").lines.is_empty());
+    block_on(session.close()).unwrap();
+
+    let session = open(&path, true);
+    let done = run(&session, "read -P 0xab 0 64k");
+    assert_eq!(done.lines, ["read 65536/65536 bytes at offset 0"]);
+    assert!(done.failure.is_none());
+    let done = run(&session, "read -v 65532 8");
+    assert_eq!(
+        done.lines,
+        [
+            "0000fffc:  ab ab ab ab 00 00 00 00  ........",
+            "read 8/8 bytes at offset 65532",
+        ]
+    );
+    block_on(session.close()).unwrap();
+}
+
+#[test]
+fn a_pattern_mismatch_is_the_typed_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = qcow2(dir.path(), "img.qcow2", &[(4096, 0xab, 4096)]);
+    let session = open(&path, true);
+    let done = run(&session, "read -P 0xab 0 8k");
+    assert_eq!(
+        done.lines,
+        [
+            "Pattern verification failed at offset 0, 8192 bytes",
+            "read 8192/8192 bytes at offset 0",
+        ]
+    );
+    match done.failure {
+        Some(CmdFailure::PatternMismatch {
+            path: p,
+            offset: 0,
+            len: 8192,
+        }) => assert_eq!(p, path),
+        other => panic!("not a pattern mismatch: {other:?}"),
+    }
+    // Quiet: only the mismatch is said.
+    let done = run(&session, "read -q -P 0 4k 4k");
+    assert_eq!(
+        done.lines,
+        ["Pattern verification failed at offset 4096, 4096 bytes"]
+    );
+    assert!(run(&session, "read -P 0xab 4k 4k").failure.is_none());
+}
+
+#[test]
+fn refused_requests_are_failures_naming_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = qcow2(dir.path(), "img.qcow2", &[]);
+    let before = std::fs::read(&path).unwrap();
+    let session = open(&path, true);
+    let done = run(&session, "write 0 512");
+    assert_eq!(done.lines, ["write failed: image is read-only"]);
+    assert!(
+        matches!(
+            &done.failure,
+            Some(CmdFailure::Request {
+                op: "write",
+                error: engine::Error::ReadOnly,
+                ..
+            })
+        ),
+        "{:?}",
+        done.failure
+    );
+    // A request past the end names the whole request and does nothing.
+    let done = run(&session, "read 4M 512");
+    assert_eq!(
+        done.lines,
+        [format!("read failed: request out of range: offset {SIZE} length 512 is outside the {SIZE}-byte disk")]
+    );
+    assert!(matches!(
+        done.failure,
+        Some(CmdFailure::Request {
+            op: "read",
+            error: engine::Error::OutOfRange {
+                offset: SIZE,
+                len: 512,
+                size: SIZE
+            },
+            ..
+        })
+    ));
+    block_on(session.close()).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), before, "nothing written");
+}
+
+#[test]
+fn a_malformed_image_is_a_typed_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = qcow2(dir.path(), "cut.qcow2", &[]);
+    truncate(&path, 100);
+    let err = block_on(Session::open(&path, &OpenOptions::default()))
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&err, OpenError::Engine { path: p, .. } if *p == path),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().starts_with(&path.display().to_string()),
+        "{err}"
+    );
+}
