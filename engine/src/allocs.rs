@@ -35,9 +35,12 @@
 //! deterministic.
 //!
 //! Waiting: every wait on the table names what it waits for
-//! ([`AllocWait`]). All share the image's one wait queue, woken whole
-//! wherever the table changes in a way someone may wait for; each waiter
-//! re-checks its own condition.
+//! ([`AllocWait`]) and waits in the queue of that name
+//! (`Image::alloc_waits`). Whoever changes an allocation in a way someone
+//! may wait for wakes those queues only: a writer ending wakes
+//! `WritersDone` of its allocation; an allocation leaving the table or
+//! going back to Open wakes every wait on it and on its guest start
+//! (`Image::wake_alloc_waiters`). Each waiter re-checks its condition.
 
 use std::collections::BTreeMap;
 
@@ -419,10 +422,11 @@ impl AllocTable {
     }
 }
 
-/// What a task waits for on the allocation table. Those that name a guest
-/// start are about whatever allocation is there when the waiter looks: the
-/// one it saw, or one made at the same place after it went.
-#[derive(Debug, Clone, Copy)]
+/// What a task waits for on the allocation table, and the key of its
+/// queue. Those that name a guest start are about whatever allocation is
+/// there when the waiter looks: the one it saw, or one made at the same
+/// place after it went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum AllocWait {
     /// handle_dependencies: the allocation at `start` is gone, or may be
     /// joined (delayed COW, Open), or the image has failed.
@@ -440,7 +444,24 @@ pub(crate) enum AllocWait {
 impl<D: BlockDev> Image<D> {
     /// Wait until `w` is over.
     pub(crate) async fn wait_alloc(&self, w: AllocWait) {
-        self.wq.wait_until(|| self.alloc_wait_over(w)).await
+        self.alloc_waits
+            .wait_until(w, || self.alloc_wait_over(w))
+            .await
+    }
+
+    /// Allocation `id`, at guest start `start`, has left the table or is
+    /// Open again: wake every wait on it. (Nothing waits for an allocation
+    /// to begin committing or be doomed, so those moves wake nobody; a
+    /// doomed allocation wakes its waiters when it is given up.)
+    pub(crate) fn wake_alloc_waiters(&self, start: u64, id: AllocId) {
+        for w in [
+            AllocWait::Settled { start },
+            AllocWait::Gone { start },
+            AllocWait::CommitEnded { start },
+            AllocWait::WritersDone { id },
+        ] {
+            self.alloc_waits.wake(w);
+        }
     }
 
     fn alloc_wait_over(&self, w: AllocWait) -> bool {

@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 
+use crate::allocs::AllocWait;
 use crate::cache::TableCache;
 use crate::counters::Counters;
 use crate::dev::BlockDev;
@@ -14,7 +15,7 @@ use crate::format::header::{CompressionType, Header};
 use crate::geometry::Geometry;
 use crate::inflight::InFlight;
 use crate::options::EngineOptions;
-use crate::sync::{CoMutex, WaitQueue};
+use crate::sync::{CoMutex, WaitMap, WaitQueue};
 
 /// qcow2 version: 2 (compat 0.10) or 3 (compat 1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -148,8 +149,10 @@ pub struct Image<D: BlockDev> {
     pub(crate) meta_lock: CoMutex,
     pub(crate) meta: RefCell<Meta>,
     pub(crate) inflight: RefCell<InFlight>,
-    /// Woken whenever in-flight writes, allocations or I/O change state.
-    pub(crate) wq: WaitQueue,
+    /// Woken when an in-flight write ends (overlap waits).
+    pub(crate) writes_wq: WaitQueue,
+    /// Waits on the allocation table, by what they wait for.
+    pub(crate) alloc_waits: WaitMap<AllocWait>,
     pub(crate) counters: RefCell<Counters>,
 }
 

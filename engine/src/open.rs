@@ -24,7 +24,7 @@ use crate::image::{
 };
 use crate::inflight::InFlight;
 use crate::options::EngineOptions;
-use crate::sync::{CoMutex, WaitQueue};
+use crate::sync::{CoMutex, WaitMap, WaitQueue};
 
 /// The byte sizes of the two tables an open reads whole.
 struct TableSizes {
@@ -354,7 +354,8 @@ impl<D: BlockDev> Image<D> {
             meta_lock: CoMutex::default(),
             meta: RefCell::new(meta),
             inflight: RefCell::new(InFlight::default()),
-            wq: WaitQueue::default(),
+            writes_wq: WaitQueue::default(),
+            alloc_waits: WaitMap::default(),
             counters: RefCell::new(Counters::default()),
         }
     }

@@ -17,7 +17,9 @@ pub struct Switches {
     /// Seed 001: zero a new cluster with one efficient write_zeroes when its
     /// COW areas would be zeroes, then write only the guest data.
     pub zero_cow: bool,
-    /// Head COW, guest data and tail COW as one device write.
+    /// Neighbouring COW and guest data as one device write: head COW,
+    /// guest data and tail COW where the data goes with the COW, and each
+    /// contiguous range a commit still has to copy (delayed COW).
     pub merge_cow: bool,
     /// Seed 000: defer the COW of an unaligned allocating write so that later
     /// writes covering the COW areas can cancel it.

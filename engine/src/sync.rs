@@ -1,13 +1,15 @@
 //! Single-threaded async primitives for the engine's cooperative
-//! concurrency: a FIFO mutex (QEMU's CoMutex) and a wait queue (a condition
-//! variable: waiters re-check their condition after every wake-up).
+//! concurrency: a FIFO mutex (QEMU's CoMutex), a wait queue (a condition
+//! variable: waiters re-check their condition after every wake-up), and
+//! wait queues by what is awaited (`WaitMap`: a wake-up reaches only those
+//! waiting for that key).
 //!
 //! They hold no thread-safety machinery because every engine future runs on
-//! one thread; waking order is FIFO so that a seeded executor stays
-//! deterministic.
+//! one thread; waking order is FIFO, and keys are kept in order (never in
+//! hash order), so that a seeded executor stays deterministic.
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -118,5 +120,88 @@ impl WaitQueue {
             }
         })
         .await
+    }
+}
+
+/// Wait queues by key: `wait_until(key, cond)` suspends until `cond`
+/// holds, re-checking it each time someone wakes `key`. Each waiter names
+/// what it waits for, and each wake-up reaches only the waiters of its key.
+pub struct WaitMap<K> {
+    waiters: RefCell<BTreeMap<K, Vec<Waker>>>,
+}
+
+impl<K> Default for WaitMap<K> {
+    fn default() -> Self {
+        WaitMap {
+            waiters: RefCell::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl<K: Ord + Copy> WaitMap<K> {
+    /// Wake every task waiting for `key`.
+    pub fn wake(&self, key: K) {
+        let ws = self.waiters.borrow_mut().remove(&key);
+        for w in ws.into_iter().flatten() {
+            w.wake();
+        }
+    }
+
+    /// Resolve once `cond()` is true, re-checking it whenever `key` is
+    /// woken. `cond` must not hold RefCell borrows past its return.
+    pub async fn wait_until(&self, key: K, mut cond: impl FnMut() -> bool) {
+        std::future::poll_fn(|cx| {
+            if cond() {
+                Poll::Ready(())
+            } else {
+                self.waiters
+                    .borrow_mut()
+                    .entry(key)
+                    .or_default()
+                    .push(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WaitMap;
+    use std::cell::Cell;
+    use std::future::Future;
+    use std::pin::pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_wake_reaches_only_its_key() {
+        let m: WaitMap<u32> = WaitMap::default();
+        let done = Cell::new(false);
+        let woken = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut f = pin!(m.wait_until(7, || done.get()));
+        assert!(f.as_mut().poll(&mut cx).is_pending());
+        m.wake(8);
+        assert_eq!(woken.0.load(Ordering::SeqCst), 0);
+        m.wake(7);
+        assert_eq!(woken.0.load(Ordering::SeqCst), 1);
+        // Woken but not yet true: it waits again.
+        assert!(f.as_mut().poll(&mut cx).is_pending());
+        done.set(true);
+        m.wake(7);
+        assert_eq!(woken.0.load(Ordering::SeqCst), 2);
+        assert_eq!(f.as_mut().poll(&mut cx), Poll::Ready(()));
     }
 }

@@ -58,7 +58,7 @@ impl<D: BlockDev> Image<D> {
     pub(crate) async fn begin_write(&self, start: u64, end: u64) -> u64 {
         let (start, end) = self.write_dependency_range(start, end);
         let mut waited = false;
-        self.wq
+        self.writes_wq
             .wait_until(|| {
                 let busy = self.inflight.borrow().overlaps_write(start, end);
                 waited |= busy;
@@ -88,7 +88,7 @@ impl<D: BlockDev> Image<D> {
 
     pub(crate) fn end_write(&self, id: u64) {
         self.inflight.borrow_mut().writes.remove(&id);
-        self.wq.notify_all();
+        self.writes_wq.notify_all();
     }
 
     /// Write `buf` at guest offset `offset`.
@@ -208,7 +208,7 @@ impl<D: BlockDev> Image<D> {
     /// each is reused only once the I/O started before now has finished.
     fn drop_alloc(&self, id: AllocId) {
         let a = self.inflight.borrow_mut().allocs.give_up(id);
-        self.wq.notify_all();
+        self.wake_alloc_waiters(a.guest_start(), id);
         if a.in_place() {
             // The clusters were there before the allocation: nothing to
             // free.
@@ -234,7 +234,6 @@ impl<D: BlockDev> Image<D> {
             }
         }
         self.count(|c| c.allocs_dropped += 1);
-        self.wq.notify_all();
     }
 
     /// Write into the new clusters of an allocation still in flight; the
@@ -266,7 +265,7 @@ impl<D: BlockDev> Image<D> {
             inf.end_io(io);
             inf.allocs.writer_done(id, written)
         };
-        self.wq.notify_all();
+        self.alloc_waits.wake(AllocWait::WritersDone { id });
         covered
     }
 
@@ -562,7 +561,7 @@ impl<D: BlockDev> Image<D> {
                 CowFailure::Drop => self.inflight.borrow_mut().allocs.doom(id),
                 CowFailure::Keep => {
                     self.inflight.borrow_mut().allocs.reopen(id);
-                    self.wq.notify_all();
+                    self.wake_alloc_waiters(start, id);
                 }
             }
             return Err(e);
@@ -574,7 +573,8 @@ impl<D: BlockDev> Image<D> {
             other => other,
         };
         drop(guard);
-        self.wq.notify_all();
+        // Linked and gone, or (linking failed) Open again.
+        self.wake_alloc_waiters(start, id);
         r
     }
 

@@ -68,7 +68,6 @@ impl<D: BlockDev> Image<D> {
     ) -> Result<()> {
         let t = Target {
             place,
-            count_on_read: plan.count_on_read,
             data_at,
             data,
         };
@@ -129,10 +128,6 @@ impl<D: BlockDev> Image<D> {
             }
             bufs.push(Some(b));
         }
-        if t.count_on_read {
-            let n: u64 = writes.iter().map(Write::cow_bytes).sum();
-            self.count(|c| c.cow_bytes_written += n);
-        }
         for (w, b) in writes.iter().zip(&bufs) {
             let bytes = match b {
                 Some(b) => b.as_slice(),
@@ -141,10 +136,8 @@ impl<D: BlockDev> Image<D> {
             self.data_dev()
                 .write(t.place.host_of(w.range().0), bytes, WriteFlags::default())
                 .await?;
-            if !t.count_on_read {
-                let n = w.cow_bytes();
-                self.count(|c| c.cow_bytes_written += n);
-            }
+            let n = w.cow_bytes();
+            self.count(|c| c.cow_bytes_written += n);
         }
         Ok(())
     }
@@ -153,7 +146,6 @@ impl<D: BlockDev> Image<D> {
 /// What the writes of a plan being carried out go to, and with.
 struct Target<'a> {
     place: Place,
-    count_on_read: bool,
     data_at: u64,
     data: &'a [u8],
 }

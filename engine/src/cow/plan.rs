@@ -8,12 +8,20 @@
 //!   fresh (growing the file zeroed it and nothing has used it since,
 //!   `grow::is_fresh`) and no write into it failed, no request at all;
 //!   otherwise one efficient (no-fallback) write_zeroes, and ordinary
-//!   copies if the device refuses it.
-//! - merge_cow: head COW, guest data and tail COW as one device write.
-//! - The in-place rule: a cluster filled in place (`Alloc::in_place`) is
-//!   live, readers and a crash see every byte of it, so a zeroing request
-//!   that also covers the guest data's bytes is allowed only if they too
-//!   read as zeroes now.
+//!   copies if the device refuses it. With the data in hand (the
+//!   allocating write without delayed COW) and all the COW reading as
+//!   zeroes, the whole cover is zeroed in one request, then the data
+//!   written (seed 001).
+//! - merge_cow: neighbouring COW and data go out as one device write: head
+//!   COW, guest data and tail COW with the data in hand; each contiguous
+//!   range a commit still has to copy, whatever sources its pieces have,
+//!   under delayed COW. Without it every piece of one source is a request
+//!   of its own, and the data another.
+//! - The in-place rule, for every zeroing request: a cluster filled in
+//!   place (`Alloc::in_place`) is live, readers and a crash see every byte
+//!   of it, so a zeroing request may cover only bytes that read as zeroes
+//!   now; in a new cluster, which nobody sees before it is linked, it may
+//!   also cover the guest data about to be written over it.
 //! - The `DropPartialCow` broken variant: no COW at all.
 //!
 //! The executor (`cow::exec`) carries a plan out without deciding anything.
@@ -59,10 +67,6 @@ pub(crate) struct CowSwitches {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CowPlan {
     pub steps: Vec<Step>,
-    /// When `cow_bytes_written` is counted: once a group's sources are read
-    /// (true: the allocating write's COW has always counted so), or as
-    /// each write completes (false: the commit's).
-    pub count_on_read: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,101 +139,108 @@ fn pieces_in(pieces: &[Piece], (s, e): Range) -> Vec<Piece> {
         .collect()
 }
 
-fn is_zero(p: &Piece) -> bool {
-    p.src.is_zero()
+impl CowJob {
+    /// The pieces still to copy, in guest order.
+    fn todo_pieces(&self) -> Vec<Piece> {
+        self.todo
+            .iter()
+            .flat_map(|&r| pieces_in(&self.pieces, r))
+            .collect()
+    }
+
+    /// The in-place rule: whether one zeroing request may cover `r`. Every
+    /// byte of it still to copy must read as zeroes, and, in a live
+    /// cluster (in place), every other byte too: there they are the guest
+    /// data's, which readers and a crash see as they are until the data
+    /// lands. A new cluster is nobody's until linked.
+    fn may_zero(&self, r: Range) -> bool {
+        let todo_zero = self
+            .todo
+            .iter()
+            .map(|&(s, e)| (s.max(r.0), e.min(r.1)))
+            .filter(|(s, e)| s < e)
+            .flat_map(|t| pieces_in(&self.pieces, t))
+            .all(|p| p.src.is_zero());
+        todo_zero && (!self.in_place || pieces_in(&self.pieces, r).iter().all(|p| p.src.is_zero()))
+    }
+
+    /// Zero-source COW here reads as zeroes already: no request.
+    fn already_zero(&self) -> bool {
+        self.fresh && !self.failed_write
+    }
 }
 
 /// The plan for `job` under `sw`.
 pub(crate) fn plan(job: &CowJob, sw: CowSwitches) -> CowPlan {
-    match job.data {
-        Some(data) => CowPlan {
-            steps: with_data(job, data, sw),
-            count_on_read: true,
-        },
-        None => CowPlan {
-            steps: remaining(job, sw),
-            count_on_read: false,
-        },
-    }
-}
-
-/// The allocating write without delayed COW: its data and the COW around
-/// it go out now. Where all the COW reads as zeroes the whole cover is
-/// zeroed in one request, then the data written; otherwise the COW areas
-/// are copied, merged with the data into one write or apart.
-fn with_data(job: &CowJob, data: Range, sw: CowSwitches) -> Vec<Step> {
-    let data_write = Write(vec![Part::Data(data)]);
-    let areas: Vec<Vec<Piece>> = job
-        .todo
-        .iter()
-        .map(|&r| pieces_in(&job.pieces, r))
-        .collect();
-    if areas.is_empty() || sw.drop_cow {
-        return vec![Step::Write(vec![data_write])];
-    }
-    let all_zero = if job.in_place {
-        // Zeroing the cover zeroes the data's bytes too until the data
-        // lands: in a live cluster, only if they read as zeroes already.
-        job.pieces.iter().all(is_zero)
-    } else {
-        areas.iter().flatten().all(is_zero)
-    };
-    if all_zero && sw.zero_cow && job.fresh && !job.failed_write {
-        let mut steps: Vec<Step> = job.todo.iter().map(|&r| Step::AlreadyZero(r)).collect();
-        steps.push(Step::Write(vec![data_write]));
-        return steps;
-    }
-    let copy = if sw.merge_cow {
-        let mut parts = Vec::new();
-        let (before, after): (Vec<_>, Vec<_>) = areas.iter().partition(|a| a[0].end <= data.0);
-        parts.extend(before.iter().flat_map(|a| a.iter().map(|&p| Part::Cow(p))));
-        parts.push(Part::Data(data));
-        parts.extend(after.iter().flat_map(|a| a.iter().map(|&p| Part::Cow(p))));
-        vec![Write(parts)]
-    } else {
-        let mut ws: Vec<Write> = areas
-            .iter()
-            .map(|a| Write(a.iter().map(|&p| Part::Cow(p)).collect()))
-            .collect();
-        ws.push(data_write.clone());
-        ws
-    };
-    if all_zero && sw.zero_cow {
-        return vec![Step::Zero {
-            range: job.cover,
-            then: vec![data_write],
-            or_else: copy,
-        }];
-    }
-    vec![Step::Write(copy)]
-}
-
-/// Completing an allocation: what no write covered, piece by piece.
-fn remaining(job: &CowJob, sw: CowSwitches) -> Vec<Step> {
+    let data = job.data.map(|d| Write(vec![Part::Data(d)]));
     if job.todo.is_empty() || sw.drop_cow {
-        return Vec::new();
+        let steps = data.map(|w| Step::Write(vec![w])).into_iter().collect();
+        return CowPlan { steps };
     }
-    job.todo
-        .iter()
-        .flat_map(|&r| pieces_in(&job.pieces, r))
-        .map(|p| {
-            let zero = p.src.is_zero() && sw.zero_cow;
-            let copy = Write(vec![Part::Cow(p)]);
-            if zero && job.fresh && !job.failed_write {
-                // Growing the file zeroed these bytes, and no write into
-                // the allocation has failed over them since.
-                Step::AlreadyZero((p.start, p.end))
-            } else if zero {
-                Step::Zero {
-                    range: (p.start, p.end),
-                    then: Vec::new(),
-                    or_else: vec![copy],
-                }
-            } else {
-                Step::Write(vec![copy])
+    if let Some(data) = data {
+        if sw.zero_cow && job.may_zero(job.cover) {
+            // The whole cover in one zeroing request, then the data.
+            if job.already_zero() {
+                let mut steps: Vec<Step> = job.todo.iter().map(|&r| Step::AlreadyZero(r)).collect();
+                steps.push(Step::Write(vec![data]));
+                return CowPlan { steps };
             }
-        })
-        .collect()
+            // Refused, everything is copied, merged or apart.
+            let steps = vec![Step::Zero {
+                range: job.cover,
+                then: vec![data],
+                or_else: requests(job, sw),
+            }];
+            return CowPlan { steps };
+        }
+    }
+    CowPlan {
+        steps: requests(job, sw)
+            .into_iter()
+            .map(|w| step_for(job, sw, w))
+            .collect(),
+    }
+}
+
+/// The job cut into one write per request. With merge_cow, each
+/// contiguous run of COW still to copy and data is one; without, each
+/// piece of one source is one, and the data another, last.
+fn requests(job: &CowJob, sw: CowSwitches) -> Vec<Write> {
+    let pieces = job.todo_pieces().into_iter().map(Part::Cow);
+    if !sw.merge_cow {
+        let data = job.data.map(Part::Data);
+        return pieces.chain(data).map(|p| Write(vec![p])).collect();
+    }
+    let mut parts: Vec<Part> = pieces.chain(job.data.map(Part::Data)).collect();
+    parts.sort_by_key(|p| p.range().0);
+    let mut writes: Vec<Write> = Vec::new();
+    for p in parts {
+        match writes.last_mut() {
+            Some(w) if w.range().1 == p.range().0 => w.0.push(p),
+            _ => writes.push(Write(vec![p])),
+        }
+    }
+    writes
+}
+
+/// The step for one request: COW that reads as zeroes is skipped (a fresh
+/// run) or zeroed (zero_cow); anything else is written.
+fn step_for(job: &CowJob, sw: CowSwitches, w: Write) -> Step {
+    let r = w.range();
+    let all_cow = w.0.iter().all(|p| matches!(p, Part::Cow(_)));
+    if all_cow && sw.zero_cow && job.may_zero(r) {
+        if job.already_zero() {
+            // Growing the file zeroed these bytes, and no write into the
+            // allocation has failed over them since.
+            return Step::AlreadyZero(r);
+        }
+        return Step::Zero {
+            range: r,
+            then: Vec::new(),
+            or_else: vec![w],
+        };
+    }
+    Step::Write(vec![w])
 }
 
 #[cfg(test)]
@@ -247,6 +258,10 @@ mod tests {
         Part::Cow(piece(start, end, src))
     }
 
+    fn one(parts: Vec<Part>) -> Step {
+        Step::Write(vec![Write(parts)])
+    }
+
     /// A new 64 KiB cluster at guest 0 from `src`, written at [16K, 20K).
     fn write_job(src: CowSource) -> CowJob {
         CowJob {
@@ -260,6 +275,8 @@ mod tests {
         }
     }
 
+    const DATA: Part = Part::Data((16 * K, 20 * K));
+
     const ALL: CowSwitches = CowSwitches {
         zero_cow: true,
         merge_cow: true,
@@ -270,33 +287,36 @@ mod tests {
         merge_cow: false,
         drop_cow: false,
     };
+    const ZERO_ONLY: CowSwitches = CowSwitches {
+        zero_cow: true,
+        merge_cow: false,
+        drop_cow: false,
+    };
 
     #[test]
     fn a_write_covering_the_cover_is_the_data_alone() {
         let mut j = write_job(CowSource::Backing);
         j.todo.clear();
-        let data = Step::Write(vec![Write(vec![Part::Data((16 * K, 20 * K))])]);
-        assert_eq!(plan(&j, ALL).steps, vec![data.clone()]);
+        assert_eq!(plan(&j, ALL).steps, vec![one(vec![DATA])]);
         let j = write_job(CowSource::Backing);
         let drop = CowSwitches {
             drop_cow: true,
             ..ALL
         };
-        assert_eq!(plan(&j, drop).steps, vec![data]);
+        assert_eq!(plan(&j, drop).steps, vec![one(vec![DATA])]);
     }
 
     #[test]
     fn merged_head_data_tail_is_one_write() {
         let j = write_job(CowSource::Backing);
         let p = plan(&j, ALL);
-        assert!(p.count_on_read);
         assert_eq!(
             p.steps,
-            vec![Step::Write(vec![Write(vec![
+            vec![one(vec![
                 cow(0, 16 * K, CowSource::Backing),
-                Part::Data((16 * K, 20 * K)),
+                DATA,
                 cow(20 * K, 64 * K, CowSource::Backing),
-            ])])]
+            ])]
         );
         assert_eq!(
             match &p.steps[0] {
@@ -308,36 +328,40 @@ mod tests {
     }
 
     #[test]
-    fn unmerged_areas_then_data() {
-        let j = write_job(CowSource::Host(1 << 20));
+    fn unmerged_pieces_then_data() {
         let src = CowSource::Host(1 << 20);
+        let j = write_job(src);
         assert_eq!(
             plan(&j, NONE).steps,
-            vec![Step::Write(vec![
-                Write(vec![cow(0, 16 * K, src)]),
-                Write(vec![cow(20 * K, 64 * K, src)]),
-                Write(vec![Part::Data((16 * K, 20 * K))]),
-            ])]
+            vec![
+                one(vec![cow(0, 16 * K, src)]),
+                one(vec![cow(20 * K, 64 * K, src)]),
+                one(vec![DATA]),
+            ]
         );
     }
 
     #[test]
     fn zero_cow_zeroes_the_cover_then_writes_the_data() {
         let j = write_job(CowSource::Zero);
-        let data = Write(vec![Part::Data((16 * K, 20 * K))]);
         let p = plan(&j, ALL);
         assert_eq!(
             p.steps,
             vec![Step::Zero {
                 range: (0, 64 * K),
-                then: vec![data],
+                then: vec![Write(vec![DATA])],
                 or_else: vec![Write(vec![
                     cow(0, 16 * K, CowSource::Zero),
-                    Part::Data((16 * K, 20 * K)),
+                    DATA,
                     cow(20 * K, 64 * K, CowSource::Zero),
                 ])],
             }]
         );
+        // Refused without merge_cow: the pieces and the data apart.
+        match &plan(&j, ZERO_ONLY).steps[..] {
+            [Step::Zero { or_else, .. }] => assert_eq!(or_else.len(), 3),
+            other => panic!("{other:?}"),
+        }
         // Without zero_cow zero sources are copied like any other.
         let no_zero = CowSwitches {
             zero_cow: false,
@@ -355,14 +379,54 @@ mod tests {
             vec![
                 Step::AlreadyZero((0, 16 * K)),
                 Step::AlreadyZero((20 * K, 64 * K)),
-                Step::Write(vec![Write(vec![Part::Data((16 * K, 20 * K))])]),
+                one(vec![DATA]),
             ]
         );
     }
 
     #[test]
+    fn unmerged_zero_pieces_are_zeroed_or_skipped_alone() {
+        // Two clusters: the head from zeroes, the tail from the backing file.
+        let j = CowJob {
+            cover: (0, 128 * K),
+            pieces: vec![
+                piece(0, 64 * K, CowSource::Zero),
+                piece(64 * K, 128 * K, CowSource::Backing),
+            ],
+            todo: vec![(0, 16 * K), (100 * K, 128 * K)],
+            data: Some((16 * K, 100 * K)),
+            in_place: false,
+            fresh: false,
+            failed_write: false,
+        };
+        let data = Part::Data((16 * K, 100 * K));
+        let head = cow(0, 16 * K, CowSource::Zero);
+        let tail = one(vec![cow(100 * K, 128 * K, CowSource::Backing)]);
+        assert_eq!(
+            plan(&j, ZERO_ONLY).steps,
+            vec![
+                Step::Zero {
+                    range: (0, 16 * K),
+                    then: vec![],
+                    or_else: vec![Write(vec![head])],
+                },
+                tail.clone(),
+                one(vec![data]),
+            ]
+        );
+        let mut fresh = j.clone();
+        fresh.fresh = true;
+        assert_eq!(
+            plan(&fresh, ZERO_ONLY).steps,
+            vec![Step::AlreadyZero((0, 16 * K)), tail, one(vec![data])]
+        );
+        // Merged, the zeroes go out with the rest.
+        assert_eq!(plan(&fresh, ALL).steps.len(), 1);
+    }
+
+    #[test]
     fn in_place_zeroing_spares_live_subclusters() {
-        // Subclusters of 2 KiB: the write's bytes [16K, 20K) lie over an
+        // Subclusters of 2 KiB: the write's bytes [15K, 21K) lie over an
         // allocated subcluster of the live cluster at host 1M.
         let host = CowSource::Host(1 << 20);
         let j = CowJob {
@@ -378,7 +442,14 @@ mod tests {
             fresh: false,
             failed_write: false,
         };
+        assert!(!j.may_zero(j.cover));
+        assert!(j.may_zero((14 * K, 15 * K)));
         assert!(matches!(plan(&j, ALL).steps[..], [Step::Write(_)]));
+        // Apart, the zero-source COW alone may be zeroed.
+        assert!(matches!(
+            plan(&j, ZERO_ONLY).steps[..],
+            [Step::Zero { .. }, Step::Zero { .. }, Step::Write(_)]
+        ));
         // Over zero subclusters only, the cover may be zeroed.
         let mut j2 = j.clone();
         j2.pieces = vec![piece(14 * K, 22 * K, CowSource::Zero)];
@@ -387,12 +458,13 @@ mod tests {
         // zeroed whatever they held.
         let mut j3 = j;
         j3.in_place = false;
+        assert!(j3.may_zero(j3.cover));
         assert!(matches!(plan(&j3, ALL).steps[..], [Step::Zero { .. }]));
     }
 
-    /// Completing a 2-cluster allocation with 64 KiB clusters: gaps
-    /// [10K, 64K) and [64K, 70K) left by the writes, the first cluster from
-    /// zeroes, the second from the backing file.
+    /// Completing a 2-cluster allocation with 64 KiB clusters: the writes
+    /// left [10K, 70K), the first cluster from zeroes, the second from the
+    /// backing file.
     fn commit_job() -> CowJob {
         CowJob {
             cover: (0, 128 * K),
@@ -409,38 +481,51 @@ mod tests {
     }
 
     #[test]
-    fn the_commit_copies_piece_by_piece() {
+    fn the_commit_merges_each_range_left() {
         let j = commit_job();
-        let p = plan(&j, ALL);
-        assert!(!p.count_on_read);
-        let backing = piece(64 * K, 70 * K, CowSource::Backing);
+        let zero = cow(10 * K, 64 * K, CowSource::Zero);
+        let backing = cow(64 * K, 70 * K, CowSource::Backing);
+        assert_eq!(plan(&j, ALL).steps, vec![one(vec![zero, backing])]);
+        // Apart: piece by piece.
         assert_eq!(
-            p.steps,
+            plan(&j, ZERO_ONLY).steps,
             vec![
                 Step::Zero {
                     range: (10 * K, 64 * K),
                     then: vec![],
-                    or_else: vec![Write(vec![cow(10 * K, 64 * K, CowSource::Zero)])],
+                    or_else: vec![Write(vec![zero])],
                 },
-                Step::Write(vec![Write(vec![Part::Cow(backing)])]),
+                one(vec![backing]),
             ]
         );
         assert_eq!(
             plan(&j, NONE).steps,
-            vec![
-                Step::Write(vec![Write(vec![cow(10 * K, 64 * K, CowSource::Zero)])]),
-                Step::Write(vec![Write(vec![Part::Cow(backing)])]),
-            ]
+            vec![one(vec![zero]), one(vec![backing])]
         );
+        // A range left that reads as zeroes across clusters: one zeroing.
+        let mut z = j;
+        z.pieces[1].src = CowSource::Zero;
+        assert_eq!(
+            plan(&z, ALL).steps,
+            vec![Step::Zero {
+                range: (10 * K, 70 * K),
+                then: vec![],
+                or_else: vec![Write(vec![zero, cow(64 * K, 70 * K, CowSource::Zero)])],
+            }]
+        );
+        assert_eq!(plan(&z, ZERO_ONLY).steps.len(), 2);
     }
 
     #[test]
     fn the_commit_skips_fresh_zeroes_unless_a_write_failed() {
         let mut j = commit_job();
         j.fresh = true;
-        assert_eq!(plan(&j, ALL).steps[0], Step::AlreadyZero((10 * K, 64 * K)));
+        assert_eq!(
+            plan(&j, ZERO_ONLY).steps[0],
+            Step::AlreadyZero((10 * K, 64 * K))
+        );
         j.failed_write = true;
-        assert!(matches!(plan(&j, ALL).steps[0], Step::Zero { .. }));
+        assert!(matches!(plan(&j, ZERO_ONLY).steps[0], Step::Zero { .. }));
     }
 
     #[test]
