@@ -6,12 +6,14 @@
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 
+use crate::allocator::Allocator;
 use crate::cache::TableCache;
 use crate::counters::Counters;
 use crate::dev::BlockDev;
 use crate::error::Result;
 use crate::format::header::{CompressionType, Header};
 use crate::geometry::Geometry;
+use crate::growth::Growth;
 use crate::inflight::InFlight;
 use crate::options::EngineOptions;
 use crate::sync::{CoMutex, WaitQueue};
@@ -85,18 +87,6 @@ pub enum Backing<D: BlockDev> {
     Qcow2(Box<Image<D>>),
 }
 
-/// A cluster whose refcount is to drop once the metadata change that
-/// stopped referencing it is durable.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PendingFree {
-    pub cluster: u64,
-    /// Data I/O with a sequence number below this may still touch the
-    /// cluster; it must finish before the cluster can be reused.
-    pub io_seq: u64,
-    /// The L2/L1 change is durable (a writeback has completed since).
-    pub durable: bool,
-}
-
 /// Metadata state, protected by `Image::meta_lock` for any sequence that
 /// spans an await. Never borrowed across an await.
 pub(crate) struct Meta {
@@ -112,11 +102,9 @@ pub(crate) struct Meta {
     pub header_dirty: bool,
     pub l2: TableCache,
     pub rc: TableCache,
-    /// Where the search for free clusters starts.
-    pub free_hint: u64,
-    /// One past the highest cluster in use or allocated.
-    pub end_cluster: u64,
-    pub pending_frees: Vec<PendingFree>,
+    /// Where the search for free clusters starts, the high-water mark and
+    /// the queued frees (`allocator`).
+    pub alloc: Allocator,
     /// The dirty bit is set in the header on disk.
     pub dirty_on_disk: bool,
     /// Lazy refcounts: refcount blocks are written only at close or
@@ -124,16 +112,8 @@ pub(crate) struct Meta {
     pub lazy: bool,
     /// A metadata write failed: memory and disk may disagree.
     pub poisoned: bool,
-    /// The file's length before the engine first grew it ahead of
-    /// allocation (see `grow`); what closing may trim back to.
-    pub grown_from: Option<u64>,
-    /// Growing failed once (the device cannot zero efficiently, or an
-    /// error): not tried again while the image is open.
-    pub grow_disabled: bool,
-    /// Host bytes `[start, end)` that growing has zeroed, contiguous, in
-    /// this session: a cluster there past every cluster used before it is
-    /// handed out still reads as zeroes (see `grow::is_fresh`).
-    pub grown_zero: (u64, u64),
+    /// What growing the file ahead of allocation has done (`growth`).
+    pub growth: Growth,
 }
 
 /// An opened qcow2 image.

@@ -10,6 +10,7 @@
 //! whose I/O worker threads (`dev::IoPool`) run the blocking system calls:
 //! the engine still sees one single-threaded device.
 
+mod allocator;
 mod allocs;
 mod broken;
 mod cache;
@@ -24,6 +25,7 @@ pub mod error;
 pub mod format;
 mod geometry;
 mod grow;
+mod growth;
 pub mod image;
 mod inflight;
 mod mapping;

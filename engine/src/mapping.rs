@@ -154,7 +154,8 @@ impl<D: BlockDev> Image<D> {
             L2Mapping::Zero { preallocated: None } | L2Mapping::Unallocated => None,
         };
         if let Some(host) = host.filter(|h| {
-            !self.has_data_file() && h / self.geo.cluster_size >= self.meta.borrow().end_cluster
+            !self.has_data_file()
+                && h / self.geo.cluster_size >= self.meta.borrow().alloc.end_cluster()
         }) {
             return Err(Error::corrupt(
                 format!("L2 entry {idx}: data offset {host:#x} is beyond the end of the image"),

@@ -11,6 +11,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::allocator::Allocator;
 use crate::cache::TableCache;
 use crate::counters::Counters;
 use crate::dev::BlockDev;
@@ -18,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::format::header::{self, incompat, Header};
 use crate::format::L1Entry;
 use crate::geometry::Geometry;
+use crate::growth::Growth;
 use crate::image::{
     overlaps, read_be64_table, Image, Meta, MAX_L1_BYTES, MAX_REFTABLE_BYTES,
     MIN_EXTENDED_L2_CLUSTER_SIZE,
@@ -335,15 +337,11 @@ impl<D: BlockDev> Image<D> {
             header_dirty,
             l2: TableCache::new(opts.l2_cache_tables),
             rc: TableCache::new(opts.refcount_cache_tables),
-            free_hint: 0,
-            end_cluster,
-            pending_frees: Vec::new(),
+            alloc: Allocator::new(end_cluster),
             dirty_on_disk: dirty,
             lazy,
             poisoned: false,
-            grown_from: None,
-            grow_disabled: false,
-            grown_zero: (0, 0),
+            growth: Growth::default(),
         };
         Image {
             dev,

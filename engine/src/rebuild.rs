@@ -116,7 +116,7 @@ impl<D: BlockDev> Image<D> {
                 self.set_refcount(c, want).await?;
             }
         }
-        self.meta.borrow_mut().free_hint = 0;
+        self.meta.borrow_mut().alloc.set_search_start(0);
         for (c, want) in uncovered {
             // `refcount` of an uncovered cluster is 0; allocate a block by
             // claiming the cluster through the normal path, then fix.
@@ -134,7 +134,7 @@ impl<D: BlockDev> Image<D> {
         }
         {
             let mut m = self.meta.borrow_mut();
-            m.end_cluster = m.end_cluster.max(max_cluster);
+            m.alloc.note_allocated(max_cluster);
             m.lazy = false;
         }
         self.writeback_refcount_phase().await?;

@@ -10,7 +10,7 @@ use crate::broken::{self, Broken};
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
 use crate::format::refcount;
-use crate::image::{be64_bytes, Image, PendingFree};
+use crate::image::{be64_bytes, Image};
 
 impl<D: BlockDev> Image<D> {
     /// Host clusters for the `n` guest clusters starting at `guest_start`:
@@ -134,7 +134,7 @@ impl<D: BlockDev> Image<D> {
             self.apply_ready_frees().await?;
         }
         'search: loop {
-            let mut start = self.meta.borrow().free_hint;
+            let mut start = self.meta.borrow().alloc.search_start();
             let mut len = 0;
             let mut c = start;
             while len < n {
@@ -160,16 +160,11 @@ impl<D: BlockDev> Image<D> {
             // are still below it, so growing never zeroes them and closing
             // never trims them off (they are a leak, not a reference past
             // the end of the file).
-            let others_end = {
-                let mut m = self.meta.borrow_mut();
-                let others_end = m.end_cluster;
-                m.end_cluster = m.end_cluster.max(start + n);
-                others_end
-            };
+            let others_end = self.meta.borrow_mut().alloc.note_allocated(start + n);
             for c in start..start + n {
                 self.set_refcount(c, 1).await?;
             }
-            self.meta.borrow_mut().free_hint = start + n;
+            self.meta.borrow_mut().alloc.set_search_start(start + n);
             let cs = self.geo.cluster_size;
             let (run_start, run_end) = (start * cs, (start + n) * cs);
             self.grow_for_run(run_start, run_end, others_end * cs).await;
@@ -254,7 +249,7 @@ impl<D: BlockDev> Image<D> {
         let epb = self.geo.rc_entries;
         // A place for the block: a free cluster counted by an existing
         // block, or one inside the range the new block will count itself.
-        let mut c = self.meta.borrow().free_hint;
+        let mut c = self.meta.borrow().alloc.search_start();
         let loc = loop {
             let r = self.geo.refcount_position(c).0;
             if r == rti {
@@ -288,7 +283,7 @@ impl<D: BlockDev> Image<D> {
         m.reftable[rti] = loc * cs;
         m.meta_clusters.insert(loc * cs);
         m.reftable_dirty = true;
-        m.end_cluster = m.end_cluster.max(loc + 1);
+        m.alloc.note_allocated(loc + 1);
         Ok(true)
     }
 
@@ -303,7 +298,7 @@ impl<D: BlockDev> Image<D> {
         let per_cluster = (cs / 8) as usize;
         let (old, start) = {
             let m = self.meta.borrow();
-            (m.reftable.clone(), m.end_cluster)
+            (m.reftable.clone(), m.alloc.end_cluster())
         };
         let mut new_len = min_entries.max(old.len() * 2).next_multiple_of(per_cluster);
         let (t, blocks) = loop {
@@ -338,10 +333,7 @@ impl<D: BlockDev> Image<D> {
         let b = blocks.len() as u64;
         // Covered by the high-water mark before anything is written there
         // (see alloc_clusters_fresh).
-        {
-            let mut m = self.meta.borrow_mut();
-            m.end_cluster = m.end_cluster.max(start + t + b);
-        }
+        self.meta.borrow_mut().alloc.note_allocated(start + t + b);
         let table_off = start * cs;
         let mut table = old.clone();
         table.resize(new_len, 0);
@@ -387,8 +379,7 @@ impl<D: BlockDev> Image<D> {
         for c in old_off / cs..old_off / cs + old_clusters {
             self.set_refcount(c, 0).await?;
         }
-        let mut m = self.meta.borrow_mut();
-        m.free_hint = m.free_hint.min(old_off / cs);
+        self.meta.borrow_mut().alloc.note_free(old_off / cs);
         Ok(())
     }
 
@@ -429,11 +420,7 @@ impl<D: BlockDev> Image<D> {
         if broken::is(&self.opts, Broken::ReuseBeforeDurable) {
             return self.broken_free_at_once(cluster);
         }
-        self.meta.borrow_mut().pending_frees.push(PendingFree {
-            cluster,
-            io_seq,
-            durable: false,
-        });
+        self.meta.borrow_mut().alloc.queue_free(cluster, io_seq);
     }
 
     /// Apply the frees whose metadata is durable and whose cluster no
@@ -441,28 +428,20 @@ impl<D: BlockDev> Image<D> {
     pub(crate) async fn apply_ready_frees(&self) -> Result<()> {
         self.assert_meta_locked("apply_ready_frees");
         let oldest_io = self.inflight.borrow().oldest_io();
-        let ready: Vec<PendingFree> = {
-            let mut m = self.meta.borrow_mut();
-            let (ready, keep) = m
-                .pending_frees
-                .drain(..)
-                .partition(|f| f.durable && oldest_io.is_none_or(|o| o >= f.io_seq));
-            m.pending_frees = keep;
-            ready
-        };
-        for f in ready {
-            let rc = self.refcount(f.cluster).await?;
+        let ready = self.meta.borrow_mut().alloc.take_ready_frees(oldest_io);
+        for cluster in ready {
+            let rc = self.refcount(cluster).await?;
             if rc == 0 {
                 return Err(Error::corrupt(
-                    format!("freeing cluster {} whose refcount is already 0", f.cluster),
-                    f.cluster * self.geo.cluster_size,
+                    format!("freeing cluster {cluster} whose refcount is already 0"),
+                    cluster * self.geo.cluster_size,
                 ));
             }
-            self.set_refcount(f.cluster, rc - 1).await?;
+            self.set_refcount(cluster, rc - 1).await?;
             if rc == 1 {
                 let mut m = self.meta.borrow_mut();
-                m.free_hint = m.free_hint.min(f.cluster);
-                m.meta_clusters.remove(&(f.cluster * self.geo.cluster_size));
+                m.alloc.note_free(cluster);
+                m.meta_clusters.remove(&(cluster * self.geo.cluster_size));
             }
         }
         Ok(())

@@ -88,7 +88,7 @@ impl<D: BlockDev> Image<D> {
         if self.meta.borrow().poisoned {
             return Err(Error::Poisoned);
         }
-        let frees_before = self.meta.borrow().pending_frees.len();
+        let frees_before = self.meta.borrow().alloc.queued_frees();
         let mut flushed_last = self.writeback_refcount_phase().await?;
         let (l2_dirty, l1_dirty) = {
             let m = self.meta.borrow();
@@ -124,12 +124,7 @@ impl<D: BlockDev> Image<D> {
         if !flushed_last {
             self.device_flush().await?;
         }
-        {
-            let mut m = self.meta.borrow_mut();
-            for f in m.pending_frees.iter_mut().take(frees_before) {
-                f.durable = true;
-            }
-        }
+        self.meta.borrow_mut().alloc.mark_durable(frees_before);
         self.apply_ready_frees().await
     }
 
