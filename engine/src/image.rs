@@ -15,6 +15,7 @@ use crate::format::header::{CompressionType, Header};
 use crate::geometry::Geometry;
 use crate::growth::Growth;
 use crate::inflight::InFlight;
+use crate::l1l2::L1L2;
 use crate::options::EngineOptions;
 use crate::sync::{CoMutex, WaitQueue};
 
@@ -91,8 +92,8 @@ pub enum Backing<D: BlockDev> {
 /// spans an await. Never borrowed across an await.
 pub(crate) struct Meta {
     pub header: Header,
-    pub l1: Vec<u64>,
-    pub l1_dirty: BTreeSet<usize>,
+    /// The L1 table and the L2 table cache (`l1l2`).
+    pub tables: L1L2,
     pub reftable: Vec<u64>,
     pub reftable_dirty: bool,
     /// Host offsets of the refcount blocks and the L2 tables the active L1
@@ -100,7 +101,6 @@ pub(crate) struct Meta {
     /// be written over them.
     pub meta_clusters: BTreeSet<u64>,
     pub header_dirty: bool,
-    pub l2: TableCache,
     pub rc: TableCache,
     /// Where the search for free clusters starts, the high-water mark and
     /// the queued frees (`allocator`).

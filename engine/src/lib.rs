@@ -28,6 +28,7 @@ mod grow;
 mod growth;
 pub mod image;
 mod inflight;
+mod l1l2;
 mod mapping;
 mod open;
 pub mod options;

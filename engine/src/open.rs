@@ -25,6 +25,7 @@ use crate::image::{
     MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
 use crate::inflight::InFlight;
+use crate::l1l2::L1L2;
 use crate::options::EngineOptions;
 use crate::sync::{CoMutex, WaitQueue};
 
@@ -329,13 +330,11 @@ impl<D: BlockDev> Image<D> {
         let lazy = !opts.read_only && h.lazy_refcounts();
         let meta = Meta {
             header: h,
-            l1,
-            l1_dirty: BTreeSet::new(),
+            tables: L1L2::new(l1, opts.l2_cache_tables, geo.extended_l2),
             reftable,
             reftable_dirty: false,
             meta_clusters,
             header_dirty,
-            l2: TableCache::new(opts.l2_cache_tables),
             rc: TableCache::new(opts.refcount_cache_tables),
             alloc: Allocator::new(end_cluster),
             dirty_on_disk: dirty,

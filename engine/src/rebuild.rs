@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::format::header::incompat;
 use crate::format::{L1Entry, L2Mapping};
 use crate::image::Image;
-use crate::mapping::decode_slot;
+use crate::l1l2::decode_slot;
 
 impl<D: BlockDev> Image<D> {
     pub(crate) async fn rebuild_refcounts(&self) -> Result<()> {
@@ -45,7 +45,7 @@ impl<D: BlockDev> Image<D> {
         for &b in reftable.iter().filter(|&&b| b != 0) {
             add(b, cs);
         }
-        let mut l1_tables = vec![self.meta.borrow().l1.clone()];
+        let mut l1_tables = vec![self.meta.borrow().tables.l1().to_vec()];
         if h.nb_snapshots > 0 {
             let (table_len, snap_l1s) = self.read_snapshot_l1s(&h).await?;
             add(h.snapshots_offset, table_len);

@@ -92,7 +92,7 @@ impl<D: BlockDev> Image<D> {
         let mut flushed_last = self.writeback_refcount_phase().await?;
         let (l2_dirty, l1_dirty) = {
             let m = self.meta.borrow();
-            (m.l2.has_dirty(), !m.l1_dirty.is_empty())
+            (m.tables.l2_has_dirty(), m.tables.l1_has_dirty())
         };
         if l2_dirty || l1_dirty {
             self.ensure_dirty_bit().await?;
@@ -100,16 +100,16 @@ impl<D: BlockDev> Image<D> {
                 // Data before the L2 entries that point at it.
                 self.device_flush().await?;
             }
-            let tables = self.meta.borrow().l2.dirty_tables();
+            let tables = self.meta.borrow().tables.dirty_l2_tables();
             for (off, data) in &tables {
                 self.write_meta(*off, data).await?;
-                self.meta.borrow_mut().l2.mark_clean(*off, data);
+                self.meta.borrow_mut().tables.mark_l2_clean(*off, data);
                 self.count(|c| c.l2_writebacks += 1);
             }
             if !tables.is_empty() {
                 self.device_flush().await?;
             }
-            let dirty_l1: Vec<usize> = self.meta.borrow().l1_dirty.iter().copied().collect();
+            let dirty_l1 = self.meta.borrow().tables.dirty_l1();
             if !dirty_l1.is_empty() {
                 self.write_l1_entries(&dirty_l1).await?;
                 self.device_flush().await?;
@@ -138,18 +138,14 @@ impl<D: BlockDev> Image<D> {
             let (off, bytes) = {
                 let m = self.meta.borrow();
                 let start = s * per_sector;
-                let end = (start + per_sector).min(m.l1.len());
                 (
                     m.header.l1_table_offset + start as u64 * 8,
-                    be64_bytes(&m.l1[start..end]),
+                    m.tables.l1_bytes(start, per_sector),
                 )
             };
             self.write_meta(off, &bytes).await?;
         }
-        let mut m = self.meta.borrow_mut();
-        for i in idxs {
-            m.l1_dirty.remove(i);
-        }
+        self.meta.borrow_mut().tables.mark_l1_clean(idxs);
         Ok(())
     }
 
