@@ -4,10 +4,8 @@
 //! [`Image`].
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
 
 use crate::allocator::Allocator;
-use crate::cache::TableCache;
 use crate::counters::Counters;
 use crate::dev::BlockDev;
 use crate::error::Result;
@@ -16,7 +14,9 @@ use crate::geometry::Geometry;
 use crate::growth::Growth;
 use crate::inflight::InFlight;
 use crate::l1l2::L1L2;
+use crate::meta_clusters::MetaClusters;
 use crate::options::EngineOptions;
+use crate::reftable::RefTable;
 use crate::sync::{CoMutex, WaitQueue};
 
 /// qcow2 version: 2 (compat 0.10) or 3 (compat 1.1).
@@ -89,29 +89,29 @@ pub enum Backing<D: BlockDev> {
 }
 
 /// Metadata state, protected by `Image::meta_lock` for any sequence that
-/// spans an await. Never borrowed across an await.
+/// spans an await. Never borrowed across an await. Each part is owned by
+/// its module and changed through its methods; the header and the image's
+/// flags live here.
 pub(crate) struct Meta {
+    /// The header as it is in memory (written by `Image::write_header`).
     pub header: Header,
+    /// The header changed and is to be written at the next writeback.
+    pub header_dirty: bool,
+    /// The dirty bit is set in the header on disk.
+    pub dirty_on_disk: bool,
+    /// A metadata write failed: memory and disk may disagree.
+    pub poisoned: bool,
     /// The L1 table and the L2 table cache (`l1l2`).
     pub tables: L1L2,
-    pub reftable: Vec<u64>,
-    pub reftable_dirty: bool,
-    /// Host offsets of the refcount blocks and the L2 tables the active L1
-    /// table has pointed at, for the overlap check: guest data must never
-    /// be written over them.
-    pub meta_clusters: BTreeSet<u64>,
-    pub header_dirty: bool,
-    pub rc: TableCache,
+    /// The refcount table, the refcount block cache and whether refcounts
+    /// are lazy (`reftable`).
+    pub refs: RefTable,
+    /// Refcount blocks and L2 tables, for the overlap check
+    /// (`meta_clusters`).
+    pub meta_clusters: MetaClusters,
     /// Where the search for free clusters starts, the high-water mark and
     /// the queued frees (`allocator`).
     pub alloc: Allocator,
-    /// The dirty bit is set in the header on disk.
-    pub dirty_on_disk: bool,
-    /// Lazy refcounts: refcount blocks are written only at close or
-    /// eviction, under the dirty bit.
-    pub lazy: bool,
-    /// A metadata write failed: memory and disk may disagree.
-    pub poisoned: bool,
     /// What growing the file ahead of allocation has done (`growth`).
     pub growth: Growth,
 }

@@ -12,7 +12,6 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::allocator::Allocator;
-use crate::cache::TableCache;
 use crate::counters::Counters;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
@@ -26,7 +25,9 @@ use crate::image::{
 };
 use crate::inflight::InFlight;
 use crate::l1l2::L1L2;
+use crate::meta_clusters::MetaClusters;
 use crate::options::EngineOptions;
+use crate::reftable::RefTable;
 use crate::sync::{CoMutex, WaitQueue};
 
 /// The byte sizes of the two tables an open reads whole.
@@ -330,16 +331,18 @@ impl<D: BlockDev> Image<D> {
         let lazy = !opts.read_only && h.lazy_refcounts();
         let meta = Meta {
             header: h,
-            tables: L1L2::new(l1, opts.l2_cache_tables, geo.extended_l2),
-            reftable,
-            reftable_dirty: false,
-            meta_clusters,
             header_dirty,
-            rc: TableCache::new(opts.refcount_cache_tables),
-            alloc: Allocator::new(end_cluster),
             dirty_on_disk: dirty,
-            lazy,
             poisoned: false,
+            tables: L1L2::new(l1, opts.l2_cache_tables, geo.extended_l2),
+            refs: RefTable::new(
+                reftable,
+                opts.refcount_cache_tables,
+                geo.refcount_bits,
+                lazy,
+            ),
+            meta_clusters: MetaClusters::new(meta_clusters),
+            alloc: Allocator::new(end_cluster),
             growth: Growth::default(),
         };
         Image {

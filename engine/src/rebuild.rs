@@ -41,7 +41,7 @@ impl<D: BlockDev> Image<D> {
             h.refcount_table_offset,
             h.refcount_table_clusters as u64 * cs,
         );
-        let reftable = self.meta.borrow().reftable.clone();
+        let reftable = self.meta.borrow().refs.table().to_vec();
         for &b in reftable.iter().filter(|&&b| b != 0) {
             add(b, cs);
         }
@@ -100,12 +100,7 @@ impl<D: BlockDev> Image<D> {
         for c in 0..max_cluster {
             let want = refs.get(&c).copied().unwrap_or(0);
             let rti = (c / rc_span) as usize;
-            let has = self
-                .meta
-                .borrow()
-                .reftable
-                .get(rti)
-                .is_some_and(|&b| b != 0);
+            let has = self.meta.borrow().refs.has_block(rti);
             if !has {
                 if want > 0 {
                     uncovered.push((c, want));
@@ -121,12 +116,7 @@ impl<D: BlockDev> Image<D> {
             // `refcount` of an uncovered cluster is 0; allocate a block by
             // claiming the cluster through the normal path, then fix.
             let (rti, _) = self.geo.refcount_position(c);
-            let has = self
-                .meta
-                .borrow()
-                .reftable
-                .get(rti)
-                .is_some_and(|&b| b != 0);
+            let has = self.meta.borrow().refs.has_block(rti);
             if !has {
                 self.ensure_refblock(rti).await?;
             }
@@ -135,7 +125,7 @@ impl<D: BlockDev> Image<D> {
         {
             let mut m = self.meta.borrow_mut();
             m.alloc.note_allocated(max_cluster);
-            m.lazy = false;
+            m.refs.set_lazy(false);
         }
         self.writeback_refcount_phase().await?;
         self.meta.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
@@ -143,7 +133,8 @@ impl<D: BlockDev> Image<D> {
         self.device_flush().await?;
         let mut m = self.meta.borrow_mut();
         m.dirty_on_disk = false;
-        m.lazy = m.header.lazy_refcounts();
+        let lazy = m.header.lazy_refcounts();
+        m.refs.set_lazy(lazy);
         Ok(())
     }
 

@@ -31,25 +31,19 @@ impl<D: BlockDev> Image<D> {
     /// Make sure the refcount block at `off` is in the cache, evicting (and
     /// writing back) another one if the cache is full.
     pub(crate) async fn load_refblock(&self, off: u64) -> Result<()> {
-        if self.meta.borrow().rc.contains(off) {
+        if self.meta.borrow().refs.block_cached(off) {
             return Ok(());
         }
         self.make_room_rc(off).await?;
         let mut buf = vec![0u8; self.geo.cluster_size as usize];
         self.dev.read(off, &mut buf).await?;
-        self.meta.borrow_mut().rc.insert(off, buf, false);
+        self.meta.borrow_mut().refs.insert_block(off, buf);
         Ok(())
     }
 
     async fn make_room_rc(&self, keep: u64) -> Result<()> {
         loop {
-            let victim = {
-                let m = self.meta.borrow();
-                if !m.rc.is_full() {
-                    return Ok(());
-                }
-                m.rc.victim(&[keep])
-            };
+            let victim = self.meta.borrow().refs.block_victim(keep);
             let Some((voff, dirty)) = victim else {
                 return Ok(());
             };
@@ -57,19 +51,13 @@ impl<D: BlockDev> Image<D> {
                 // An early refcount write is always safe: increments only
                 // leak on a crash, and decrements are applied to the cache
                 // only after the references are durably gone.
-                let data = self
-                    .meta
-                    .borrow()
-                    .rc
-                    .dirty_tables()
-                    .into_iter()
-                    .find(|(o, _)| *o == voff);
-                if let Some((_, data)) = data {
+                let data = self.meta.borrow().refs.dirty_block(voff);
+                if let Some(data) = data {
                     self.write_meta(voff, &data).await?;
                     self.count(|c| c.refcount_writebacks += 1);
                 }
             }
-            self.meta.borrow_mut().rc.remove(voff);
+            self.meta.borrow_mut().refs.remove_block(voff);
         }
     }
 
@@ -85,21 +73,19 @@ impl<D: BlockDev> Image<D> {
     /// The refcount of host cluster `cluster` (0 where no block covers it).
     pub(crate) async fn refcount(&self, cluster: u64) -> Result<u64> {
         let (rti, idx) = self.geo.refcount_position(cluster);
-        let off = self.meta.borrow().reftable.get(rti).copied().unwrap_or(0);
+        let off = self.meta.borrow().refs.block_offset(rti);
         if off == 0 {
             return Ok(0);
         }
         self.load_refblock(off).await?;
-        let mut m = self.meta.borrow_mut();
-        let block = m.rc.get(off).expect("just loaded");
-        Ok(refcount::get(block, self.geo.refcount_bits, idx))
+        Ok(self.meta.borrow_mut().refs.get(off, idx))
     }
 
     /// Set the refcount of `cluster`; its refcount block must exist.
     pub(crate) async fn set_refcount(&self, cluster: u64, value: u64) -> Result<()> {
         self.assert_meta_locked("set_refcount");
         let (rti, idx) = self.geo.refcount_position(cluster);
-        let off = self.meta.borrow().reftable.get(rti).copied().unwrap_or(0);
+        let off = self.meta.borrow().refs.block_offset(rti);
         assert_ne!(
             off, 0,
             "set_refcount on cluster {cluster} without a refcount block"
@@ -111,9 +97,7 @@ impl<D: BlockDev> Image<D> {
             ));
         }
         self.load_refblock(off).await?;
-        let mut m = self.meta.borrow_mut();
-        let block = m.rc.get_mut(off).expect("just loaded");
-        refcount::set(block, self.geo.refcount_bits, idx, value);
+        self.meta.borrow_mut().refs.set(off, idx, value);
         Ok(())
     }
 
@@ -207,7 +191,7 @@ impl<D: BlockDev> Image<D> {
                 h.refcount_table_offset,
                 h.refcount_table_clusters as u64 * cs,
             )
-            || m.meta_clusters.contains(&off)
+            || m.meta_clusters.contains(off)
     }
 
     /// Refuse a guest write in place into host clusters `[host, host +
@@ -238,8 +222,8 @@ impl<D: BlockDev> Image<D> {
     /// allocated anything.
     pub(crate) async fn ensure_refblock(&self, rti: usize) -> Result<bool> {
         self.assert_meta_locked("ensure_refblock");
-        let len = self.meta.borrow().reftable.len();
-        if rti < len && self.meta.borrow().reftable[rti] != 0 {
+        let len = self.meta.borrow().refs.len();
+        if rti < len && self.meta.borrow().refs.has_block(rti) {
             return Ok(false);
         }
         if rti >= len {
@@ -256,7 +240,7 @@ impl<D: BlockDev> Image<D> {
                 self.check_not_metadata(c)?;
                 break c;
             }
-            let has_block = self.meta.borrow().reftable.get(r).is_some_and(|&o| o != 0);
+            let has_block = self.meta.borrow().refs.has_block(r);
             if has_block && self.refcount(c).await? == 0 {
                 self.check_not_metadata(c)?;
                 break c;
@@ -279,10 +263,8 @@ impl<D: BlockDev> Image<D> {
         }
         self.make_room_rc(loc * cs).await?;
         let mut m = self.meta.borrow_mut();
-        m.rc.insert(loc * cs, block, true);
-        m.reftable[rti] = loc * cs;
+        m.refs.add_block(rti, loc * cs, block);
         m.meta_clusters.insert(loc * cs);
-        m.reftable_dirty = true;
         m.alloc.note_allocated(loc + 1);
         Ok(true)
     }
@@ -298,7 +280,7 @@ impl<D: BlockDev> Image<D> {
         let per_cluster = (cs / 8) as usize;
         let (old, start) = {
             let m = self.meta.borrow();
-            (m.reftable.clone(), m.alloc.end_cluster())
+            (m.refs.table().to_vec(), m.alloc.end_cluster())
         };
         let mut new_len = min_entries.max(old.len() * 2).next_multiple_of(per_cluster);
         let (t, blocks) = loop {
@@ -368,9 +350,8 @@ impl<D: BlockDev> Image<D> {
             m.header.refcount_table_offset = table_off;
             m.header.refcount_table_clusters = t as u32;
             m.meta_clusters
-                .extend(table.iter().copied().filter(|&o| o != 0));
-            m.reftable = table;
-            m.reftable_dirty = false;
+                .insert_all(table.iter().copied().filter(|&o| o != 0));
+            m.refs.replace_table(table);
             old
         };
         self.write_header().await?;
@@ -385,10 +366,10 @@ impl<D: BlockDev> Image<D> {
 
     /// Write every dirty refcount block (no flush).
     pub(crate) async fn write_dirty_refblocks(&self) -> Result<bool> {
-        let dirty = self.meta.borrow().rc.dirty_tables();
+        let dirty = self.meta.borrow().refs.dirty_blocks();
         for (off, data) in &dirty {
             self.write_meta(*off, data).await?;
-            self.meta.borrow_mut().rc.mark_clean(*off, data);
+            self.meta.borrow_mut().refs.mark_block_clean(*off, data);
             self.count(|c| c.refcount_writebacks += 1);
         }
         Ok(!dirty.is_empty())
@@ -441,7 +422,7 @@ impl<D: BlockDev> Image<D> {
             if rc == 1 {
                 let mut m = self.meta.borrow_mut();
                 m.alloc.note_free(cluster);
-                m.meta_clusters.remove(&(cluster * self.geo.cluster_size));
+                m.meta_clusters.remove(cluster * self.geo.cluster_size);
             }
         }
         Ok(())

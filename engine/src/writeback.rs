@@ -22,7 +22,7 @@ use crate::broken::{self, Broken};
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::header::incompat;
-use crate::image::{be64_bytes, Image};
+use crate::image::Image;
 
 impl<D: BlockDev> Image<D> {
     /// Make every guest write that completed before this call durable.
@@ -39,7 +39,7 @@ impl<D: BlockDev> Image<D> {
     /// flushed. Skipped under lazy refcounts.
     pub(crate) async fn writeback_refcount_phase(&self) -> Result<bool> {
         self.assert_meta_locked("writeback_refcount_phase");
-        if self.meta.borrow().lazy {
+        if self.meta.borrow().refs.lazy() {
             return Ok(false);
         }
         let mut flushed = false;
@@ -51,13 +51,13 @@ impl<D: BlockDev> Image<D> {
             }
             flushed = true;
         }
-        if self.meta.borrow().reftable_dirty {
+        if self.meta.borrow().refs.table_dirty() {
             let (off, table) = {
                 let m = self.meta.borrow();
-                (m.header.refcount_table_offset, be64_bytes(&m.reftable))
+                (m.header.refcount_table_offset, m.refs.table_bytes())
             };
             self.write_meta(off, &table).await?;
-            self.meta.borrow_mut().reftable_dirty = false;
+            self.meta.borrow_mut().refs.mark_table_clean();
             self.device_flush().await?;
             flushed = true;
         }
@@ -70,7 +70,7 @@ impl<D: BlockDev> Image<D> {
         self.assert_meta_locked("ensure_dirty_bit");
         let need = {
             let m = self.meta.borrow();
-            m.lazy && !m.dirty_on_disk
+            m.refs.lazy() && !m.dirty_on_disk
         };
         if need {
             self.meta.borrow_mut().header.incompatible_features |= incompat::DIRTY;
@@ -158,7 +158,7 @@ impl<D: BlockDev> Image<D> {
         if closing {
             // Frees applied above dirtied refcount blocks; under lazy
             // refcounts nothing has been written yet.
-            self.meta.borrow_mut().lazy = false;
+            self.meta.borrow_mut().refs.set_lazy(false);
             self.writeback_all().await?;
             let clear = self.meta.borrow().header.incompatible_features & incompat::DIRTY != 0;
             if clear {
