@@ -13,7 +13,7 @@
 use crate::allocs::AllocId;
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::Result;
-use crate::image::{Image, PendingFree};
+use crate::image::Image;
 use crate::options::EngineOptions;
 use crate::write::CowFailure;
 
@@ -102,10 +102,6 @@ impl<D: BlockDev> Image<D> {
     /// once and waits for no in-flight I/O; the next allocation applies it
     /// (see `alloc_clusters_fresh`) and may hand the cluster out again.
     pub(crate) fn broken_free_at_once(&self, cluster: u64) {
-        self.meta.borrow_mut().pending_frees.push(PendingFree {
-            cluster,
-            io_seq: 0,
-            durable: true,
-        });
+        self.meta.borrow_mut().alloc.queue_durable_free(cluster, 0);
     }
 }

@@ -81,6 +81,23 @@ impl TableCache {
             .map(|(o, t)| (*o, t.dirty))
     }
 
+    /// With the cache full, the least recently used table other than
+    /// `keep`: (offset, dirty). None while there is room.
+    pub fn victim_if_full(&self, keep: u64) -> Option<(u64, bool)> {
+        if !self.is_full() {
+            return None;
+        }
+        self.victim(&[keep])
+    }
+
+    /// A copy of the table at `offset`, if it is cached and dirty.
+    pub fn dirty_table(&self, offset: u64) -> Option<Vec<u8>> {
+        self.dirty_tables()
+            .into_iter()
+            .find(|(o, _)| *o == offset)
+            .map(|(_, data)| data)
+    }
+
     /// Offsets and copies of every dirty table, in offset order.
     pub fn dirty_tables(&self) -> Vec<(u64, Vec<u8>)> {
         self.tables

@@ -6,7 +6,7 @@
 use crate::dev::BlockDev;
 use crate::error::Result;
 use crate::format::entry::{COMPRESSED, SUBCLUSTERS};
-use crate::format::{L1Entry, L2Entry};
+use crate::format::L2Entry;
 use crate::image::Image;
 use crate::write::CowFailure;
 
@@ -191,7 +191,7 @@ impl<D: BlockDev> Image<D> {
         let mut p = start;
         while p < end {
             let l1i = self.geo.offset_to_l1_index(p);
-            let has_table = L1Entry(self.meta.borrow().l1[l1i]).l2_offset() != 0;
+            let has_table = self.meta.borrow().tables.l1_entry(l1i).l2_offset() != 0;
             if !has_table && (!zero || self.backing.is_none()) {
                 // Already reads as zero (or as backing data for discard).
                 p = ((l1i as u64) + 1) * self.geo.l2_span();

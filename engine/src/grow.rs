@@ -37,7 +37,7 @@ impl<D: BlockDev> Image<D> {
         if !self.opts.switches.zero_cow
             || step == 0
             || self.has_data_file()
-            || self.meta.borrow().grow_disabled
+            || self.meta.borrow().growth.disabled()
         {
             return;
         }
@@ -64,7 +64,7 @@ impl<D: BlockDev> Image<D> {
         } else {
             (run_end, cs)
         };
-        self.meta.borrow_mut().grown_from.get_or_insert(len);
+        self.meta.borrow_mut().growth.note_start(len);
         let flags = ZeroFlags {
             no_fallback: true,
             ..ZeroFlags::default()
@@ -77,17 +77,11 @@ impl<D: BlockDev> Image<D> {
                 // Not supported, out of space or an I/O error: the range
                 // is unreferenced whatever it now holds. Stop trying, so a
                 // device that refuses is not asked again for every run.
-                self.meta.borrow_mut().grow_disabled = true;
+                self.meta.borrow_mut().growth.disable();
                 return;
             }
             self.count(|c| c.grow_bytes += n);
-            let mut m = self.meta.borrow_mut();
-            m.grown_zero = if m.grown_zero.1 == at && m.grown_zero.0 < at {
-                (m.grown_zero.0, at + n)
-            } else {
-                (at, at + n)
-            };
-            drop(m);
+            self.meta.borrow_mut().growth.note_zeroed(at, n);
             at += n;
         }
     }
@@ -102,8 +96,7 @@ impl<D: BlockDev> Image<D> {
     /// links the run: linking waits for a flush after the data writes,
     /// which follow the zeroing.
     pub(crate) fn is_fresh(&self, run_start: u64, run_end: u64, others_end: u64) -> bool {
-        let (lo, hi) = self.meta.borrow().grown_zero;
-        run_start >= others_end && run_start >= lo && run_end <= hi
+        run_start >= others_end && self.meta.borrow().growth.zeroed_covers(run_start, run_end)
     }
 
     /// At close, after the last flush: give back what growing added past
@@ -115,13 +108,13 @@ impl<D: BlockDev> Image<D> {
         self.assert_meta_locked("trim_growth");
         let keep = {
             let m = self.meta.borrow();
-            let Some(from) = m.grown_from else {
+            let Some(from) = m.growth.grown_from() else {
                 return;
             };
             if m.poisoned {
                 return;
             }
-            from.max(m.end_cluster * self.geo.cluster_size)
+            from.max(m.alloc.end_cluster() * self.geo.cluster_size)
         };
         if self.dev.len() > keep {
             let _ = self.dev.truncate(keep).await;

@@ -4,17 +4,20 @@
 //! [`Image`].
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
 
+use crate::allocator::Allocator;
 use crate::allocs::AllocWait;
-use crate::cache::TableCache;
 use crate::counters::Counters;
 use crate::dev::BlockDev;
 use crate::error::Result;
 use crate::format::header::{CompressionType, Header};
 use crate::geometry::Geometry;
+use crate::growth::Growth;
 use crate::inflight::InFlight;
+use crate::l1l2::L1L2;
+use crate::meta_clusters::MetaClusters;
 use crate::options::EngineOptions;
+use crate::reftable::RefTable;
 use crate::sync::{CoMutex, WaitMap, WaitQueue};
 
 /// qcow2 version: 2 (compat 0.10) or 3 (compat 1.1).
@@ -86,55 +89,32 @@ pub enum Backing<D: BlockDev> {
     Qcow2(Box<Image<D>>),
 }
 
-/// A cluster whose refcount is to drop once the metadata change that
-/// stopped referencing it is durable.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PendingFree {
-    pub cluster: u64,
-    /// Data I/O with a sequence number below this may still touch the
-    /// cluster; it must finish before the cluster can be reused.
-    pub io_seq: u64,
-    /// The L2/L1 change is durable (a writeback has completed since).
-    pub durable: bool,
-}
-
 /// Metadata state, protected by `Image::meta_lock` for any sequence that
-/// spans an await. Never borrowed across an await.
+/// spans an await. Never borrowed across an await. Each part is owned by
+/// its module and changed through its methods; the header and the image's
+/// flags live here.
 pub(crate) struct Meta {
+    /// The header as it is in memory (written by `Image::write_header`).
     pub header: Header,
-    pub l1: Vec<u64>,
-    pub l1_dirty: BTreeSet<usize>,
-    pub reftable: Vec<u64>,
-    pub reftable_dirty: bool,
-    /// Host offsets of the refcount blocks and the L2 tables the active L1
-    /// table has pointed at, for the overlap check: guest data must never
-    /// be written over them.
-    pub meta_clusters: BTreeSet<u64>,
+    /// The header changed and is to be written at the next writeback.
     pub header_dirty: bool,
-    pub l2: TableCache,
-    pub rc: TableCache,
-    /// Where the search for free clusters starts.
-    pub free_hint: u64,
-    /// One past the highest cluster in use or allocated.
-    pub end_cluster: u64,
-    pub pending_frees: Vec<PendingFree>,
     /// The dirty bit is set in the header on disk.
     pub dirty_on_disk: bool,
-    /// Lazy refcounts: refcount blocks are written only at close or
-    /// eviction, under the dirty bit.
-    pub lazy: bool,
     /// A metadata write failed: memory and disk may disagree.
     pub poisoned: bool,
-    /// The file's length before the engine first grew it ahead of
-    /// allocation (see `grow`); what closing may trim back to.
-    pub grown_from: Option<u64>,
-    /// Growing failed once (the device cannot zero efficiently, or an
-    /// error): not tried again while the image is open.
-    pub grow_disabled: bool,
-    /// Host bytes `[start, end)` that growing has zeroed, contiguous, in
-    /// this session: a cluster there past every cluster used before it is
-    /// handed out still reads as zeroes (see `grow::is_fresh`).
-    pub grown_zero: (u64, u64),
+    /// The L1 table and the L2 table cache (`l1l2`).
+    pub tables: L1L2,
+    /// The refcount table, the refcount block cache and whether refcounts
+    /// are lazy (`reftable`).
+    pub refs: RefTable,
+    /// Refcount blocks and L2 tables, for the overlap check
+    /// (`meta_clusters`).
+    pub meta_clusters: MetaClusters,
+    /// Where the search for free clusters starts, the high-water mark and
+    /// the queued frees (`allocator`).
+    pub alloc: Allocator,
+    /// What growing the file ahead of allocation has done (`growth`).
+    pub growth: Growth,
 }
 
 /// An opened qcow2 image.

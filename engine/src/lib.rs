@@ -10,6 +10,7 @@
 //! whose I/O worker threads (`dev::IoPool`) run the blocking system calls:
 //! the engine still sees one single-threaded device.
 
+mod allocator;
 mod allocs;
 mod broken;
 mod cache;
@@ -24,14 +25,18 @@ pub mod error;
 pub mod format;
 mod geometry;
 mod grow;
+mod growth;
 pub mod image;
 mod inflight;
+mod l1l2;
 mod mapping;
+mod meta_clusters;
 mod open;
 pub mod options;
 mod read;
 mod rebuild;
 mod refcount;
+mod reftable;
 pub mod status;
 mod sync;
 mod write;

@@ -53,7 +53,7 @@ impl<D: BlockDev> Image<D> {
 
     /// Load the L2 table at `off` into the cache (validating its place).
     pub(crate) async fn load_l2(&self, off: u64) -> Result<()> {
-        if self.meta.borrow().l2.contains(off) {
+        if self.meta.borrow().tables.l2_cached(off) {
             return Ok(());
         }
         {
@@ -78,19 +78,13 @@ impl<D: BlockDev> Image<D> {
         self.make_room_l2(off).await?;
         let mut buf = vec![0u8; self.geo.cluster_size as usize];
         self.dev.read(off, &mut buf).await?;
-        self.meta.borrow_mut().l2.insert(off, buf, false);
+        self.meta.borrow_mut().tables.insert_l2(off, buf, false);
         Ok(())
     }
 
     async fn make_room_l2(&self, keep: u64) -> Result<()> {
         loop {
-            let victim = {
-                let m = self.meta.borrow();
-                if !m.l2.is_full() {
-                    return Ok(());
-                }
-                m.l2.victim(&[keep])
-            };
+            let victim = self.meta.borrow().tables.l2_victim(keep);
             let Some((voff, dirty)) = victim else {
                 return Ok(());
             };
@@ -100,38 +94,26 @@ impl<D: BlockDev> Image<D> {
                 self.writeback_refcount_phase().await?;
                 self.ensure_dirty_bit().await?;
                 self.device_flush().await?;
-                let data = self
-                    .meta
-                    .borrow()
-                    .l2
-                    .dirty_tables()
-                    .into_iter()
-                    .find(|(o, _)| *o == voff);
-                if let Some((_, data)) = data {
+                let data = self.meta.borrow().tables.dirty_l2(voff);
+                if let Some(data) = data {
                     self.write_meta(voff, &data).await?;
                     self.count(|c| c.l2_writebacks += 1);
                 }
             }
-            self.meta.borrow_mut().l2.remove(voff);
+            self.meta.borrow_mut().tables.remove_l2(voff);
         }
-    }
-
-    fn l2_entry_cached(&self, l2_off: u64, idx: usize) -> L2Entry {
-        let mut m = self.meta.borrow_mut();
-        let t = m.l2.get(l2_off).expect("L2 table loaded");
-        decode_slot(t, idx, self.geo.extended_l2)
     }
 
     /// The L2 entry for guest offset `guest` (unallocated where no table).
     pub(crate) async fn l2_entry(&self, guest: u64) -> Result<L2Entry> {
         let l1i = self.geo.offset_to_l1_index(guest);
-        let l2_off = L1Entry(self.meta.borrow().l1[l1i]).l2_offset();
+        let l2_off = self.meta.borrow().tables.l1_entry(l1i).l2_offset();
         if l2_off == 0 {
             return Ok(L2Entry::UNALLOCATED);
         }
         self.load_l2(l2_off).await?;
         let idx = self.geo.offset_to_l2_index(guest);
-        let e = self.l2_entry_cached(l2_off, idx);
+        let e = self.meta.borrow_mut().tables.l2_entry(l2_off, idx);
         e.validate(
             l2_off,
             idx,
@@ -154,7 +136,8 @@ impl<D: BlockDev> Image<D> {
             L2Mapping::Zero { preallocated: None } | L2Mapping::Unallocated => None,
         };
         if let Some(host) = host.filter(|h| {
-            !self.has_data_file() && h / self.geo.cluster_size >= self.meta.borrow().end_cluster
+            !self.has_data_file()
+                && h / self.geo.cluster_size >= self.meta.borrow().alloc.end_cluster()
         }) {
             return Err(Error::corrupt(
                 format!("L2 entry {idx}: data offset {host:#x} is beyond the end of the image"),
@@ -225,7 +208,7 @@ impl<D: BlockDev> Image<D> {
     pub(crate) async fn l2_table_for_write(&self, guest: u64) -> Result<u64> {
         self.assert_meta_locked("l2_table_for_write");
         let l1i = self.geo.offset_to_l1_index(guest);
-        let l1e = L1Entry(self.meta.borrow().l1[l1i]);
+        let l1e = self.meta.borrow().tables.l1_entry(l1i);
         if l1e.l2_offset() != 0 && l1e.copied() {
             self.load_l2(l1e.l2_offset()).await?;
             return Ok(l1e.l2_offset());
@@ -233,13 +216,7 @@ impl<D: BlockDev> Image<D> {
         let new_off = self.alloc_clusters(1).await?;
         let content = if l1e.l2_offset() != 0 {
             self.load_l2(l1e.l2_offset()).await?;
-            let c = self
-                .meta
-                .borrow_mut()
-                .l2
-                .get(l1e.l2_offset())
-                .expect("loaded")
-                .to_vec();
+            let c = self.meta.borrow_mut().tables.l2_table(l1e.l2_offset());
             self.queue_free(l1e.l2_offset() / self.geo.cluster_size);
             c
         } else {
@@ -247,10 +224,9 @@ impl<D: BlockDev> Image<D> {
         };
         self.make_room_l2(new_off).await?;
         let mut m = self.meta.borrow_mut();
-        m.l2.insert(new_off, content, true);
+        m.tables.insert_l2(new_off, content, true);
         m.meta_clusters.insert(new_off);
-        m.l1[l1i] = L1Entry::new(new_off, true).0;
-        m.l1_dirty.insert(l1i);
+        m.tables.set_l1_entry(l1i, L1Entry::new(new_off, true));
         Ok(new_off)
     }
 
@@ -271,19 +247,10 @@ impl<D: BlockDev> Image<D> {
     ) -> L2Entry {
         self.assert_meta_locked("update_l2_entry");
         let idx = self.geo.offset_to_l2_index(guest);
-        let ext = self.geo.extended_l2;
-        let mut m = self.meta.borrow_mut();
-        let t = m.l2.get_mut(l2_off).expect("L2 table loaded");
-        let old = decode_slot(t, idx, ext);
-        let e = f(old);
-        debug_assert!(ext || e.bitmap == 0, "a bitmap in a standard L2 entry");
-        let size = self.geo.l2_entry_size as usize;
-        let slot = &mut t[idx * size..(idx + 1) * size];
-        slot[..8].copy_from_slice(&e.word.to_be_bytes());
-        if ext {
-            slot[8..].copy_from_slice(&e.bitmap.to_be_bytes());
-        }
-        old
+        self.meta
+            .borrow_mut()
+            .tables
+            .update_l2_entry(l2_off, idx, f)
     }
 
     /// Drop the references an L2 entry held, once that is durable.
@@ -307,19 +274,5 @@ impl<D: BlockDev> Image<D> {
             }
             L2Mapping::Zero { preallocated: None } | L2Mapping::Unallocated => {}
         }
-    }
-}
-
-/// Entry `idx` of an L2 table's bytes: 8-byte words, or word and bitmap
-/// (16 bytes) with extended L2 entries.
-pub(crate) fn decode_slot(table: &[u8], idx: usize, extended: bool) -> L2Entry {
-    let be64 = |at: usize| u64::from_be_bytes(table[at..at + 8].try_into().expect("8 bytes"));
-    if extended {
-        L2Entry {
-            word: be64(idx * 16),
-            bitmap: be64(idx * 16 + 8),
-        }
-    } else {
-        L2Entry::from_word(be64(idx * 8))
     }
 }

@@ -11,19 +11,23 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cache::TableCache;
+use crate::allocator::Allocator;
 use crate::counters::Counters;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::header::{self, incompat, Header};
 use crate::format::L1Entry;
 use crate::geometry::Geometry;
+use crate::growth::Growth;
 use crate::image::{
     overlaps, read_be64_table, Image, Meta, MAX_L1_BYTES, MAX_REFTABLE_BYTES,
     MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
 use crate::inflight::InFlight;
+use crate::l1l2::L1L2;
+use crate::meta_clusters::MetaClusters;
 use crate::options::EngineOptions;
+use crate::reftable::RefTable;
 use crate::sync::{CoMutex, WaitMap, WaitQueue};
 
 /// The byte sizes of the two tables an open reads whole.
@@ -327,23 +331,19 @@ impl<D: BlockDev> Image<D> {
         let lazy = !opts.read_only && h.lazy_refcounts();
         let meta = Meta {
             header: h,
-            l1,
-            l1_dirty: BTreeSet::new(),
-            reftable,
-            reftable_dirty: false,
-            meta_clusters,
             header_dirty,
-            l2: TableCache::new(opts.l2_cache_tables),
-            rc: TableCache::new(opts.refcount_cache_tables),
-            free_hint: 0,
-            end_cluster,
-            pending_frees: Vec::new(),
             dirty_on_disk: dirty,
-            lazy,
             poisoned: false,
-            grown_from: None,
-            grow_disabled: false,
-            grown_zero: (0, 0),
+            tables: L1L2::new(l1, opts.l2_cache_tables, geo.extended_l2),
+            refs: RefTable::new(
+                reftable,
+                opts.refcount_cache_tables,
+                geo.refcount_bits,
+                lazy,
+            ),
+            meta_clusters: MetaClusters::new(meta_clusters),
+            alloc: Allocator::new(end_cluster),
+            growth: Growth::default(),
         };
         Image {
             dev,

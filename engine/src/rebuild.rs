@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::format::header::incompat;
 use crate::format::{L1Entry, L2Mapping};
 use crate::image::Image;
-use crate::mapping::decode_slot;
+use crate::l1l2::decode_slot;
 
 impl<D: BlockDev> Image<D> {
     pub(crate) async fn rebuild_refcounts(&self) -> Result<()> {
@@ -41,11 +41,11 @@ impl<D: BlockDev> Image<D> {
             h.refcount_table_offset,
             h.refcount_table_clusters as u64 * cs,
         );
-        let reftable = self.meta.borrow().reftable.clone();
+        let reftable = self.meta.borrow().refs.table().to_vec();
         for &b in reftable.iter().filter(|&&b| b != 0) {
             add(b, cs);
         }
-        let mut l1_tables = vec![self.meta.borrow().l1.clone()];
+        let mut l1_tables = vec![self.meta.borrow().tables.l1().to_vec()];
         if h.nb_snapshots > 0 {
             let (table_len, snap_l1s) = self.read_snapshot_l1s(&h).await?;
             add(h.snapshots_offset, table_len);
@@ -100,12 +100,7 @@ impl<D: BlockDev> Image<D> {
         for c in 0..max_cluster {
             let want = refs.get(&c).copied().unwrap_or(0);
             let rti = (c / rc_span) as usize;
-            let has = self
-                .meta
-                .borrow()
-                .reftable
-                .get(rti)
-                .is_some_and(|&b| b != 0);
+            let has = self.meta.borrow().refs.has_block(rti);
             if !has {
                 if want > 0 {
                     uncovered.push((c, want));
@@ -116,17 +111,12 @@ impl<D: BlockDev> Image<D> {
                 self.set_refcount(c, want).await?;
             }
         }
-        self.meta.borrow_mut().free_hint = 0;
+        self.meta.borrow_mut().alloc.set_search_start(0);
         for (c, want) in uncovered {
             // `refcount` of an uncovered cluster is 0; allocate a block by
             // claiming the cluster through the normal path, then fix.
             let (rti, _) = self.geo.refcount_position(c);
-            let has = self
-                .meta
-                .borrow()
-                .reftable
-                .get(rti)
-                .is_some_and(|&b| b != 0);
+            let has = self.meta.borrow().refs.has_block(rti);
             if !has {
                 self.ensure_refblock(rti).await?;
             }
@@ -134,8 +124,8 @@ impl<D: BlockDev> Image<D> {
         }
         {
             let mut m = self.meta.borrow_mut();
-            m.end_cluster = m.end_cluster.max(max_cluster);
-            m.lazy = false;
+            m.alloc.note_allocated(max_cluster);
+            m.refs.set_lazy(false);
         }
         self.writeback_refcount_phase().await?;
         self.meta.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
@@ -143,7 +133,8 @@ impl<D: BlockDev> Image<D> {
         self.device_flush().await?;
         let mut m = self.meta.borrow_mut();
         m.dirty_on_disk = false;
-        m.lazy = m.header.lazy_refcounts();
+        let lazy = m.header.lazy_refcounts();
+        m.refs.set_lazy(lazy);
         Ok(())
     }
 

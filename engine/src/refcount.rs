@@ -10,7 +10,7 @@ use crate::broken::{self, Broken};
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
 use crate::format::refcount;
-use crate::image::{be64_bytes, Image, PendingFree};
+use crate::image::{be64_bytes, Image};
 
 impl<D: BlockDev> Image<D> {
     /// Host clusters for the `n` guest clusters starting at `guest_start`:
@@ -31,25 +31,19 @@ impl<D: BlockDev> Image<D> {
     /// Make sure the refcount block at `off` is in the cache, evicting (and
     /// writing back) another one if the cache is full.
     pub(crate) async fn load_refblock(&self, off: u64) -> Result<()> {
-        if self.meta.borrow().rc.contains(off) {
+        if self.meta.borrow().refs.block_cached(off) {
             return Ok(());
         }
         self.make_room_rc(off).await?;
         let mut buf = vec![0u8; self.geo.cluster_size as usize];
         self.dev.read(off, &mut buf).await?;
-        self.meta.borrow_mut().rc.insert(off, buf, false);
+        self.meta.borrow_mut().refs.insert_block(off, buf);
         Ok(())
     }
 
     async fn make_room_rc(&self, keep: u64) -> Result<()> {
         loop {
-            let victim = {
-                let m = self.meta.borrow();
-                if !m.rc.is_full() {
-                    return Ok(());
-                }
-                m.rc.victim(&[keep])
-            };
+            let victim = self.meta.borrow().refs.block_victim(keep);
             let Some((voff, dirty)) = victim else {
                 return Ok(());
             };
@@ -57,19 +51,13 @@ impl<D: BlockDev> Image<D> {
                 // An early refcount write is always safe: increments only
                 // leak on a crash, and decrements are applied to the cache
                 // only after the references are durably gone.
-                let data = self
-                    .meta
-                    .borrow()
-                    .rc
-                    .dirty_tables()
-                    .into_iter()
-                    .find(|(o, _)| *o == voff);
-                if let Some((_, data)) = data {
+                let data = self.meta.borrow().refs.dirty_block(voff);
+                if let Some(data) = data {
                     self.write_meta(voff, &data).await?;
                     self.count(|c| c.refcount_writebacks += 1);
                 }
             }
-            self.meta.borrow_mut().rc.remove(voff);
+            self.meta.borrow_mut().refs.remove_block(voff);
         }
     }
 
@@ -85,21 +73,19 @@ impl<D: BlockDev> Image<D> {
     /// The refcount of host cluster `cluster` (0 where no block covers it).
     pub(crate) async fn refcount(&self, cluster: u64) -> Result<u64> {
         let (rti, idx) = self.geo.refcount_position(cluster);
-        let off = self.meta.borrow().reftable.get(rti).copied().unwrap_or(0);
+        let off = self.meta.borrow().refs.block_offset(rti);
         if off == 0 {
             return Ok(0);
         }
         self.load_refblock(off).await?;
-        let mut m = self.meta.borrow_mut();
-        let block = m.rc.get(off).expect("just loaded");
-        Ok(refcount::get(block, self.geo.refcount_bits, idx))
+        Ok(self.meta.borrow_mut().refs.get(off, idx))
     }
 
     /// Set the refcount of `cluster`; its refcount block must exist.
     pub(crate) async fn set_refcount(&self, cluster: u64, value: u64) -> Result<()> {
         self.assert_meta_locked("set_refcount");
         let (rti, idx) = self.geo.refcount_position(cluster);
-        let off = self.meta.borrow().reftable.get(rti).copied().unwrap_or(0);
+        let off = self.meta.borrow().refs.block_offset(rti);
         assert_ne!(
             off, 0,
             "set_refcount on cluster {cluster} without a refcount block"
@@ -111,9 +97,7 @@ impl<D: BlockDev> Image<D> {
             ));
         }
         self.load_refblock(off).await?;
-        let mut m = self.meta.borrow_mut();
-        let block = m.rc.get_mut(off).expect("just loaded");
-        refcount::set(block, self.geo.refcount_bits, idx, value);
+        self.meta.borrow_mut().refs.set(off, idx, value);
         Ok(())
     }
 
@@ -134,7 +118,7 @@ impl<D: BlockDev> Image<D> {
             self.apply_ready_frees().await?;
         }
         'search: loop {
-            let mut start = self.meta.borrow().free_hint;
+            let mut start = self.meta.borrow().alloc.search_start();
             let mut len = 0;
             let mut c = start;
             while len < n {
@@ -160,16 +144,11 @@ impl<D: BlockDev> Image<D> {
             // are still below it, so growing never zeroes them and closing
             // never trims them off (they are a leak, not a reference past
             // the end of the file).
-            let others_end = {
-                let mut m = self.meta.borrow_mut();
-                let others_end = m.end_cluster;
-                m.end_cluster = m.end_cluster.max(start + n);
-                others_end
-            };
+            let others_end = self.meta.borrow_mut().alloc.note_allocated(start + n);
             for c in start..start + n {
                 self.set_refcount(c, 1).await?;
             }
-            self.meta.borrow_mut().free_hint = start + n;
+            self.meta.borrow_mut().alloc.set_search_start(start + n);
             let cs = self.geo.cluster_size;
             let (run_start, run_end) = (start * cs, (start + n) * cs);
             self.grow_for_run(run_start, run_end, others_end * cs).await;
@@ -212,7 +191,7 @@ impl<D: BlockDev> Image<D> {
                 h.refcount_table_offset,
                 h.refcount_table_clusters as u64 * cs,
             )
-            || m.meta_clusters.contains(&off)
+            || m.meta_clusters.contains(off)
     }
 
     /// Refuse a guest write in place into host clusters `[host, host +
@@ -243,8 +222,8 @@ impl<D: BlockDev> Image<D> {
     /// allocated anything.
     pub(crate) async fn ensure_refblock(&self, rti: usize) -> Result<bool> {
         self.assert_meta_locked("ensure_refblock");
-        let len = self.meta.borrow().reftable.len();
-        if rti < len && self.meta.borrow().reftable[rti] != 0 {
+        let len = self.meta.borrow().refs.len();
+        if rti < len && self.meta.borrow().refs.has_block(rti) {
             return Ok(false);
         }
         if rti >= len {
@@ -254,14 +233,14 @@ impl<D: BlockDev> Image<D> {
         let epb = self.geo.rc_entries;
         // A place for the block: a free cluster counted by an existing
         // block, or one inside the range the new block will count itself.
-        let mut c = self.meta.borrow().free_hint;
+        let mut c = self.meta.borrow().alloc.search_start();
         let loc = loop {
             let r = self.geo.refcount_position(c).0;
             if r == rti {
                 self.check_not_metadata(c)?;
                 break c;
             }
-            let has_block = self.meta.borrow().reftable.get(r).is_some_and(|&o| o != 0);
+            let has_block = self.meta.borrow().refs.has_block(r);
             if has_block && self.refcount(c).await? == 0 {
                 self.check_not_metadata(c)?;
                 break c;
@@ -284,11 +263,9 @@ impl<D: BlockDev> Image<D> {
         }
         self.make_room_rc(loc * cs).await?;
         let mut m = self.meta.borrow_mut();
-        m.rc.insert(loc * cs, block, true);
-        m.reftable[rti] = loc * cs;
+        m.refs.add_block(rti, loc * cs, block);
         m.meta_clusters.insert(loc * cs);
-        m.reftable_dirty = true;
-        m.end_cluster = m.end_cluster.max(loc + 1);
+        m.alloc.note_allocated(loc + 1);
         Ok(true)
     }
 
@@ -303,7 +280,7 @@ impl<D: BlockDev> Image<D> {
         let per_cluster = (cs / 8) as usize;
         let (old, start) = {
             let m = self.meta.borrow();
-            (m.reftable.clone(), m.end_cluster)
+            (m.refs.table().to_vec(), m.alloc.end_cluster())
         };
         let mut new_len = min_entries.max(old.len() * 2).next_multiple_of(per_cluster);
         let (t, blocks) = loop {
@@ -338,10 +315,7 @@ impl<D: BlockDev> Image<D> {
         let b = blocks.len() as u64;
         // Covered by the high-water mark before anything is written there
         // (see alloc_clusters_fresh).
-        {
-            let mut m = self.meta.borrow_mut();
-            m.end_cluster = m.end_cluster.max(start + t + b);
-        }
+        self.meta.borrow_mut().alloc.note_allocated(start + t + b);
         let table_off = start * cs;
         let mut table = old.clone();
         table.resize(new_len, 0);
@@ -376,9 +350,8 @@ impl<D: BlockDev> Image<D> {
             m.header.refcount_table_offset = table_off;
             m.header.refcount_table_clusters = t as u32;
             m.meta_clusters
-                .extend(table.iter().copied().filter(|&o| o != 0));
-            m.reftable = table;
-            m.reftable_dirty = false;
+                .insert_all(table.iter().copied().filter(|&o| o != 0));
+            m.refs.replace_table(table);
             old
         };
         self.write_header().await?;
@@ -387,17 +360,16 @@ impl<D: BlockDev> Image<D> {
         for c in old_off / cs..old_off / cs + old_clusters {
             self.set_refcount(c, 0).await?;
         }
-        let mut m = self.meta.borrow_mut();
-        m.free_hint = m.free_hint.min(old_off / cs);
+        self.meta.borrow_mut().alloc.note_free(old_off / cs);
         Ok(())
     }
 
     /// Write every dirty refcount block (no flush).
     pub(crate) async fn write_dirty_refblocks(&self) -> Result<bool> {
-        let dirty = self.meta.borrow().rc.dirty_tables();
+        let dirty = self.meta.borrow().refs.dirty_blocks();
         for (off, data) in &dirty {
             self.write_meta(*off, data).await?;
-            self.meta.borrow_mut().rc.mark_clean(*off, data);
+            self.meta.borrow_mut().refs.mark_block_clean(*off, data);
             self.count(|c| c.refcount_writebacks += 1);
         }
         Ok(!dirty.is_empty())
@@ -429,11 +401,7 @@ impl<D: BlockDev> Image<D> {
         if broken::is(&self.opts, Broken::ReuseBeforeDurable) {
             return self.broken_free_at_once(cluster);
         }
-        self.meta.borrow_mut().pending_frees.push(PendingFree {
-            cluster,
-            io_seq,
-            durable: false,
-        });
+        self.meta.borrow_mut().alloc.queue_free(cluster, io_seq);
     }
 
     /// Apply the frees whose metadata is durable and whose cluster no
@@ -441,28 +409,20 @@ impl<D: BlockDev> Image<D> {
     pub(crate) async fn apply_ready_frees(&self) -> Result<()> {
         self.assert_meta_locked("apply_ready_frees");
         let oldest_io = self.inflight.borrow().oldest_io();
-        let ready: Vec<PendingFree> = {
-            let mut m = self.meta.borrow_mut();
-            let (ready, keep) = m
-                .pending_frees
-                .drain(..)
-                .partition(|f| f.durable && oldest_io.is_none_or(|o| o >= f.io_seq));
-            m.pending_frees = keep;
-            ready
-        };
-        for f in ready {
-            let rc = self.refcount(f.cluster).await?;
+        let ready = self.meta.borrow_mut().alloc.take_ready_frees(oldest_io);
+        for cluster in ready {
+            let rc = self.refcount(cluster).await?;
             if rc == 0 {
                 return Err(Error::corrupt(
-                    format!("freeing cluster {} whose refcount is already 0", f.cluster),
-                    f.cluster * self.geo.cluster_size,
+                    format!("freeing cluster {cluster} whose refcount is already 0"),
+                    cluster * self.geo.cluster_size,
                 ));
             }
-            self.set_refcount(f.cluster, rc - 1).await?;
+            self.set_refcount(cluster, rc - 1).await?;
             if rc == 1 {
                 let mut m = self.meta.borrow_mut();
-                m.free_hint = m.free_hint.min(f.cluster);
-                m.meta_clusters.remove(&(f.cluster * self.geo.cluster_size));
+                m.alloc.note_free(cluster);
+                m.meta_clusters.remove(cluster * self.geo.cluster_size);
             }
         }
         Ok(())

@@ -18,7 +18,7 @@ use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
 use crate::format::entry::{COPIED, SUBCLUSTERS};
 use crate::format::{L2Entry, L2Mapping};
-use crate::image::{Image, PendingFree};
+use crate::image::Image;
 use crate::mapping::Run;
 
 /// What a failed deferred COW does to its allocation.
@@ -226,11 +226,7 @@ impl<D: BlockDev> Image<D> {
         {
             let mut m = self.meta.borrow_mut();
             for i in first..a.clusters() {
-                m.pending_frees.push(PendingFree {
-                    cluster: a.host() / cs + i,
-                    io_seq,
-                    durable: true,
-                });
+                m.alloc.queue_durable_free(a.host() / cs + i, io_seq);
             }
         }
         self.count(|c| c.allocs_dropped += 1);

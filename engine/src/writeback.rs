@@ -22,7 +22,7 @@ use crate::broken::{self, Broken};
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::header::incompat;
-use crate::image::{be64_bytes, Image};
+use crate::image::Image;
 
 impl<D: BlockDev> Image<D> {
     /// Make every guest write that completed before this call durable.
@@ -39,7 +39,7 @@ impl<D: BlockDev> Image<D> {
     /// flushed. Skipped under lazy refcounts.
     pub(crate) async fn writeback_refcount_phase(&self) -> Result<bool> {
         self.assert_meta_locked("writeback_refcount_phase");
-        if self.meta.borrow().lazy {
+        if self.meta.borrow().refs.lazy() {
             return Ok(false);
         }
         let mut flushed = false;
@@ -51,13 +51,13 @@ impl<D: BlockDev> Image<D> {
             }
             flushed = true;
         }
-        if self.meta.borrow().reftable_dirty {
+        if self.meta.borrow().refs.table_dirty() {
             let (off, table) = {
                 let m = self.meta.borrow();
-                (m.header.refcount_table_offset, be64_bytes(&m.reftable))
+                (m.header.refcount_table_offset, m.refs.table_bytes())
             };
             self.write_meta(off, &table).await?;
-            self.meta.borrow_mut().reftable_dirty = false;
+            self.meta.borrow_mut().refs.mark_table_clean();
             self.device_flush().await?;
             flushed = true;
         }
@@ -70,7 +70,7 @@ impl<D: BlockDev> Image<D> {
         self.assert_meta_locked("ensure_dirty_bit");
         let need = {
             let m = self.meta.borrow();
-            m.lazy && !m.dirty_on_disk
+            m.refs.lazy() && !m.dirty_on_disk
         };
         if need {
             self.meta.borrow_mut().header.incompatible_features |= incompat::DIRTY;
@@ -88,11 +88,11 @@ impl<D: BlockDev> Image<D> {
         if self.meta.borrow().poisoned {
             return Err(Error::Poisoned);
         }
-        let frees_before = self.meta.borrow().pending_frees.len();
+        let frees_before = self.meta.borrow().alloc.queued_frees();
         let mut flushed_last = self.writeback_refcount_phase().await?;
         let (l2_dirty, l1_dirty) = {
             let m = self.meta.borrow();
-            (m.l2.has_dirty(), !m.l1_dirty.is_empty())
+            (m.tables.l2_has_dirty(), m.tables.l1_has_dirty())
         };
         if l2_dirty || l1_dirty {
             self.ensure_dirty_bit().await?;
@@ -100,16 +100,16 @@ impl<D: BlockDev> Image<D> {
                 // Data before the L2 entries that point at it.
                 self.device_flush().await?;
             }
-            let tables = self.meta.borrow().l2.dirty_tables();
+            let tables = self.meta.borrow().tables.dirty_l2_tables();
             for (off, data) in &tables {
                 self.write_meta(*off, data).await?;
-                self.meta.borrow_mut().l2.mark_clean(*off, data);
+                self.meta.borrow_mut().tables.mark_l2_clean(*off, data);
                 self.count(|c| c.l2_writebacks += 1);
             }
             if !tables.is_empty() {
                 self.device_flush().await?;
             }
-            let dirty_l1: Vec<usize> = self.meta.borrow().l1_dirty.iter().copied().collect();
+            let dirty_l1 = self.meta.borrow().tables.dirty_l1();
             if !dirty_l1.is_empty() {
                 self.write_l1_entries(&dirty_l1).await?;
                 self.device_flush().await?;
@@ -124,12 +124,7 @@ impl<D: BlockDev> Image<D> {
         if !flushed_last {
             self.device_flush().await?;
         }
-        {
-            let mut m = self.meta.borrow_mut();
-            for f in m.pending_frees.iter_mut().take(frees_before) {
-                f.durable = true;
-            }
-        }
+        self.meta.borrow_mut().alloc.mark_durable(frees_before);
         self.apply_ready_frees().await
     }
 
@@ -143,18 +138,14 @@ impl<D: BlockDev> Image<D> {
             let (off, bytes) = {
                 let m = self.meta.borrow();
                 let start = s * per_sector;
-                let end = (start + per_sector).min(m.l1.len());
                 (
                     m.header.l1_table_offset + start as u64 * 8,
-                    be64_bytes(&m.l1[start..end]),
+                    m.tables.l1_bytes(start, per_sector),
                 )
             };
             self.write_meta(off, &bytes).await?;
         }
-        let mut m = self.meta.borrow_mut();
-        for i in idxs {
-            m.l1_dirty.remove(i);
-        }
+        self.meta.borrow_mut().tables.mark_l1_clean(idxs);
         Ok(())
     }
 
@@ -167,7 +158,7 @@ impl<D: BlockDev> Image<D> {
         if closing {
             // Frees applied above dirtied refcount blocks; under lazy
             // refcounts nothing has been written yet.
-            self.meta.borrow_mut().lazy = false;
+            self.meta.borrow_mut().refs.set_lazy(false);
             self.writeback_all().await?;
             let clear = self.meta.borrow().header.incompatible_features & incompat::DIRTY != 0;
             if clear {
