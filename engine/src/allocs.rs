@@ -36,18 +36,14 @@
 //!
 //! Waiting: every wait on the table names what it waits for
 //! ([`AllocWait`]) and waits in the queue of that name
-//! (`Image::alloc_waits`). Whoever changes an allocation in a way someone
-//! may wait for wakes those queues only: a writer ending wakes
-//! `WritersDone` of its allocation; an allocation leaving the table or
-//! going back to Open wakes every wait on it and on its guest start
-//! (`Image::wake_alloc_waiters`). Each waiter re-checks its condition.
+//! (`Image::alloc_waits`); `alloc_wait` holds the waiting and the waking.
+//! This module answers only whether a wait is over
+//! ([`AllocTable::wait_over`]).
 
 use std::collections::BTreeMap;
 
-use crate::dev::BlockDev;
 use crate::format::L2Entry;
-use crate::image::Image;
-use crate::inflight::RangeSet;
+use crate::ranges::RangeSet;
 
 /// One allocation's identity, unique among the image's allocations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -113,6 +109,11 @@ pub(crate) struct NewAlloc {
 }
 
 impl Alloc {
+    /// Whether a write may join it: delayed COW, and Open.
+    pub fn may_join(&self, delayed_cow: bool) -> bool {
+        self.state == AllocState::Open && delayed_cow
+    }
+
     pub fn id(&self) -> AllocId {
         self.id
     }
@@ -441,48 +442,30 @@ pub(crate) enum AllocWait {
     WritersDone { id: AllocId },
 }
 
-impl<D: BlockDev> Image<D> {
-    /// Wait until `w` is over.
-    pub(crate) async fn wait_alloc(&self, w: AllocWait) {
-        self.alloc_waits
-            .wait_until(w, || self.alloc_wait_over(w))
-            .await
-    }
-
-    /// Allocation `id`, at guest start `start`, has left the table or is
-    /// Open again: wake every wait on it. (Nothing waits for an allocation
-    /// to begin committing or be doomed, so those moves wake nobody; a
-    /// doomed allocation wakes its waiters when it is given up.)
-    pub(crate) fn wake_alloc_waiters(&self, start: u64, id: AllocId) {
-        for w in [
-            AllocWait::Settled { start },
-            AllocWait::Gone { start },
-            AllocWait::CommitEnded { start },
-            AllocWait::WritersDone { id },
-        ] {
-            self.alloc_waits.wake(w);
-        }
-    }
-
-    fn alloc_wait_over(&self, w: AllocWait) -> bool {
-        let inf = self.inflight.borrow();
-        let t = &inf.allocs;
+impl AllocTable {
+    /// Whether the table no longer holds what `w` waits for (the image's
+    /// failure, which also ends a `Settled` wait, is the waiter's to add).
+    pub(crate) fn wait_over(&self, w: AllocWait, delayed_cow: bool) -> bool {
         match w {
             AllocWait::Settled { start } => {
-                t.at_start(start).is_none_or(|a| self.may_join(a)) || self.meta.borrow().poisoned
+                self.at_start(start).is_none_or(|a| a.may_join(delayed_cow))
             }
-            AllocWait::Gone { start } => t.at_start(start).is_none(),
-            AllocWait::CommitEnded { start } => t
+            AllocWait::Gone { start } => self.at_start(start).is_none(),
+            AllocWait::CommitEnded { start } => self
                 .at_start(start)
                 .is_none_or(|a| a.state == AllocState::Open),
-            AllocWait::WritersDone { id } => t.get(id).is_none_or(|a| a.writers == 0),
+            AllocWait::WritersDone { id } => self.get(id).is_none_or(|a| a.writers == 0),
         }
     }
+}
 
-    /// Whether a write may join allocation `a` (delayed COW, Open).
-    pub(crate) fn may_join(&self, a: &Alloc) -> bool {
-        a.state == AllocState::Open && self.opts.switches.delayed_cow
-    }
+/// What a failed deferred COW does to its allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CowFailure {
+    /// Give it up and free its clusters (a guest flush).
+    Drop,
+    /// Keep it open for the next flush.
+    Keep,
 }
 
 #[cfg(test)]

@@ -11,11 +11,11 @@
 //! bugs turn them on.
 
 use crate::allocs::AllocId;
+use crate::allocs::CowFailure;
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::Result;
 use crate::image::Image;
 use crate::options::EngineOptions;
-use crate::write::CowFailure;
 
 pub(crate) use crate::options::Broken;
 

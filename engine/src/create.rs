@@ -10,11 +10,11 @@
 
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
+use crate::format::be64_bytes;
 use crate::format::header::{self, compat, incompat, CompressionType, Header};
 use crate::format::{refcount, L1Entry};
 use crate::image::{
-    be64_bytes, Compat, CreateOptions, Image, MAX_L1_BYTES, MAX_REFTABLE_BYTES,
-    MIN_EXTENDED_L2_CLUSTER_SIZE,
+    Compat, CreateOptions, Image, MAX_L1_BYTES, MAX_REFTABLE_BYTES, MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
 
 fn bad(name: &str, reason: String) -> Error {

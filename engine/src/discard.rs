@@ -3,12 +3,12 @@
 //! old host clusters once that change is durable; partial clusters are
 //! written with zeroes (write_zeroes) or left alone (discard, a hint).
 
+use crate::allocs::CowFailure;
 use crate::dev::BlockDev;
 use crate::error::Result;
 use crate::format::entry::{COMPRESSED, SUBCLUSTERS};
 use crate::format::L2Entry;
 use crate::image::Image;
-use crate::write::CowFailure;
 
 impl<D: BlockDev> Image<D> {
     /// Discard whole clusters in the range; they then read as zeroes

@@ -144,17 +144,6 @@ pub(crate) const MIN_EXTENDED_L2_CLUSTER_SIZE: u64 = 16 << 10;
 /// Largest refcount table QEMU accepts (8 MiB).
 pub(crate) const MAX_REFTABLE_BYTES: u64 = 8 << 20;
 
-pub(crate) fn read_be64_table(bytes: &[u8]) -> Vec<u64> {
-    bytes
-        .chunks_exact(8)
-        .map(|c| u64::from_be_bytes(c.try_into().expect("8 bytes")))
-        .collect()
-}
-
-pub(crate) fn be64_bytes(table: &[u64]) -> Vec<u8> {
-    table.iter().flat_map(|v| v.to_be_bytes()).collect()
-}
-
 impl<D: BlockDev> Image<D> {
     /// Format `dev` as an empty qcow2 image. Layout: header, refcount
     /// table, refcount blocks, L1 table, each starting on a cluster.

@@ -73,7 +73,7 @@ impl L1L2 {
     /// of them (fewer at the end of the table).
     pub(crate) fn l1_bytes(&self, start: usize, n: usize) -> Vec<u8> {
         let end = (start + n).min(self.l1.len());
-        crate::image::be64_bytes(&self.l1[start..end])
+        crate::format::be64_bytes(&self.l1[start..end])
     }
 
     /// The entries `idxs` are written back.

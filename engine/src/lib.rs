@@ -10,6 +10,7 @@
 //! whose I/O worker threads (`dev::IoPool`) run the blocking system calls:
 //! the engine still sees one single-threaded device.
 
+mod alloc_wait;
 mod allocator;
 mod allocs;
 mod broken;
@@ -33,6 +34,7 @@ mod mapping;
 mod meta_clusters;
 mod open;
 pub mod options;
+mod ranges;
 mod read;
 mod rebuild;
 mod refcount;

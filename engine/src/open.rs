@@ -16,12 +16,12 @@ use crate::counters::Counters;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::header::{self, incompat, Header};
+use crate::format::read_be64_table;
 use crate::format::L1Entry;
 use crate::geometry::Geometry;
 use crate::growth::Growth;
 use crate::image::{
-    overlaps, read_be64_table, Image, Meta, MAX_L1_BYTES, MAX_REFTABLE_BYTES,
-    MIN_EXTENDED_L2_CLUSTER_SIZE,
+    overlaps, Image, Meta, MAX_L1_BYTES, MAX_REFTABLE_BYTES, MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
 use crate::inflight::InFlight;
 use crate::l1l2::L1L2;

@@ -9,8 +9,9 @@
 use crate::broken::{self, Broken};
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
+use crate::format::be64_bytes;
 use crate::format::refcount;
-use crate::image::{be64_bytes, Image};
+use crate::image::Image;
 
 impl<D: BlockDev> Image<D> {
     /// Host clusters for the `n` guest clusters starting at `guest_start`:

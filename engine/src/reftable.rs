@@ -90,7 +90,7 @@ impl RefTable {
 
     /// The big-endian bytes of the table, as written to disk.
     pub(crate) fn table_bytes(&self) -> Vec<u8> {
-        crate::image::be64_bytes(&self.table)
+        crate::format::be64_bytes(&self.table)
     }
 
     /// The table was written back.

@@ -11,7 +11,7 @@
 //! Overlapping guest writes are serialised at byte granularity before any
 //! of this: a write waits for in-flight writes to the same bytes.
 
-use crate::allocs::{Alloc, AllocId, AllocState, AllocWait, NewAlloc};
+use crate::allocs::{Alloc, AllocId, AllocState, AllocWait, CowFailure, NewAlloc};
 use crate::broken::{self, Broken};
 use crate::cow::{self, Place};
 use crate::dev::{BlockDev, WriteFlags};
@@ -20,15 +20,6 @@ use crate::format::entry::{COPIED, SUBCLUSTERS};
 use crate::format::{L2Entry, L2Mapping};
 use crate::image::Image;
 use crate::mapping::Run;
-
-/// What a failed deferred COW does to its allocation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CowFailure {
-    /// Give it up and free its clusters (a guest flush).
-    Drop,
-    /// Keep it open for the next flush.
-    Keep,
-}
 
 /// How many unlinked allocations may wait for their COW at once; beyond it
 /// the oldest is committed, so memory stays bounded.

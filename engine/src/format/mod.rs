@@ -4,6 +4,8 @@
 pub mod entry;
 pub mod header;
 pub mod refcount;
+mod table;
 
 pub use entry::{L1Entry, L2Entry, L2Mapping};
 pub use header::Header;
+pub(crate) use table::{be64_bytes, read_be64_table};

@@ -1,0 +1,88 @@
+//! [`RangeSet`]: sorted, disjoint byte ranges, such as those an
+//! allocation's writes have filled.
+
+/// Sorted, disjoint, non-adjacent half-open byte ranges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RangeSet {
+    ranges: Vec<(u64, u64)>,
+}
+
+impl RangeSet {
+    pub fn insert(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let (mut s, mut e) = (start, end);
+        let mut out = Vec::with_capacity(self.ranges.len() + 1);
+        for &(a, b) in &self.ranges {
+            if b < s || a > e {
+                out.push((a, b));
+            } else {
+                s = s.min(a);
+                e = e.max(b);
+            }
+        }
+        out.push((s, e));
+        out.sort_unstable();
+        self.ranges = out;
+    }
+
+    /// The parts of [start, end) not in the set.
+    pub fn gaps(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut pos = start;
+        for &(a, b) in &self.ranges {
+            if b <= pos {
+                continue;
+            }
+            if a >= end {
+                break;
+            }
+            if a > pos {
+                out.push((pos, a.min(end)));
+            }
+            pos = pos.max(b);
+            if pos >= end {
+                break;
+            }
+        }
+        if pos < end {
+            out.push((pos, end));
+        }
+        out
+    }
+
+    /// If `off` is inside a range: its end. Otherwise None.
+    pub fn covering_end(&self, off: u64) -> Option<u64> {
+        self.ranges
+            .iter()
+            .find(|&&(a, b)| a <= off && off < b)
+            .map(|&(_, b)| b)
+    }
+
+    /// The start of the first range beginning after `off`.
+    pub fn next_start_after(&self, off: u64) -> Option<u64> {
+        self.ranges.iter().map(|&(a, _)| a).find(|&a| a > off)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RangeSet;
+
+    #[test]
+    fn gaps_and_merging() {
+        let mut r = RangeSet::default();
+        r.insert(10, 20);
+        r.insert(30, 40);
+        assert_eq!(r.gaps(0, 50), vec![(0, 10), (20, 30), (40, 50)]);
+        r.insert(20, 30);
+        assert_eq!(r.gaps(0, 50), vec![(0, 10), (40, 50)]);
+        assert_eq!(r.gaps(10, 40), vec![]);
+        assert_eq!(r.covering_end(15), Some(40));
+        assert_eq!(r.covering_end(40), None);
+        assert_eq!(r.next_start_after(0), Some(10));
+        r.insert(5, 12);
+        assert_eq!(r.gaps(0, 50), vec![(0, 5), (40, 50)]);
+    }
+}
