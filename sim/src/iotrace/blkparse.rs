@@ -26,11 +26,12 @@
 //! summaries blkparse prints at the end are left out. A recording of
 //! several devices is refused until one is chosen.
 
-use std::collections::BTreeSet;
 use std::io::BufRead;
 
 use super::lines::for_each_line;
-use super::{Import, Kind, Problem, Request, Summary, TraceError, MAX_REQUESTS};
+use super::{
+    keep_one_source, Import, Kind, Problem, Request, Sourced, Summary, TraceError, MAX_REQUESTS,
+};
 
 /// Longest line read.
 pub const MAX_LINE: usize = 1 << 16;
@@ -64,11 +65,8 @@ pub struct BlkparseOptions {
     pub device: Option<(u32, u32)>,
 }
 
-struct Event {
-    line: u64,
-    device: (u32, u32),
-    requests: Vec<Request>,
-}
+/// An event that became requests, from its device.
+type Event = Sourced<(u32, u32)>;
 
 /// Import a recording.
 pub fn import<R: BufRead>(input: R, opts: &BlkparseOptions) -> Result<Import, TraceError> {
@@ -99,40 +97,27 @@ pub fn import<R: BufRead>(input: R, opts: &BlkparseOptions) -> Result<Import, Tr
                     problem: Problem::TooMany,
                 });
             }
-            events.push(Event {
+            events.push(Sourced {
                 line,
-                device,
+                source: device,
                 requests,
+                data: true,
             });
         }
         Ok(())
     })?;
-    let devices: BTreeSet<(u32, u32)> = events.iter().map(|e| e.device).collect();
-    let device = match opts.device {
-        Some(d) => d,
-        None if devices.len() > 1 => {
-            let list: Vec<String> = devices.iter().map(|(a, b)| format!("{a},{b}")).collect();
-            return Err(TraceError::Input(format!(
-                "the recording holds events of devices {}: choose one with --device MAJ,MIN",
-                list.join(", ")
-            )));
-        }
-        None => devices.first().copied().unwrap_or((0, 0)),
-    };
-    let mut import = Import {
+    keep_one_source(
+        events,
+        opts.device,
         summary,
-        ..Import::default()
-    };
-    for e in events {
-        if e.device != device {
-            import.summary.skip("events of other devices");
-            continue;
-        }
-        for r in e.requests {
-            import.trace.push(e.line, r)?;
-        }
-    }
-    Ok(import)
+        |(a, b)| format!("{a},{b}"),
+        |list| {
+            format!(
+                "the recording holds events of devices {list}: choose one with --device MAJ,MIN"
+            )
+        },
+        "events of other devices",
+    )
 }
 
 /// The device of an event line (`MAJ,MIN CPU SEQ SECS.NANOS PID ACTION

@@ -23,7 +23,7 @@ mod lines;
 pub mod plan;
 pub mod strace;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// Longest request a trace may hold, in bytes (2 GiB, the most one Linux
@@ -335,4 +335,53 @@ impl Summary {
 pub struct Import {
     pub trace: Trace,
     pub summary: Summary,
+}
+
+/// Requests an importer read from one call or event, with where they came
+/// from: the line, and the source (a file descriptor, a device) that the
+/// import keeps one of.
+pub(crate) struct Sourced<K> {
+    pub line: u64,
+    pub source: K,
+    pub requests: Vec<Request>,
+    /// Whether they move data: a flush of another file does not make it
+    /// the recording's image.
+    pub data: bool,
+}
+
+/// The trace of one source's requests: `given`, or the only one whose
+/// requests move data (of a recording of flushes only, the only one); a
+/// recording of several is refused, `several` saying how to choose
+/// (given the list of sources). The others' are left out as `other`.
+pub(crate) fn keep_one_source<K: Ord + Copy>(
+    items: Vec<Sourced<K>>,
+    given: Option<K>,
+    mut summary: Summary,
+    name: impl Fn(&K) -> String,
+    several: impl FnOnce(String) -> String,
+    other: &str,
+) -> Result<Import, TraceError> {
+    let mut sources: BTreeSet<K> = items.iter().filter(|i| i.data).map(|i| i.source).collect();
+    if sources.is_empty() {
+        sources = items.iter().map(|i| i.source).collect();
+    }
+    let chosen = match given {
+        Some(k) => Some(k),
+        None if sources.len() > 1 => {
+            let list: Vec<String> = sources.iter().map(&name).collect();
+            return Err(TraceError::Input(several(list.join(", "))));
+        }
+        None => sources.first().copied(),
+    };
+    let mut trace = Trace::default();
+    for item in items {
+        if Some(item.source) != chosen {
+            summary.skip(other);
+            continue;
+        }
+        for r in item.requests {
+            trace.push(item.line, r)?;
+        }
+    }
+    Ok(Import { trace, summary })
 }

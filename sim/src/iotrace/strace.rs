@@ -34,11 +34,13 @@
 //! calls, signals, exits, `strace:` messages, failed calls) is left out and
 //! counted.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::io::BufRead;
 
 use super::lines::for_each_line;
-use super::{Import, Kind, Problem, Request, Summary, TraceError, MAX_REQUESTS};
+use super::{
+    keep_one_source, Import, Kind, Problem, Request, Sourced, Summary, TraceError, MAX_REQUESTS,
+};
 
 /// Longest line read (strace prints at most 32 bytes of a buffer unless
 /// told `-s`, but long iovec arrays make long lines).
@@ -51,15 +53,8 @@ pub struct StraceOptions {
     pub fd: Option<u64>,
 }
 
-/// One call that became requests.
-struct Call {
-    line: u64,
-    fd: u64,
-    requests: Vec<Request>,
-    /// Whether it moves data (a flush on another file does not count as
-    /// writing it).
-    data: bool,
-}
+/// A call that became requests, from its file descriptor.
+type Call = Sourced<u64>;
 
 /// Import a recording.
 pub fn import<R: BufRead>(input: R, opts: &StraceOptions) -> Result<Import, TraceError> {
@@ -125,7 +120,7 @@ pub fn import<R: BufRead>(input: R, opts: &StraceOptions) -> Result<Import, Trac
                     problem: Problem::TooMany,
                 });
             }
-            calls.push(Call {
+            calls.push(Sourced {
                 line: start,
                 ..call
             });
@@ -135,38 +130,19 @@ pub fn import<R: BufRead>(input: R, opts: &StraceOptions) -> Result<Import, Trac
     for _ in pending {
         summary.skip("calls unfinished when the recording ends");
     }
-    // The descriptors data calls use; in a recording of flushes only,
-    // those the flushes use.
-    let mut data_fds: BTreeSet<u64> = calls.iter().filter(|c| c.data).map(|c| c.fd).collect();
-    if data_fds.is_empty() {
-        data_fds = calls.iter().map(|c| c.fd).collect();
-    }
-    let fd = match opts.fd {
-        Some(fd) => fd,
-        None if data_fds.len() > 1 => {
-            let list: Vec<String> = data_fds.iter().map(u64::to_string).collect();
-            return Err(TraceError::Input(format!(
-                "the recording writes through file descriptors {}: choose the image file's \
-                 with --fd",
-                list.join(", ")
-            )));
-        }
-        None => data_fds.first().copied().unwrap_or(0),
-    };
-    let mut import = Import {
+    keep_one_source(
+        calls,
+        opts.fd,
         summary,
-        ..Import::default()
-    };
-    for c in calls {
-        if c.fd != fd {
-            import.summary.skip("calls on other file descriptors");
-            continue;
-        }
-        for r in c.requests {
-            import.trace.push(c.line, r)?;
-        }
-    }
-    Ok(import)
+        u64::to_string,
+        |list| {
+            format!(
+                "the recording writes through file descriptors {list}: choose the image file's \
+                 with --fd"
+            )
+        },
+        "calls on other file descriptors",
+    )
 }
 
 fn syntax(line: u64, what: &str) -> TraceError {
@@ -353,9 +329,9 @@ fn parse_call(text: &str, summary: &mut Summary) -> Result<Option<Call>, Problem
             .map_err(|_| Problem::Syntax(format!("{name} {what} {:?} is not a number", args[i])))
     };
     let done = |requests: Vec<Request>, data: bool| {
-        Ok(Some(Call {
+        Ok(Some(Sourced {
             line: 0,
-            fd,
+            source: fd,
             requests,
             data,
         }))
