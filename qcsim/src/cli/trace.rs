@@ -168,20 +168,26 @@ fn import(args: ImportArgs) -> anyhow::Result<i32> {
     let requests: Vec<_> = t.requests().collect();
     format::write(&mut text, &header, &requests).expect("writing to memory cannot fail");
     write_replacing(&args.output, &text)?;
-    println!(
+    say(&format!(
         "{name}: {} lines read, {} requests written to {}",
         imported.summary.lines,
         t.entries.len(),
         args.output.display()
-    );
-    println!("  {}", t.counts());
+    ));
+    say(&format!("  {}", t.counts()));
     for l in imported.summary.describe() {
-        println!("  {l}");
+        say(&format!("  {l}"));
     }
     if t.entries.is_empty() {
-        println!("  (no request: is it the right recording, descriptor or device?)");
+        say("  (no request: is it the right recording, descriptor or device?)");
     }
     Ok(0)
+}
+
+/// A line on standard output; a closed standard output (`| head`) is not
+/// worth a panic.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
 fn file_name(p: &Path) -> String {
@@ -286,12 +292,12 @@ fn run_trace(args: RunArgs) -> anyhow::Result<i32> {
     }
     let export = prepare_export(args.export.as_deref())?;
     let s = &tc.stats;
-    println!(
+    say(&format!(
         "trace {}: {} requests ({})",
         args.trace.display(),
         s.requests,
         trace.counts()
-    );
+    ));
     let mut shape = format!(
         "  replayed as {} operations in {} groups, depth {}, on a {}-byte image; {} crashes \
          drawn from seed {}",
@@ -306,7 +312,7 @@ fn run_trace(args: RunArgs) -> anyhow::Result<i32> {
             s.split, s.rounded
         ));
     }
-    println!("{shape}");
+    say(&shape);
 
     let bar = if std::io::stderr().is_terminal() {
         ProgressBar::new(s.groups)
@@ -332,25 +338,25 @@ fn run_trace(args: RunArgs) -> anyhow::Result<i32> {
     for f in &report.failures {
         if let Failure::Hang { group, .. } = f {
             if let Some((a, b)) = tc.group_lines(*group) {
-                println!("  group {group} holds trace lines {a} to {b}");
+                say(&format!("  group {group} holds trace lines {a} to {b}"));
             }
         }
     }
     let rss = peak_rss_kib();
-    println!(
+    say(&format!(
         "time: {:.3} s wall; peak memory {}",
         wall.as_secs_f64(),
         rss.map_or("unknown".to_string(), |k| format!(
             "{:.1} MiB (maxrss)",
             k as f64 / 1024.0
         ))
-    );
+    ));
     if let Some(p) = &args.save {
-        println!(
+        say(&format!(
             "case saved to {}: qcsim replay {} runs it again",
             p.display(),
             p.display()
-        );
+        ));
     }
     report_export(export.as_ref(), &tc.case, false);
     Ok(if report.passed() { 0 } else { 1 })
