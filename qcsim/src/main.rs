@@ -30,6 +30,8 @@ enum Command {
     Shrink(cli::shrink::Args),
     /// Check every crash state of a small workload.
     Enumerate(cli::enumerate::Args),
+    /// Guest I/O traces: import recordings, replay them with crashes.
+    Trace(cli::trace::Args),
     /// Create a qcow2 image (as qemu-img create).
     Create(cli::create::Args),
     /// Show information about an image (as qemu-img info).
@@ -53,6 +55,7 @@ fn main() {
         Command::Replay(a) => cli::replay::run(a),
         Command::Shrink(a) => cli::shrink::run(a),
         Command::Enumerate(a) => cli::enumerate::run(a),
+        Command::Trace(a) => cli::trace::run(a),
         Command::Create(a) => cli::create::run(a),
         Command::Info(a) => cli::info::run(a),
         Command::Check(a) => cli::check::run(a),

@@ -12,6 +12,7 @@ pub mod campaign;
 pub mod case;
 pub mod disk;
 pub mod exec;
+pub mod iotrace;
 pub mod rng;
 pub mod runner;
 pub mod shrink;

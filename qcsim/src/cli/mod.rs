@@ -13,3 +13,4 @@ pub mod io;
 pub mod replay;
 pub mod run;
 pub mod shrink;
+pub mod trace;

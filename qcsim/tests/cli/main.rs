@@ -15,4 +15,5 @@ mod enumerate_cli;
 mod extended_l2_cli;
 mod locking;
 mod run_counters;
+mod trace_cli;
 mod verify_determinism;

@@ -219,8 +219,19 @@ pub(crate) fn time_budget(case: &Case) -> Option<Nanos> {
 
 /// Run one case.
 pub fn run_case(case: &Case, opts: &RunOptions) -> RunReport {
+    run_case_with_progress(case, opts, &mut |_, _| {})
+}
+
+/// Run one case, calling `progress(done, groups)` as its concurrency
+/// groups finish (for a progress bar over a long case); the run is the
+/// same as [`run_case`]'s.
+pub fn run_case_with_progress(
+    case: &Case,
+    opts: &RunOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> RunReport {
     let mut run = Run::fresh(case, opts);
-    run.go();
+    run.go(progress);
     let trace_hash = run.sim.trace_hash();
     let mut stats = *run.shared.stats.borrow();
     let m = run.shared.model.borrow().stats();
@@ -307,14 +318,16 @@ impl<'a> Run<'a> {
         self.shared.failures.borrow_mut().push(f);
     }
 
-    fn go(&mut self) {
+    fn go(&mut self, progress: &mut dyn FnMut(usize, usize)) {
         let img = match self.setup() {
             Ok(img) => img,
             Err(f) => return self.fail(f),
         };
         let mut img = Some(Rc::new(img));
         self.epoch_start = self.disk_counters();
-        for (g, ops) in self.case.numbered_groups().iter().enumerate() {
+        let groups = self.case.numbered_groups();
+        for (g, ops) in groups.iter().enumerate() {
+            progress(g, groups.len());
             let live = img.take().expect("an open image between groups");
             let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
             if !self.run_group(&live, g, ops, crash) {
@@ -335,6 +348,7 @@ impl<'a> Run<'a> {
                 img = Some(live);
             }
         }
+        progress(groups.len(), groups.len());
         if let Some(img) = img {
             self.finish(img);
         }

@@ -3,4 +3,5 @@
 
 mod enumerate_broken;
 mod shrink_broken;
+mod trace_broken;
 mod verify_broken;

@@ -20,5 +20,7 @@ mod enumerate_states;
 mod exec_sched;
 mod robustness;
 mod shrink_mechanics;
+mod trace_import;
+mod trace_run;
 mod verify_corpus;
 mod verify_qemu_oracle;

@@ -1,0 +1,251 @@
+//! `qcsim trace import` and `qcsim trace run` from the command line: the
+//! recorded fixtures imported, a trace replayed with crashes (what it
+//! checked, its time and peak memory printed), the saved case replayed to
+//! the same trace hash, and bad input refused with the line or limit named
+//! and nothing destroyed.
+
+use std::path::{Path, PathBuf};
+
+use super::support::{exec, text, QCSIM};
+
+/// A fixture of the importer's tests (sim/tests/sim/traces/).
+fn fixture(name: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../sim/tests/sim/traces")
+        .join(name);
+    p.to_str().unwrap().to_string()
+}
+
+/// Run qcsim in `dir`: (exit code, stdout, stderr).
+fn qcsim(args: &[&str], dir: &Path) -> (i32, String, String) {
+    let out = exec(QCSIM, args, dir);
+    let code = out.status.code().unwrap_or(-1);
+    assert!(code == 0 || code == 1, "{}", text(&out));
+    (
+        code,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `qcsim trace import strace INPUT -o OUTPUT` in `dir`.
+fn import_strace(input: &str, output: &str, dir: &Path) -> (i32, String, String) {
+    qcsim(&["trace", "import", "strace", input, "-o", output], dir)
+}
+
+/// The `trace hash: ...` line of a run's output.
+fn hash_line(out: &str) -> &str {
+    out.lines()
+        .find(|l| l.starts_with("trace hash: "))
+        .unwrap_or_else(|| panic!("no trace hash in {out}"))
+}
+
+#[test]
+fn import_strace_then_run_with_crashes_then_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (code, out, err) = qcsim(
+        &[
+            "trace",
+            "import",
+            "strace",
+            &fixture("mke2fs.strace"),
+            "-o",
+            "mke2fs.trace",
+        ],
+        d,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("165 requests written to mke2fs.trace"),
+        "{out}"
+    );
+    let trace = std::fs::read_to_string(d.join("mke2fs.trace")).unwrap();
+    assert!(
+        trace.starts_with("# qcsim trace import strace mke2fs.strace: 166 lines, 165 requests\n")
+    );
+    assert_eq!(trace.lines().filter(|l| !l.starts_with('#')).count(), 165);
+    assert!(trace.contains("\nd 0 16777216\n"), "{trace}");
+
+    let run = [
+        "trace",
+        "run",
+        "mke2fs.trace",
+        "--size",
+        "16M",
+        "--seed",
+        "4",
+        "--crashes",
+        "3",
+        "--crash-after-flush",
+        "--depth",
+        "4",
+        "-o",
+        "cluster_size=16k",
+        "--save",
+        "case.json",
+    ];
+    let (code, out, err) = qcsim(&run, d);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("trace mke2fs.trace: 165 requests"), "{out}");
+    assert!(out.contains("3 crashes drawn from seed 4"), "{out}");
+    assert!(out.contains("seed 4 (custom): PASS"), "{out}");
+    assert!(out.contains(" crash states, "), "{out}");
+    assert!(out.contains("s wall; peak memory "), "{out}");
+    assert!(out.contains("MiB (maxrss)"), "{out}");
+    // No progress bar when standard error is not a terminal.
+    assert!(err.is_empty(), "{err}");
+
+    let (code, replayed, err) = qcsim(&["replay", "case.json"], d);
+    assert_eq!(code, 0, "{replayed}{err}");
+    assert_eq!(hash_line(&replayed), hash_line(&out));
+    // And the run itself is a function of its arguments.
+    let (_, again, _) = qcsim(&run, d);
+    assert_eq!(hash_line(&again), hash_line(&out));
+}
+
+#[test]
+fn import_strace_needs_the_descriptor_of_a_recording_of_two_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let args = [
+        "trace",
+        "import",
+        "strace",
+        &fixture("writer.strace"),
+        "-o",
+        "w.trace",
+    ];
+    let (code, _, err) = qcsim(&args, d);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("file descriptors 3, 4: choose the image file's with --fd"),
+        "{err}"
+    );
+    assert!(!d.join("w.trace").exists());
+    let (code, out, err) = qcsim(&[&args[..], &["--fd", "3"]].concat(), d);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("left out: 1 failed calls"), "{out}");
+    let (code, out, err) = qcsim(
+        &["trace", "run", "w.trace", "--size", "4M", "--crashes", "2"],
+        d,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
+fn import_blkparse_queued_or_completed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let input = fixture("ext4-commit.blkparse");
+    let (code, out, err) = qcsim(&["trace", "import", "blkparse", &input, "-o", "q.trace"], d);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("12 requests written to q.trace"), "{out}");
+    let (code, out, err) = qcsim(
+        &[
+            "trace", "import", "blkparse", &input, "--event", "c", "--device", "8,16", "-o",
+            "c.trace",
+        ],
+        d,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("left out: 1 completions with an error"),
+        "{out}"
+    );
+    let (code, out, err) = qcsim(
+        &[
+            "trace",
+            "run",
+            "q.trace",
+            "--size",
+            "16M",
+            "--crashes",
+            "2",
+            "--switches",
+            "0",
+        ],
+        d,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("PASS"), "{out}");
+}
+
+#[test]
+fn bad_traces_name_the_line_or_the_limit_and_destroy_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("bad.trace"), "w 0 4096\n# fine\nw 0 x\n").unwrap();
+    let (code, _, err) = qcsim(&["trace", "run", "bad.trace", "--size", "1M"], d);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err.trim(),
+        "qcsim: bad.trace: line 3: length \"x\" is not a decimal number below 2^64"
+    );
+    let (code, _, err) = qcsim(
+        &["trace", "run", &fixture("mke2fs.strace"), "--size", "16M"],
+        d,
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("line 1: unknown request \"")
+            && err.contains(
+                "expected w, r, z, d or f (a recording? `qcsim trace import strace|blkparse` \
+                 makes a trace of it)"
+            ),
+        "{err}"
+    );
+    std::fs::write(d.join("ok.trace"), "w 0 4096\nf\nw 1048576 512\n").unwrap();
+    let (code, _, err) = qcsim(&["trace", "run", "ok.trace", "--size", "1M"], d);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("line 3: `w 1048576 512` ends at byte 1049088, past the end"),
+        "{err}"
+    );
+    let (code, _, err) = qcsim(&["trace", "run", "ok.trace", "--size", "1G"], d);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(
+            "at most 67108864 bytes, the harness's largest virtual disk (case::MAX_VIRTUAL_SIZE)"
+        ),
+        "{err}"
+    );
+    let (code, _, err) = qcsim(
+        &["trace", "run", "ok.trace", "--size", "2M", "--depth", "65"],
+        d,
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("depth 65: must be 1 to 64"), "{err}");
+
+    // A failed import leaves the trace already there as it was, and
+    // leaves no temporary file.
+    std::fs::write(d.join("keep.trace"), "f\n").unwrap();
+    std::fs::write(d.join("junk.strace"), "pwrite64(3, \"a\", 1, x) = 1\n").unwrap();
+    let (code, _, err) = import_strace("junk.strace", "keep.trace", d);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("junk.strace: line 1: pwrite64 offset \"x\" is not a number"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("keep.trace")).unwrap(),
+        "f\n"
+    );
+    let names: Vec<_> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    // Nor does a recording become its own trace.
+    std::fs::write(d.join("ok.strace"), "fsync(3) = 0\n").unwrap();
+    let (code, _, err) = import_strace("ok.strace", "./ok.strace", d);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("-o ./ok.strace: that is the recording itself"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("ok.strace")).unwrap(),
+        "fsync(3) = 0\n"
+    );
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Record the strace fixtures of the trace importer's tests
+# (sim/tests/sim/traces/) on this machine:
+# - mke2fs.strace: `mke2fs -t ext4 -E discard` making a file system in a
+#   16 MiB raw file (pwrite64, fallocate punching holes and zeroing ranges,
+#   fsync), strace -f -tt -o FILE: every line starts with a process id;
+# - writer.strace: scripts/trace-writer.py (pwrite64, pwritev, pwritev2 with
+#   RWF_DSYNC, a plain fallocate, punched and zeroed ranges, fdatasync and
+#   fsync, a write to a second file, a failed write, two threads writing at
+#   once), strace -f -tt on standard error: `[pid N]` prefixes, calls split
+#   into `<unfinished ...>` and `<... resumed>`, and strace's own messages
+#   cutting lines.
+# Usage: scripts/record-trace-fixtures.sh [OUT_DIR] (needs strace, mke2fs,
+# python3; `.ci/setup` installs strace).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-$here/../sim/tests/sim/traces}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+calls=pwrite64,pwritev,pwritev2,fsync,fdatasync,fallocate
+cd "$work"
+truncate -s 16M fs.raw
+strace -f -tt -e trace=$calls -o "$out/mke2fs.strace" mke2fs -q -F -t ext4 -E discard fs.raw
+# The interpreter itself, not a wrapper that starts it (pyenv's shims
+# would add their own processes).
+py=$(python3 -c 'import sys; print(sys.executable)')
+strace -f -tt -e trace=$calls "$py" "$here/trace-writer.py" 2> "$out/writer.strace"
+wc -l "$out/mke2fs.strace" "$out/writer.strace"

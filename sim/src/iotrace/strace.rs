@@ -1,0 +1,531 @@
+//! Importing `strace` output of a program that writes a raw image file:
+//!
+//! ```text
+//! strace -f -tt -e trace=pwrite64,pwritev,pwritev2,fsync,fdatasync,fallocate -o OUT PROGRAM
+//! ```
+//!
+//! A line is `[PREFIX] [TIMESTAMP] NAME(ARGS) = RESULT [...]`: the prefix
+//! is a process id (`1234 ` with `-f -o`, `[pid 1234] ` with `-f` on
+//! standard error), the timestamp any of `-t`, `-tt`, `-ttt`, `-r`. A call
+//! interrupted by another process's line is split in two,
+//! `NAME(ARGS <unfinished ...>` and later `<... NAME resumed>ARGS) =
+//! RESULT`, joined here by process id. Only calls that succeeded become
+//! requests, in the order they completed, each with the line its call
+//! started on:
+//!
+//! - `pwrite64(fd, buf, count, offset) = n`: `w offset n` (the bytes
+//!   written, which a short write makes fewer than `count`);
+//! - `pwritev(fd, iov, iovcnt, offset)` and `pwritev2(..., offset, flags)`:
+//!   `w offset n`, where `n`, the result, is the sum of the `iov_len`s
+//!   for a whole write; `pwritev2` with `RWF_DSYNC` or `RWF_SYNC` is
+//!   followed by `f` (the data is durable when the call returns);
+//! - `pread64`, `preadv`, `preadv2` (if traced): `r offset n`;
+//! - `fsync(fd)`, `fdatasync(fd)`: `f`;
+//! - `fallocate(fd, mode, offset, len)`: with `FALLOC_FL_PUNCH_HOLE`
+//!   `d offset len`, with `FALLOC_FL_ZERO_RANGE` `z offset len`; a plain
+//!   preallocation (mode 0 or `FALLOC_FL_KEEP_SIZE`) changes no byte the
+//!   guest sees and is left out; a mode that moves data
+//!   (`FALLOC_FL_COLLAPSE_RANGE`, `FALLOC_FL_INSERT_RANGE`) cannot be a
+//!   block request and is refused.
+//!
+//! Calls on one file descriptor only: the one [`StraceOptions::fd`] names,
+//! or the only one that data calls use (a recording that writes several
+//! files is refused until one is chosen). Anything else (other system
+//! calls, signals, exits, `strace:` messages, failed calls) is left out and
+//! counted.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+
+use super::lines::for_each_line;
+use super::{
+    keep_one_source, Import, Kind, Problem, Request, Sourced, Summary, TraceError, MAX_REQUESTS,
+};
+
+/// Longest line read (strace prints at most 32 bytes of a buffer unless
+/// told `-s`, but long iovec arrays make long lines).
+pub const MAX_LINE: usize = 1 << 20;
+
+/// What to import.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StraceOptions {
+    /// The image file's descriptor; None: the only one data calls use.
+    pub fd: Option<u64>,
+}
+
+/// A call that became requests, from its file descriptor.
+type Call = Sourced<u64>;
+
+/// Import a recording.
+pub fn import<R: BufRead>(input: R, opts: &StraceOptions) -> Result<Import, TraceError> {
+    let mut summary = Summary::default();
+    let mut calls: Vec<Call> = Vec::new();
+    // Unfinished calls by process: (name, text so far, line).
+    let mut pending: HashMap<Option<u64>, (String, String, u64)> = HashMap::new();
+    // A call line that strace's own message (`strace: Process N
+    // attached`, on the same standard error) cut in two: its head, and
+    // the line it started on.
+    let mut cut: Option<(String, u64)> = None;
+    for_each_line(input, MAX_LINE, true, |line, text| {
+        summary.lines += 1;
+        let joined;
+        let (text, line) = match cut.take() {
+            Some((head, start)) => {
+                joined = format!("{head}{text}");
+                (joined.as_str(), start)
+            }
+            None => (text, line),
+        };
+        if let Some(at) = text.find("strace: Process ").filter(|&at| at > 0) {
+            summary.skip("lines about processes and signals");
+            cut = Some((text[..at].to_string(), line));
+            return Ok(());
+        }
+        let (pid, rest) = split_prefix(text);
+        let rest = rest.trim_end();
+        if rest.is_empty() {
+            return Ok(());
+        }
+        if rest.starts_with("+++") || rest.starts_with("---") || rest.starts_with("strace:") {
+            summary.skip("lines about processes and signals");
+            return Ok(());
+        }
+        let (whole, start) = if let Some(resumed) = rest.strip_prefix("<... ") {
+            let Some((name, tail)) = resumed.split_once(" resumed>") else {
+                return Err(syntax(line, "a resumed call without \" resumed>\""));
+            };
+            match pending.remove(&pid) {
+                Some((n, head, start)) if n == name => (format!("{head}{tail}"), start),
+                _ => {
+                    summary.skip("resumed calls whose start is not in the recording");
+                    return Ok(());
+                }
+            }
+        } else if let Some(head) = rest.strip_suffix("<unfinished ...>") {
+            let name = call_name(head).unwrap_or_default().to_string();
+            pending.insert(pid, (name, head.trim_end().to_string(), line));
+            return Ok(());
+        } else {
+            (rest.to_string(), line)
+        };
+        if let Some(call) =
+            parse_call(&whole, &mut summary).map_err(|problem| TraceError::Line {
+                line: start,
+                problem,
+            })?
+        {
+            if calls.len() >= MAX_REQUESTS {
+                return Err(TraceError::Line {
+                    line,
+                    problem: Problem::TooMany,
+                });
+            }
+            calls.push(Sourced {
+                line: start,
+                ..call
+            });
+        }
+        Ok(())
+    })?;
+    for _ in pending {
+        summary.skip("calls unfinished when the recording ends");
+    }
+    keep_one_source(
+        calls,
+        opts.fd,
+        summary,
+        u64::to_string,
+        |list| {
+            format!(
+                "the recording writes through file descriptors {list}: choose the image file's \
+                 with --fd"
+            )
+        },
+        "calls on other file descriptors",
+    )
+}
+
+fn syntax(line: u64, what: &str) -> TraceError {
+    TraceError::Line {
+        line,
+        problem: Problem::Syntax(what.to_string()),
+    }
+}
+
+/// The process id prefix (`1234 ` or `[pid 1234] `) and the timestamp
+/// (`12:34:56`, `12:34:56.123456`, `1700000000.123456`, `0.000123`) cut
+/// off.
+fn split_prefix(text: &str) -> (Option<u64>, &str) {
+    let mut rest = text.trim_start();
+    let mut pid = None;
+    if let Some(r) = rest.strip_prefix("[pid") {
+        let r = r.trim_start();
+        let end = r.find(|c: char| !c.is_ascii_digit()).unwrap_or(r.len());
+        if let (Ok(p), Some(after)) = (r[..end].parse(), r[end..].strip_prefix(']')) {
+            pid = Some(p);
+            rest = after.trim_start();
+        }
+    } else if let Some((first, after)) = rest.split_once([' ', '\t']) {
+        if !first.is_empty() && first.bytes().all(|b| b.is_ascii_digit()) {
+            pid = first.parse().ok();
+            rest = after.trim_start();
+        }
+    }
+    if let Some((first, after)) = rest.split_once([' ', '\t']) {
+        let stamp = first
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b':' || b == b'.')
+            && first.bytes().any(|b| b == b':' || b == b'.')
+            && first.bytes().next().is_some_and(|b| b.is_ascii_digit());
+        if stamp {
+            rest = after.trim_start();
+        }
+    }
+    (pid, rest)
+}
+
+/// The name before `(`, if the text starts with a system call.
+fn call_name(text: &str) -> Option<&str> {
+    let (name, _) = text.split_once('(')?;
+    (!name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .then_some(name)
+}
+
+/// A call's top-level arguments, and what follows its closing parenthesis.
+fn split_args(text: &str) -> Option<(Vec<&str>, &str)> {
+    let open = text.find('(')?;
+    let body = &text[open + 1..];
+    let mut args = Vec::new();
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut start = 0;
+    for (i, c) in body.char_indices() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '(' | '[' | '{' | '<' => depth += 1,
+            ')' if depth == 0 => {
+                let last = body[start..i].trim();
+                if !last.is_empty() || !args.is_empty() {
+                    args.push(last);
+                }
+                return Some((args, &body[i + 1..]));
+            }
+            ')' | ']' | '}' | '>' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                args.push(body[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The decimal number `text` starts with (a descriptor may read `3</path>`
+/// with `-y`).
+fn leading_number(text: &str) -> Option<u64> {
+    let end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    text[..end].parse().ok()
+}
+
+const FALLOC_FL_KEEP_SIZE: u64 = 0x01;
+const FALLOC_FL_PUNCH_HOLE: u64 = 0x02;
+const FALLOC_FL_NO_HIDE_STALE: u64 = 0x04;
+const FALLOC_FL_COLLAPSE_RANGE: u64 = 0x08;
+const FALLOC_FL_ZERO_RANGE: u64 = 0x10;
+const FALLOC_FL_INSERT_RANGE: u64 = 0x20;
+const FALLOC_FL_UNSHARE_RANGE: u64 = 0x40;
+
+/// fallocate's mode, as strace prints it (`FALLOC_FL_A|FALLOC_FL_B`, `0`,
+/// or a number for bits it has no name for).
+fn falloc_mode(text: &str) -> Result<u64, Problem> {
+    let mut mode = 0;
+    for part in text.split('|').map(str::trim) {
+        mode |= match part {
+            "FALLOC_FL_KEEP_SIZE" => FALLOC_FL_KEEP_SIZE,
+            "FALLOC_FL_PUNCH_HOLE" => FALLOC_FL_PUNCH_HOLE,
+            "FALLOC_FL_NO_HIDE_STALE" => FALLOC_FL_NO_HIDE_STALE,
+            "FALLOC_FL_COLLAPSE_RANGE" => FALLOC_FL_COLLAPSE_RANGE,
+            "FALLOC_FL_ZERO_RANGE" => FALLOC_FL_ZERO_RANGE,
+            "FALLOC_FL_INSERT_RANGE" => FALLOC_FL_INSERT_RANGE,
+            "FALLOC_FL_UNSHARE_RANGE" => FALLOC_FL_UNSHARE_RANGE,
+            p => match p.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                None => p.parse().ok(),
+            }
+            .ok_or_else(|| {
+                Problem::Syntax(format!("fallocate mode {p:?} is not one strace prints"))
+            })?,
+        };
+    }
+    Ok(mode)
+}
+
+/// One complete call: its requests, or None (counted in `summary`) if it
+/// makes none.
+fn parse_call(text: &str, summary: &mut Summary) -> Result<Option<Call>, Problem> {
+    let Some(name) = call_name(text) else {
+        summary.skip("lines that are not system calls");
+        return Ok(None);
+    };
+    let (kind, want) = match name {
+        "pwrite64" | "pwritev" => (Kind::Write, 4),
+        "pwritev2" => (Kind::Write, 5),
+        "pread64" | "preadv" => (Kind::Read, 4),
+        "preadv2" => (Kind::Read, 5),
+        "fsync" | "fdatasync" => (Kind::Flush, 1),
+        "fallocate" => (Kind::Discard, 4),
+        other => {
+            summary.skip(format!("{other} calls"));
+            return Ok(None);
+        }
+    };
+    let (args, after) = split_args(text)
+        .ok_or_else(|| Problem::Syntax(format!("{name}( without its closing parenthesis")))?;
+    let result = after
+        .trim_start()
+        .strip_prefix('=')
+        .map(|r| r.split_whitespace().next().unwrap_or(""))
+        .ok_or_else(|| Problem::Syntax(format!("{name}(...) without \"= RESULT\"")))?;
+    if args.len() != want {
+        return Err(Problem::Syntax(format!(
+            "{name} with {} arguments, expected {want}",
+            args.len()
+        )));
+    }
+    let result: i64 = match result.parse() {
+        Ok(r) if r >= 0 => r,
+        Ok(_) => {
+            summary.skip("failed calls");
+            return Ok(None);
+        }
+        Err(_) if result == "?" => {
+            summary.skip("calls without a result (the process ended in them)");
+            return Ok(None);
+        }
+        Err(_) => {
+            return Err(Problem::Syntax(format!(
+                "{name} result {result:?} is not a number"
+            )))
+        }
+    };
+    let fd = leading_number(args[0])
+        .ok_or_else(|| Problem::Syntax(format!("{name} file descriptor {:?}", args[0])))?;
+    let num = |i: usize, what: &str| {
+        args[i]
+            .parse::<u64>()
+            .map_err(|_| Problem::Syntax(format!("{name} {what} {:?} is not a number", args[i])))
+    };
+    let done = |requests: Vec<Request>, data: bool| {
+        Ok(Some(Sourced {
+            line: 0,
+            source: fd,
+            requests,
+            data,
+        }))
+    };
+    match kind {
+        Kind::Flush => done(vec![Request::Flush], false),
+        Kind::Write | Kind::Read => {
+            let offset = num(3, "offset")?;
+            let length = result as u64;
+            if length == 0 {
+                summary.skip(format!("{name} calls that moved no byte"));
+                return Ok(None);
+            }
+            if name.contains('v') {
+                let listed: u64 = iov_lens(args[1]).iter().sum();
+                if listed > length {
+                    summary.note(format!("short {name} calls (the bytes moved count)"));
+                }
+            } else if num(2, "count")? > length {
+                summary.note(format!("short {name} calls (the bytes moved count)"));
+            }
+            let request = Request::new(kind, offset, length)?;
+            let mut requests = vec![request];
+            if name == "pwritev2" && (args[4].contains("RWF_DSYNC") || args[4].contains("RWF_SYNC"))
+            {
+                summary.note("pwritev2 calls with RWF_DSYNC or RWF_SYNC followed by a flush");
+                requests.push(Request::Flush);
+            }
+            done(requests, true)
+        }
+        Kind::Discard | Kind::WriteZeroes => {
+            let mode = falloc_mode(args[1])?;
+            let offset = num(2, "offset")?;
+            let length = num(3, "length")?;
+            if mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE) != 0 {
+                return Err(Problem::Syntax(format!(
+                    "fallocate mode {} moves the file's data, which no block request does",
+                    args[1]
+                )));
+            }
+            let kind = if mode & FALLOC_FL_PUNCH_HOLE != 0 {
+                Kind::Discard
+            } else if mode & FALLOC_FL_ZERO_RANGE != 0 {
+                Kind::WriteZeroes
+            } else {
+                summary.skip("fallocate calls that only preallocate (no byte changes)");
+                return Ok(None);
+            };
+            if length == 0 {
+                summary.skip("fallocate calls of no byte");
+                return Ok(None);
+            }
+            done(vec![Request::new(kind, offset, length)?], true)
+        }
+    }
+}
+
+/// The `iov_len=N` values of an iovec array (those strace printed).
+fn iov_lens(text: &str) -> Vec<u64> {
+    text.match_indices("iov_len=")
+        .filter_map(|(i, k)| leading_number(&text[i + k.len()..]))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::iotrace::format::to_text;
+
+    fn imp(text: &str) -> Import {
+        import(text.as_bytes(), &StraceOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn prefixes_and_timestamps() {
+        assert_eq!(
+            split_prefix("123 fsync(3) = 0"),
+            (Some(123), "fsync(3) = 0")
+        );
+        assert_eq!(
+            split_prefix("[pid  77] 10:00:01.123456 fsync(3) = 0"),
+            (Some(77), "fsync(3) = 0")
+        );
+        assert_eq!(
+            split_prefix("1700000000.123456 fsync(3) = 0"),
+            (None, "fsync(3) = 0")
+        );
+        assert_eq!(split_prefix("fsync(3) = 0"), (None, "fsync(3) = 0"));
+    }
+
+    #[test]
+    fn calls_become_requests() {
+        let t = imp(concat!(
+            "pwrite64(3, \"ab, )\\\"c\"..., 4096, 8192) = 4096\n",
+            "pwritev(3, [{iov_base=\"x\"..., iov_len=512}, {iov_base=\"y\", iov_len=1024}], 2, 0) = 1536\n",
+            "pwritev2(3</img.raw>, [{iov_base=\"z\"..., iov_len=512}], 1, 4096, RWF_DSYNC) = 512 <0.000010>\n",
+            "fallocate(3, FALLOC_FL_KEEP_SIZE|FALLOC_FL_PUNCH_HOLE, 0, 65536) = 0\n",
+            "fallocate(3, FALLOC_FL_ZERO_RANGE, 65536, 512) = 0\n",
+            "fallocate(3, 0, 0, 1048576) = 0\n",
+            "fdatasync(3) = 0\n",
+            "pwrite64(3, \"\"..., 512, 0) = -1 ENOSPC (No space left on device)\n",
+            "pwrite64(3, \"ab\"..., 4096, 0) = 1024\n",
+            "fsync(3)                = 0\n",
+            "+++ exited with 0 +++\n",
+        ));
+        assert_eq!(
+            to_text(&t.trace),
+            "w 8192 4096\nw 0 1536\nw 4096 512\nf\nd 0 65536\nz 65536 512\nf\nw 0 1024\nf\n"
+        );
+        let lines: Vec<u64> = t.trace.entries.iter().map(|e| e.line).collect();
+        assert_eq!(lines, [1, 2, 3, 3, 4, 5, 7, 9, 10]);
+        assert_eq!(t.summary.skipped["failed calls"], 1);
+        assert_eq!(
+            t.summary.skipped["fallocate calls that only preallocate (no byte changes)"],
+            1
+        );
+        assert_eq!(
+            t.summary.notes["short pwrite64 calls (the bytes moved count)"],
+            1
+        );
+    }
+
+    #[test]
+    fn unfinished_calls_are_joined_by_process() {
+        let t = imp(concat!(
+            "[pid 10] pwrite64(3, \"a\"..., 4096, 0 <unfinished ...>\n",
+            "[pid 11] pwrite64(3, \"b\"..., 512, 8192 <unfinished ...>\n",
+            "[pid 11] <... pwrite64 resumed>) = 512\n",
+            "[pid 10] <... pwrite64 resumed>) = 4096\n",
+            "[pid 10] fsync(3strace: Process 14 attached\n",
+            ")     = 0\n",
+            "[pid 10] fsync(3 <unfinished ...>\n",
+            "[pid 10] <... fsync resumed>)   = 0\n",
+            "[pid 12] <... fsync resumed>)   = 0\n",
+            "[pid 13] fsync(3 <unfinished ...>\n",
+        ));
+        assert_eq!(to_text(&t.trace), "w 8192 512\nw 0 4096\nf\nf\n");
+        let lines: Vec<u64> = t.trace.entries.iter().map(|e| e.line).collect();
+        assert_eq!(lines, [2, 1, 5, 7]);
+        assert_eq!(
+            t.summary.skipped["resumed calls whose start is not in the recording"],
+            1
+        );
+        assert_eq!(
+            t.summary.skipped["calls unfinished when the recording ends"],
+            1
+        );
+    }
+
+    #[test]
+    fn descriptors_must_be_chosen_when_several_are_written() {
+        let text = "pwrite64(3, \"a\", 1, 0) = 1\npwrite64(4, \"b\", 1, 0) = 1\nfsync(4) = 0\n";
+        let e = import(text.as_bytes(), &StraceOptions::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the recording writes through file descriptors 3, 4: choose the image file's with --fd"
+        );
+        let t = import(text.as_bytes(), &StraceOptions { fd: Some(4) }).unwrap();
+        assert_eq!(to_text(&t.trace), "w 0 1\nf\n");
+        // A flush of another file is not one of the image's.
+        let t = imp("pwrite64(3, \"a\", 1, 0) = 1\nfsync(5) = 0\n");
+        assert_eq!(to_text(&t.trace), "w 0 1\n");
+    }
+
+    #[test]
+    fn bad_calls_name_their_line() {
+        let err = |t: &str| {
+            import(t.as_bytes(), &StraceOptions::default())
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("fsync(3) = 0\npwrite64(3, \"a\", 1) = 1\n"),
+            "line 2: pwrite64 with 3 arguments, expected 4"
+        );
+        assert_eq!(
+            err("pwrite64(3, \"a\", 1, 0\n"),
+            "line 1: pwrite64( without its closing parenthesis"
+        );
+        assert_eq!(
+            err("pwrite64(3, \"a\", 1, x) = 1\n"),
+            "line 1: pwrite64 offset \"x\" is not a number"
+        );
+        assert_eq!(
+            err("fallocate(3, FALLOC_FL_COLLAPSE_RANGE, 0, 4096) = 0\n"),
+            "line 1: fallocate mode FALLOC_FL_COLLAPSE_RANGE moves the file's data, which no block request does"
+        );
+        assert_eq!(
+            err(&format!("pwrite64(3, \"a\", 1, {}) = 1\n", u64::MAX)),
+            format!(
+                "line 1: offset {} + length 1 ends past byte {}, the largest file offset",
+                u64::MAX,
+                i64::MAX
+            )
+        );
+    }
+}
