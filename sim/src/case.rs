@@ -22,11 +22,24 @@ use crate::workload::Profile;
 
 /// The case format this build reads and writes.
 pub const CASE_VERSION: u32 = 1;
-/// Largest virtual disk a case may ask for: the model's and the simulated
-/// disk's memory grow with it.
-pub const MAX_VIRTUAL_SIZE: u64 = 64 << 20;
-/// Most guest operations in one case.
-pub const MAX_OPS: usize = 4096;
+/// Largest virtual disk a case may ask for (1 TiB). The model, the
+/// simulated disk's store, its write log and its crash states cost memory
+/// in proportion to what is written, not to the virtual size; the reads
+/// after every crash and at the end cover a disk larger than
+/// `runner::WHOLE_SWEEP_MAX` sparsely (what was written, what the image
+/// maps, the backing file's data); what grows with the size is the L1
+/// table ([`MAX_L1_TABLE_BYTES`]).
+pub const MAX_VIRTUAL_SIZE: u64 = 1 << 40;
+/// Largest L1 table a case's image may have, in bytes (128 K entries:
+/// 1 TiB needs clusters of at least 8 KiB; with 64 KiB clusters its L1
+/// table is 16 KiB): the engine holds it in memory, and the sparse reads
+/// after a crash look through it.
+pub const MAX_L1_TABLE_BYTES: u64 = 1 << 20;
+/// Largest backing file a case may describe: the runner builds it whole
+/// in memory and writes it in one request.
+pub const MAX_BACKING_SIZE: u64 = 64 << 20;
+/// Most guest operations in one case (2^20, more than 10^6).
+pub const MAX_OPS: usize = 1 << 20;
 /// Most operations in one concurrency group.
 pub const MAX_GROUP_OPS: usize = 64;
 /// Longest guest request, in sectors (2 MiB).
@@ -46,14 +59,15 @@ pub const MIN_METADATA_MEMORY_LIMIT: u64 = 16 << 20;
 /// Most `EngineOptions::grow_ahead` a case may give (the whole largest
 /// virtual disk): every crash image and the final image are read whole
 /// into memory, and growth past the end of the file is part of them.
-pub const MAX_GROW_AHEAD: u64 = MAX_VIRTUAL_SIZE;
+pub const MAX_GROW_AHEAD: u64 = 64 << 20;
 /// More bytes than any one device request the engine issues for a case:
 /// guest requests are at most 2 MiB (`MAX_OP_SECTORS`) and with their COW
 /// areas at most two clusters (2 MiB each) more; tables are at most a
 /// cluster, and the L1 and refcount tables of a case's image are far below
 /// that; growing the file ahead covers at most `MAX_GROW_AHEAD` plus one
 /// allocation; building a qcow2 backing file writes it (at most
-/// `MAX_VIRTUAL_SIZE`) in one request. The executor's time budget charges
+/// `MAX_BACKING_SIZE`) in one request; an L1 table is at most
+/// `MAX_L1_TABLE_BYTES`. The executor's time budget charges
 /// every request as if it moved this much (`runner::exec_options`).
 pub const MAX_REQUEST_BYTES: u64 = 128 << 20;
 /// Most sectors the writes, write_zeroes and discards of a workload may
@@ -283,7 +297,8 @@ pub enum CaseError {
     #[error("case version {found} is not supported (this build reads version {CASE_VERSION})")]
     Version { found: u32 },
     #[error(
-        "virtual size {0} bytes: must be a non-zero multiple of 512 and at most {MAX_VIRTUAL_SIZE}"
+        "virtual size {0} bytes: must be a non-zero multiple of 512 and at most {MAX_VIRTUAL_SIZE} \
+         (case::MAX_VIRTUAL_SIZE)"
     )]
     VirtualSize(u64),
     #[error("cluster size {0}: must be a power of two from 512 to 2 MiB")]
@@ -294,6 +309,11 @@ pub enum CaseError {
     LazyRefcountsOnV2,
     #[error("extended L2 entries need compat 1.1 and clusters of at least 16 KiB")]
     ExtendedL2,
+    #[error(
+        "an L1 table of {0} bytes for this virtual size and cluster size, more than \
+         {MAX_L1_TABLE_BYTES} (case::MAX_L1_TABLE_BYTES): larger clusters or a smaller disk"
+    )]
+    L1Table(u64),
     #[error("compression_type {0:?}: compat 0.10 supports only zlib compression")]
     CompressionTypeOnV2(CompressionType),
     #[error("data file: {0}")]
@@ -304,7 +324,7 @@ pub enum CaseError {
     Engine(String),
     #[error(transparent)]
     Disk(#[from] OptionsError),
-    #[error("workload holds {0} operations, more than {MAX_OPS}")]
+    #[error("workload holds {0} operations, more than {MAX_OPS} (case::MAX_OPS)")]
     TooManyOps(usize),
     /// The workload is valid operation by operation but too large in all.
     #[error("workload too large: {0}")]
@@ -480,13 +500,23 @@ impl Case {
     ///   writes dirtied, and those are counted with them);
     /// - every epoch: two whole-disk reads of 1 per cluster of the disk
     ///   (the check after the crash that opens it, and the one before the
-    ///   crash that ends it or the final one), and `EPOCH_OVERHEAD`.
+    ///   crash that ends it or the final one; a disk read sparsely counts
+    ///   the clusters those reads can cover), and `EPOCH_OVERHEAD`.
     pub fn epoch_work(&self) -> Vec<u64> {
         let cs = self.image.create.cluster_size / SECTOR_SIZE as u64;
         let disk_clusters = self.sectors().div_ceil(cs);
-        let per_epoch = 2 * disk_clusters + EPOCH_OVERHEAD;
+        // The reads after a crash and at the end: the whole disk, or for a
+        // disk read sparsely (`runner::WHOLE_SWEEP_MAX`), at most what a
+        // disk of that size costs (the first and last reads, the backing
+        // file's data) and the reads over every range written so far (up
+        // to three of 1 MiB each per operation, counted once each).
+        let whole = (crate::runner::WHOLE_SWEEP_MAX / SECTOR_SIZE as u64).div_ceil(cs);
+        let sweep_read = (1u64 << 20) / SECTOR_SIZE as u64;
+        let per_read = sweep_read.div_ceil(cs) + 1;
+        let mut swept = whole;
+        let sweep = |swept: u64| disk_clusters.min(swept);
         let mut epochs = Vec::new();
-        let mut work = per_epoch;
+        let mut work = sweep(swept) + EPOCH_OVERHEAD;
         for ops in &self.workload {
             for op in ops {
                 work += 1;
@@ -496,13 +526,18 @@ impl Case {
                         Op::Read { .. } => spanned,
                         _ => 4 * spanned,
                     };
+                    if !matches!(op, Op::Read { .. }) && swept < disk_clusters {
+                        let reads = (sector + sectors).div_ceil(sweep_read) - sector / sweep_read;
+                        swept = swept.saturating_add(reads * per_read);
+                    }
                 }
             }
             if ops.iter().any(|op| matches!(op, Op::Crash)) {
-                epochs.push(work);
-                work = per_epoch;
+                epochs.push(work + sweep(swept));
+                work = sweep(swept) + EPOCH_OVERHEAD;
             }
         }
+        work += sweep(swept);
         epochs.push(work);
         epochs
     }
@@ -597,6 +632,10 @@ impl Case {
         {
             return Err(CaseError::ExtendedL2);
         }
+        let l1 = l1_table_bytes(c.size, c.cluster_size, c.extended_l2);
+        if l1 > MAX_L1_TABLE_BYTES {
+            return Err(CaseError::L1Table(l1));
+        }
         if c.compat == Compat::V2 && c.compression_type != CompressionType::Zlib {
             return Err(CaseError::CompressionTypeOnV2(c.compression_type));
         }
@@ -620,11 +659,11 @@ impl Case {
                     )));
                 }
                 let data = b.data();
-                if data.sectors == 0 || data.sectors * SECTOR_SIZE as u64 > MAX_VIRTUAL_SIZE {
+                if data.sectors == 0 || data.sectors * SECTOR_SIZE as u64 > MAX_BACKING_SIZE {
                     return Err(CaseError::Backing(format!(
-                        "{} sectors: must be 1 to {}",
+                        "{} sectors: must be 1 to {} (case::MAX_BACKING_SIZE)",
                         data.sectors,
-                        MAX_VIRTUAL_SIZE / SECTOR_SIZE as u64
+                        MAX_BACKING_SIZE / SECTOR_SIZE as u64
                     )));
                 }
                 if let BackingPattern::Scattered { percent, .. } = data.pattern {
@@ -763,7 +802,7 @@ impl Case {
         if written > MAX_WRITTEN_SECTORS {
             return too_large(format!(
                 "its writes, write_zeroes and discards cover {written} sectors, more than \
-                 {MAX_WRITTEN_SECTORS}: the reference model and the crash states keep a record \
+                 {MAX_WRITTEN_SECTORS} (case::MAX_WRITTEN_SECTORS): the reference model and the crash states keep a record \
                  per sector written since the last flush"
             ));
         }
@@ -771,7 +810,7 @@ impl Case {
             if work > MAX_EPOCH_WORK {
                 return too_large(format!(
                     "epoch {epoch} (counting from 0; each crash ends one) needs about {work} \
-                     device requests, more than {MAX_EPOCH_WORK}: the disk logs every request \
+                     device requests, more than {MAX_EPOCH_WORK} (case::MAX_EPOCH_WORK): the disk logs every request \
                      of an epoch; fewer or smaller operations between crashes, or larger \
                      clusters"
                 ));
@@ -780,8 +819,8 @@ impl Case {
         let work = self.work();
         if work > MAX_WORK {
             return too_large(format!(
-                "the run needs about {work} device requests, more than {MAX_WORK} (every crash \
-                 reads the whole disk back: fewer crashes, a smaller disk or larger clusters)"
+                "the run needs about {work} device requests, more than {MAX_WORK} (case::MAX_WORK; every crash \
+                 reads the disk back: fewer crashes, a smaller disk or larger clusters)"
             ));
         }
         if crate::runner::time_budget(self).is_none() {
@@ -796,6 +835,16 @@ impl Case {
         }
         Ok(())
     }
+}
+
+/// The bytes of the L1 table of an image of `size` bytes (clusters of
+/// `cluster_size`, a power of two from 512): one 8-byte entry per L2
+/// table, which maps a cluster of entries of 8 bytes (16 with extended
+/// L2).
+pub fn l1_table_bytes(size: u64, cluster_size: u64, extended_l2: bool) -> u64 {
+    let entry = if extended_l2 { 16 } else { 8 };
+    let per_l2 = (cluster_size / entry) * cluster_size;
+    size.div_ceil(per_l2) * 8
 }
 
 fn valid_cluster_size(size: u64) -> bool {

@@ -449,6 +449,62 @@ impl Model {
         violations
     }
 
+    /// Passes over `sectors` sectors from `first_sector` in the recovery
+    /// check without reading them: a sparse sweep of a large disk skips
+    /// what the model holds no record of. Panics if any of them has one (a
+    /// value this epoch may have changed, or a base other than the
+    /// unwritten value), as those must be read; the skipped sectors keep
+    /// their unwritten value in the next epoch.
+    pub fn skip_recovered(&mut self, first_sector: u64, sectors: u64) {
+        let end = first_sector + sectors;
+        assert!(
+            self.base.range(first_sector..end).next().is_none(),
+            "recovery skips a sector with a base value"
+        );
+        let rec = self
+            .recovery
+            .as_mut()
+            .expect("skip_recovered without a crash");
+        assert_eq!(first_sector, rec.next, "recovery reads must be in order");
+        assert!(
+            end <= self.sectors,
+            "recovery skip past the end of the disk"
+        );
+        assert!(
+            rec.allowed.range(first_sector..end).next().is_none(),
+            "recovery skips a sector written this epoch"
+        );
+        rec.next = end;
+    }
+
+    /// Every sector the model holds a record of (a base value, a history
+    /// this epoch, a value a failed flush may have lost, or one allowed
+    /// after the crash being checked), in order, each once: the sectors a
+    /// sparse sweep must read. As many as were written, whatever the disk's
+    /// size.
+    pub fn recorded_sectors(&self) -> BTreeSet<u64> {
+        let mut out: BTreeSet<u64> = self.base.keys().copied().collect();
+        out.extend(self.history.keys().copied());
+        out.extend(self.lost.keys().copied());
+        if let Some(rec) = &self.recovery {
+            out.extend(rec.allowed.keys().copied());
+        }
+        out
+    }
+
+    /// Sector records held (base values, per-sector histories, allowed
+    /// values of a recovery and lost values): what the model's memory
+    /// grows with.
+    pub fn records(&self) -> usize {
+        self.base.len()
+            + self.history.len()
+            + self.lost.len()
+            + self
+                .recovery
+                .as_ref()
+                .map_or(0, |r| r.allowed.len() + r.base.len())
+    }
+
     /// Ends the recovery check and starts the next epoch.
     pub fn finish_recovery(&mut self) {
         let rec = self

@@ -79,7 +79,7 @@ pub struct ImportArgs {
 pub struct RunArgs {
     /// The trace.
     pub trace: PathBuf,
-    /// Virtual disk size, with an optional k, M, G suffix.
+    /// Virtual disk size (at most 1 TiB), with an optional k, M, G, T suffix.
     #[arg(long)]
     pub size: String,
     /// Image options as key=value,... (as `qcsim create -o`).

@@ -202,11 +202,11 @@ fn bad_traces_name_the_line_or_the_limit_and_destroy_nothing() {
         err.contains("line 3: `w 1048576 512` ends at byte 1049088, past the end"),
         "{err}"
     );
-    let (code, _, err) = qcsim(&["trace", "run", "ok.trace", "--size", "1G"], d);
+    let (code, _, err) = qcsim(&["trace", "run", "ok.trace", "--size", "2T"], d);
     assert_eq!(code, 1);
     assert!(
         err.contains(
-            "at most 67108864 bytes, the harness's largest virtual disk (case::MAX_VIRTUAL_SIZE)"
+            "at most 1099511627776 bytes, the harness's largest virtual disk (case::MAX_VIRTUAL_SIZE)"
         ),
         "{err}"
     );

@@ -1,4 +1,4 @@
-//! Sparse byte storage: the disk's content in 64 KiB chunks, absent chunks
+//! Sparse byte storage: the disk's content in 4 KiB chunks, absent chunks
 //! reading as zeroes. Chunks are reference-counted and copied on write, so
 //! the durable and volatile views (and crash images) share whatever they
 //! have in common, and a 256 MiB benchmark does not hold its data twice.
@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// The size of one chunk in bytes.
-pub const CHUNK: u64 = 64 << 10;
+pub const CHUNK: u64 = 4 << 10;
 
 /// A sparse, growable byte array with a length (bytes past it read as zero).
 /// Two stores are equal when their lengths and contents are, however their

@@ -20,12 +20,14 @@
 mod enumerate;
 mod report;
 mod setup;
+mod sweep;
 
 pub use enumerate::{
     enumerate_crash_states, EnumerateError, EnumerateOptions, EnumerateReport, Granularity,
     StateFailure,
 };
 pub use report::{cow_summary, Failure, RunReport, RunStats};
+pub use sweep::{mapped_clusters, WHOLE_SWEEP_MAX};
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -39,7 +41,7 @@ use oracle::model::{Model, OpId, SectorRange, Status, Violation, WriteKind};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::case::{Case, Op, MAX_OPS, MAX_REQUEST_BYTES};
+use crate::case::{Case, Op, MAX_REQUEST_BYTES};
 use crate::disk::{DiskCounters, SimDisk, SparseStore};
 use crate::exec::{ExecError, ExecOptions, Nanos, Sim};
 use crate::rng::{self, Stream};
@@ -56,8 +58,6 @@ pub struct RunOptions {
 const CRASH_HORIZON_NS: u64 = 3_000_000;
 /// Violations reported in full per check (the rest are counted).
 const VIOLATIONS_SHOWN: usize = 8;
-/// Chunk of the whole-disk reads after a crash and at the end.
-const SWEEP_CHUNK: u64 = 1 << 20;
 
 type Img = Image<SimDisk>;
 
@@ -159,7 +159,9 @@ const HIDDEN_LEAK_SPAN: u64 = 64 << 20;
 /// request the engine issues, `MAX_REQUEST_BYTES`). Each request that
 /// takes time costs its task a poll when it completes (the engine awaits
 /// its requests one at a time), so at most `steps_max` of them complete,
-/// and at most `MAX_OPS` more are cut short by crashes; a write_zeroes
+/// and at most as many more as the case has operations (counted as at
+/// least `CUT_SHORT_LEAST`, the bound of operations when the budget was
+/// set) are cut short by crashes; a write_zeroes
 /// refused as not supported completes at once but holds the bus or a
 /// channel for its transfer, and the engine follows each refusal with a
 /// timed request of the same task: at most as many again. A run within
@@ -179,6 +181,11 @@ pub fn exec_options(case: &Case) -> ExecOptions {
         ..default
     }
 }
+
+/// Least count of operations cut short by crashes `time_budget` allows
+/// for (what `case::MAX_OPS` was when the budget was set, so that budgets
+/// are unchanged for every case that bound allowed).
+const CUT_SHORT_LEAST: u64 = 4096;
 
 /// Polls allowed per unit of `Case::work`. Generated cases take at most
 /// about 6 (the fixed costs of small cases) and request-heavy ones about 2
@@ -209,7 +216,8 @@ pub(crate) fn worst_request(case: &Case) -> Nanos {
 /// The time budget of a run of `case` (see `exec_options`); `None` when it
 /// does not fit in u64 ns, which validation refuses.
 pub(crate) fn time_budget(case: &Case) -> Option<Nanos> {
-    let requests = 2 * (steps_budget(case) + MAX_OPS as u64);
+    let ops: usize = case.workload.iter().map(Vec::len).sum();
+    let requests = 2 * (steps_budget(case) + CUT_SHORT_LEAST.max(ops as u64));
     let horizons = case.crashes() as u64 * CRASH_HORIZON_NS;
     let budget = requests
         .checked_mul(worst_request(case))?
@@ -230,8 +238,40 @@ pub fn run_case_with_progress(
     opts: &RunOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> RunReport {
+    run_case_measured(case, opts, progress).0
+}
+
+/// What a run holds in memory at its end, in units that do not depend on
+/// the allocator: what grows with the sectors written, and must not grow
+/// with the virtual size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    /// Chunks ([`crate::disk::CHUNK`] bytes) the image disk's volatile
+    /// store holds.
+    pub image_chunks: u64,
+    /// Chunks its durable store holds.
+    pub durable_chunks: u64,
+    /// Sector records the reference model holds (`Model::records`).
+    pub model_records: u64,
+    /// Sectors the model knows of (`Model::recorded_sectors`).
+    pub model_sectors: u64,
+}
+
+/// [`run_case_with_progress`], with the run's [`Footprint`] at its end.
+pub fn run_case_measured(
+    case: &Case,
+    opts: &RunOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> (RunReport, Footprint) {
     let mut run = Run::fresh(case, opts);
     run.go(progress);
+    let chunks = |s: SparseStore| s.allocated() / crate::disk::CHUNK;
+    let footprint = Footprint {
+        image_chunks: chunks(run.disk.volatile()),
+        durable_chunks: chunks(run.disk.durable()),
+        model_records: run.shared.model.borrow().records() as u64,
+        model_sectors: run.shared.model.borrow().recorded_sectors().len() as u64,
+    };
     let trace_hash = run.sim.trace_hash();
     let mut stats = *run.shared.stats.borrow();
     let m = run.shared.model.borrow().stats();
@@ -249,13 +289,14 @@ pub fn run_case_with_progress(
         failures.retain(|f| matches!(f, Failure::Hang { .. } | Failure::Panic { .. }));
         stats.harsh_findings = (before - failures.len()) as u64;
     }
-    RunReport {
+    let report = RunReport {
         seed: case.seed,
         profile: case.profile,
         failures,
         trace_hash,
         stats,
-    }
+    };
+    (report, footprint)
 }
 
 impl<'a> Run<'a> {
@@ -537,13 +578,21 @@ impl<'a> Run<'a> {
         self.shared.stats.borrow_mut().crash_states_checked += 1;
         let img = Rc::new(img);
         let sectors = self.case.sectors();
+        let reads = sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
         let mut violations = Vec::new();
-        let mut first = 0;
-        while first < sectors {
-            let n = (SWEEP_CHUNK / SECTOR_SIZE as u64).min(sectors - first);
+        let mut next = 0;
+        for (first, n) in reads {
+            if first > next {
+                let mut model = self.shared.model.borrow_mut();
+                model.skip_recovered(next, first - next);
+            }
             let buf = self.read_all(&img, first, n)?;
             violations.extend(self.shared.model.borrow_mut().check_recovered(first, &buf));
-            first += n;
+            next = first + n;
+        }
+        if next < sectors {
+            let mut model = self.shared.model.borrow_mut();
+            model.skip_recovered(next, sectors - next);
         }
         self.shared.model.borrow_mut().finish_recovery();
         if !violations.is_empty() {
@@ -644,12 +693,9 @@ impl<'a> Run<'a> {
     /// and find neither corruption nor leak.
     fn finish(&mut self, img: Rc<Img>) {
         self.set_faults_enabled(false);
-        let sectors = self.case.sectors();
-        let ss = SECTOR_SIZE as u64;
-        let mut first = 0;
+        let reads = sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
         let mut op = u64::MAX / 2;
-        while first < sectors {
-            let n = (SWEEP_CHUNK / ss).min(sectors - first);
+        for (first, n) in reads {
             op += 1;
             self.shared
                 .model
@@ -677,7 +723,6 @@ impl<'a> Run<'a> {
                     return self.fail(f);
                 }
             }
-            first += n;
         }
         let img = match Rc::try_unwrap(img) {
             Ok(i) => i,

@@ -60,7 +60,7 @@ fn other_versions_are_refused_by_version() {
 fn invalid_cases_are_refused_with_the_reason() {
     let e = edited(|v| v["image"]["create"]["cluster_size"] = 3000.into()).unwrap_err();
     assert!(matches!(e, CaseError::ClusterSize(3000)), "{e}");
-    let e = edited(|v| v["image"]["create"]["size"] = (1u64 << 40).into()).unwrap_err();
+    let e = edited(|v| v["image"]["create"]["size"] = (1u64 << 41).into()).unwrap_err();
     assert!(matches!(e, CaseError::VirtualSize(_)), "{e}");
     let e = edited(|v| v["engine"]["l2_cache_tables"] = 1.into()).unwrap_err();
     assert!(matches!(e, CaseError::Engine(_)), "{e}");

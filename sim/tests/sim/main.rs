@@ -19,6 +19,7 @@ mod dump_snapshots;
 mod enumerate_states;
 mod exec_sched;
 mod robustness;
+mod scale;
 mod shrink_mechanics;
 mod trace_import;
 mod trace_run;
