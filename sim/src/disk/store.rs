@@ -2,6 +2,11 @@
 //! reading as zeroes. Chunks are reference-counted and copied on write, so
 //! the durable and volatile views (and crash images) share whatever they
 //! have in common, and a 256 MiB benchmark does not hold its data twice.
+//!
+//! Chunks are kept in groups of [`GROUP_CHUNKS`] (1 MiB), each group itself
+//! shared and copied on write: the disk shares its whole volatile view as
+//! the durable one every time nothing is pending, so a copy of the store
+//! must cost the number of groups, not of chunks.
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -9,12 +14,19 @@ use std::rc::Rc;
 /// The size of one chunk in bytes.
 pub const CHUNK: u64 = 4 << 10;
 
+/// Chunks per group.
+pub const GROUP_CHUNKS: u64 = 256;
+
+/// The chunks of one group, by chunk index (over the whole store).
+type Group = BTreeMap<u64, Rc<Vec<u8>>>;
+
 /// A sparse, growable byte array with a length (bytes past it read as zero).
 /// Two stores are equal when their lengths and contents are, however their
 /// chunks happen to be allocated.
 #[derive(Debug, Clone, Default)]
 pub struct SparseStore {
-    chunks: BTreeMap<u64, Rc<Vec<u8>>>,
+    /// Groups by group index; a group is never empty.
+    groups: BTreeMap<u64, Rc<Group>>,
     len: u64,
 }
 
@@ -24,14 +36,10 @@ impl PartialEq for SparseStore {
             return false;
         }
         let zero = |c: &Rc<Vec<u8>>| c.iter().all(|&b| b == 0);
-        let keys: std::collections::BTreeSet<u64> = self
-            .chunks
-            .keys()
-            .chain(other.chunks.keys())
-            .copied()
-            .collect();
+        let keys: std::collections::BTreeSet<u64> =
+            self.chunk_indices().chain(other.chunk_indices()).collect();
         keys.into_iter()
-            .all(|k| match (self.chunks.get(&k), other.chunks.get(&k)) {
+            .all(|k| match (self.chunk(k), other.chunk(k)) {
                 (Some(a), Some(b)) => Rc::ptr_eq(a, b) || a == b,
                 (Some(c), None) | (None, Some(c)) => zero(c),
                 (None, None) => true,
@@ -62,7 +70,25 @@ impl SparseStore {
 
     /// Bytes held in memory (allocated chunks).
     pub fn allocated(&self) -> u64 {
-        self.chunks.len() as u64 * CHUNK
+        self.groups.values().map(|g| g.len() as u64).sum::<u64>() * CHUNK
+    }
+
+    fn chunk(&self, idx: u64) -> Option<&Rc<Vec<u8>>> {
+        self.groups.get(&(idx / GROUP_CHUNKS))?.get(&idx)
+    }
+
+    fn chunk_indices(&self) -> impl Iterator<Item = u64> + '_ {
+        self.groups.values().flat_map(|g| g.keys().copied())
+    }
+
+    /// The chunk at `idx` to write into, made if absent and unshared.
+    fn chunk_mut(&mut self, idx: u64) -> &mut Vec<u8> {
+        let group = Rc::make_mut(self.groups.entry(idx / GROUP_CHUNKS).or_default());
+        Rc::make_mut(
+            group
+                .entry(idx)
+                .or_insert_with(|| Rc::new(vec![0; CHUNK as usize])),
+        )
     }
 
     /// Fill `buf` from `offset`; bytes past the length or never written read
@@ -75,7 +101,7 @@ impl SparseStore {
             let idx = pos / CHUNK;
             let within = (pos % CHUNK) as usize;
             let n = ((CHUNK - pos % CHUNK).min(end - pos)) as usize;
-            if let Some(chunk) = self.chunks.get(&idx) {
+            if let Some(chunk) = self.chunk(idx) {
                 let at = (pos - offset) as usize;
                 buf[at..at + n].copy_from_slice(&chunk[within..within + n]);
             }
@@ -92,11 +118,7 @@ impl SparseStore {
             let within = (pos % CHUNK) as usize;
             let n = ((CHUNK - pos % CHUNK).min(end - pos)) as usize;
             let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
-            let chunk = self
-                .chunks
-                .entry(idx)
-                .or_insert_with(|| Rc::new(vec![0; CHUNK as usize]));
-            Rc::make_mut(chunk)[within..within + n].copy_from_slice(src);
+            self.chunk_mut(idx)[within..within + n].copy_from_slice(src);
             pos += n as u64;
         }
         self.len = self.len.max(end);
@@ -108,18 +130,25 @@ impl SparseStore {
     pub fn zero(&mut self, offset: u64, len: u64) {
         let end = offset + len;
         if len > 0 {
+            let (first, last) = (offset / CHUNK, (end - 1) / CHUNK);
             let present: Vec<u64> = self
-                .chunks
-                .range(offset / CHUNK..=(end - 1) / CHUNK)
-                .map(|(&idx, _)| idx)
+                .groups
+                .range(first / GROUP_CHUNKS..=last / GROUP_CHUNKS)
+                .flat_map(|(_, g)| g.range(first..=last).map(|(&idx, _)| idx))
                 .collect();
             for idx in present {
                 let (start, stop) = ((idx * CHUNK).max(offset), ((idx + 1) * CHUNK).min(end));
+                let gi = idx / GROUP_CHUNKS;
+                let group = Rc::make_mut(self.groups.get_mut(&gi).expect("present"));
                 if stop - start == CHUNK {
-                    self.chunks.remove(&idx);
-                } else if let Some(chunk) = self.chunks.get_mut(&idx) {
+                    group.remove(&idx);
+                    if group.is_empty() {
+                        self.groups.remove(&gi);
+                    }
+                } else {
+                    let chunk = Rc::make_mut(group.get_mut(&idx).expect("present"));
                     let within = (start - idx * CHUNK) as usize;
-                    Rc::make_mut(chunk)[within..within + (stop - start) as usize].fill(0);
+                    chunk[within..within + (stop - start) as usize].fill(0);
                 }
             }
         }
@@ -131,10 +160,19 @@ impl SparseStore {
     pub fn truncate(&mut self, len: u64) {
         if len < self.len {
             let first_dead = len.div_ceil(CHUNK);
-            self.chunks.split_off(&first_dead);
+            let gi = first_dead / GROUP_CHUNKS;
+            let mut tail = self.groups.split_off(&gi);
+            if let Some(mut group) = tail.remove(&gi) {
+                let kept = Rc::make_mut(&mut group);
+                kept.split_off(&first_dead);
+                if !kept.is_empty() {
+                    self.groups.insert(gi, group);
+                }
+            }
             if !len.is_multiple_of(CHUNK) {
-                if let Some(chunk) = self.chunks.get_mut(&(len / CHUNK)) {
-                    Rc::make_mut(chunk)[(len % CHUNK) as usize..].fill(0);
+                let idx = len / CHUNK;
+                if self.chunk(idx).is_some() {
+                    self.chunk_mut(idx)[(len % CHUNK) as usize..].fill(0);
                 }
             }
         }
@@ -193,6 +231,23 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_shares_until_written_and_then_differs_only_there() {
+        let g = GROUP_CHUNKS * CHUNK;
+        let mut a = SparseStore::new();
+        a.write(g - 8, &[1; 16]);
+        let mut b = a.clone();
+        b.write(g - 4, &[2; 8]);
+        b.truncate(g - 2);
+        let mut buf = [0u8; 16];
+        a.read(g - 8, &mut buf);
+        assert_eq!(buf, [1; 16]);
+        b.read(g - 8, &mut buf);
+        assert_eq!(buf, [1, 1, 1, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(a.allocated(), 2 * CHUNK);
+        assert_eq!(b.allocated(), CHUNK);
+    }
+
+    #[test]
     fn equality_is_by_content() {
         let mut a = SparseStore::new();
         a.write(10, &[1; 4]);
@@ -234,8 +289,10 @@ mod model {
     }
 
     fn op() -> impl Strategy<Value = Op> {
-        // Offsets around chunk boundaries, within three chunks.
-        let off = 0..3 * CHUNK;
+        // Offsets around chunk boundaries within three chunks, and around
+        // the boundary of the first two groups.
+        let g = GROUP_CHUNKS * CHUNK;
+        let off = prop_oneof![0..3 * CHUNK, g - 2 * CHUNK..g + 2 * CHUNK];
         prop_oneof![
             (off.clone(), prop::collection::vec(any::<u8>(), 1..3000))
                 .prop_map(|(o, d)| Op::Write(o, d)),
