@@ -833,10 +833,15 @@ impl BlockDev for FileDev {
     async fn truncate(&self, len: u64) -> Result<(), DevError> {
         self.check_writable(IoOp::Truncate, len)?;
         checked_end(IoOp::Truncate, len, 0)?;
-        self.len.store(len, Ordering::Relaxed);
         self.run(IoOp::Truncate, len, move |fds| fds.file.set_len(len))
             .await?
-            .map_err(|e| dev_error(IoOp::Truncate, len, 0, e))
+            .map_err(|e| dev_error(IoOp::Truncate, len, 0, e))?;
+        // Only once the file has the length: a truncate that fails leaves
+        // the file as it was, and so the cached length. (Extending requests
+        // issued while a truncate runs are not ordered with it, on the file
+        // either.)
+        self.len.store(len, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -887,5 +892,56 @@ mod tests {
         // The single worker is still there to run the next job.
         let ok = futures::executor::block_on(pool.submit(|| 42u32));
         assert!(matches!(ok, Ok(42)));
+    }
+
+    /// A file whose `ftruncate` fails: a memfd sealed against growing,
+    /// opened by its /proc name. The failed truncate leaves the device's
+    /// length as the file's.
+    #[test]
+    fn a_failed_truncate_leaves_the_length_as_the_files() {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        use std::os::unix::fs::FileExt;
+
+        let name = std::ffi::CString::new("qcsim-truncate-fails").unwrap();
+        // SAFETY: a valid NUL-terminated name; the descriptor returned is
+        // owned by `memfd` from here on.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_ALLOW_SEALING) };
+        assert!(fd >= 0, "memfd_create: {}", io::Error::last_os_error());
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        let memfd = unsafe { File::from_raw_fd(fd) };
+        memfd.write_all_at(&[7u8; 4096], 0).unwrap();
+        // SAFETY: fcntl on a descriptor `memfd` owns.
+        let sealed =
+            unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_GROW) };
+        assert_eq!(sealed, 0, "F_ADD_SEALS: {}", io::Error::last_os_error());
+
+        let opts = FileOptions {
+            threads: 1,
+            ..FileOptions::default()
+        };
+        let dev = FileDev::open(format!("/proc/self/fd/{fd}"), &opts).unwrap();
+        assert_eq!(dev.len(), 4096);
+        let err = futures::executor::block_on(dev.truncate(1 << 20)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DevError::Os {
+                    op: IoOp::Truncate,
+                    errno: Some(libc::EPERM),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            memfd.metadata().unwrap().len(),
+            4096,
+            "the file kept its length"
+        );
+        assert_eq!(dev.len(), 4096, "and so does the device");
+        // Shrinking is not sealed: a truncate that succeeds is seen.
+        futures::executor::block_on(dev.truncate(512)).unwrap();
+        assert_eq!(dev.len(), 512);
+        assert_eq!(memfd.metadata().unwrap().len(), 512);
     }
 }
