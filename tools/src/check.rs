@@ -149,7 +149,12 @@ impl<'a> QemuCheckJson<'a> {
 /// qemu-img check takes them: a check reads (and keeps writers out, unless
 /// `force_share`), a repair writes, so nobody else may have the image open
 /// for writing or reading while it runs: an image QEMU is writing is
-/// refused, not repaired under it.
+/// refused, not repaired under it. An external data file is locked as
+/// QEMU locks an image's data file ([`LockRequest::data_file`], read-only
+/// for a check): a check is refused while another process may resize it
+/// (an image open for writing on it), a repair while any other process
+/// has it open as a data file; a plain writer of the raw file keeps
+/// neither out, as it keeps neither of qemu-img's out.
 pub fn check_file(path: &Path, opts: &CheckOptions) -> Result<CheckOutcome, CheckError> {
     let repair = opts.repair.is_some();
     if repair && opts.force_share {
@@ -158,10 +163,16 @@ pub fn check_file(path: &Path, opts: &CheckOptions) -> Result<CheckOutcome, Chec
         });
     }
     let req = LockRequest::qcow2_file(!repair, opts.force_share);
-    let mut locked = open_locked(path, repair, req).map_err(|error| CheckError::Open {
+    let open_error = |error| CheckError::Open {
         path: path.to_owned(),
         error: Box::new(error),
-    })?;
+    };
+    let mut locked = open_locked(path, repair, req).map_err(open_error)?;
+    // qemu-img opens the data file too, and holds its locks, though the
+    // check never reads it.
+    locked
+        .lock_data_file(path, !repair, opts.force_share)
+        .map_err(open_error)?;
     let file = &mut locked.file;
     let mut report = match opts.repair {
         None => check::check(&*file),

@@ -224,3 +224,25 @@ fn the_json_report_is_qemu_imgs_byte_for_byte() {
         assert_eq!(repair(path, mode).json() + "\n", want, "-r {flag}");
     }
 }
+
+/// qemu-img check opens an image's external data file (and locks it); one
+/// that cannot be opened fails the check, naming it.
+#[test]
+fn a_missing_data_file_is_a_typed_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("df.qcow2");
+    let data = dir.path().join("df.data");
+    let opts = format!("data_file={}", data.display());
+    testkit::qemu_create(&path, &opts, "1M", None);
+    assert_eq!(check(&path).exit_code(), 0);
+    std::fs::remove_file(&data).unwrap();
+    let err = check_file(&path, &CheckOptions::default()).unwrap_err();
+    match &err {
+        CheckError::Open { error, .. } => {
+            assert!(matches!(**error, OpenError::DataFile { .. }), "{err}")
+        }
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains("df.data"), "{err}");
+    assert_eq!(testkit::qemu_check(&path, None).0, 1, "qemu-img fails too");
+}
