@@ -7,7 +7,11 @@ use crate::dev::DevError;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
-    #[error("device: {0}")]
+    /// A device request failed. Transparent: the device error's message
+    /// already names the request and its offset, and printing it behind a
+    /// prefix as well as through `source()` showed it twice in a chain
+    /// (`device: X: X`).
+    #[error(transparent)]
     Dev(#[from] DevError),
     /// The image is not a valid qcow2 image: a header field or table is
     /// malformed. `field` names it as the qcow2 specification does.
@@ -65,3 +69,36 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dev::IoOp;
+
+    /// Each error of a `source()` chain prints only its own part: no link's
+    /// message repeats the message of the link it comes from, so a printer
+    /// of the chain (anyhow's `{:#}`) shows every cause once.
+    fn assert_each_cause_once(e: &dyn std::error::Error) {
+        let mut link = e;
+        while let Some(source) = link.source() {
+            let (outer, inner) = (link.to_string(), source.to_string());
+            assert!(
+                !outer.contains(&inner),
+                "'{outer}' repeats its source '{inner}'"
+            );
+            link = source;
+        }
+    }
+
+    #[test]
+    fn a_device_error_prints_once() {
+        let dev = DevError::Io {
+            op: IoOp::Read,
+            offset: 4096,
+            len: 512,
+        };
+        let e = Error::from(dev.clone());
+        assert_each_cause_once(&e);
+        assert_eq!(e.to_string(), dev.to_string());
+    }
+}

@@ -1,6 +1,27 @@
 //! The `qcsim` command line: seeded simulation campaigns over the engine,
 //! and the engine on real image files in the manner of qemu-img and qemu-io.
 
+// Before `mod cli`, so that every command's `print!` and `println!` are
+// these: standard output through `output`, where a failed write (a reader
+// gone: `| head -1`) is recorded instead of panicking, and `main` exits 141
+// quietly (see `output`).
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::output::print_fmt(format_args!($($arg)*))
+    };
+}
+
+macro_rules! println {
+    () => {
+        $crate::output::print_fmt(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::print_fmt(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+mod output;
+
 mod cli;
 
 use clap::{Parser, Subcommand};
@@ -63,11 +84,16 @@ fn main() {
         Command::Dump(a) => cli::dump::run(a),
         Command::Io(a) => cli::io::run(a),
     };
-    match result {
-        Ok(code) => std::process::exit(code),
+    let code = match result {
+        Ok(code) => code,
         Err(e) => {
-            eprintln!("qcsim: {e:#}");
-            std::process::exit(1);
+            // After standard output failed, the error is (most likely) that
+            // failure, already dealt with by `output`.
+            if !output::has_failed() {
+                eprintln!("qcsim: {e:#}");
+            }
+            1
         }
-    }
+    };
+    std::process::exit(output::exit_code(code));
 }

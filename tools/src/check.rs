@@ -79,10 +79,69 @@ impl CheckOutcome {
         self.report.human()
     }
 
-    /// The report as JSON (qemu-img's field names, serde_json's two-space
-    /// pretty layout), without a final newline.
+    /// The report as `qemu-img check --output json` prints it, byte for
+    /// byte, without the final newline: its field names, its layout (four
+    /// spaces, see [`crate::info`]) and its field order, zero counters
+    /// left out as QEMU leaves them out.
     pub fn json(&self) -> String {
-        serde_json::to_string_pretty(&self.report).expect("a check report serialises")
+        crate::info::pretty_json(&QemuCheckJson::of(&self.report))
+    }
+}
+
+/// QEMU's `ImageCheck` as qemu-img prints it. qemu-img builds the JSON as
+/// a QDict, whose entries come out in the order of its hash table: by
+/// bucket (`tdb_hash(key) % 512`, qobject/qdict.c), the latest insertion
+/// first within a bucket. These twelve keys fall in twelve different
+/// buckets, so the order is fixed: the fields below are in it (the test
+/// `check_json_fields_are_in_qdict_order` recomputes it). The counters QEMU
+/// marks as present only when non-zero (all but `check-errors`) are left out
+/// when zero.
+#[derive(serde::Serialize)]
+struct QemuCheckJson<'a> {
+    #[serde(rename = "image-end-offset", skip_serializing_if = "is_zero")]
+    image_end_offset: u64,
+    #[serde(rename = "compressed-clusters", skip_serializing_if = "is_zero")]
+    compressed_clusters: u64,
+    #[serde(rename = "total-clusters", skip_serializing_if = "is_zero")]
+    total_clusters: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    corruptions: u64,
+    #[serde(rename = "corruptions-fixed", skip_serializing_if = "is_zero")]
+    corruptions_fixed: u64,
+    #[serde(rename = "check-errors")]
+    check_errors: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    leaks: u64,
+    #[serde(rename = "leaks-fixed", skip_serializing_if = "is_zero")]
+    leaks_fixed: u64,
+    #[serde(rename = "allocated-clusters", skip_serializing_if = "is_zero")]
+    allocated_clusters: u64,
+    filename: &'a str,
+    format: &'a str,
+    #[serde(rename = "fragmented-clusters", skip_serializing_if = "is_zero")]
+    fragmented_clusters: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+impl<'a> QemuCheckJson<'a> {
+    fn of(r: &'a CheckReport) -> QemuCheckJson<'a> {
+        QemuCheckJson {
+            image_end_offset: r.image_end_offset,
+            compressed_clusters: r.compressed_clusters,
+            total_clusters: r.total_clusters,
+            corruptions: r.corruptions,
+            corruptions_fixed: r.corruptions_fixed,
+            check_errors: r.check_errors,
+            leaks: r.leaks,
+            leaks_fixed: r.leaks_fixed,
+            allocated_clusters: r.allocated_clusters,
+            filename: &r.filename,
+            format: &r.format,
+            fragmented_clusters: r.fragmented_clusters,
+        }
     }
 }
 
@@ -90,7 +149,12 @@ impl CheckOutcome {
 /// qemu-img check takes them: a check reads (and keeps writers out, unless
 /// `force_share`), a repair writes, so nobody else may have the image open
 /// for writing or reading while it runs: an image QEMU is writing is
-/// refused, not repaired under it.
+/// refused, not repaired under it. An external data file is locked as
+/// QEMU locks an image's data file ([`LockRequest::data_file`], read-only
+/// for a check): a check is refused while another process may resize it
+/// (an image open for writing on it), a repair while any other process
+/// has it open as a data file; a plain writer of the raw file keeps
+/// neither out, as it keeps neither of qemu-img's out.
 pub fn check_file(path: &Path, opts: &CheckOptions) -> Result<CheckOutcome, CheckError> {
     let repair = opts.repair.is_some();
     if repair && opts.force_share {
@@ -99,10 +163,16 @@ pub fn check_file(path: &Path, opts: &CheckOptions) -> Result<CheckOutcome, Chec
         });
     }
     let req = LockRequest::qcow2_file(!repair, opts.force_share);
-    let mut locked = open_locked(path, repair, req).map_err(|error| CheckError::Open {
+    let open_error = |error| CheckError::Open {
         path: path.to_owned(),
         error: Box::new(error),
-    })?;
+    };
+    let mut locked = open_locked(path, repair, req).map_err(open_error)?;
+    // qemu-img opens the data file too, and holds its locks, though the
+    // check never reads it.
+    locked
+        .lock_data_file(path, !repair, opts.force_share)
+        .map_err(open_error)?;
     let file = &mut locked.file;
     let mut report = match opts.repair {
         None => check::check(&*file),
@@ -113,4 +183,50 @@ pub fn check_file(path: &Path, opts: &CheckOptions) -> Result<CheckOutcome, Chec
     };
     report.filename = path.display().to_string();
     Ok(CheckOutcome { report })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// QEMU's QDict bucket of `key` (qobject/qdict.c: `tdb_hash`, 512
+    /// buckets).
+    fn qdict_bucket(key: &str) -> u32 {
+        let mut value = 0x238F_13AFu32.wrapping_mul(key.len() as u32);
+        for (i, &b) in key.as_bytes().iter().enumerate() {
+            value = value.wrapping_add(u32::from(b) << (i * 5 % 24));
+        }
+        1_103_515_243u32.wrapping_mul(value).wrapping_add(12345) % 512
+    }
+
+    #[test]
+    fn check_json_fields_are_in_qdict_order() {
+        let report = CheckReport {
+            filename: "f".into(),
+            format: "qcow2".into(),
+            check_errors: 1,
+            corruptions: 2,
+            leaks: 3,
+            corruptions_fixed: 4,
+            leaks_fixed: 5,
+            allocated_clusters: 6,
+            total_clusters: 7,
+            fragmented_clusters: 8,
+            compressed_clusters: 9,
+            image_end_offset: 10,
+            ..CheckReport::default()
+        };
+        let json = CheckOutcome { report }.json();
+        let keys: Vec<&str> = json
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix('"'))
+            .map(|l| &l[..l.find('"').unwrap()])
+            .collect();
+        assert_eq!(keys.len(), 12, "{json}");
+        let buckets: Vec<u32> = keys.iter().map(|k| qdict_bucket(k)).collect();
+        let mut sorted = buckets.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(buckets, sorted, "{keys:?}");
+    }
 }

@@ -18,7 +18,9 @@
 //!    create locks them (so none is one another process uses), the files
 //!    told apart by device and inode, and each file that must reach a
 //!    length shown to be able to, all before any of them is emptied. A
-//!    failure closes them all as they were, and removes those it created.
+//!    file is created only with `O_EXCL`, so one that appears meanwhile is
+//!    opened as a file that existed. A failure closes them all as they
+//!    were, and removes those it created (and only those).
 //!
 //! Only then does the caller empty and write them (the engine's create
 //! empties its devices first thing); what can fail from there on is I/O.
@@ -27,7 +29,7 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 use engine::dev::{
-    BlockDev, DevError, FileDev, FileOpenError, FileOptions, IoOp, LockError, LockRequest,
+    BlockDev, DevError, FileDev, FileId, FileOpenError, FileOptions, IoOp, LockError, LockRequest,
     WriteFlags, ZeroFlags,
 };
 use engine::{CreateOptions, Image};
@@ -148,40 +150,108 @@ pub async fn prepare(
     opts: &FileOptions,
 ) -> Result<Vec<FileDev>, CreateError> {
     let mut devs: Vec<FileDev> = Vec::new();
-    let mut created: Vec<PathBuf> = Vec::new();
+    let mut created: Vec<(PathBuf, FileId)> = Vec::new();
     let result = prepare_each(wanted, opts, &mut devs, &mut created).await;
     if result.is_err() {
-        // Close before removing, so nothing of ours holds what is removed.
+        // Close before removing, so nothing of ours holds what is removed;
+        // a name that no longer leads to the file made is left alone.
         drop(devs);
-        for path in created {
-            let _ = std::fs::remove_file(path);
+        for (path, id) in created {
+            if file_id_of_path(&path).ok() == Some(id) {
+                let _ = std::fs::remove_file(path);
+            }
         }
         return result.map(|()| Vec::new());
     }
     Ok(devs)
 }
 
+/// `path` opened, or created if there is no file by that name; with the
+/// path of the file made when it was created. Creating is `O_EXCL`
+/// ([`FileDev::create_new`]): a file that appears after all between any
+/// look at the name and the create is opened as one that existed, so
+/// nothing this create did not make is ever emptied before its locks are
+/// held, nor removed when the create gives up. A dangling symlink is
+/// followed to the name it points at, which is created (as qemu-img's
+/// `O_CREAT` open does).
+fn open_or_create(
+    path: &Path,
+    opts: &FileOptions,
+) -> Result<(FileDev, Option<PathBuf>), CreateError> {
+    let target = creation_target(path)?;
+    match FileDev::create_new(&target, opts) {
+        Ok(dev) => Ok((dev, Some(target))),
+        Err(FileOpenError::Open { error, .. })
+            if error.kind() == std::io::ErrorKind::AlreadyExists =>
+        {
+            Ok((FileDev::open(path, opts)?, None))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The name a file created at `path` gets: `path`, or, through symlinks
+/// that lead nowhere, the name the last one points at (relative targets
+/// taken from the link's directory). At most 40 links are followed, as
+/// the kernel follows them; past that the create fails on the link.
+fn creation_target(path: &Path) -> Result<PathBuf, CreateError> {
+    let mut name = path.to_owned();
+    for _ in 0..40 {
+        let stat = |error| CreateError::Stat {
+            path: name.clone(),
+            error,
+        };
+        match std::fs::symlink_metadata(&name) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = std::fs::read_link(&name).map_err(stat)?;
+                name = match name.parent() {
+                    Some(dir) => dir.join(to),
+                    None => to,
+                };
+            }
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(e) => return Err(stat(e)),
+        }
+    }
+    Ok(name)
+}
+
+/// What tests run on each file [`prepare`] is about to open or create.
+#[cfg(test)]
+type Hook = Box<dyn FnMut(&Path)>;
+
+// Tests set this to run at the moment another process could make a file
+// appear.
+#[cfg(test)]
+thread_local! {
+    static BEFORE_OPEN: std::cell::RefCell<Option<Hook>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+#[cfg(test)]
+fn before_open(path: &Path) {
+    BEFORE_OPEN.with(|h| {
+        if let Some(f) = h.borrow_mut().as_mut() {
+            f(path)
+        }
+    });
+}
+
 async fn prepare_each(
     wanted: &[Wanted<'_>],
     opts: &FileOptions,
     devs: &mut Vec<FileDev>,
-    created: &mut Vec<PathBuf>,
+    created: &mut Vec<(PathBuf, FileId)>,
 ) -> Result<(), CreateError> {
     for w in wanted {
-        let exists = w.path.try_exists().map_err(|error| CreateError::Stat {
-            path: w.path.to_owned(),
-            error,
-        })?;
-        let mut dev = if exists {
-            FileDev::open(w.path, opts)?
-        } else {
-            // New, so emptying it (as create does after its locks) loses
-            // nothing. Had it appeared since the test above, create's
-            // locks would still keep it from another user.
-            let dev = FileDev::create(w.path, opts)?;
-            created.push(w.path.to_owned());
-            dev
-        };
+        #[cfg(test)]
+        before_open(w.path);
+        let (mut dev, made) = open_or_create(w.path, opts)?;
+        let exists = made.is_none();
+        if let Some(made) = made {
+            created.push((made, dev.file_id()));
+        }
         // Before locking: the locks of one file opened twice would
         // conflict with each other and be reported as another process.
         if let Some(i) = devs.iter().position(|d| d.file_id() == dev.file_id()) {
@@ -769,6 +839,51 @@ mod tests {
         let devs = block_on(prepare(&wanted, &opts)).unwrap();
         assert_eq!(devs.len(), 1);
         assert_eq!(std::fs::read(&keep).unwrap(), b"keep me", "not emptied");
+    }
+
+    #[test]
+    fn prepare_removes_only_the_files_it_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let keep = d.join("keep");
+        std::fs::write(&keep, b"keep me").unwrap();
+        let link = d.join("link");
+        std::fs::hard_link(&keep, &link).unwrap();
+        let new = d.join("new");
+        // Another process makes `race` just as prepare comes to it.
+        let race = d.join("race");
+        let raced = race.clone();
+        BEFORE_OPEN.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |path: &Path| {
+                if path == raced {
+                    std::fs::write(path, b"theirs").unwrap();
+                }
+            }))
+        });
+        let opts = FileOptions {
+            threads: 1,
+            ..FileOptions::default()
+        };
+        // A dangling symlink: the file it names is created, and removed.
+        let sym = d.join("sym");
+        std::os::unix::fs::symlink("target", &sym).unwrap();
+        let wanted = [&new, &race, &sym, &keep, &link].map(|path| Wanted { path, length: None });
+        let err = block_on(prepare(&wanted, &opts)).expect_err("refused");
+        BEFORE_OPEN.with(|h| h.borrow_mut().take());
+        assert!(matches!(err, CreateError::SameFile { .. }), "{err}");
+        assert!(!new.exists(), "the file it created is gone");
+        assert_eq!(
+            std::fs::read(&race).ok().as_deref(),
+            Some(&b"theirs"[..]),
+            "the file it did not create is neither emptied nor removed"
+        );
+        assert_eq!(std::fs::read(&keep).unwrap(), b"keep me");
+        assert!(!d.join("target").exists(), "the symlink's file is gone");
+        assert!(sym.symlink_metadata().is_ok(), "the symlink is not");
+
+        let devs = block_on(prepare(&wanted[2..3], &opts)).unwrap();
+        assert_eq!(devs.len(), 1);
+        assert_eq!(std::fs::read(d.join("target")).unwrap(), b"");
     }
 
     #[test]

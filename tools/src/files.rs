@@ -786,7 +786,62 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
 pub struct LockedFile {
     pub file: std::fs::File,
     /// Holds the locks; they go when it is dropped.
-    _locks: FileDev,
+    locks: FileDev,
+    /// Holds the locks of the image's external data file, once
+    /// [`LockedFile::lock_data_file`] took them.
+    data_locks: Option<FileDev>,
+}
+
+impl LockedFile {
+    /// Hold, besides the image's, the locks QEMU takes on the external
+    /// data file of a qcow2 image when it opens the image (its data-file
+    /// child: [`LockRequest::data_file`]), read-only or not: what
+    /// `qemu-img check` and `check -r` hold, so that an image whose data
+    /// file another process uses in a way that conflicts is refused as
+    /// qemu-img refuses it. `force_share` is qemu-img's `-U` (read-only
+    /// only). The data file is named by the header and opened by that name
+    /// from the working directory, as every open here does
+    /// ([`resolve_data_file_path`]).
+    ///
+    /// Nothing is taken when the header cannot be read (the checker says
+    /// what is wrong with it), has no data file, names none, or names the
+    /// image itself (the image's locks are on that file already); a data
+    /// file that cannot be opened or locked is an error, as in qemu-img.
+    pub fn lock_data_file(
+        &mut self,
+        image: &Path,
+        read_only: bool,
+        force_share: bool,
+    ) -> Result<(), OpenError> {
+        let Ok(header) = futures::executor::block_on(Image::read_header(&self.locks)) else {
+            return Ok(());
+        };
+        if !header.has_data_file() {
+            return Ok(());
+        }
+        let Some(name) = header.data_file() else {
+            return Ok(());
+        };
+        let data_error = |error: OpenError| OpenError::DataFile {
+            image: image.to_owned(),
+            name: name.clone(),
+            error: Box::new(error),
+        };
+        let file_opts = FileOptions {
+            read_only,
+            threads: 1,
+            ..FileOptions::default()
+        };
+        let mut dev = FileDev::open(resolve_data_file_path(&name), &file_opts)
+            .map_err(|e| data_error(e.into()))?;
+        if dev.file_id() == self.locks.file_id() {
+            return Ok(());
+        }
+        dev.lock(LockRequest::data_file(read_only, force_share))
+            .map_err(|e| data_error(e.into()))?;
+        self.data_locks = Some(dev);
+        Ok(())
+    }
 }
 
 /// Open `path` for plain I/O (writable or not) once `req`'s locks are
@@ -819,7 +874,8 @@ pub fn open_locked(path: &Path, writable: bool, req: LockRequest) -> Result<Lock
     }
     Ok(LockedFile {
         file,
-        _locks: locks,
+        locks,
+        data_locks: None,
     })
 }
 

@@ -8,11 +8,13 @@
 //! without its backing chain, as qemu-img info does; the qcow2 facts come
 //! from the header the engine read.
 
+use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use engine::format::header::{compat, incompat};
 use serde::Serialize;
+use serde_json::ser::CharEscape;
 
 use crate::files::{open_image, resolve_backing_path, Disk, Format, OpenError, OpenOptions};
 
@@ -306,17 +308,149 @@ impl InfoReport {
     }
 }
 
-/// `value` as JSON with qemu-img's four-space indentation. Serialising
-/// these reports into memory cannot fail: they hold no maps with non-string
-/// keys and no I/O happens.
+/// `value` as JSON laid out as qemu-img lays it out (QEMU's
+/// `qobject_to_json_pretty`): four-space indentation, `": "` after a key,
+/// an empty array or object still broken over two lines (`[` newline,
+/// indentation, `]`), and strings escaped as QEMU escapes them (every
+/// character outside printable ASCII, DEL included, as `\uXXXX` with
+/// upper-case hex digits, a surrogate pair beyond the BMP; `/` as is).
+/// Fields come in the order `value` serialises them. Serialising these
+/// reports into memory cannot fail: they hold no maps with non-string keys
+/// and no I/O happens.
 pub(crate) fn pretty_json(value: &impl Serialize) -> String {
     let mut out = Vec::new();
-    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, QemuFormatter::default());
     value
         .serialize(&mut ser)
         .expect("a report serialises into memory");
-    String::from_utf8(out).expect("serde_json writes UTF-8")
+    String::from_utf8(out).expect("the formatter writes ASCII")
+}
+
+/// serde_json's [`Formatter`](serde_json::ser::Formatter) for QEMU's
+/// pretty JSON (see [`pretty_json`]).
+#[derive(Default)]
+struct QemuFormatter {
+    level: usize,
+}
+
+impl QemuFormatter {
+    fn newline<W: ?Sized + io::Write>(&self, w: &mut W) -> io::Result<()> {
+        w.write_all(b"\n")?;
+        for _ in 0..self.level {
+            w.write_all(b"    ")?;
+        }
+        Ok(())
+    }
+
+    /// `[` or `{`: what follows is a level deeper.
+    fn open<W: ?Sized + io::Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.level += 1;
+        w.write_all(bracket)
+    }
+
+    /// `]` or `}` on a line of its own, even after no item.
+    fn close<W: ?Sized + io::Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.level -= 1;
+        self.newline(w)?;
+        w.write_all(bracket)
+    }
+
+    /// An array value or an object key: on a line of its own, after a
+    /// comma unless it is the first.
+    fn item<W: ?Sized + io::Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        if !first {
+            w.write_all(b",")?;
+        }
+        self.newline(w)
+    }
+}
+
+impl serde_json::ser::Formatter for QemuFormatter {
+    fn begin_array<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.open(w, b"[")
+    }
+
+    fn end_array<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.close(w, b"]")
+    }
+
+    fn begin_array_value<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        self.item(w, first)
+    }
+
+    fn end_array_value<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn begin_object<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.open(w, b"{")
+    }
+
+    fn end_object<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.close(w, b"}")
+    }
+
+    fn begin_object_key<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        self.item(w, first)
+    }
+
+    fn begin_object_value<W: ?Sized + io::Write>(&mut self, w: &mut W) -> io::Result<()> {
+        w.write_all(b": ")
+    }
+
+    fn end_object_value<W: ?Sized + io::Write>(&mut self, _: &mut W) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn write_string_fragment<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> io::Result<()> {
+        for c in fragment.chars() {
+            let cp = u32::from(c);
+            if cp > 0xFFFF {
+                let v = cp - 0x10000;
+                write!(
+                    w,
+                    "\\u{:04X}\\u{:04X}",
+                    0xD800 + (v >> 10),
+                    0xDC00 + (v & 0x3FF)
+                )?;
+            } else if cp >= 0x7F {
+                write!(w, "\\u{cp:04X}")?;
+            } else {
+                w.write_all(&[cp as u8])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_char_escape<W: ?Sized + io::Write>(
+        &mut self,
+        w: &mut W,
+        escape: CharEscape,
+    ) -> io::Result<()> {
+        match escape {
+            CharEscape::Quote => w.write_all(b"\\\""),
+            CharEscape::ReverseSolidus => w.write_all(b"\\\\"),
+            CharEscape::Solidus => w.write_all(b"/"),
+            CharEscape::Backspace => w.write_all(b"\\b"),
+            CharEscape::FormFeed => w.write_all(b"\\f"),
+            CharEscape::LineFeed => w.write_all(b"\\n"),
+            CharEscape::CarriageReturn => w.write_all(b"\\r"),
+            CharEscape::Tab => w.write_all(b"\\t"),
+            CharEscape::AsciiControl(b) => write!(w, "\\u{b:04X}"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -371,7 +505,8 @@ mod tests {
             file_length: 197120,
         };
         let want = r#"{
-    "children": [],
+    "children": [
+    ],
     "backing-filename-format": "raw",
     "virtual-size": 1048576,
     "filename": "top.qcow2",

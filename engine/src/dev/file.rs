@@ -362,6 +362,33 @@ impl Fds {
     }
 }
 
+/// Removes the file a [`Create::New`] open made when the open fails later
+/// (a lock refused, say), if the name still leads to that file.
+struct Unmake<'a> {
+    path: &'a Path,
+    id: Option<FileId>,
+}
+
+impl Drop for Unmake<'_> {
+    fn drop(&mut self) {
+        let Some(id) = self.id else { return };
+        if std::fs::symlink_metadata(self.path).is_ok_and(|m| FileId::of(&m) == id) {
+            let _ = std::fs::remove_file(self.path);
+        }
+    }
+}
+
+/// How [`FileDev::open_impl`] treats a file that is not there, or is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Create {
+    /// Open what exists.
+    No,
+    /// Create it if missing, empty it (after the create locks) if not.
+    Empty,
+    /// Create it; refuse one that exists.
+    New,
+}
+
 /// A real file (or block device) as a [`BlockDev`].
 pub struct FileDev {
     fds: Arc<Fds>,
@@ -403,7 +430,7 @@ impl FileDev {
         opts: &FileOptions,
         pool: IoPool,
     ) -> Result<FileDev, FileOpenError> {
-        Self::open_impl(path.as_ref(), opts, pool, false)
+        Self::open_impl(path.as_ref(), opts, pool, Create::No)
     }
 
     /// Create `path` (emptying it if it exists) with a pool of its own.
@@ -422,36 +449,60 @@ impl FileDev {
         opts: &FileOptions,
         pool: IoPool,
     ) -> Result<FileDev, FileOpenError> {
-        if opts.read_only {
-            return Err(FileOpenError::Options(
-                "cannot create a file read-only".into(),
-            ));
-        }
-        Self::open_impl(path.as_ref(), opts, pool, true)
+        Self::open_impl(path.as_ref(), opts, pool, Create::Empty)
+    }
+
+    /// Create `path`, which must not exist (`O_CREAT | O_EXCL`; a file, or
+    /// even a dangling symlink, already there is refused with an
+    /// [`io::ErrorKind::AlreadyExists`] open error, and left alone), with
+    /// QEMU's create locks, as [`FileDev::create`] does. A caller that
+    /// removes the file when it gives up removes only what it made.
+    pub fn create_new(
+        path: impl AsRef<Path>,
+        opts: &FileOptions,
+    ) -> Result<FileDev, FileOpenError> {
+        let pool = new_pool(opts)?;
+        Self::open_impl(path.as_ref(), opts, pool, Create::New)
     }
 
     fn open_impl(
         path: &Path,
         opts: &FileOptions,
         pool: IoPool,
-        create: bool,
+        create: Create,
     ) -> Result<FileDev, FileOpenError> {
+        if create != Create::No && opts.read_only {
+            return Err(FileOpenError::Options(
+                "cannot create a file read-only".into(),
+            ));
+        }
         let open_err = |error| FileOpenError::Open {
             path: path.to_owned(),
             error,
         };
         // Never O_TRUNC: a file is emptied only once the locks say nobody
         // else uses it.
-        let options = |create_it: bool| {
+        let options = |create: Create| {
             let mut o = OpenOptions::new();
             o.read(true).write(!opts.read_only);
-            if create_it {
-                o.create(true);
+            match create {
+                Create::No => {}
+                Create::Empty => {
+                    o.create(true);
+                }
+                Create::New => {
+                    o.create_new(true);
+                }
             }
             o
         };
         let file = options(create).open(path).map_err(open_err)?;
         let meta = file.metadata().map_err(open_err)?;
+        // A file this open made goes again if the open fails after all.
+        let mut made = Unmake {
+            path,
+            id: (create == Create::New).then(|| FileId::of(&meta)),
+        };
         let ft = meta.file_type();
         use std::os::unix::fs::FileTypeExt;
         if !ft.is_file() && !ft.is_block_device() {
@@ -462,7 +513,7 @@ impl FileDev {
         let direct = if opts.direct {
             // The buffered open above created the file if asked; this one
             // only opens it again, so it never truncates.
-            match options(false).custom_flags(libc::O_DIRECT).open(path) {
+            match options(Create::No).custom_flags(libc::O_DIRECT).open(path) {
                 Ok(f) => Some(f),
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                     return Err(FileOpenError::DirectUnsupported {
@@ -475,14 +526,16 @@ impl FileDev {
             None
         };
         let mut held = Held::default();
-        if create {
+        if create != Create::No {
             lock::apply(&file, path, &mut held, LockRequest::create())?;
-            // O_TRUNC would have left a block device as it is, too.
-            if ft.is_file() {
+            // O_TRUNC would have left a block device as it is, too. A file
+            // made by this open is empty already.
+            if create == Create::Empty && ft.is_file() {
                 file.set_len(0).map_err(open_err)?;
             }
         }
         let len = end_of_file(&file).map_err(open_err)?;
+        made.id = None;
         Ok(FileDev {
             fds: Arc::new(Fds { file, direct }),
             pool,
@@ -833,10 +886,15 @@ impl BlockDev for FileDev {
     async fn truncate(&self, len: u64) -> Result<(), DevError> {
         self.check_writable(IoOp::Truncate, len)?;
         checked_end(IoOp::Truncate, len, 0)?;
-        self.len.store(len, Ordering::Relaxed);
         self.run(IoOp::Truncate, len, move |fds| fds.file.set_len(len))
             .await?
-            .map_err(|e| dev_error(IoOp::Truncate, len, 0, e))
+            .map_err(|e| dev_error(IoOp::Truncate, len, 0, e))?;
+        // Only once the file has the length: a truncate that fails leaves
+        // the file as it was, and so the cached length. (Extending requests
+        // issued while a truncate runs are not ordered with it, on the file
+        // either.)
+        self.len.store(len, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -887,5 +945,78 @@ mod tests {
         // The single worker is still there to run the next job.
         let ok = futures::executor::block_on(pool.submit(|| 42u32));
         assert!(matches!(ok, Ok(42)));
+    }
+
+    /// A file whose `ftruncate` fails: a memfd sealed against growing,
+    /// opened by its /proc name. The failed truncate leaves the device's
+    /// length as the file's.
+    #[test]
+    fn a_failed_truncate_leaves_the_length_as_the_files() {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        use std::os::unix::fs::FileExt;
+
+        let name = std::ffi::CString::new("qcsim-truncate-fails").unwrap();
+        // SAFETY: a valid NUL-terminated name; the descriptor returned is
+        // owned by `memfd` from here on.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_ALLOW_SEALING) };
+        assert!(fd >= 0, "memfd_create: {}", io::Error::last_os_error());
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        let memfd = unsafe { File::from_raw_fd(fd) };
+        memfd.write_all_at(&[7u8; 4096], 0).unwrap();
+        // SAFETY: fcntl on a descriptor `memfd` owns.
+        let sealed =
+            unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_GROW) };
+        assert_eq!(sealed, 0, "F_ADD_SEALS: {}", io::Error::last_os_error());
+
+        let opts = FileOptions {
+            threads: 1,
+            ..FileOptions::default()
+        };
+        let dev = FileDev::open(format!("/proc/self/fd/{fd}"), &opts).unwrap();
+        assert_eq!(dev.len(), 4096);
+        let err = futures::executor::block_on(dev.truncate(1 << 20)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DevError::Os {
+                    op: IoOp::Truncate,
+                    errno: Some(libc::EPERM),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            memfd.metadata().unwrap().len(),
+            4096,
+            "the file kept its length"
+        );
+        assert_eq!(dev.len(), 4096, "and so does the device");
+        // Shrinking is not sealed: a truncate that succeeds is seen.
+        futures::executor::block_on(dev.truncate(512)).unwrap();
+        assert_eq!(dev.len(), 512);
+        assert_eq!(memfd.metadata().unwrap().len(), 512);
+    }
+
+    #[test]
+    fn create_new_refuses_a_file_that_exists_and_leaves_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"theirs").unwrap();
+        let opts = FileOptions {
+            threads: 1,
+            ..FileOptions::default()
+        };
+        match FileDev::create_new(&path, &opts) {
+            Err(FileOpenError::Open { error, .. }) => {
+                assert_eq!(error.kind(), io::ErrorKind::AlreadyExists)
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), b"theirs");
+        let new = dir.path().join("g");
+        let dev = FileDev::create_new(&new, &opts).unwrap();
+        assert_eq!(dev.len(), 0);
+        assert!(new.exists());
     }
 }

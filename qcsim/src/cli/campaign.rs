@@ -17,8 +17,8 @@ pub struct Args {
     /// Seed range, as A..B (B excluded).
     #[arg(long, conflicts_with = "time")]
     pub seeds: Option<String>,
-    /// Run new seeds (from 0, or from the start of --seeds) for this long:
-    /// 30s, 10m, 2h.
+    /// Run new seeds from 0 for this long (not with --seeds): 30s, 10m,
+    /// 2h.
     #[arg(long)]
     pub time: Option<String>,
     /// Worker threads, 1 to 1024 (default: all cores).
@@ -152,6 +152,18 @@ fn parse_shard(s: &str) -> anyhow::Result<(u64, u64)> {
     Ok((i, n))
 }
 
+/// The end (exclusive) of the seeds a timed campaign ran: it ran the first
+/// `cases` seeds of its shard (one in `shard_count`) from the start of
+/// `seeds`, so they all lie below `start + cases * shard_count`, and the
+/// shard's next seed does not. Never past the range's end, which also keeps
+/// it from overflowing at the top of the seed space.
+fn timed_end(seeds: &std::ops::Range<u64>, cases: u64, shard_count: u64) -> u64 {
+    cases
+        .checked_mul(shard_count)
+        .and_then(|span| seeds.start.checked_add(span))
+        .map_or(seeds.end, |end| end.min(seeds.end))
+}
+
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let time_limit = args.time.as_deref().map(parse_duration).transpose()?;
     let seeds = match (&args.seeds, time_limit) {
@@ -247,8 +259,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     println!("trace hash: {:016x}", summary.trace_hash);
     let end = if time_limit.is_some() {
-        // A timed campaign ran seeds from the start up to the last one run.
-        seeds.start + summary.cases * plan.shard.1
+        timed_end(&seeds, summary.cases, plan.shard.1)
     } else {
         seeds.end
     };
@@ -279,4 +290,26 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .with_context(|| format!("writing the campaign report {}", rpath.display()))?;
     println!("report: {}", rpath.display());
     Ok(if summary.failed == 0 { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timed_campaigns_end_stays_in_its_range() {
+        assert_eq!(timed_end(&(10..100), 0, 1), 10);
+        assert_eq!(timed_end(&(10..100), 5, 1), 15);
+        assert_eq!(timed_end(&(10..100), 5, 4), 30);
+        assert_eq!(timed_end(&(10..100), 90, 1), 100);
+        assert_eq!(timed_end(&(10..100), 30, 4), 100, "clamped to the end");
+        let top = u64::MAX - 10..u64::MAX;
+        assert_eq!(timed_end(&top, 1, 1000), u64::MAX, "the sum overflows");
+        assert_eq!(
+            timed_end(&top, u64::MAX, 2),
+            u64::MAX,
+            "the product overflows"
+        );
+        assert_eq!(timed_end(&(0..u64::MAX), 3, 1), 3);
+    }
 }

@@ -53,7 +53,7 @@ impl Source {
             Source::List(lines) => Ok(lines.next()),
             Source::Stdin { input, prompt } => {
                 if *prompt {
-                    let mut out = std::io::stdout().lock();
+                    let mut out = crate::output::stdout();
                     write!(out, "qemu-io> ")?;
                     out.flush()?;
                 }
@@ -96,25 +96,35 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     futures::executor::block_on(async {
         // Open errors already name the file (and the backing file at fault).
         let session = Session::open(&args.file, &opts).await?;
-        let mut ok = true;
-        while let Some(line) = source.next_line()? {
-            // The lock is taken per command, so that the prompt can print
-            // between commands; each command's output is flushed before the
-            // next line is read, so a reader on a pipe sees it at once.
-            let mut out = std::io::stdout().lock();
-            match parse_command(&line) {
-                Ok(None) => {}
-                Ok(Some(Cmd::Quit)) => break,
-                Ok(Some(cmd)) => ok &= session.execute_to(&cmd, &mut out).await?.is_ok(),
-                Err(e) => {
-                    out.flush()?;
-                    eprintln!("qcsim io: {e}");
-                    ok = false;
+        // The image is closed however the commands end: a command whose
+        // output can no longer be written (the reader went away) stops
+        // them, but what they wrote is still written back.
+        let ran = async {
+            let mut ok = true;
+            while let Some(line) = source.next_line()? {
+                // The lock is taken per command, so that the prompt can
+                // print between commands; each command's output is flushed
+                // before the next line is read, so a reader on a pipe sees
+                // it at once.
+                let mut out = crate::output::stdout();
+                match parse_command(&line) {
+                    Ok(None) => {}
+                    Ok(Some(Cmd::Quit)) => break,
+                    Ok(Some(cmd)) => ok &= session.execute_to(&cmd, &mut out).await?.is_ok(),
+                    Err(e) => {
+                        out.flush()?;
+                        eprintln!("qcsim io: {e}");
+                        ok = false;
+                    }
                 }
+                out.flush()?;
             }
-            out.flush()?;
+            anyhow::Ok(ok)
         }
-        session.close().await?;
+        .await;
+        let closed = session.close().await;
+        let ok = ran?;
+        closed?;
         Ok(if ok { 0 } else { 1 })
     })
 }

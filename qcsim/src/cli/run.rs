@@ -151,7 +151,7 @@ pub fn report_export(export: Option<&Export>, case: &Case, json: bool) {
 }
 
 /// The verdict, the counts and the trace hash, as `run` and `replay` print
-/// them. A closed stdout (`| head`) is not an error worth a panic.
+/// them.
 pub fn print_report(report: &RunReport, json: bool) {
     use std::fmt::Write as _;
     use std::io::Write as _;
@@ -210,5 +210,5 @@ pub fn print_report(report: &RunReport, json: bool) {
         }
         let _ = writeln!(out, "trace hash: {:016x}", report.trace_hash);
     }
-    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    let _ = crate::output::stdout().write_all(out.as_bytes());
 }

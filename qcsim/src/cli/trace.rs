@@ -184,10 +184,9 @@ fn import(args: ImportArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// A line on standard output; a closed standard output (`| head`) is not
-/// worth a panic.
+/// A line on standard output (through `crate::output`, like every print).
 fn say(line: &str) {
-    let _ = writeln!(std::io::stdout().lock(), "{line}");
+    println!("{line}");
 }
 
 fn file_name(p: &Path) -> String {

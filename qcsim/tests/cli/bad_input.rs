@@ -6,7 +6,8 @@
 //!   lock before they empty anything, and tell files apart by device and
 //!   inode (hard links included);
 //! - `campaign` bounds `--jobs` and `--time` and says which part of
-//!   `--shard` is wrong;
+//!   `--shard` is wrong, and runs and reports its range at the top of the
+//!   seed space;
 //! - `run --save` and `run --export` say what they could not write or
 //!   what they created;
 //! - `dump` fails on files it cannot read and on truncated headers;
@@ -851,5 +852,42 @@ fn campaign_report_write_failure_is_an_error() {
         std::fs::read(d.join("taken")).unwrap(),
         b"not a directory",
         "the file in the way is left alone"
+    );
+}
+
+// A campaign at the top of the seed space runs and names its range (the
+// end of a timed campaign's range is `timed_end`, unit-tested in
+// cli/campaign.rs: `--time` starts at seed 0).
+
+#[test]
+fn a_campaign_at_the_top_of_the_seed_space_reports_its_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // u64::MAX is 18446744073709551615: of the ten seeds below it, shard
+    // 605/1000 holds one, 18446744073709551605.
+    let args = [
+        "campaign",
+        "--seeds",
+        "18446744073709551605..18446744073709551615",
+        "--shard",
+        "605/1000",
+        "--jobs",
+        "1",
+        "--quiet",
+        "--reports",
+        "r",
+        "--corpus",
+        "c",
+    ];
+    let out = exec(QCSIM, &args, d);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("campaign: 1 cases"), "{}", text(&out));
+    let name = "campaign-18446744073709551605-18446744073709551615-shard-605-of-1000.json";
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("r").join(name)).unwrap()).unwrap();
+    assert_eq!(
+        report["seeds"],
+        serde_json::json!([18446744073709551605u64, 18446744073709551615u64])
     );
 }

@@ -8,7 +8,8 @@
 //! - Image locking as QEMU does it (OFD locks on bytes 100.. and 200.. of
 //!   every file): `qcsim` and `qemu-io`/`qemu-img` refuse to write an image
 //!   the other holds open for writing, in both directions, for backing and
-//!   data files too; `-r -U` reads an image in use, as qemu-io's does.
+//!   data files too; `-r -U` reads an image in use, as qemu-io's does;
+//!   `check` locks an external data file as `qemu-img check` does.
 //! - `qcsim io` without `-c` reads commands from standard input one at a
 //!   time, which is how these tests hold an image open.
 
@@ -509,4 +510,61 @@ fn backing_files_and_data_files_are_locked_too() {
         &["lock", "d.raw"],
     );
     assert!(h.finish().success());
+}
+
+/// `qcsim check` takes the locks QEMU's check takes on an external data
+/// file (those of an image's data file, read-only without `-r`): a qemu-io
+/// holding another image on the same data file for writing keeps every
+/// check out, a read-only one keeps repairs out, `-U` checks regardless;
+/// a writer of the raw data file itself keeps none out. qemu-img check
+/// agrees on every case.
+#[test]
+fn check_locks_the_data_file_as_qemu_img_check_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    qemu_create(
+        d,
+        &["-f", "qcow2", "-o", "data_file=d.raw", "img.qcow2", "1M"],
+    );
+    // A second image on the same data file: only the data file is shared,
+    // so only its locks can conflict.
+    std::fs::copy(d.join("img.qcow2"), d.join("other.qcow2")).unwrap();
+    let before = read(d, "img.qcow2");
+    let checks: [&[&str]; 4] = [
+        &["check", "img.qcow2"],
+        &["check", "-r", "all", "img.qcow2"],
+        &["check", "-r", "leaks", "img.qcow2"],
+        &["check", "-U", "img.qcow2"],
+    ];
+    // Per holder: which of `checks` are refused.
+    let holders: [(&[&str], [bool; 4]); 4] = [
+        (&["other.qcow2"], [true, true, true, false]),
+        (&["-r", "other.qcow2"], [false, true, true, false]),
+        (&["-f", "raw", "d.raw"], [false, false, false, false]),
+        (&["-r", "-f", "raw", "d.raw"], [false, false, false, false]),
+    ];
+    for (holder, refusals) in holders {
+        let h = Holder::ready("qemu-io", holder, d);
+        for (args, refuse) in checks.iter().zip(refusals) {
+            let case = format!("qemu-io {holder:?} holding; {args:?}");
+            let theirs = exec("qemu-img", args, d);
+            assert_eq!(
+                theirs.status.success(),
+                !refuse,
+                "{case}: qemu-img: {}",
+                text(&theirs)
+            );
+            if refuse {
+                refused(QCSIM, args, d, &["lock", "d.raw", "img.qcow2"]);
+            } else {
+                let ours = exec(QCSIM, args, d);
+                assert_eq!(ours.status.code(), Some(0), "{case}: {}", text(&ours));
+            }
+        }
+        assert!(h.finish().success());
+    }
+    assert!(
+        read(d, "img.qcow2") == before,
+        "a refused repair wrote nothing"
+    );
 }

@@ -74,7 +74,7 @@ pub enum BenchError {
     TooLarge { size: u64, max: u64 },
     #[error("write of {len} bytes at {offset} is outside the {size}-byte image")]
     BadOp { offset: u64, len: u64, size: u64 },
-    #[error("{workload} with switches {switches:?}: engine error while {during}: {source}")]
+    #[error("{workload} with switches {switches:?}: engine error while {during}")]
     Engine {
         workload: &'static str,
         switches: Switches,
@@ -82,7 +82,7 @@ pub enum BenchError {
         #[source]
         source: engine::Error,
     },
-    #[error("{workload}: the simulation stopped: {0}", workload = .1)]
+    #[error("{workload}: the simulation stopped", workload = .1)]
     Exec(#[source] ExecError, &'static str),
 }
 
@@ -419,4 +419,54 @@ fn quiet_options(latency: LatencyOptions, log: bool) -> DiskOptions {
     o.log.enabled = log;
     o.log.data_bytes_max = 0;
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chain `{:#}` prints: each link's message followed by its
+    /// sources' messages.
+    fn chain(e: &dyn std::error::Error) -> Vec<String> {
+        let mut out = vec![e.to_string()];
+        let mut link = e;
+        while let Some(source) = link.source() {
+            out.push(source.to_string());
+            link = source;
+        }
+        out
+    }
+
+    fn assert_each_cause_once(e: &dyn std::error::Error) {
+        let links = chain(e);
+        for pair in links.windows(2) {
+            assert!(
+                !pair[0].contains(&pair[1]),
+                "'{}' repeats its source '{}'",
+                pair[0],
+                pair[1]
+            );
+        }
+    }
+
+    #[test]
+    fn a_bench_error_prints_its_cause_once() {
+        let engine = BenchError::Engine {
+            workload: "seq4k",
+            switches: Switches::default(),
+            during: "writing",
+            source: engine::Error::ReadOnly,
+        };
+        assert_each_cause_once(&engine);
+        assert_eq!(chain(&engine).last().unwrap(), "image is read-only");
+        let exec = BenchError::Exec(
+            ExecError::Hang {
+                now: 7,
+                stuck: vec!["guest".into()],
+            },
+            "seq4k",
+        );
+        assert_each_cause_once(&exec);
+        assert_eq!(chain(&exec)[0], "seq4k: the simulation stopped");
+    }
 }

@@ -181,3 +181,68 @@ fn refusals_are_typed_errors_naming_the_file() {
         "{err}"
     );
 }
+
+/// `qemu-img check [-r MODE] --output json PATH`'s standard output.
+fn qemu_json(path: &std::path::Path, repair: Option<&str>) -> String {
+    let mut args = vec!["check", "-f", "qcow2", "--output", "json"];
+    if let Some(r) = repair {
+        args.extend(["-r", r]);
+    }
+    let name = path.to_str().unwrap();
+    args.push(name);
+    let out = testkit::exec("qemu-img", &args, path.parent().unwrap());
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// qcsim prints `json()` and a newline: byte for byte what qemu-img prints
+/// for a clean, a leaky and a corrupt image, and for repairs (the copies'
+/// names aside).
+#[test]
+fn the_json_report_is_qemu_imgs_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let clean = qcow2(dir.path(), "clean.qcow2", &[(0, 7, 65536)]);
+    let leaky = qcow2(dir.path(), "leak.qcow2", &[(0, 0xab, 2 * 65536)]);
+    plant_leak(&leaky);
+    let corrupt = qcow2(dir.path(), "cor.qcow2", &[(0, 1, 512)]);
+    plant_zero_refcount(&corrupt, 3);
+    for path in [&clean, &leaky, &corrupt] {
+        assert_eq!(
+            check(path).json() + "\n",
+            qemu_json(path, None),
+            "{}",
+            path.display()
+        );
+    }
+    for (path, mode, flag) in [
+        (&leaky, RepairMode::Leaks, "leaks"),
+        (&corrupt, RepairMode::All, "all"),
+    ] {
+        let theirs = path.with_extension("qemu.qcow2");
+        std::fs::copy(path, &theirs).unwrap();
+        let want = qemu_json(&theirs, Some(flag))
+            .replace(theirs.to_str().unwrap(), path.to_str().unwrap());
+        assert_eq!(repair(path, mode).json() + "\n", want, "-r {flag}");
+    }
+}
+
+/// qemu-img check opens an image's external data file (and locks it); one
+/// that cannot be opened fails the check, naming it.
+#[test]
+fn a_missing_data_file_is_a_typed_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("df.qcow2");
+    let data = dir.path().join("df.data");
+    let opts = format!("data_file={}", data.display());
+    testkit::qemu_create(&path, &opts, "1M", None);
+    assert_eq!(check(&path).exit_code(), 0);
+    std::fs::remove_file(&data).unwrap();
+    let err = check_file(&path, &CheckOptions::default()).unwrap_err();
+    match &err {
+        CheckError::Open { error, .. } => {
+            assert!(matches!(**error, OpenError::DataFile { .. }), "{err}")
+        }
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains("df.data"), "{err}");
+    assert_eq!(testkit::qemu_check(&path, None).0, 1, "qemu-img fails too");
+}

@@ -121,3 +121,41 @@ fn a_malformed_image_is_a_typed_error_naming_the_file() {
         "{err}"
     );
 }
+
+/// qcsim prints `json()` and a newline: byte for byte what `qemu-img info
+/// --output json` prints, for images of several shapes (qemu-img's and the
+/// engine's, a backing file, a raw file, a name outside ASCII).
+#[test]
+fn the_json_report_is_qemu_imgs_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut paths = vec![
+        qcow2(d, "engine.qcow2", &[(0, 0xab, 65536)]),
+        qcow2(d, "caf\u{e9} \"x\".qcow2", &[]),
+    ];
+    for (name, opts) in [
+        ("v2.qcow2", "compat=0.10"),
+        (
+            "sub.qcow2",
+            "extended_l2=on,cluster_size=128k,lazy_refcounts=on",
+        ),
+        ("rc.qcow2", "refcount_bits=1"),
+        ("df.qcow2", "data_file=df.data,data_file_raw=on"),
+    ] {
+        let path = d.join(name);
+        testkit::qemu_create(&path, opts, "5M", None);
+        paths.push(path);
+    }
+    let top = d.join("top.qcow2");
+    testkit::qemu_create(&top, "", "4M", Some(("engine.qcow2", "qcow2")));
+    paths.push(top);
+    let raw = d.join("disk.raw");
+    std::fs::write(&raw, vec![1u8; 3 << 16]).unwrap();
+    paths.push(raw);
+    for path in &paths {
+        let name = path.to_str().unwrap();
+        let theirs = testkit::run("qemu-img", &["info", "--output", "json", name], d).stdout;
+        let ours = info(path, &InfoOptions::default()).unwrap().json() + "\n";
+        assert_eq!(ours, String::from_utf8(theirs).unwrap(), "{name}");
+    }
+}
