@@ -17,6 +17,7 @@ fn flags(f: impl FnOnce(&mut FileBenchFlags)) -> FileBenchFlags {
 
 #[test]
 fn flags_parse_and_a_bad_one_is_named() {
+    let _serial = crate::support::serial();
     let opts = flags(|f| {
         f.count = Some("1k".into());
         f.depth = Some("4".into());
@@ -77,6 +78,7 @@ fn flags_parse_and_a_bad_one_is_named() {
 
 #[test]
 fn a_write_then_a_read_run_do_their_jobs_requests() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = qcow2(dir.path(), "b.qcow2", &[]);
     let write = FileBenchOptions {
@@ -133,6 +135,7 @@ fn a_write_then_a_read_run_do_their_jobs_requests() {
 
 #[test]
 fn a_raw_file_is_read_directly() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.raw");
     std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
@@ -151,6 +154,7 @@ fn a_raw_file_is_read_directly() {
 
 #[test]
 fn a_missing_file_or_a_request_past_the_end_is_refused() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.qcow2");
     let err = FileBench::new(&missing, &FileBenchOptions::default(), true)

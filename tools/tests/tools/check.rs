@@ -23,6 +23,7 @@ fn repair(path: &std::path::Path, mode: RepairMode) -> tools::check::CheckOutcom
 
 #[test]
 fn a_clean_image_checks_clean() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = qcow2(dir.path(), "img.qcow2", &[(0, 7, 65536)]);
     let outcome = check(&path);
@@ -44,6 +45,7 @@ fn a_clean_image_checks_clean() {
 
 #[test]
 fn a_planted_leak_is_found_and_repaired() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     // Two clusters of data behind one L2 table, which is then unlinked:
     // the table and both data clusters leak.
@@ -93,6 +95,7 @@ fn a_planted_leak_is_found_and_repaired() {
 
 #[test]
 fn a_planted_corruption_exits_2_and_repair_all_fixes_it() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = qcow2(dir.path(), "cor.qcow2", &[(0, 1, 512)]);
     // Cluster 3 is the L1 table of a fresh image: in use, refcount 0.
@@ -123,6 +126,7 @@ fn a_planted_corruption_exits_2_and_repair_all_fixes_it() {
 
 #[test]
 fn refusals_are_typed_errors_naming_the_file() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = qcow2(dir.path(), "img.qcow2", &[]);
     let opts = CheckOptions {
@@ -199,6 +203,7 @@ fn qemu_json(path: &std::path::Path, repair: Option<&str>) -> String {
 /// names aside).
 #[test]
 fn the_json_report_is_qemu_imgs_byte_for_byte() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let clean = qcow2(dir.path(), "clean.qcow2", &[(0, 7, 65536)]);
     let leaky = qcow2(dir.path(), "leak.qcow2", &[(0, 0xab, 2 * 65536)]);
@@ -229,6 +234,7 @@ fn the_json_report_is_qemu_imgs_byte_for_byte() {
 /// that cannot be opened fails the check, naming it.
 #[test]
 fn a_missing_data_file_is_a_typed_error_naming_it() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("df.qcow2");
     let data = dir.path().join("df.data");

@@ -21,6 +21,7 @@ const WRITES: [(u64, u8, usize); 2] = [(0, 0xab, 65536), (2 << 20, 0x5a, 4096)];
 
 #[test]
 fn qcow2_to_raw_round_trips_and_writes_only_data() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let src = qcow2(dir.path(), "src.qcow2", &WRITES);
     let dst = dir.path().join("out.raw");
@@ -40,6 +41,7 @@ fn qcow2_to_raw_round_trips_and_writes_only_data() {
 
 #[test]
 fn raw_to_qcow2_and_back_round_trips() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let raw = dir.path().join("src.raw");
     std::fs::write(&raw, expected(&WRITES)).unwrap();
@@ -65,6 +67,7 @@ fn raw_to_qcow2_and_back_round_trips() {
 
 #[test]
 fn the_source_is_never_overwritten_by_any_name() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let src = qcow2(dir.path(), "src.qcow2", &WRITES);
     let link = dir.path().join("link.qcow2");
@@ -89,6 +92,7 @@ fn the_source_is_never_overwritten_by_any_name() {
 
 #[test]
 fn bad_options_are_refused_before_any_file_is_touched() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let src = qcow2(dir.path(), "src.qcow2", &WRITES);
     let dst = dir.path().join("never");
@@ -136,6 +140,7 @@ fn bad_options_are_refused_before_any_file_is_touched() {
 
 #[test]
 fn stats_print_as_the_command_line_shows_them() {
+    let _serial = crate::support::serial();
     let stats = ConvertStats {
         source_size: 4096,
         reads: 1,

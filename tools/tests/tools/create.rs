@@ -18,6 +18,7 @@ fn qcow2_opts(options: &[&str], size: Option<&str>) -> CreateImageOptions {
 
 #[test]
 fn a_qcow2_image_has_its_options_and_passes_qemu_img_check() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("new.qcow2");
     let opts = qcow2_opts(
@@ -41,6 +42,7 @@ fn a_qcow2_image_has_its_options_and_passes_qemu_img_check() {
 
 #[test]
 fn bad_options_name_the_option_and_leave_the_file_untouched() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("keep.qcow2");
     std::fs::write(&path, b"keep me").unwrap();
@@ -85,6 +87,7 @@ fn bad_options_name_the_option_and_leave_the_file_untouched() {
 
 #[test]
 fn a_backing_file_needs_its_format_and_gives_its_size() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("base.raw");
     std::fs::write(&base, vec![0x11u8; 3 << 20]).unwrap();
@@ -128,6 +131,7 @@ fn a_backing_file_needs_its_format_and_gives_its_size() {
 
 #[test]
 fn raw_images_take_only_a_size() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("disk.raw");
     let raw = |options: &[&str]| CreateImageOptions {

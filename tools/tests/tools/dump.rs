@@ -9,6 +9,7 @@ use crate::support::{qcow2, truncate};
 
 #[test]
 fn a_fresh_image_dumps_its_header_tables_and_refcounts() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = qcow2(dir.path(), "img.qcow2", &[(0, 1, 512)]);
     let dump = dump_file(&path, false).unwrap();
@@ -27,6 +28,7 @@ fn a_fresh_image_dumps_its_header_tables_and_refcounts() {
 
 #[test]
 fn a_truncated_header_is_a_typed_error_naming_the_file() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = qcow2(dir.path(), "cut.qcow2", &[]);
     truncate(&path, 100);

@@ -9,6 +9,7 @@ use crate::support::{qcow2, qcow2_with, truncate, SIZE};
 
 #[test]
 fn a_qcow2_image_is_reported_as_qemu_img_does() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = qcow2(dir.path(), "img.qcow2", &[(0, 0xab, 65536)]);
     let report = info(&path, &InfoOptions::default()).unwrap();
@@ -41,6 +42,7 @@ fn a_qcow2_image_is_reported_as_qemu_img_does() {
 
 #[test]
 fn a_backing_file_is_named_as_stored_and_as_resolved() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let o = CreateOptions {
         size: SIZE,
@@ -65,6 +67,7 @@ fn a_backing_file_is_named_as_stored_and_as_resolved() {
 
 #[test]
 fn a_raw_file_has_no_qcow2_facts() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("disk.raw");
     std::fs::write(&path, vec![0u8; 3 * 512]).unwrap();
@@ -88,6 +91,7 @@ fn a_raw_file_has_no_qcow2_facts() {
 
 #[test]
 fn a_malformed_image_is_a_typed_error_naming_the_file() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = qcow2(dir.path(), "cut.qcow2", &[]);
     truncate(&path, 100);
@@ -127,6 +131,7 @@ fn a_malformed_image_is_a_typed_error_naming_the_file() {
 /// engine's, a backing file, a raw file, a name outside ASCII).
 #[test]
 fn the_json_report_is_qemu_imgs_byte_for_byte() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let mut paths = vec![

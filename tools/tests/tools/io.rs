@@ -22,6 +22,7 @@ fn open(path: &std::path::Path, read_only: bool) -> Session {
 
 #[test]
 fn writes_persist_and_reads_verify_them() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = qcow2(dir.path(), "img.qcow2", &[]);
     let session = open(&path, false);
@@ -52,6 +53,7 @@ fn writes_persist_and_reads_verify_them() {
 
 #[test]
 fn a_pattern_mismatch_is_the_typed_failure() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = qcow2(dir.path(), "img.qcow2", &[(4096, 0xab, 4096)]);
     let session = open(&path, true);
@@ -82,6 +84,7 @@ fn a_pattern_mismatch_is_the_typed_failure() {
 
 #[test]
 fn refused_requests_are_failures_naming_the_command() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = qcow2(dir.path(), "img.qcow2", &[]);
     let before = std::fs::read(&path).unwrap();
@@ -124,6 +127,7 @@ fn refused_requests_are_failures_naming_the_command() {
 
 #[test]
 fn a_malformed_image_is_a_typed_error_naming_the_file() {
+    let _serial = crate::support::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = qcow2(dir.path(), "cut.qcow2", &[]);
     truncate(&path, 100);

@@ -2,10 +2,23 @@
 //! `MemDev` and saved as files, and the damage the checker must find.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use engine::dev::MemDev;
 use engine::{CreateOptions, EngineOptions, Image};
 use futures::executor::block_on;
+
+/// Run one test at a time. The tools take QEMU's image locks, which are
+/// open file description (OFD) locks, and some tests start QEMU's tools: a
+/// child forked by one test shares every file description the process has
+/// open until it execs, so a file another test has just closed may still
+/// hold its locks for that instant, and that test's next open meets a
+/// conflict that no real user would. Serial, no file is open while a child
+/// is forked. (The tests take well under a second in all.)
+pub fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The virtual size of the test images.
 pub const SIZE: u64 = 4 << 20;
