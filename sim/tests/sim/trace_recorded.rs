@@ -9,36 +9,34 @@
 
 use std::path::PathBuf;
 
-use engine::CreateOptions;
 use sim::iotrace::compressed::{self, Compression};
 use sim::iotrace::format;
-use sim::iotrace::plan::{plan_case, TracePlan};
+use sim::iotrace::plan::plan_case;
 use sim::iotrace::Trace;
 use sim::runner::{run_case, RunOptions};
 
-fn recorded(name: &str) -> Trace {
+use super::trace_run::plan;
+
+/// The recorded trace `name`, checked to hold `requests` requests counted
+/// as `counts`.
+fn recorded(name: &str, requests: usize, counts: &str) -> Trace {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/sim/traces")
         .join(name);
     let f = std::fs::File::open(&p).unwrap();
     let (c, r) = compressed::reader(f, compressed::MAX_DECOMPRESSED).unwrap();
     assert_eq!(c, Compression::Zstd, "{name}");
-    format::parse(r).unwrap()
+    let t = format::parse(r).unwrap();
+    assert_eq!(t.entries.len(), requests, "{name}");
+    assert_eq!(t.counts().to_string(), counts, "{name}");
+    t
 }
 
 /// Replay `trace` on a `size`-byte disk with `crashes` crashes drawn from
 /// `seed`: (operations, groups, crash states checked, recovered sectors
 /// checked).
 fn replay(trace: &Trace, size: u64, seed: u64, crashes: usize) -> (u64, u64, u64, u64) {
-    let mut p = TracePlan::new(
-        seed,
-        CreateOptions {
-            size,
-            ..CreateOptions::default()
-        },
-    );
-    p.crashes = crashes;
-    let tc = plan_case(trace, &p).unwrap();
+    let tc = plan_case(trace, &plan(seed, size, crashes, false)).unwrap();
     assert_eq!(tc.stats.crashes, crashes as u64);
     let report = run_case(&tc.case, &RunOptions::default());
     assert!(report.passed(), "{:#?}", report.failures);
@@ -54,12 +52,11 @@ fn replay(trace: &Trace, size: u64, seed: u64, crashes: usize) -> (u64, u64, u64
 
 #[test]
 fn sqlite_recording_replays_whole_with_crashes() {
-    let t = recorded("sqlite.trace.zst");
-    assert_eq!(t.entries.len(), 14042);
-    assert_eq!(
-        t.counts().to_string(),
+    let t = recorded(
+        "sqlite.trace.zst",
+        14042,
         "13739 writes (56274944 bytes), 0 reads (0 bytes), 0 write_zeroes (0 bytes), \
-         0 discards (0 bytes), 303 flushes"
+         0 discards (0 bytes), 303 flushes",
     );
     // 3 crashes, each reading the whole 64 MiB disk back (131072 sectors).
     assert_eq!(replay(&t, 64 << 20, 1, 3), (14045, 2162, 3, 393216));
@@ -67,12 +64,11 @@ fn sqlite_recording_replays_whole_with_crashes() {
 
 #[test]
 fn mke2fs_recording_holds_its_counts_and_its_start_replays_with_crashes() {
-    let t = recorded("mke2fs-d.trace.zst");
-    assert_eq!(t.entries.len(), 97966);
-    assert_eq!(
-        t.counts().to_string(),
+    let t = recorded(
+        "mke2fs-d.trace.zst",
+        97966,
         "97957 writes (100310016 bytes), 0 reads (0 bytes), 3 write_zeroes (8455168 bytes), \
-         2 discards (268436480 bytes), 4 flushes"
+         2 discards (268436480 bytes), 4 flushes",
     );
     // The first 8000 requests: the discard of the whole disk, the zeroed
     // ranges and the first files' data and metadata.
