@@ -11,7 +11,7 @@
 #   into `<unfinished ...>` and `<... resumed>`, and strace's own messages
 #   cutting lines.
 # Usage: scripts/record-trace-fixtures.sh [OUT_DIR] (needs strace, mke2fs,
-# python3; `.ci/setup` installs strace).
+# python3; `scripts/setup-recording.sh` installs strace).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/../sim/tests/sim/traces}

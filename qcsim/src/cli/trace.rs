@@ -1,10 +1,11 @@
 //! `qcsim trace import strace|blkparse FILE -o TRACE`: a recording as a
 //! trace; `qcsim trace run TRACE --size SIZE ...`: a trace replayed through
 //! the engine on the simulated disk, with crashes, checked as campaign
-//! cases are (the trace becomes a case: `sim::iotrace::plan`).
+//! cases are (the trace becomes a case: `sim::iotrace::plan`). Both read
+//! their input plain or zstd- or gzip-compressed (by magic bytes).
 
 use std::fs::File;
-use std::io::{BufReader, IsTerminal, Write as _};
+use std::io::{BufRead, IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -14,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sim::iotrace::blkparse::{self, Action, BlkparseOptions};
 use sim::iotrace::plan::{plan_case, TraceCase, TracePlan, DEFAULT_DEPTH};
 use sim::iotrace::strace::{self, StraceOptions};
-use sim::iotrace::{format, Import, Problem, Trace, TraceError};
+use sim::iotrace::{compressed, format, Import, Problem, Trace, TraceError};
 use sim::runner::{run_case_with_progress, Failure, RunOptions};
 use tools::qemu_args::{parse_size, ImageOpts};
 
@@ -118,9 +119,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
 }
 
-fn open(path: &Path) -> anyhow::Result<BufReader<File>> {
+/// A trace or recording, decompressed if it is zstd or gzip (recognised by
+/// its magic bytes, whatever its name), to at most
+/// [`compressed::MAX_DECOMPRESSED`] bytes.
+fn open(path: &Path) -> anyhow::Result<Box<dyn BufRead>> {
     let f = File::open(path).with_context(|| format!("could not open {}", path.display()))?;
-    Ok(BufReader::new(f))
+    let (_, r) = compressed::reader(f, compressed::MAX_DECOMPRESSED)
+        .with_context(|| format!("could not read {}", path.display()))?;
+    Ok(r)
 }
 
 fn import(args: ImportArgs) -> anyhow::Result<i32> {

@@ -105,6 +105,42 @@ fn import_strace_then_run_with_crashes_then_replay() {
 }
 
 #[test]
+fn compressed_input_is_read_by_its_magic_bytes_whatever_its_name() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A gzip-compressed recording, named as a plain one.
+    let plain = std::fs::read(fixture("mke2fs.strace")).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&plain).unwrap();
+    std::fs::write(d.join("rec.strace"), gz.finish().unwrap()).unwrap();
+    let (code, out, err) = import_strace("rec.strace", "t", d);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("166 lines read, 165 requests written to t"),
+        "{out}"
+    );
+    // A zstd trace named .txt runs.
+    std::fs::copy(fixture("sqlite.trace.zst"), d.join("sqlite.txt")).unwrap();
+    let (code, out, err) = qcsim(&["trace", "run", "sqlite.txt", "--size", "64M"], d);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.starts_with("trace sqlite.txt: 14042 requests (13739 writes"),
+        "{out}"
+    );
+    assert!(out.contains(": PASS"), "{out}");
+    // A truncated one is refused, naming the file.
+    let z = std::fs::read(fixture("sqlite.trace.zst")).unwrap();
+    std::fs::write(d.join("cut.zst"), &z[..z.len() / 2]).unwrap();
+    let (code, out, err) = qcsim(&["trace", "run", "cut.zst", "--size", "64M"], d);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("cut.zst: reading the input: zstd input does not decompress"),
+        "{err}"
+    );
+}
+
+#[test]
 fn import_strace_needs_the_descriptor_of_a_recording_of_two_files() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

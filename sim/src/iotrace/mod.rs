@@ -14,10 +14,12 @@
 //! trace runs, is checked and replays exactly as any case does.
 //!
 //! Everything here is pure (no files, no clock); input comes through
-//! `BufRead`, one bounded line at a time, and every problem is an error
+//! `BufRead`, one bounded line at a time (`compressed` decompresses zstd
+//! or gzip input, recognised by its magic bytes, to a bounded size), and every problem is an error
 //! naming its line, never a panic.
 
 pub mod blkparse;
+pub mod compressed;
 pub mod format;
 mod lines;
 pub mod plan;

@@ -22,6 +22,7 @@ mod robustness;
 mod scale;
 mod shrink_mechanics;
 mod trace_import;
+mod trace_recorded;
 mod trace_run;
 mod verify_corpus;
 mod verify_qemu_oracle;

@@ -26,7 +26,9 @@ fn mke2fs() -> Trace {
         .trace
 }
 
-fn plan(seed: u64, size: u64, crashes: usize, after_flush: bool) -> TracePlan {
+/// A trace plan: `crashes` crashes drawn from `seed` on a `size`-byte disk
+/// (also `trace_recorded`'s).
+pub(crate) fn plan(seed: u64, size: u64, crashes: usize, after_flush: bool) -> TracePlan {
     let mut p = TracePlan::new(
         seed,
         CreateOptions {
