@@ -3,24 +3,38 @@
 //! SIGPIPE, with nothing on standard error (no panic); another write error
 //! on standard output is reported and exits 1.
 
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use crate::support::{assert_clean, exec, run, text, QCSIM};
 
-/// `qcsim args` in `dir` with its standard output a pipe whose read end
-/// is closed before the command starts writing.
+/// `qcsim args` in `dir` with its standard output a pipe that has no read
+/// end at all when the command starts. The read end is closed the instant
+/// the pipe is made, before the spawn: had it stayed open during the spawn
+/// (as with `Stdio::piped()`), a child forked meanwhile by another test
+/// would share it until that child's exec, and a write landing in that
+/// window would succeed instead of failing with `EPIPE`.
 fn with_closed_stdout(args: &[&str], dir: &Path) -> Output {
-    let mut child = Command::new(QCSIM)
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(rc, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: pipe2 succeeded, so both are open descriptors that nothing
+    // else owns; each is owned once, by one OwnedFd.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read_end);
+    Command::new(QCSIM)
         .args(args)
         .current_dir(dir)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+        .stdout(Stdio::from(write_end))
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    child.wait_with_output().unwrap()
+        .unwrap()
+        .wait_with_output()
+        .unwrap()
 }
 
 #[test]
