@@ -98,6 +98,9 @@ pub fn combined_trace_hash(per_case: &mut [(u64, u64)]) -> u64 {
 pub struct Totals {
     pub guest_ops: u64,
     pub failed_ops: u64,
+    /// The failed operations by the fault (or poisoned image) that
+    /// explains each.
+    pub excused: crate::runner::ExcusedErrors,
     pub read_sectors_checked: u64,
     pub crashes: u64,
     pub crash_states_checked: u64,
@@ -118,6 +121,7 @@ impl Totals {
     fn add(&mut self, s: &RunStats) {
         self.guest_ops += s.guest_ops;
         self.failed_ops += s.failed_ops;
+        self.excused.add(&s.excused);
         self.read_sectors_checked += s.read_sectors_checked;
         self.crashes += s.crashes;
         self.crash_states_checked += s.crash_states_checked;

@@ -212,6 +212,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         t.guest_ops, t.failed_ops, t.read_sectors_checked, t.crash_states_checked, t.recovered_sectors_checked,
         t.faults_injected, t.leaked_clusters
     );
+    if t.failed_ops > 0 {
+        println!(
+            "failed guest ops, each excused by a fault injected while it was in flight (by the request kind that met it) or by the image a failed metadata write poisoned: {}",
+            t.excused
+        );
+    }
     println!(
         "crash states kept {} multi-sector device writes in part (torn at sector granularity); the engine gave up {} allocations after I/O errors and grew image files ahead of allocation {} times",
         t.torn_writes, t.allocs_dropped, t.grow_requests

@@ -174,6 +174,13 @@ pub fn print_report(report: &RunReport, json: bool) {
             s.failed_ops,
             s.faults_injected
         );
+        if s.failed_ops > 0 {
+            let _ = writeln!(
+                out,
+                "  failed ops excused by the fault that explains each: {}",
+                s.excused
+            );
+        }
         let _ = writeln!(
             out,
             "  checked: {} read sectors, {} crash states, {} recovered sectors; leaked clusters {}",

@@ -26,7 +26,7 @@ pub use enumerate::{
     enumerate_crash_states, EnumerateError, EnumerateOptions, EnumerateReport, Granularity,
     StateFailure,
 };
-pub use report::{cow_summary, Failure, RunReport, RunStats};
+pub use report::{cow_summary, ExcusedErrors, Failure, RunReport, RunStats};
 pub use sweep::{mapped_clusters, WHOLE_SWEEP_MAX};
 
 use std::cell::RefCell;
@@ -34,6 +34,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use engine::dev::IoOp;
 use engine::Image;
 use oracle::check::FindingKind;
 use oracle::data::{fill_write_buffer, WriteId, SECTOR_SIZE};
@@ -436,6 +437,10 @@ impl<'a> Run<'a> {
         self.sim.spawn_named(name, async move {
             let id = OpId(n);
             let ss = SECTOR_SIZE as u64;
+            // This epoch's faults so far: one injected from here until the
+            // operation ends is what may explain its error.
+            let faults_at_issue: Vec<usize> =
+                disks.iter().map(|d| d.injected_faults().len()).collect();
             let result = match op {
                 Op::Write { sector, sectors } => {
                     let mut buf = vec![0u8; (sectors * ss) as usize];
@@ -507,11 +512,30 @@ impl<'a> Run<'a> {
             shared.stats.borrow_mut().guest_ops += 1;
             if let Err(e) = result {
                 shared.stats.borrow_mut().failed_ops += 1;
-                // Errors are legitimate only as the echo of an injected fault.
-                if faults_before + faults_on(&disks) == 0 {
-                    shared.failures.borrow_mut().push(Failure::Engine {
-                        what: format!("op {n} ({op:?}) failed with no fault injected: {e}"),
-                    });
+                // Errors are legitimate only as the echo of an injected
+                // fault: one that met a request while this operation was
+                // in flight (its own, or metadata I/O it waited for), or
+                // the failed metadata write that poisoned the image earlier
+                // in this epoch.
+                let during = first_fault_since(&disks, &faults_at_issue);
+                let mut stats = shared.stats.borrow_mut();
+                match excuse(&e, during, faults_on(&disks)) {
+                    Some(Excuse::Fault(op)) => stats.excused.by_fault(op),
+                    Some(Excuse::Poisoned) => stats.excused.poisoned += 1,
+                    None => {
+                        let why = if faults_before + faults_on(&disks) == 0 {
+                            "no fault injected".to_string()
+                        } else {
+                            format!(
+                                "no fault injected while it was in flight ({} before it, \
+                                 none since it was issued)",
+                                faults_before + faults_at_issue.iter().sum::<usize>() as u64
+                            )
+                        };
+                        shared.failures.borrow_mut().push(Failure::Engine {
+                            what: format!("op {n} ({op:?}) failed with {why}: {e}"),
+                        });
+                    }
                 }
             }
         });
@@ -765,6 +789,38 @@ impl<'a> Run<'a> {
     }
 }
 
+/// What explains a guest operation's error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Excuse {
+    /// A fault met a request of this kind while the operation was in flight.
+    Fault(IoOp),
+    /// The image was poisoned by a failed metadata write this epoch.
+    Poisoned,
+}
+
+/// Whether an operation's error `e` is explained: by `during`, the first
+/// fault injected while it was in flight, or (for the poisoned image's
+/// error) by any of the epoch's `epoch_faults`. None: an engine failure,
+/// however many faults the run injected elsewhere.
+fn excuse(e: &engine::Error, during: Option<IoOp>, epoch_faults: u64) -> Option<Excuse> {
+    match (e, during) {
+        (_, Some(op)) => Some(Excuse::Fault(op)),
+        (engine::Error::Poisoned, None) if epoch_faults > 0 => Some(Excuse::Poisoned),
+        _ => None,
+    }
+}
+
+/// The kind of request that met the first fault injected on `disks` since
+/// each held `since[i]` faults, if any.
+fn first_fault_since(disks: &[SimDisk], since: &[usize]) -> Option<IoOp> {
+    disks
+        .iter()
+        .zip(since)
+        .filter_map(|(d, &n)| d.injected_faults().get(n).map(|f| (f.at, f.op)))
+        .min_by_key(|&(at, _)| at)
+        .map(|(_, op)| op)
+}
+
 /// Faults injected so far on `disks`.
 fn faults_on(disks: &[SimDisk]) -> u64 {
     disks.iter().map(|d| d.injected_faults().len() as u64).sum()
@@ -850,6 +906,33 @@ fn export(
 
 #[cfg(test)]
 mod tests {
+    use super::{excuse, Excuse};
+    use engine::dev::IoOp;
+
+    #[test]
+    fn an_error_is_excused_only_by_a_fault_it_could_have_met() {
+        let eio = engine::Error::OutOfRange {
+            offset: 0,
+            len: 1,
+            size: 0,
+        };
+        // A fault while it was in flight explains any error, by its kind.
+        assert_eq!(
+            excuse(&eio, Some(IoOp::Flush), 3),
+            Some(Excuse::Fault(IoOp::Flush))
+        );
+        // Faults elsewhere in the run do not.
+        assert_eq!(excuse(&eio, None, 3), None);
+        // The poisoned image's refusal is explained by this epoch's faults
+        // only.
+        assert_eq!(
+            excuse(&engine::Error::Poisoned, None, 1),
+            Some(Excuse::Poisoned)
+        );
+        assert_eq!(excuse(&engine::Error::Poisoned, None, 0), None);
+        assert_eq!(excuse(&engine::Error::ReadOnly, None, 5), None);
+    }
+
     use super::*;
     use crate::workload::Profile;
 

@@ -1,5 +1,6 @@
 //! What a run found: its failures, its counts, and its trace hash.
 
+use engine::dev::IoOp;
 use engine::Counters;
 use serde::Serialize;
 
@@ -37,6 +38,81 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// Guest operation errors the runner excused, by what explains each: a
+/// fault injected into a device request of that kind while the operation
+/// was in flight (the first such fault names it), or the image's poisoned
+/// state after a failed metadata write earlier in the epoch. An error with
+/// neither explanation is a failure, whatever faults the run injected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ExcusedErrors {
+    pub read: u64,
+    pub write: u64,
+    pub write_zeroes: u64,
+    pub discard: u64,
+    pub flush: u64,
+    pub truncate: u64,
+    pub poisoned: u64,
+}
+
+impl ExcusedErrors {
+    /// Count one error explained by a fault on a request of kind `op`.
+    pub fn by_fault(&mut self, op: IoOp) {
+        *match op {
+            IoOp::Read => &mut self.read,
+            IoOp::Write => &mut self.write,
+            IoOp::WriteZeroes => &mut self.write_zeroes,
+            IoOp::Discard => &mut self.discard,
+            IoOp::Flush => &mut self.flush,
+            IoOp::Truncate => &mut self.truncate,
+        } += 1;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.read
+            + self.write
+            + self.write_zeroes
+            + self.discard
+            + self.flush
+            + self.truncate
+            + self.poisoned
+    }
+
+    pub fn add(&mut self, o: &ExcusedErrors) {
+        self.read += o.read;
+        self.write += o.write;
+        self.write_zeroes += o.write_zeroes;
+        self.discard += o.discard;
+        self.flush += o.flush;
+        self.truncate += o.truncate;
+        self.poisoned += o.poisoned;
+    }
+}
+
+impl std::fmt::Display for ExcusedErrors {
+    /// `read 3, write 10, flush 2, poisoned 1` (kinds with none left out).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts = [
+            ("read", self.read),
+            ("write", self.write),
+            ("write_zeroes", self.write_zeroes),
+            ("discard", self.discard),
+            ("flush", self.flush),
+            ("truncate", self.truncate),
+            ("poisoned", self.poisoned),
+        ];
+        let shown: Vec<String> = parts
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        if shown.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&shown.join(", "))
+        }
+    }
+}
+
 /// Counts of what a run did and checked.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RunStats {
@@ -46,6 +122,9 @@ pub struct RunStats {
     pub guest_flushes: u64,
     /// Guest operations that returned an error.
     pub failed_ops: u64,
+    /// Those errors, by the injected fault (or poisoned image) that
+    /// explains each.
+    pub excused: ExcusedErrors,
     /// Sectors of guest reads the model checked.
     pub read_sectors_checked: u64,
     pub crashes: u64,

@@ -17,6 +17,7 @@ mod disk_faults;
 mod disk_semantics;
 mod dump_snapshots;
 mod enumerate_states;
+mod excused_errors;
 mod exec_sched;
 mod robustness;
 mod scale;
