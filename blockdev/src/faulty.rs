@@ -33,23 +33,12 @@ pub struct Faulty<D> {
     inner: D,
     rule: Rule,
     /// Requests seen so far, per kind, indexed as `IoOp::index`.
-    seen: [Cell<u64>; 6],
+    seen: [Cell<u64>; IoOp::COUNT],
 }
 
 impl<D> std::fmt::Debug for Faulty<D> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Faulty").finish_non_exhaustive()
-    }
-}
-
-fn index(op: IoOp) -> usize {
-    match op {
-        IoOp::Read => 0,
-        IoOp::Write => 1,
-        IoOp::WriteZeroes => 2,
-        IoOp::Discard => 3,
-        IoOp::Flush => 4,
-        IoOp::Truncate => 5,
     }
 }
 
@@ -76,11 +65,11 @@ impl<D: BlockDev> Faulty<D> {
 
     /// How many requests of `op` arrived so far.
     pub fn seen(&self, op: IoOp) -> u64 {
-        self.seen[index(op)].get()
+        self.seen[op.index()].get()
     }
 
     fn decide(&self, op: IoOp, offset: u64, len: u64, flags: ZeroFlags) -> Option<Injected> {
-        let n = &self.seen[index(op)];
+        let n = &self.seen[op.index()];
         n.set(n.get() + 1);
         (self.rule)(op, n.get(), offset, len, flags)
     }

@@ -42,6 +42,23 @@ pub enum IoOp {
     Truncate,
 }
 
+impl IoOp {
+    /// How many kinds there are: the length of a per-kind table.
+    pub const COUNT: usize = 6;
+
+    /// This kind's place in a per-kind table, `0..COUNT`.
+    pub const fn index(self) -> usize {
+        match self {
+            IoOp::Read => 0,
+            IoOp::Write => 1,
+            IoOp::WriteZeroes => 2,
+            IoOp::Discard => 3,
+            IoOp::Flush => 4,
+            IoOp::Truncate => 5,
+        }
+    }
+}
+
 impl fmt::Display for IoOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = match self {

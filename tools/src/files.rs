@@ -728,26 +728,10 @@ async fn open_engine(level: Level, engine: &EngineOptions) -> Result<Image<FileD
         })
 }
 
-/// Which file `meta` describes, as [`FileDev::file_id`] says it for an
-/// open device (block devices by the device they are, the rest by device
-/// and inode), so that a file not opened yet can be compared with one that
-/// is.
-pub fn file_id_of_metadata(meta: &std::fs::Metadata) -> FileId {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    if meta.file_type().is_block_device() {
-        FileId::BlockDevice { rdev: meta.rdev() }
-    } else {
-        FileId::Inode {
-            dev: meta.dev(),
-            ino: meta.ino(),
-        }
-    }
-}
-
 /// Which file `path` leads to (following symlinks), or the error that says
 /// there is none (`NotFound`) or that it cannot be looked at.
 pub fn file_id_of_path(path: &Path) -> std::io::Result<FileId> {
-    std::fs::metadata(path).map(|m| file_id_of_metadata(&m))
+    std::fs::metadata(path).map(|m| FileId::of(&m))
 }
 
 /// Whether two names lead to the same file: by device and inode when both
@@ -867,7 +851,7 @@ pub fn open_locked(path: &Path, writable: bool, req: LockRequest) -> Result<Lock
         .open(path)
         .map_err(open_err)?;
     let meta = file.metadata().map_err(open_err)?;
-    if file_id_of_metadata(&meta) != locks.file_id() {
+    if FileId::of(&meta) != locks.file_id() {
         return Err(OpenError::Replaced {
             path: path.to_owned(),
         });

@@ -104,7 +104,10 @@ pub enum FileId {
 }
 
 impl FileId {
-    fn of(meta: &std::fs::Metadata) -> FileId {
+    /// Which file `meta` describes: a block device by the device it is,
+    /// anything else by device and inode. Lets a file not opened yet be
+    /// compared with an open device's [`FileDev::file_id`].
+    pub fn of(meta: &std::fs::Metadata) -> FileId {
         use std::os::unix::fs::{FileTypeExt, MetadataExt};
         if meta.file_type().is_block_device() {
             FileId::BlockDevice { rdev: meta.rdev() }

@@ -66,18 +66,7 @@ impl fmt::Display for InjectedFault {
     }
 }
 
-fn op_index(op: IoOp) -> u32 {
-    match op {
-        IoOp::Read => 0,
-        IoOp::Write => 1,
-        IoOp::WriteZeroes => 2,
-        IoOp::Discard => 3,
-        IoOp::Flush => 4,
-        IoOp::Truncate => 5,
-    }
-}
-
-const OPS: usize = 6;
+const OPS: usize = IoOp::COUNT;
 
 /// The fault state of one disk: the per-kind streams and request counts.
 #[derive(Debug)]
@@ -110,9 +99,9 @@ impl FaultState {
         len: u64,
         sector_size: u64,
     ) -> Option<FaultKind> {
-        let i = op_index(op);
-        self.counts[i as usize] += 1;
-        let n = self.counts[i as usize];
+        let i = op.index();
+        self.counts[i] += 1;
+        let n = self.counts[i];
         if !enabled {
             return None;
         }
@@ -128,7 +117,7 @@ impl FaultState {
                 return Some(FaultKind::NoSpace);
             }
         }
-        let r = &mut self.streams[i as usize];
+        let r = &mut self.streams[i];
         let by_rank = opts.error_at.iter().any(|f| f.op == op && f.n == n);
         let rate = match op {
             IoOp::Read => opts.read_error_ppm,

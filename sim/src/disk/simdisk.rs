@@ -187,6 +187,17 @@ impl SimDisk {
         self.inner.state.borrow().injected.clone()
     }
 
+    /// How many faults have been injected so far, without copying them:
+    /// the runner asks at every guest operation.
+    pub fn fault_count(&self) -> usize {
+        self.inner.state.borrow().injected.len()
+    }
+
+    /// Fault number `i` in issue order, if there is one.
+    pub fn injected_fault(&self, i: usize) -> Option<InjectedFault> {
+        self.inner.state.borrow().injected.get(i).cloned()
+    }
+
     /// The write log (empty when `options.log.enabled` is off). Do not hold
     /// it across an await: requests update it.
     pub fn log(&self) -> Ref<'_, [LogEntry]> {

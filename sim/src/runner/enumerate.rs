@@ -198,7 +198,7 @@ impl<'a> Run<'a> {
     fn check_state(&mut self, image: CrashImage) {
         self.crashes += 1;
         self.shared.model.borrow_mut().crash();
-        self.faults_before += self.disk.injected_faults().len() as u64;
+        self.faults_before += self.disk.fault_count() as u64;
         self.disk = self.disk.reopen(image.content);
         match self.recover(&format!("crash-{}", self.crashes)) {
             Ok(img) => self.finish(img),

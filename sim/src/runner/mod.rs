@@ -439,8 +439,7 @@ impl<'a> Run<'a> {
             let ss = SECTOR_SIZE as u64;
             // This epoch's faults so far: one injected from here until the
             // operation ends is what may explain its error.
-            let faults_at_issue: Vec<usize> =
-                disks.iter().map(|d| d.injected_faults().len()).collect();
+            let faults_at_issue: Vec<usize> = disks.iter().map(SimDisk::fault_count).collect();
             let result = match op {
                 Op::Write { sector, sectors } => {
                     let mut buf = vec![0u8; (sectors * ss) as usize];
@@ -816,14 +815,14 @@ fn first_fault_since(disks: &[SimDisk], since: &[usize]) -> Option<IoOp> {
     disks
         .iter()
         .zip(since)
-        .filter_map(|(d, &n)| d.injected_faults().get(n).map(|f| (f.at, f.op)))
+        .filter_map(|(d, &n)| d.injected_fault(n).map(|f| (f.at, f.op)))
         .min_by_key(|&(at, _)| at)
         .map(|(_, op)| op)
 }
 
 /// Faults injected so far on `disks`.
 fn faults_on(disks: &[SimDisk]) -> u64 {
-    disks.iter().map(|d| d.injected_faults().len() as u64).sum()
+    disks.iter().map(|d| d.fault_count() as u64).sum()
 }
 
 fn leak_offsets(report: &oracle::check::CheckReport) -> BTreeSet<u64> {
