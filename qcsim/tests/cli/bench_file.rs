@@ -7,16 +7,9 @@ use std::path::Path;
 
 use crate::support::{assert_clean, exec, QCSIM};
 
+/// `support::run`'s standard output, as text.
 fn run(program: &str, args: &[&str], dir: &Path) -> String {
-    let out = exec(program, args, dir);
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed ({:?}):\n{}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    String::from_utf8(crate::support::run(program, args, dir).stdout).unwrap()
 }
 
 /// `qemu-io -c "read -P p off len"` succeeds (it fails on a mismatch).

@@ -2,31 +2,10 @@
 //! what `qcsim io` writes `qemu-io` reads back and the other way round,
 //! `qcsim convert` of a raw image equals `qemu-img convert` of it and stays
 //! sparse, and `qcsim info` agrees with `qemu-img info` on the fields both
-//! report. (The qcow2 counterparts live in `cli_interop.rs.pending` until
-//! the engine lands.)
+//! report. (The qcow2 counterparts live in `cli_interop.rs`.)
 
+use crate::support::{qcsim, run};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn run(program: &str, args: &[&str], dir: &Path) -> Output {
-    let out = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program} (install qemu-utils): {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn qcsim(args: &[&str], dir: &Path) -> String {
-    String::from_utf8(run(env!("CARGO_BIN_EXE_qcsim"), args, dir).stdout).unwrap()
-}
 
 #[test]
 fn io_writes_are_what_qemu_io_reads_and_back() {

@@ -8,26 +8,10 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Output};
 
-const QCSIM: &str = env!("CARGO_BIN_EXE_qcsim");
+use crate::support::{run, QCSIM};
+
 const CLUSTER: u64 = 64 << 10;
-
-fn run(program: &str, args: &[&str], dir: &Path) -> Output {
-    let out = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program} (install qemu-utils): {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed ({:?}):\n{}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 /// The bytes `qcsim convert --stats` says it read from the source.
 fn bytes_read(stats: &str) -> u64 {

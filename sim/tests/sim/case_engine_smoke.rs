@@ -8,12 +8,11 @@
 //! generated cases are runnable and that the model agrees with a correct
 //! engine.
 
-use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use engine::dev::{BlockDev, DevError, MemDev, WriteFlags, ZeroFlags};
+use engine::dev::MemDev;
 use engine::{Backing, CreateOptions, EngineOptions, Image};
 use oracle::data::{fill_write_buffer, WriteId, SECTOR_SIZE};
 use oracle::model::{Model, OpId, SectorRange, Status, WriteKind};
@@ -22,67 +21,9 @@ use rand_chacha::ChaCha8Rng;
 use sim::case::{BackingSpec, Case, Op};
 use sim::workload::Profile;
 
-struct YieldDev {
-    inner: MemDev,
-    rng: RefCell<ChaCha8Rng>,
-}
-
-struct YieldN(Cell<u32>);
-
-impl Future for YieldN {
-    type Output = ();
-    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
-        match self.0.get() {
-            0 => Poll::Ready(()),
-            n => {
-                self.0.set(n - 1);
-                Poll::Pending
-            }
-        }
-    }
-}
-
-impl YieldDev {
-    fn new(inner: MemDev, seed: u64) -> YieldDev {
-        YieldDev {
-            inner,
-            rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed)),
-        }
-    }
-
-    fn delay(&self) -> YieldN {
-        YieldN(Cell::new(self.rng.borrow_mut().gen_range(0..4)))
-    }
-}
-
-impl BlockDev for YieldDev {
-    async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.read(offset, buf).await
-    }
-    async fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.write(offset, buf, flags).await
-    }
-    async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.write_zeroes(offset, len, flags).await
-    }
-    async fn discard(&self, offset: u64, len: u64) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.discard(offset, len).await
-    }
-    async fn flush(&self) -> Result<(), DevError> {
-        self.delay().await;
-        self.inner.flush().await
-    }
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    async fn truncate(&self, len: u64) -> Result<(), DevError> {
-        self.inner.truncate(len).await
-    }
-}
+/// The in-memory device with each request yielding a seeded number of
+/// times, so concurrent requests interleave under `block_on`.
+type YieldDev = engine::dev::YieldDev<MemDev>;
 
 /// Polls `f` to completion; the device never waits on anything but polls.
 fn block_on<T>(f: impl Future<Output = T>) -> T {
