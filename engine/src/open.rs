@@ -202,10 +202,11 @@ impl<D: BlockDev> Image<D> {
             e.validate(i, cs)?;
             let off = e.l2_offset();
             if off != 0 {
-                let field = format!("L1 entry {i}");
+                // Named only on error: a table has thousands of entries.
+                let field = || format!("L1 entry {i}");
                 if off + cs > file_len {
                     return Err(Error::format(
-                        field,
+                        field(),
                         format!("L2 table {off:#x} is beyond the end of the file"),
                     ));
                 }
@@ -214,7 +215,7 @@ impl<D: BlockDev> Image<D> {
                     || overlaps(off, cs, h.refcount_table_offset, rt_bytes)
                 {
                     return Err(Error::format(
-                        field,
+                        field(),
                         format!("L2 table {off:#x} overlaps the header or another table"),
                     ));
                 }
@@ -237,17 +238,18 @@ impl<D: BlockDev> Image<D> {
         dev.read(h.refcount_table_offset, &mut rt_raw).await?;
         let reftable = read_be64_table(&rt_raw);
         for (i, &off) in reftable.iter().enumerate() {
-            let field = format!("refcount table entry {i}");
+            // Named only on error: a table has thousands of entries.
+            let field = || format!("refcount table entry {i}");
             if off & (cs - 1) != 0 {
                 return Err(Error::format(
-                    field,
+                    field(),
                     format!("refcount block {off:#x} is not cluster aligned"),
                 ));
             }
             if off != 0 {
                 if off + cs > file_len {
                     return Err(Error::format(
-                        field,
+                        field(),
                         format!("refcount block {off:#x} is beyond the end of the file"),
                     ));
                 }
@@ -256,7 +258,7 @@ impl<D: BlockDev> Image<D> {
                     || overlaps(off, cs, h.refcount_table_offset, rt_bytes)
                 {
                     return Err(Error::format(
-                        field,
+                        field(),
                         format!("refcount block {off:#x} overlaps the header or another table"),
                     ));
                 }
