@@ -17,4 +17,5 @@ mod profile;
 mod random;
 mod sequential;
 
+pub use arbitrary::{MAX_ARBITRARY_CRASHES, MAX_ARBITRARY_OPS};
 pub use profile::{Profile, UnknownProfile};

@@ -4,6 +4,7 @@ use arbitrary::Unstructured;
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sim::case::{Case, Op, MAX_GROUP_OPS};
+use sim::workload::MAX_ARBITRARY_CRASHES;
 
 fn decode(bytes: &[u8]) -> Case {
     let case =
@@ -28,15 +29,20 @@ fn empty_and_tiny_inputs_decode() {
 fn random_bytes_decode_to_valid_bounded_cases() {
     let mut rng = ChaCha8Rng::seed_from_u64(0x5eed);
     let mut ops_seen = 0;
+    let mut most_crashes = 0;
     let mut kinds = [false; 6];
     for _ in 0..400 {
         let len = rng.gen_range(0..8192);
         let mut bytes = vec![0u8; len];
         rng.fill_bytes(&mut bytes);
         let case = decode(&bytes);
-        assert!(case.image.create.size <= 8 << 20);
+        assert!(case.image.create.size <= 4 << 20);
         let ops: Vec<&Op> = case.workload.iter().flatten().collect();
-        assert!(ops.len() <= 256);
+        assert!(ops.len() <= sim::workload::MAX_ARBITRARY_OPS);
+        // Each crash reads the whole image back: a few keep a fuzzer fast.
+        let crashes = ops.iter().filter(|op| ***op == Op::Crash).count();
+        assert!(crashes <= MAX_ARBITRARY_CRASHES, "{crashes} crash points");
+        most_crashes = most_crashes.max(crashes);
         for g in &case.workload {
             assert!(!g.is_empty() && g.len() <= MAX_GROUP_OPS);
         }
@@ -58,6 +64,7 @@ fn random_bytes_decode_to_valid_bounded_cases() {
         assert_eq!(Case::from_json(&case.to_json()).unwrap(), case);
     }
     assert!(ops_seen > 1000, "only {ops_seen} ops decoded");
+    assert_eq!(most_crashes, MAX_ARBITRARY_CRASHES, "the cap is reached");
     assert_eq!(kinds, [true; 6], "some op kinds never decoded");
 }
 
