@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use sim::shrink::{shrink_failing, CaseSize, ShrinkOptions, DEFAULT_MAX_RUNS};
+use sim::shrink::{shrink_failing, CaseSize, ShrinkOptions, DEFAULT_MAX_RUNS, DEFAULT_RESEEDS};
 
 use super::run::{load_case, save_case};
 
@@ -18,6 +18,11 @@ pub struct Args {
     /// Most runs to spend; the smallest case found by then is written.
     #[arg(long, default_value_t = DEFAULT_MAX_RUNS)]
     pub max_runs: u64,
+    /// Seeds to try, after the case's own, for each operation left once
+    /// nothing else shrinks (the shrunk case may then carry another seed);
+    /// 0 keeps the original seed.
+    #[arg(long, default_value_t = DEFAULT_RESEEDS)]
+    pub reseeds: u64,
     /// No progress lines.
     #[arg(long)]
     pub quiet: bool,
@@ -45,6 +50,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         &case,
         &ShrinkOptions {
             max_runs: args.max_runs,
+            reseeds: args.reseeds,
         },
         |p| {
             if !quiet {

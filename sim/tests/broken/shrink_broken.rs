@@ -1,44 +1,106 @@
-//! The shrinker on a real failure: the engine variant that drops the COW of
-//! a partial cluster (`Broken::DropPartialCow`) loses backing data; the
-//! shrunk case is much smaller and still fails the same way.
+//! The shrinker on real failures: for each deliberately broken engine
+//! variant, the first failing case of the setting `verify_broken` catches
+//! it with shrinks to at most `MAX_SHRUNK_OPS` operations, still fails the
+//! same way, replays identically from its JSON, and passes with the
+//! correct engine (the failure is the bug's, not the shrinker's).
 
 use engine::options::Broken;
+use engine::Switches;
 use sim::campaign::run_guarded;
 use sim::case::Case;
 use sim::shrink::{shrink_failing, CaseSize, FailureKind, ShrinkOptions};
 use sim::workload::Profile;
 
-fn failing_case() -> Case {
-    (0..40)
+/// The bound on a shrunk failure.
+const MAX_SHRUNK_OPS: usize = 8;
+
+/// Seeds searched for a failing case: every variant fails within the
+/// first 30 of its setting (ARCHITECTURE.md, "Measured").
+const SEEDS: u64 = 200;
+
+/// A run budget well above what each variant needs (ARCHITECTURE.md,
+/// "Measured"), so that a slower shrink shows as a larger shrunk case
+/// rather than as a budget cut.
+const MAX_RUNS: u64 = 1500;
+
+fn failing_case(broken: Broken, profile: Profile) -> Case {
+    (0..SEEDS)
         .map(|seed| {
-            let mut c = Case::generate(seed, Profile::Backing);
-            c.engine.broken = Some(Broken::DropPartialCow);
+            let mut c = Case::generate(seed, profile);
+            c.engine.switches = Switches::ALL_ON;
+            c.engine.broken = Some(broken);
             c
         })
         .find(|c| !run_guarded(c).passed())
-        .expect("DropPartialCow fails some backing case among 40 seeds")
+        .unwrap_or_else(|| panic!("{broken:?} fails some {profile} case among {SEEDS} seeds"))
 }
 
-#[test]
-fn shrinks_a_drop_partial_cow_failure() {
-    let case = failing_case();
+fn shrinks_small(broken: Broken, profile: Profile, max_ops: usize) {
+    let case = failing_case(broken, profile);
     let kind = FailureKind::of(&run_guarded(&case).failures[0]);
-    let (shrunk, shrunk_kind) =
-        shrink_failing(&case, &ShrinkOptions { max_runs: 400 }, |_| {}).expect("the case fails");
+    let options = ShrinkOptions {
+        max_runs: MAX_RUNS,
+        ..ShrinkOptions::default()
+    };
+    let (shrunk, shrunk_kind) = shrink_failing(&case, &options, |_| {}).expect("the case fails");
     assert_eq!(kind, shrunk_kind);
     let before = CaseSize::of(&case);
     let after = CaseSize::of(&shrunk.case);
-    assert!(after.ops < before.ops, "{before} -> {after}");
-    assert!(after.ops <= 10, "{before} -> {after}");
+    println!(
+        "{broken:?} seed {}: {before} -> {after} in {} runs",
+        case.seed, shrunk.runs
+    );
+    assert!(
+        after.ops <= max_ops,
+        "{broken:?} seed {}: {before} -> {after} in {} runs: {:?}",
+        case.seed,
+        shrunk.runs,
+        shrunk.case.workload
+    );
+    assert_eq!(shrunk.case.engine.broken, Some(broken));
     // Still fails the same way, and replays identically from its JSON.
     let again = Case::from_json(&shrunk.case.to_json()).expect("the shrunk case parses");
     assert_eq!(again, shrunk.case);
     let report = run_guarded(&again);
     assert!(kind.in_report(&report), "{:?}", report.failures);
     assert_eq!(report.trace_hash, run_guarded(&shrunk.case).trace_hash);
-    // Without the broken switch the shrunk case passes: the failure is the
-    // bug's, not the shrinker's.
+    // Without the broken switch the shrunk case passes.
     let mut fixed = shrunk.case.clone();
     fixed.engine.broken = None;
-    assert!(run_guarded(&fixed).passed());
+    let control = run_guarded(&fixed);
+    assert!(control.passed(), "{:?}", control.failures);
+}
+
+#[test]
+fn shrinks_a_link_before_data_failure() {
+    shrinks_small(Broken::LinkBeforeData, Profile::Random, MAX_SHRUNK_OPS);
+}
+
+/// Short of the bound: the first failing seed (23) stalls at 10
+/// operations in 5 groups (two writes, a flush, a crash alone in its group,
+/// four writes and a write_zeroes, then a flush and a discard), where
+/// removing any one operation passes under the case's seed and the 16
+/// after it, and merging any two groups under its own (48 seeds per
+/// operation reach 9; 16 seeds per merge, tried too, reached nothing more).
+/// Other failing seeds
+/// go below 8 (50: 5 operations, 57: 7; ARCHITECTURE.md, "Measured"). The
+/// bound holds the measured 10, so that a shrinker that does worse fails.
+#[test]
+fn shrinks_a_skip_refcount_flush_failure() {
+    shrinks_small(Broken::SkipRefcountFlush, Profile::Random, 10);
+}
+
+#[test]
+fn shrinks_a_drop_partial_cow_failure() {
+    shrinks_small(Broken::DropPartialCow, Profile::Backing, MAX_SHRUNK_OPS);
+}
+
+#[test]
+fn shrinks_a_reuse_before_durable_failure() {
+    shrinks_small(Broken::ReuseBeforeDurable, Profile::Random, MAX_SHRUNK_OPS);
+}
+
+#[test]
+fn shrinks_a_double_alloc_failure() {
+    shrinks_small(Broken::DoubleAlloc, Profile::Random, MAX_SHRUNK_OPS);
 }

@@ -28,6 +28,8 @@ fn hunt(broken: Broken, profile: Profile, switches: Switches) -> Option<(Case, R
 }
 
 /// Catch `broken`, then prove the failing case replays.
+// The wall clock only times the hunt for the printed line; no run reads it.
+#[allow(clippy::disallowed_methods)]
 fn caught(broken: Broken, profile: Profile, switches: Switches) {
     let started = std::time::Instant::now();
     let (case, report) = hunt(broken, profile, switches)

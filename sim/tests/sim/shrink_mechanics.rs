@@ -89,7 +89,10 @@ fn stops_at_the_run_budget() {
     let mut calls = 0u64;
     let shrunk = shrink_with(
         &case,
-        &ShrinkOptions { max_runs: 5 },
+        &ShrinkOptions {
+            max_runs: 5,
+            ..ShrinkOptions::default()
+        },
         |c| {
             calls += 1;
             write_then_flush(c)

@@ -1,31 +1,68 @@
 //! Shrinking a failing case: the smallest case that still fails the same
 //! way, found by delta debugging over the case's parts.
 //!
-//! A case is a list of concurrency groups of operations, on an image of
-//! some virtual size, on a device with some faults. The shrinker tries, in
-//! a fixed order until nothing more can be removed:
+//! A case is a list of concurrency groups of operations, on an image with
+//! some options, on a device with some latencies and faults. The shrinker
+//! runs a fixed list of passes, and runs the whole list again until a
+//! round accepts nothing (a fixed point) or the run budget is spent:
 //! 1. `drop_crashes`: each crash point, alone (a crash-free failure is the
-//!    easiest to read);
-//! 2. `drop_groups`: runs of whole groups, halving the run length (ddmin);
-//! 3. `drop_ops`: runs of operations across groups, likewise; groups left
-//!    empty go;
-//! 4. `shorten_ops`: each request's length down to one sector, or halved;
-//! 5. `quiet_faults`: injected I/O faults off;
-//! 6. `shrink_disk`: the virtual size halved while every request still
-//!    fits.
+//!    easiest to read); `cut_after_crash`: every group after a crash
+//!    (earliest crash first); `move_crashes`: a crash into the group
+//!    before it (a failure seen at an earlier crash);
+//! 2. `quiet_faults`: injected I/O faults off, then each kind of fault
+//!    alone; `steady_device`: latencies without spread (every request of
+//!    a kind takes its mean), then no seek, no extension cost, free
+//!    transfers, unlimited channels, 512-byte sectors, default support.
+//!    These come before the workload passes because they are few runs and
+//!    make the run depend less on which operations are left: a latency
+//!    drawn at random for every request shifts with every request removed;
+//! 3. `drop_groups`: runs of whole groups, halving the run length (ddmin);
+//! 4. `drop_ops`: runs of operations across groups, likewise, down to one
+//!    operation at a time (the result is 1-minimal: no single operation
+//!    can go); groups left empty go;
+//! 5. `merge_groups`: two adjacent groups as one (fewer groups, and the
+//!    next round's `drop_ops` sees the operations side by side);
+//! 6. `shorten_ops`: each request down to its first or last sector, or
+//!    to its first or second half, while it still fails;
+//! 7. `lower_offsets`: every request moved down together (relative places
+//!    kept), then each request toward sector 0: its cluster first, then
+//!    its place in the cluster;
+//! 8. `simplify_image`: no backing file (or a raw one), no external data
+//!    file, no extended L2 entries, no lazy refcounts, and the default
+//!    cluster size, refcount width, compression and engine options (cache
+//!    sizes, growth, switches; never the broken variant);
+//! 9. `shrink_disk`: the virtual size cut to the clusters the requests
+//!    reach, else halved while every request still fits;
+//! 10. `reseed_drop_ops`, only in a round where nothing else shrank: each
+//!     operation removed under each of `ShrinkOptions::reseeds` seeds after
+//!     the case's own. Removing an operation shifts every random draw after
+//!     it (schedule, latencies, crash states), so a failure that hangs on
+//!     one interleaving often vanishes with any single operation, and under
+//!     a neighbouring seed the smaller case may fail the same way again. The
+//!     shrunk case then carries that seed, and replays as it is.
 //!
-//! Each candidate must pass [`Case::validate`] and is judged by a predicate;
-//! [`shrink_failing`] uses "the run reports a failure of the same kind as
-//! the original's first failure". Everything is deterministic: the same
-//! case and predicate always give the same result, in the same number of
-//! runs.
+//! Each candidate must pass [`Case::validate`] (an invalid one costs no
+//! run) and is judged by a predicate; [`shrink_failing`] uses "the run
+//! reports a failure of the same kind as the original's first failure".
+//! Every accepted step makes the case smaller by [`CaseSize`] or leaves
+//! that equal and moves something toward its simplest value (a crash
+//! earlier, an offset lower, an option to its default), never back, so
+//! rounds end. Everything is deterministic: the same case and predicate
+//! always give the same result, in the same number of runs.
+
+mod device;
+mod image;
+mod workload;
 
 use crate::campaign::run_guarded;
-use crate::case::{Case, Op};
+use crate::case::Case;
 use crate::runner::{Failure, RunReport};
 
 /// Runs allowed by default: enough for cases of a few hundred operations.
 pub const DEFAULT_MAX_RUNS: u64 = 2000;
+
+/// Seeds `reseed_drop_ops` tries per operation by default.
+pub const DEFAULT_RESEEDS: u64 = 16;
 
 /// The kind of a failure, the unit "fails the same way" compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -76,12 +113,17 @@ pub struct ShrinkOptions {
     /// Most predicate evaluations (runs), the original's included; the
     /// smallest case found so far is returned when they run out.
     pub max_runs: u64,
+    /// Seeds tried, after the case's own, for each operation the
+    /// `reseed_drop_ops` pass tries to remove once nothing else shrinks (0:
+    /// the pass is off, and the shrunk case keeps the original's seed).
+    pub reseeds: u64,
 }
 
 impl Default for ShrinkOptions {
     fn default() -> Self {
         Self {
             max_runs: DEFAULT_MAX_RUNS,
+            reseeds: DEFAULT_RESEEDS,
         }
     }
 }
@@ -195,11 +237,22 @@ pub fn shrink_with(
     loop {
         let before = s.steps;
         s.drop_crashes();
+        s.cut_after_crash();
+        s.move_crashes();
+        s.quiet_faults();
+        s.steady_device();
         s.drop_groups();
         s.drop_ops();
+        s.merge_groups();
         s.shorten_ops();
-        s.quiet_faults();
+        s.lower_offsets();
+        s.simplify_image();
         s.shrink_disk();
+        if s.steps == before {
+            // Stalled: the last resort, then a new round if it found
+            // something (the cheaper passes may go on from there).
+            s.reseed_drop_ops(options.reseeds);
+        }
         if s.steps == before || s.out_of_runs() {
             break;
         }
@@ -245,153 +298,40 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
         true
     }
 
-    fn drop_crashes(&mut self) {
-        let mut k = 0;
-        while let Some((g, i)) = crash_positions(&self.best).get(k).copied() {
+    /// Tries each edit on the case as it stands when its turn comes, in
+    /// order, keeping every one under which the case still fails. An edit
+    /// that changes nothing costs no run (`try_case`).
+    fn try_edits(&mut self, pass: &'static str, edits: &[&dyn Fn(&mut Case)]) {
+        for edit in edits {
             let mut c = self.best.clone();
-            c.workload[g].remove(i);
-            c.workload.retain(|ops| !ops.is_empty());
-            if !self.try_case("drop_crashes", c) {
-                k += 1;
-            }
-        }
-    }
-
-    fn drop_groups(&mut self) {
-        let mut chunk = self.best.workload.len().div_ceil(2);
-        while chunk >= 1 {
-            let mut start = 0;
-            while start < self.best.workload.len() {
-                let mut c = self.best.clone();
-                let end = (start + chunk).min(c.workload.len());
-                c.workload.drain(start..end);
-                if !self.try_case("drop_groups", c) {
-                    start += chunk;
-                }
-            }
-            if chunk == 1 {
-                break;
-            }
-            chunk = chunk.div_ceil(2);
-        }
-    }
-
-    fn drop_ops(&mut self) {
-        let total = |c: &Case| c.workload.iter().map(Vec::len).sum::<usize>();
-        let mut chunk = total(&self.best).div_ceil(2);
-        while chunk >= 1 {
-            let mut start = 0;
-            while start < total(&self.best) {
-                let c = without_ops(&self.best, start, chunk);
-                if !self.try_case("drop_ops", c) {
-                    start += chunk;
-                }
-            }
-            if chunk == 1 {
-                break;
-            }
-            chunk = chunk.div_ceil(2);
-        }
-    }
-
-    fn shorten_ops(&mut self) {
-        let positions: Vec<(usize, usize)> = self
-            .best
-            .workload
-            .iter()
-            .enumerate()
-            .flat_map(|(g, ops)| (0..ops.len()).map(move |i| (g, i)))
-            .collect();
-        for (g, i) in positions {
-            // One sector first; failing that, halve while it still fails.
-            while let Some((_, n)) = self.best.workload[g][i].range() {
-                if n <= 1 {
-                    break;
-                }
-                let mut c = self.best.clone();
-                c.workload[g][i] = with_length(c.workload[g][i], 1);
-                if self.try_case("shorten_ops", c) {
-                    break;
-                }
-                let mut c = self.best.clone();
-                c.workload[g][i] = with_length(c.workload[g][i], n / 2);
-                if !self.try_case("shorten_ops", c) {
-                    break;
-                }
-            }
-        }
-    }
-
-    fn quiet_faults(&mut self) {
-        if self.best.disk.faults.enabled {
-            let mut c = self.best.clone();
-            c.disk.faults.enabled = false;
-            self.try_case("quiet_faults", c);
-        }
-    }
-
-    fn shrink_disk(&mut self) {
-        loop {
-            let size = self.best.image.create.size;
-            let half = (size / 2).next_multiple_of(oracle::data::SECTOR_SIZE as u64);
-            if half >= size {
-                break;
-            }
-            let mut c = self.best.clone();
-            c.image.create.size = half;
-            // An invalid candidate (a request past the new end) is refused
-            // by `try_case` without a run.
-            if !self.try_case("shrink_disk", c) {
-                break;
-            }
+            edit(&mut c);
+            self.try_case(pass, c);
         }
     }
 }
 
-/// Where the crash operations are, as (group, index).
-fn crash_positions(case: &Case) -> Vec<(usize, usize)> {
-    case.workload
-        .iter()
-        .enumerate()
-        .flat_map(|(g, ops)| {
-            ops.iter()
-                .enumerate()
-                .filter(|(_, op)| matches!(op, Op::Crash))
-                .map(move |(i, _)| (g, i))
-        })
-        .collect()
-}
+/// A synthetic predicate's test case for the passes' unit tests: no engine
+/// runs, only the shape of the case decides.
+#[cfg(test)]
+pub(crate) mod testcase {
+    use crate::case::{Case, Op};
+    use crate::workload::Profile;
 
-/// `case` without the `count` operations from flat position `start`;
-/// groups left empty are removed.
-fn without_ops(case: &Case, start: usize, count: usize) -> Case {
-    let mut c = case.clone();
-    let mut pos = 0;
-    for ops in &mut c.workload {
-        let mut kept = Vec::with_capacity(ops.len());
-        for op in ops.drain(..) {
-            if pos < start || pos >= start + count {
-                kept.push(op);
-            }
-            pos += 1;
-        }
-        *ops = kept;
+    /// A generated case (valid, with its image, device and engine
+    /// options) whose workload is replaced by `groups`.
+    pub fn with_groups(groups: Vec<Vec<Op>>) -> Case {
+        let mut c = Case::generate(5, Profile::Random);
+        c.workload = groups;
+        c.validate().expect("a valid test case");
+        c
     }
-    c.workload.retain(|ops| !ops.is_empty());
-    c
-}
 
-/// `op` covering `sectors` sectors from the same first sector.
-fn with_length(op: Op, n: u64) -> Op {
-    match op {
-        Op::Write { sector, .. } => Op::Write { sector, sectors: n },
-        Op::Read { sector, .. } => Op::Read { sector, sectors: n },
-        Op::WriteZeroes { sector, unmap, .. } => Op::WriteZeroes {
-            sector,
-            sectors: n,
-            unmap,
-        },
-        Op::Discard { sector, .. } => Op::Discard { sector, sectors: n },
-        Op::Flush | Op::Crash => op,
+    pub fn w(sector: u64, sectors: u64) -> Op {
+        Op::Write { sector, sectors }
+    }
+
+    /// Every operation, in workload order.
+    pub fn ops(c: &Case) -> Vec<Op> {
+        c.workload.iter().flatten().copied().collect()
     }
 }

@@ -1,0 +1,159 @@
+//! The device passes: a failing case's simulated disk made as plain as the
+//! failure allows, its faults off and its latencies without spread.
+//!
+//! A steady device is easier to read, and it makes the workload passes
+//! work better: every request's latency is a draw from the disk's latency
+//! stream, so removing one request shifts the latencies of all that follow
+//! and may hide a failure that needed them; with no spread, every draw is
+//! the same.
+
+use super::Shrinker;
+use crate::case::Case;
+use crate::disk::{DiscardEffect, SupportOptions};
+use crate::shrink::Progress;
+
+impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
+    /// Injected faults off; failing that, each kind of fault alone (the
+    /// failure may need one of them, not all).
+    pub(super) fn quiet_faults(&mut self) {
+        if !self.best.disk.faults.enabled {
+            return;
+        }
+        let mut c = self.best.clone();
+        c.disk.faults.enabled = false;
+        if self.try_case("quiet_faults", c) {
+            return;
+        }
+        self.try_edits(
+            "quiet_faults",
+            &[
+                &|c| c.disk.faults.read_error_ppm = 0,
+                &|c| c.disk.faults.write_error_ppm = 0,
+                &|c| c.disk.faults.flush_error_ppm = 0,
+                &|c| c.disk.faults.capacity = None,
+                &|c| c.disk.faults.lost_write_ppm = 0,
+                &|c| c.disk.faults.misdirected_write_ppm = 0,
+            ],
+        );
+        // The requests that fail by rank, one at a time.
+        let mut k = 0;
+        while k < self.best.disk.faults.error_at.len() {
+            let mut c = self.best.clone();
+            c.disk.faults.error_at.remove(k);
+            if !self.try_case("quiet_faults", c) {
+                k += 1;
+            }
+        }
+    }
+
+    /// Latencies without spread (each kind of request always takes its
+    /// mean), then each other cost off, then the plainest sector size and
+    /// support; torn sectors off.
+    pub(super) fn steady_device(&mut self) {
+        self.try_edits(
+            "steady_device",
+            &[
+                &steady_latencies,
+                &|c| c.disk.latency.seek = 0,
+                &|c| c.disk.latency.extend = 0,
+                &|c| c.disk.latency.bandwidth = 0,
+                &|c| c.disk.latency.channels = 0,
+                &|c| c.disk.crash.tear_ppm = 0,
+                &|c| c.disk.sector_size = 512,
+                &|c| c.disk.support = SupportOptions::default(),
+                // Short of the default: a discard that does one thing.
+                &|c| {
+                    if c.disk.support.discard == DiscardEffect::Either {
+                        c.disk.support.discard = DiscardEffect::Zeroes;
+                    }
+                },
+            ],
+        );
+    }
+}
+
+/// Every kind of request always takes its mean latency.
+pub(super) fn steady_latencies(c: &mut Case) {
+    let l = &mut c.disk.latency;
+    l.read_min = l.read_mean;
+    l.write_min = l.write_mean;
+    l.flush_min = l.flush_mean;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testcase::{w, with_groups};
+    use super::*;
+    use crate::case::Op;
+    use crate::disk::{LatencyOptions, NthRequest};
+    use crate::shrink::{shrink_with, ShrinkOptions};
+    use engine::dev::IoOp;
+
+    fn noisy() -> Case {
+        let mut c = with_groups(vec![vec![w(0, 1), w(8, 1)], vec![Op::Flush]]);
+        c.disk.latency = LatencyOptions::hdd();
+        c.disk.sector_size = 4096;
+        c.disk.faults.enabled = true;
+        c.disk.faults.read_error_ppm = 100;
+        c.disk.faults.write_error_ppm = 200;
+        c.disk.faults.flush_error_ppm = 300;
+        c.disk.faults.error_at = vec![
+            NthRequest {
+                op: IoOp::Write,
+                n: 3,
+            },
+            NthRequest {
+                op: IoOp::Flush,
+                n: 1,
+            },
+        ];
+        c.validate().unwrap();
+        c
+    }
+
+    #[test]
+    fn keeps_only_the_fault_the_failure_needs() {
+        // Fails while flushes may fail: by rate or by rank.
+        let needs = |c: &Case| {
+            let f = &c.disk.faults;
+            f.enabled && (f.flush_error_ppm > 0 || f.error_at.iter().any(|n| n.op == IoOp::Flush))
+        };
+        let s = shrink_with(&noisy(), &ShrinkOptions::default(), needs, |_| {})
+            .unwrap()
+            .case;
+        let f = &s.disk.faults;
+        assert!(f.enabled);
+        assert_eq!((f.read_error_ppm, f.write_error_ppm), (0, 0));
+        // Either flush fault alone is enough; the rate goes first.
+        assert_eq!(f.flush_error_ppm, 0);
+        assert_eq!(
+            f.error_at,
+            vec![NthRequest {
+                op: IoOp::Flush,
+                n: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn makes_the_device_steady_where_the_failure_allows() {
+        // Fails only while seeks cost something: the rest goes plain.
+        let s = shrink_with(
+            &noisy(),
+            &ShrinkOptions::default(),
+            |c| c.disk.latency.seek > 0,
+            |_| {},
+        )
+        .unwrap()
+        .case;
+        let l = &s.disk.latency;
+        assert_eq!(l.seek, LatencyOptions::hdd().seek);
+        assert_eq!(
+            (l.read_min, l.write_min, l.flush_min),
+            (l.read_mean, l.write_mean, l.flush_mean)
+        );
+        assert_eq!((l.extend, l.bandwidth, l.channels), (0, 0, 0));
+        assert_eq!(s.disk.sector_size, 512);
+        assert!(!s.disk.faults.enabled);
+    }
+}
