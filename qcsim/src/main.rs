@@ -51,6 +51,8 @@ enum Command {
     Shrink(cli::shrink::Args),
     /// Check every crash state of a small workload.
     Enumerate(cli::enumerate::Args),
+    /// Check every crash state of every workload of up to 3 operations.
+    Exhaust(cli::exhaust::Args),
     /// Guest I/O traces: import recordings, replay them with crashes.
     Trace(cli::trace::Args),
     /// Create a qcow2 image (as qemu-img create).
@@ -76,6 +78,7 @@ fn main() {
         Command::Replay(a) => cli::replay::run(a),
         Command::Shrink(a) => cli::shrink::run(a),
         Command::Enumerate(a) => cli::enumerate::run(a),
+        Command::Exhaust(a) => cli::exhaust::run(a),
         Command::Trace(a) => cli::trace::run(a),
         Command::Create(a) => cli::create::run(a),
         Command::Info(a) => cli::info::run(a),

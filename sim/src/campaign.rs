@@ -150,11 +150,7 @@ pub fn run_guarded(case: &Case) -> RunReport {
     match catch_unwind(AssertUnwindSafe(|| run_case(case, &RunOptions::default()))) {
         Ok(r) => r,
         Err(p) => {
-            let message = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "non-string panic".into());
+            let message = panic_message(p.as_ref());
             RunReport {
                 seed: case.seed,
                 profile: case.profile,
@@ -164,6 +160,14 @@ pub fn run_guarded(case: &Case) -> RunReport {
             }
         }
     }
+}
+
+/// The message a caught panic carries.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "non-string panic".into())
 }
 
 /// Run the plan; `progress` is called after each case with (done, failed).

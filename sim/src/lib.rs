@@ -1,6 +1,7 @@
 //! qcsim's simulation harness: the simulated disk, the deterministic
 //! executor and clock, workloads and cases, the runner, campaigns,
-//! shrinking, enumeration and the simulated benchmarks.
+//! shrinking, enumeration, bounded exhaustive workloads and the simulated
+//! benchmarks.
 //!
 //! Nothing here reads the wall clock (clippy's `disallowed-methods`, in this
 //! crate's `clippy.toml`, refuses it): a case is a pure function of its
@@ -12,6 +13,7 @@ pub mod campaign;
 pub mod case;
 pub mod disk;
 pub mod exec;
+pub mod exhaust;
 pub mod iotrace;
 pub mod rng;
 pub mod runner;

@@ -1,11 +1,11 @@
-//! `qcsim enumerate [--seed N] [--cap K] [--case FILE]`: every crash state
-//! of a small workload's crash point, each reopened, checked and read whole
-//! against the model.
+//! `qcsim enumerate [--seed N] [--cap K] [--case FILE] [--at-flush N]`:
+//! every crash state of a small workload's crash point, each reopened,
+//! checked and read whole against the model.
 
 use std::path::PathBuf;
 
 use sim::case::{Case, Op};
-use sim::runner::{enumerate_crash_states, EnumerateOptions, Granularity};
+use sim::runner::{enumerate_crash_states_at, CrashAt, EnumerateOptions, Granularity};
 
 use super::run::{load_case, save_case, ProfileArg};
 
@@ -31,6 +31,11 @@ pub struct Args {
     /// not at all), or auto (sector when every state fits under the cap).
     #[arg(long, value_enum, default_value = "auto")]
     pub granularity: GranularityArg,
+    /// Crash just after the crash group's N-th device flush was issued
+    /// (from 1), instead of at the time the case's crash stream draws: the
+    /// crash points `qcsim exhaust` names.
+    #[arg(long)]
+    pub at_flush: Option<u64>,
     /// Save the enumerated case as JSON here.
     #[arg(long)]
     pub save: Option<PathBuf>,
@@ -78,12 +83,15 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         GranularityArg::Sector => Granularity::Sector,
         GranularityArg::Write => Granularity::Write,
     };
-    let report = enumerate_crash_states(
+    let at = args.at_flush.map_or(CrashAt::Drawn, CrashAt::DeviceFlush);
+    let report = enumerate_crash_states_at(
         &case,
+        at,
         &EnumerateOptions {
             granularity,
             cap: args.cap,
         },
+        &mut |_| true,
     )?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

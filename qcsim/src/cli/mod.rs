@@ -8,6 +8,7 @@ pub mod convert;
 pub mod create;
 pub mod dump;
 pub mod enumerate;
+pub mod exhaust;
 pub mod info;
 pub mod io;
 pub mod replay;

@@ -13,6 +13,7 @@ mod cli_raw;
 mod closed_stdout;
 mod convert_holes;
 mod enumerate_cli;
+mod exhaust_cli;
 mod extended_l2_cli;
 mod locking;
 mod run_counters;

@@ -3,6 +3,11 @@
 //! one the crash stream samples) reopened, checked and read whole against
 //! the model, exactly as the runner checks its sampled state.
 //!
+//! Where in the crash group the power goes is [`CrashAt`]: at the time the
+//! crash stream draws (as the runner crashes), or just after the group's
+//! n-th device flush was issued. A crash group of only the crash has
+//! nothing to run: its crash point is the end of the group before it.
+//!
 //! The model cannot be copied, so each state gets a fresh run of the same
 //! prefix; a run is a pure function of its case, and the prefix's trace
 //! hash is compared with the first one's to prove the states belong to
@@ -17,6 +22,21 @@ use serde::Serialize;
 use super::{Failure, Run, RunOptions};
 use crate::case::{Case, Op};
 use crate::disk::{CrashError, CrashImage, CrashStates};
+
+/// Where in its crash group (the first group with a crash) an enumerated
+/// crash point lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CrashAt {
+    /// At the time the crash stream draws, as the runner's crash falls.
+    Drawn,
+    /// Just after the group issued its n-th device flush on the image's
+    /// disk (counting from 1), before that flush completes: every write
+    /// since the flush before it is still pending, the most that a crash
+    /// between those two flushes can lose. The device flushes are the
+    /// persistence points of a block device.
+    DeviceFlush(u64),
+}
 
 /// Which crash states to enumerate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -98,6 +118,12 @@ pub enum EnumerateError {
     Crash(CrashError),
     #[error("the run to the crash point went differently for state {index}: not deterministic")]
     Diverged { index: u64 },
+    #[error("group {group} issued {issued} device flushes, so it has no crash point at device flush {wanted}")]
+    NoSuchFlush {
+        group: usize,
+        issued: u64,
+        wanted: u64,
+    },
 }
 
 impl From<CrashError> for EnumerateError {
@@ -112,6 +138,20 @@ pub fn enumerate_crash_states(
     case: &Case,
     options: &EnumerateOptions,
 ) -> Result<EnumerateReport, EnumerateError> {
+    enumerate_crash_states_at(case, CrashAt::Drawn, options, &mut |_| true)
+}
+
+/// Enumerate the crash states of `case`'s first crash point, the power
+/// going `at` that place in its group, and check each state that `keep`
+/// accepts (it sees every state built, in order; a state it refuses is not
+/// run, and `checked` does not count it: how a caller skips states it has
+/// already checked).
+pub fn enumerate_crash_states_at(
+    case: &Case,
+    at: CrashAt,
+    options: &EnumerateOptions,
+    keep: &mut dyn FnMut(&CrashImage) -> bool,
+) -> Result<EnumerateReport, EnumerateError> {
     let group = case
         .workload
         .iter()
@@ -122,7 +162,7 @@ pub fn enumerate_crash_states(
     }
     let run_opts = RunOptions::default();
     let mut first = Run::fresh(case, &run_opts);
-    let reached = first.run_to_crash(group);
+    let reached = first.run_to_crash(group, at)?;
     let mut report = EnumerateReport {
         group,
         granularity: options.granularity,
@@ -153,8 +193,11 @@ pub fn enumerate_crash_states(
     report.total = states.total();
     drop(first);
     for (index, image) in (0u64..).zip(states) {
+        if !keep(&image) {
+            continue;
+        }
         let mut run = Run::fresh(case, &run_opts);
-        run.run_to_crash(group);
+        run.run_to_crash(group, at)?;
         if run.sim.trace_hash() != prefix_hash {
             return Err(EnumerateError::Diverged { index });
         }
@@ -173,24 +216,65 @@ pub fn enumerate_crash_states(
 
 impl<'a> Run<'a> {
     /// Set up and run every group before `crash_group` to completion, then
-    /// that group up to its crash time (drawn as the runner draws it), and
-    /// stop its tasks. Returns false when the run failed on the way.
-    fn run_to_crash(&mut self, crash_group: usize) -> bool {
+    /// that group up to its crash point (`at`), and stop its tasks. Returns
+    /// false when the run failed on the way.
+    fn run_to_crash(&mut self, crash_group: usize, at: CrashAt) -> Result<bool, EnumerateError> {
         let img = match self.setup() {
             Ok(img) => Rc::new(img),
             Err(f) => {
                 self.fail(f);
-                return false;
+                return Ok(false);
             }
         };
         let groups = self.case.numbered_groups();
-        for (g, ops) in groups.iter().enumerate().take(crash_group + 1) {
-            if !self.run_group(&img, g, ops, g == crash_group) {
-                return false;
+        for (g, ops) in groups.iter().enumerate().take(crash_group) {
+            if !self.run_group(&img, g, ops, false) {
+                return Ok(false);
             }
         }
+        let ops = &groups[crash_group];
+        let reached = match at {
+            CrashAt::Drawn => self.run_group(&img, crash_group, ops, true),
+            CrashAt::DeviceFlush(n) => self.run_group_to_flush(&img, crash_group, ops, n)?,
+        };
         self.sim.abort_all();
-        true
+        Ok(reached)
+    }
+
+    /// Run group `g` until it has issued its `n`-th device flush on the
+    /// image's disk. The stop condition is looked at before every poll, so
+    /// the run stops right after the poll that issued the flush: the flush
+    /// has not completed, and nothing else has been issued since.
+    fn run_group_to_flush(
+        &mut self,
+        img: &Rc<super::Img>,
+        g: usize,
+        ops: &[(u64, Op)],
+        n: u64,
+    ) -> Result<bool, EnumerateError> {
+        self.group = g;
+        for &(id, op) in ops.iter().filter(|(_, op)| !matches!(op, Op::Crash)) {
+            self.spawn_op(img, id, op);
+        }
+        let disk = self.disk.clone();
+        let before = disk.counters().flushes;
+        let target = before.saturating_add(n);
+        match self.sim.run_until(|| disk.counters().flushes >= target) {
+            Ok(_) if disk.counters().flushes >= target => Ok(true),
+            Ok(_) => Err(EnumerateError::NoSuchFlush {
+                group: g,
+                issued: disk.counters().flushes - before,
+                wanted: n,
+            }),
+            Err(e) => {
+                self.sim.abort_all();
+                self.fail(Failure::Hang {
+                    group: g,
+                    message: e.to_string(),
+                });
+                Ok(false)
+            }
+        }
     }
 
     /// Take `image` as the crash's outcome: reopen, check and read it whole

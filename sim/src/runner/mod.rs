@@ -23,8 +23,8 @@ mod setup;
 mod sweep;
 
 pub use enumerate::{
-    enumerate_crash_states, EnumerateError, EnumerateOptions, EnumerateReport, Granularity,
-    StateFailure,
+    enumerate_crash_states, enumerate_crash_states_at, CrashAt, EnumerateError, EnumerateOptions,
+    EnumerateReport, Granularity, StateFailure,
 };
 pub use report::{cow_summary, ExcusedErrors, Failure, RunReport, RunStats};
 pub use sweep::{mapped_clusters, WHOLE_SWEEP_MAX};
@@ -95,6 +95,9 @@ struct Run<'a> {
     leaked_after_crash: BTreeSet<u64>,
     /// The disk's counts when the current epoch's guest requests began.
     epoch_start: DiskCounters,
+    /// The device flushes each group ran so far issued on the image's disk:
+    /// where `CrashAt::DeviceFlush` can put a crash.
+    group_flushes: Vec<u64>,
 }
 
 /// An image as the checker reads it: the disk's store itself, not a flat
@@ -273,31 +276,49 @@ pub fn run_case_measured(
         model_records: run.shared.model.borrow().records() as u64,
         model_sectors: run.shared.model.borrow().recorded_sectors().len() as u64,
     };
-    let trace_hash = run.sim.trace_hash();
-    let mut stats = *run.shared.stats.borrow();
-    let m = run.shared.model.borrow().stats();
-    stats.read_sectors_checked = m.read_sectors;
-    stats.recovered_sectors_checked = m.recovered_sectors;
-    stats.crashes = m.crashes;
-    stats.faults_injected = run.faults_so_far();
-    stats.polls = run.sim.steps();
-    let mut failures = run.shared.failures.take();
-    if case.harsh() {
-        // Lost, misdirected or torn writes are beyond what qcow2 can
-        // survive without checksums: only a panic or a hang is a failure;
-        // what the model and the checker saw is counted, not judged.
-        let before = failures.len();
-        failures.retain(|f| matches!(f, Failure::Hang { .. } | Failure::Panic { .. }));
-        stats.harsh_findings = (before - failures.len()) as u64;
+    (run.report(), footprint)
+}
+
+/// [`run_case`], with the device flushes each group issued on the image's
+/// disk (as many entries as groups ran to their end): the crash points
+/// [`CrashAt::DeviceFlush`] can name in each group.
+pub fn run_case_counting_flushes(case: &Case) -> (RunReport, Vec<u64>) {
+    let opts = RunOptions::default();
+    let mut run = Run::fresh(case, &opts);
+    run.go(&mut |_, _| {});
+    let flushes = std::mem::take(&mut run.group_flushes);
+    (run.report(), flushes)
+}
+
+impl Run<'_> {
+    /// The report of a run that has ended.
+    fn report(&self) -> RunReport {
+        let case = self.case;
+        let trace_hash = self.sim.trace_hash();
+        let mut stats = *self.shared.stats.borrow();
+        let m = self.shared.model.borrow().stats();
+        stats.read_sectors_checked = m.read_sectors;
+        stats.recovered_sectors_checked = m.recovered_sectors;
+        stats.crashes = m.crashes;
+        stats.faults_injected = self.faults_so_far();
+        stats.polls = self.sim.steps();
+        let mut failures = self.shared.failures.take();
+        if case.harsh() {
+            // Lost, misdirected or torn writes are beyond what qcow2 can
+            // survive without checksums: only a panic or a hang is a failure;
+            // what the model and the checker saw is counted, not judged.
+            let before = failures.len();
+            failures.retain(|f| matches!(f, Failure::Hang { .. } | Failure::Panic { .. }));
+            stats.harsh_findings = (before - failures.len()) as u64;
+        }
+        RunReport {
+            seed: case.seed,
+            profile: case.profile,
+            failures,
+            trace_hash,
+            stats,
+        }
     }
-    let report = RunReport {
-        seed: case.seed,
-        profile: case.profile,
-        failures,
-        trace_hash,
-        stats,
-    };
-    (report, footprint)
 }
 
 impl<'a> Run<'a> {
@@ -326,6 +347,7 @@ impl<'a> Run<'a> {
             faults_before: 0,
             leaked_after_crash: BTreeSet::new(),
             epoch_start: DiskCounters::default(),
+            group_flushes: Vec::new(),
         }
     }
 
@@ -372,9 +394,12 @@ impl<'a> Run<'a> {
             progress(g, groups.len());
             let live = img.take().expect("an open image between groups");
             let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
+            let flushes_before = self.disk.counters().flushes;
             if !self.run_group(&live, g, ops, crash) {
                 return;
             }
+            self.group_flushes
+                .push(self.disk.counters().flushes - flushes_before);
             if crash {
                 self.sim.abort_all();
                 self.shared.stats.borrow_mut().add_epoch(&live.counters());

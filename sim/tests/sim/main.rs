@@ -19,6 +19,7 @@ mod dump_snapshots;
 mod enumerate_states;
 mod excused_errors;
 mod exec_sched;
+mod exhaust_slice;
 mod robustness;
 mod scale;
 mod shrink_mechanics;

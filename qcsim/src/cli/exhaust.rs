@@ -1,0 +1,238 @@
+//! `qcsim exhaust`: every workload of up to three guest operations from a
+//! small vocabulary, with a flush after every subset of them, on a few
+//! geometries; every crash state of every crash point, checked once each
+//! (see `sim::exhaust`). Prints the counts; saves a case for each of the
+//! first failures to `corpus/failing/`, with the commands that check it
+//! again.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use sim::campaign::SwitchPlan;
+use sim::exhaust::{run_exhaust, ExhaustOptions, Geometry, Point, VocabOp, MAX_OPS};
+use sim::runner::{EnumerateOptions, Granularity};
+
+use super::campaign::{parse_jobs, parse_switches, MAX_JOBS};
+use super::enumerate::GranularityArg;
+use super::run::save_case;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Most guest operations per workload, 1 to 3, on every geometry
+    /// (default: 3 with 4 KiB clusters, 2 with 64 KiB ones).
+    #[arg(long)]
+    pub ops: Option<usize>,
+    /// Geometries, comma-separated (default: all): 4k, 4k-backing, 64k,
+    /// 64k-backing, 64k-extl2, 64k-extl2-backing.
+    #[arg(long, value_delimiter = ',')]
+    pub geometry: Vec<String>,
+    /// Operations of the vocabulary, comma-separated (default: all):
+    /// W (aligned write), U (unaligned write), Z (write zeroes), D
+    /// (discard), each over A (cluster 0), B (cluster 1) or AB (both), as
+    /// W(A),D(AB).
+    #[arg(long, value_delimiter = ',')]
+    pub vocabulary: Vec<String>,
+    /// Switch combination: `all`, `none` or a 5-bit mask 0..31 (bit 0
+    /// multi_cluster, 1 delayed_metadata, 2 zero_cow, 3 merge_cow, 4
+    /// delayed_cow).
+    #[arg(long, default_value = "all")]
+    pub switches: String,
+    /// Most crash states checked per crash point.
+    #[arg(long, default_value_t = sim::exhaust::DEFAULT_CAP)]
+    pub cap: u64,
+    /// sector (each sector on its own), write (each device write whole or
+    /// not at all), or auto (sector when every state fits under the cap).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub granularity: GranularityArg,
+    /// Worker threads, 1 to 1024 (default: all cores).
+    #[arg(long, value_parser = parse_jobs)]
+    pub jobs: Option<usize>,
+    /// Where the cases of failing workloads are saved.
+    #[arg(long, default_value = "corpus/failing")]
+    pub corpus: PathBuf,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn options(args: &Args) -> anyhow::Result<ExhaustOptions> {
+    let mut o = ExhaustOptions {
+        max_ops: args.ops,
+        ..ExhaustOptions::default()
+    };
+    if let Some(n) = args.ops.filter(|n| !(1..=MAX_OPS).contains(n)) {
+        bail!("--ops {n}: a workload has 1 to {MAX_OPS} operations");
+    }
+    if !args.geometry.is_empty() {
+        o.geometries = args
+            .geometry
+            .iter()
+            .map(|g| {
+                Geometry::parse(g.trim()).with_context(|| {
+                    let all: Vec<String> = Geometry::all().iter().map(Geometry::name).collect();
+                    format!("--geometry {g:?}: expected one of {}", all.join(", "))
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+    }
+    if !args.vocabulary.is_empty() {
+        o.vocabulary = args
+            .vocabulary
+            .iter()
+            .map(|v| {
+                VocabOp::parse(v.trim()).with_context(|| {
+                    format!("--vocabulary {v:?}: expected W, U, Z or D over A, B or AB, as W(A)")
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+    }
+    o.switches = match parse_switches(&args.switches)? {
+        SwitchPlan::Fixed(s) => s,
+        _ => bail!(
+            "--switches {:?}: expected all, none or a mask 0..31",
+            args.switches
+        ),
+    };
+    o.enumerate = EnumerateOptions {
+        granularity: match args.granularity {
+            GranularityArg::Auto => Granularity::Auto,
+            GranularityArg::Sector => Granularity::Sector,
+            GranularityArg::Write => Granularity::Write,
+        },
+        cap: args.cap,
+    };
+    o.jobs = args.jobs.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_JOBS))
+    });
+    Ok(o)
+}
+
+/// As `--granularity` spells it.
+fn granularity_name(g: Granularity) -> &'static str {
+    match g {
+        Granularity::Auto => "auto",
+        Granularity::Sector => "sector",
+        Granularity::Write => "write",
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let o = options(&args)?;
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        // Drawn only when standard error is a terminal.
+        ProgressBar::new(o.workload_count())
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} workloads, {msg} [{elapsed_precise}, eta {eta}]",
+        )
+        .expect("valid template"),
+    );
+    let report = run_exhaust(&o, &|done, _, failed| {
+        bar.set_position(done);
+        bar.set_message(format!("{failed} failed"));
+    })?;
+    bar.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(if report.passed() { 0 } else { 1 });
+    }
+    let c = &report.counts;
+    println!(
+        "exhaust: {} geometries ({}), {} operations ({}), a flush after any of them; switches {:05b}; crash states by {}, at most {} per crash point ({} jobs)",
+        report.geometries.len(),
+        report
+            .geometries
+            .iter()
+            .zip(&report.max_ops)
+            .map(|(g, n)| format!("{g} up to {n} ops"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        report.vocabulary.len(),
+        report.vocabulary.join(" "),
+        report.switches,
+        granularity_name(report.granularity),
+        report.cap,
+        o.jobs,
+    );
+    println!(
+        "workloads: {}, crash-free runs failed: {}",
+        c.workloads, c.crash_free_failed
+    );
+    println!(
+        "crash points: {} ({} after the last step, {} at a device flush in it; {} by sector, {} capped)",
+        c.crash_points,
+        c.crash_points - c.device_flush_points,
+        c.device_flush_points,
+        c.by_sector_points,
+        c.capped_points
+    );
+    println!(
+        "crash states: built {}, deduplicated {}, checked {}, failed {}",
+        c.built, c.duplicates, c.checked, c.failed
+    );
+    for (name, g) in report.geometries.iter().zip(&report.per_geometry) {
+        println!(
+            "  {name}: {} workloads, {} crash points, built {}, deduplicated {}, checked {}, failed {}",
+            g.workloads, g.crash_points, g.built, g.duplicates, g.checked, g.failed
+        );
+    }
+    if !report.failures.is_empty() {
+        std::fs::create_dir_all(&args.corpus)
+            .with_context(|| format!("creating {}", args.corpus.display()))?;
+    }
+    let granularity = granularity_name(report.granularity);
+    for (k, f) in report.failures.iter().enumerate() {
+        let path = args.corpus.join(format!("exhaust-{k}.json"));
+        save_case(&f.case, &path)?;
+        let (place, again) = match f.point {
+            None => ("in its crash-free run".to_string(), String::new()),
+            Some(p) => {
+                let at = match p {
+                    Point::DeviceFlush(n) => format!(" --at-flush {n}"),
+                    Point::AfterStep => String::new(),
+                };
+                (
+                    format!(
+                        "{p}: {} failing states, the first state {}",
+                        f.failing_states,
+                        f.first_state
+                            .map_or("(the run before the crash failed)".into(), |s| s
+                                .to_string())
+                    ),
+                    format!(
+                        "; every state again: cargo run --release --bin qcsim -- enumerate --case {}{at} --granularity {granularity} --cap {}",
+                        path.display(),
+                        report.cap
+                    ),
+                )
+            }
+        };
+        println!("FAIL {} {}: {place}", f.geometry, f.workload);
+        println!(
+            "  replay with: cargo run --release --bin qcsim -- replay {}{again}",
+            path.display()
+        );
+        for fail in f.failures.iter().take(2) {
+            for line in fail.to_string().lines().take(8) {
+                println!("    {line}");
+            }
+        }
+    }
+    if c.failed_points + c.crash_free_failed > report.failures.len() as u64 {
+        println!(
+            "({} failures in {} workloads; the first {} shown and saved)",
+            c.failed_points + c.crash_free_failed,
+            c.failed_workloads,
+            report.failures.len()
+        );
+    }
+    println!("{}", if report.passed() { "PASS" } else { "FAIL" });
+    Ok(if report.passed() { 0 } else { 1 })
+}
