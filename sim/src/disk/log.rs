@@ -40,7 +40,7 @@ pub struct LogEntry {
     pub complete_seq: Option<u64>,
     /// `None` while in flight.
     pub result: Option<Result<(), DevError>>,
-    /// FNV-1a hash of a write's payload.
+    /// The trace's hash of a write's payload (`trace::hash_bytes`).
     pub data_hash: Option<u64>,
     /// A write's payload, while the log's data budget lasts.
     pub data: Option<Rc<[u8]>>,
