@@ -1,16 +1,17 @@
 //! `qcsim exhaust`: every workload of up to three guest operations from a
 //! small vocabulary, with a flush after every subset of them, on a few
-//! geometries; every crash state of every crash point, checked once each
-//! (see `sim::exhaust`). Prints the counts; saves a case for each of the
-//! first failures to `corpus/failing/`, with the commands that check it
-//! again.
+//! geometries and switch sets; every crash state of every crash point,
+//! checked once each (see `sim::exhaust`). Prints the counts; saves a case
+//! for each of the first failures to `corpus/failing/`, with the commands
+//! that check it again.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
+use engine::Switches;
 use indicatif::{ProgressBar, ProgressStyle};
 use sim::campaign::SwitchPlan;
-use sim::exhaust::{run_exhaust, ExhaustOptions, Geometry, Point, VocabOp, MAX_OPS};
+use sim::exhaust::{run_exhaust, slices, ExhaustOptions, Geometry, Point, VocabOp, MAX_OPS};
 use sim::runner::{EnumerateOptions, Granularity};
 
 use super::campaign::{parse_jobs, parse_switches, MAX_JOBS};
@@ -19,8 +20,8 @@ use super::run::save_case;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Most guest operations per workload, 1 to 3, on every geometry
-    /// (default: 3 with 4 KiB clusters, 2 with 64 KiB ones).
+    /// Most guest operations per workload, 1 to 3, on every geometry and
+    /// switch set (default: 3 with 4 KiB clusters, 2 with 64 KiB ones).
     #[arg(long)]
     pub ops: Option<usize>,
     /// Geometries, comma-separated (default: all): 4k, 4k-backing, 64k,
@@ -33,11 +34,13 @@ pub struct Args {
     /// W(A),D(AB).
     #[arg(long, value_delimiter = ',')]
     pub vocabulary: Vec<String>,
-    /// Switch combination: `all`, `none` or a 5-bit mask 0..31 (bit 0
-    /// multi_cluster, 1 delayed_metadata, 2 zero_cow, 3 merge_cow, 4
-    /// delayed_cow).
-    #[arg(long, default_value = "all")]
-    pub switches: String,
+    /// Switch sets, comma-separated, each run on every geometry: `all`,
+    /// `none` or a 5-bit mask 0..31 (bit 0 multi_cluster, 1
+    /// delayed_metadata, 2 zero_cow, 3 merge_cow, 4 delayed_cow). Default:
+    /// all on, on every geometry, then all on but delayed_metadata (29) and
+    /// all on but delayed_cow (15) on the 4 KiB ones, up to 3 operations.
+    #[arg(long, value_delimiter = ',')]
+    pub switches: Vec<String>,
     /// Most crash states checked per crash point.
     #[arg(long, default_value_t = sim::exhaust::DEFAULT_CAP)]
     pub cap: u64,
@@ -60,15 +63,25 @@ pub struct Args {
 }
 
 fn options(args: &Args) -> anyhow::Result<ExhaustOptions> {
-    let mut o = ExhaustOptions {
-        max_ops: args.ops,
-        ..ExhaustOptions::default()
-    };
+    let mut o = ExhaustOptions::default();
     if let Some(n) = args.ops.filter(|n| !(1..=MAX_OPS).contains(n)) {
         bail!("--ops {n}: a workload has 1 to {MAX_OPS} operations");
     }
+    if !args.switches.is_empty() {
+        let sets = args
+            .switches
+            .iter()
+            // A campaign's per-case plans (cycle, as-generated) name no
+            // one set, so they are refused here.
+            .map(|s| match parse_switches(s.trim()) {
+                Ok(SwitchPlan::Fixed(s)) => Ok(s),
+                _ => bail!("--switches {s:?}: expected all, none or a mask 0..31"),
+            })
+            .collect::<anyhow::Result<Vec<Switches>>>()?;
+        o.slices = slices(&sets, &Geometry::all(), None);
+    }
     if !args.geometry.is_empty() {
-        o.geometries = args
+        let geometries = args
             .geometry
             .iter()
             .map(|g| {
@@ -77,7 +90,13 @@ fn options(args: &Args) -> anyhow::Result<ExhaustOptions> {
                     format!("--geometry {g:?}: expected one of {}", all.join(", "))
                 })
             })
-            .collect::<anyhow::Result<_>>()?;
+            .collect::<anyhow::Result<Vec<Geometry>>>()?;
+        o.slices.retain(|s| geometries.contains(&s.geometry));
+    }
+    if let Some(n) = args.ops {
+        for s in &mut o.slices {
+            s.max_ops = n;
+        }
     }
     if !args.vocabulary.is_empty() {
         o.vocabulary = args
@@ -90,13 +109,6 @@ fn options(args: &Args) -> anyhow::Result<ExhaustOptions> {
             })
             .collect::<anyhow::Result<_>>()?;
     }
-    o.switches = match parse_switches(&args.switches)? {
-        SwitchPlan::Fixed(s) => s,
-        _ => bail!(
-            "--switches {:?}: expected all, none or a mask 0..31",
-            args.switches
-        ),
-    };
     o.enumerate = EnumerateOptions {
         granularity: match args.granularity {
             GranularityArg::Auto => Granularity::Auto,
@@ -109,6 +121,19 @@ fn options(args: &Args) -> anyhow::Result<ExhaustOptions> {
         std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_JOBS))
     });
     Ok(o)
+}
+
+/// A switch set in words: `all on`, `none`, the switches off when most
+/// are on, else the switches on.
+fn switch_set_name(s: Switches) -> String {
+    let (on, off): (Vec<_>, Vec<_>) = s.iter().partition(|(_, v)| *v);
+    let names = |v: Vec<(&str, bool)>| v.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+    match (on.len(), off.len()) {
+        (_, 0) => "all on".to_string(),
+        (0, _) => "none".to_string(),
+        (a, b) if a >= b => format!("all on but {}", names(off)),
+        _ => format!("only {}", names(on)),
+    }
 }
 
 /// As `--granularity` spells it.
@@ -145,22 +170,34 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     let c = &report.counts;
     println!(
-        "exhaust: {} geometries ({}), {} operations ({}), a flush after any of them; switches {:05b}; crash states by {}, at most {} per crash point ({} jobs)",
-        report.geometries.len(),
-        report
-            .geometries
-            .iter()
-            .zip(&report.max_ops)
-            .map(|(g, n)| format!("{g} up to {n} ops"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        "exhaust: {} slices, {} operations ({}), a flush after any of them; crash states by {}, at most {} per crash point ({} jobs)",
+        report.slices.len(),
         report.vocabulary.len(),
         report.vocabulary.join(" "),
-        report.switches,
         granularity_name(report.granularity),
         report.cap,
         o.jobs,
     );
+    // Each switch set once, in the order of the slices.
+    let mut sets: Vec<u8> = Vec::new();
+    for s in &report.slices {
+        if !sets.contains(&s.switches) {
+            sets.push(s.switches);
+        }
+    }
+    for mask in sets {
+        let on: Vec<String> = report
+            .slices
+            .iter()
+            .filter(|s| s.switches == mask)
+            .map(|s| format!("{} up to {} ops", s.geometry, s.max_ops))
+            .collect();
+        println!(
+            "switches {mask:05b} ({}): {}",
+            switch_set_name(Switches::from_mask(mask)),
+            on.join(", ")
+        );
+    }
     println!(
         "workloads: {}, crash-free runs failed: {}",
         c.workloads, c.crash_free_failed
@@ -177,10 +214,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         "crash states: built {}, deduplicated {}, checked {}, failed {}",
         c.built, c.duplicates, c.checked, c.failed
     );
-    for (name, g) in report.geometries.iter().zip(&report.per_geometry) {
+    for s in &report.slices {
+        let g = &s.counts;
         println!(
-            "  {name}: {} workloads, {} crash points, built {}, deduplicated {}, checked {}, failed {}",
-            g.workloads, g.crash_points, g.built, g.duplicates, g.checked, g.failed
+            "  {:05b} {}: {} workloads, {} crash points, built {}, deduplicated {}, checked {}, failed {}",
+            s.switches, s.geometry, g.workloads, g.crash_points, g.built, g.duplicates, g.checked, g.failed
         );
     }
     if !report.failures.is_empty() {
@@ -214,7 +252,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                 )
             }
         };
-        println!("FAIL {} {}: {place}", f.geometry, f.workload);
+        println!(
+            "FAIL {:05b} {} {}: {place}",
+            f.switches, f.geometry, f.workload
+        );
         println!(
             "  replay with: cargo run --release --bin qcsim -- replay {}{again}",
             path.display()

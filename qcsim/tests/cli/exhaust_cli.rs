@@ -23,17 +23,66 @@ fn a_narrow_exhaust_prints_its_counts() {
     );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(0), "{}", crate::support::text(&out));
-    // 2 geometries x 2 operations x a flush after or not.
+    // The default's 3 switch sets x 2 geometries x 2 operations x a flush
+    // after or not.
     assert!(
-        text.contains("workloads: 8, crash-free runs failed: 0"),
+        text.contains("workloads: 24, crash-free runs failed: 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("switches 11111 (all on): 4k up to 1 ops, 4k-backing up to 1 ops\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("switches 11101 (all on but delayed_metadata): 4k up to 1 ops"),
+        "{text}"
+    );
+    assert!(
+        text.contains("switches 01111 (all on but delayed_cow): 4k up to 1 ops"),
         "{text}"
     );
     assert!(text.contains("crash states: built "), "{text}");
     assert!(text.contains(", failed 0\n"), "{text}");
-    assert!(text.contains("  4k-backing: 4 workloads"), "{text}");
+    assert!(text.contains("  11111 4k-backing: 4 workloads"), "{text}");
+    assert!(text.contains("  01111 4k-backing: 4 workloads"), "{text}");
     assert!(text.ends_with("PASS\n"), "{text}");
     // Nothing failed, so nothing was saved.
     assert!(!dir.path().join("corpus").exists());
+}
+
+#[test]
+fn switch_sets_are_chosen_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = exec(
+        QCSIM,
+        &[
+            "exhaust",
+            "--ops",
+            "1",
+            "--geometry",
+            "64k-extl2",
+            "--vocabulary",
+            "W(A)",
+            "--switches",
+            "none,29",
+            "--jobs",
+            "1",
+        ],
+        dir.path(),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{}", crate::support::text(&out));
+    // Each named set on the geometry, the default's sets not at all.
+    assert!(
+        text.contains("workloads: 4, crash-free runs failed: 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("switches 00000 (none): 64k-extl2 up to 1 ops\n"),
+        "{text}"
+    );
+    assert!(text.contains("  11101 64k-extl2: 2 workloads"), "{text}");
+    assert!(!text.contains("11111"), "{text}");
 }
 
 #[test]
@@ -46,6 +95,11 @@ fn bad_exhaust_options_are_refused() {
             &["exhaust", "--vocabulary", "W(C)"][..],
             "--vocabulary \"W(C)\"",
         ),
+        (
+            &["exhaust", "--switches", "all,cycle"][..],
+            "--switches \"cycle\"",
+        ),
+        (&["exhaust", "--switches", "32"][..], "--switches \"32\""),
     ] {
         let out = exec(QCSIM, args, dir.path());
         let err = String::from_utf8_lossy(&out.stderr);

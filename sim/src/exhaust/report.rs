@@ -1,9 +1,11 @@
 //! The counts of an exhaust run, summed over its workloads (in all and per
-//! geometry), and the first failures, kept to show and to save as cases.
+//! slice: switch set and geometry), and the first failures, kept to show
+//! and to save as cases.
 
 use serde::Serialize;
 
 use super::run::{Point, WorkloadOutcome};
+use super::Slice;
 use crate::case::Case;
 use crate::runner::{Failure, Granularity};
 
@@ -68,6 +70,8 @@ impl Counts {
 /// One failure of a workload: of its crash-free run, or of a crash point.
 #[derive(Debug, Clone, Serialize)]
 pub struct ExhaustFailure {
+    /// The engine's switches, as a 5-bit mask.
+    pub switches: u8,
     pub geometry: String,
     pub workload: String,
     /// The crash point; `None` for the crash-free run.
@@ -89,11 +93,13 @@ pub struct ExhaustFailure {
 impl ExhaustFailure {
     /// The failures of `o`, in order: its crash-free run, then its crash
     /// points.
-    pub fn of(geometry: &str, workload: &str, o: &WorkloadOutcome) -> Vec<ExhaustFailure> {
+    pub fn of(slice: &Slice, workload: &str, o: &WorkloadOutcome) -> Vec<ExhaustFailure> {
+        let (switches, geometry) = (slice.switches.mask(), slice.geometry.name());
         let mut out = Vec::new();
         if !o.crash_free.is_empty() {
             out.push(ExhaustFailure {
-                geometry: geometry.to_string(),
+                switches,
+                geometry: geometry.clone(),
                 workload: workload.to_string(),
                 point: None,
                 failing_states: 0,
@@ -109,7 +115,8 @@ impl ExhaustFailure {
                 (true, None) => continue,
             };
             out.push(ExhaustFailure {
-                geometry: geometry.to_string(),
+                switches,
+                geometry: geometry.clone(),
                 workload: workload.to_string(),
                 point: Some(p.point),
                 failing_states: p.failing.len() as u64,
@@ -122,21 +129,29 @@ impl ExhaustFailure {
     }
 }
 
+/// One slice of a run and its counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SliceReport {
+    /// The engine's switches, as a 5-bit mask.
+    pub switches: u8,
+    pub geometry: String,
+    /// Most operations per workload.
+    pub max_ops: usize,
+    pub counts: Counts,
+}
+
 /// The outcome of an exhaust run.
 #[derive(Debug, Clone, Serialize)]
 pub struct ExhaustReport {
-    pub geometries: Vec<String>,
     pub vocabulary: Vec<String>,
-    /// Most operations per workload, per geometry.
-    pub max_ops: Vec<usize>,
-    /// The engine's switches, as a 5-bit mask.
-    pub switches: u8,
     pub granularity: Granularity,
     /// Most states per crash point.
     pub cap: u64,
+    /// Summed over every slice.
     pub counts: Counts,
-    /// The counts of each geometry, in the order of `geometries`.
-    pub per_geometry: Vec<Counts>,
+    /// Each slice (switch set and geometry) with its counts, in the order
+    /// of the options.
+    pub slices: Vec<SliceReport>,
     /// The first [`FAILURES_KEPT`] failures, in workload order.
     pub failures: Vec<ExhaustFailure>,
 }

@@ -3,8 +3,10 @@
 //! generation fails here), every crash state checked passes, the counts add
 //! up, and the report does not depend on the number of workers.
 
+use engine::Switches;
 use sim::exhaust::{
-    run_exhaust, workload_count, workloads, ExhaustError, ExhaustOptions, Geometry, VocabOp,
+    default_slices, run_exhaust, slices, workload_count, workloads, ExhaustError, ExhaustOptions,
+    Geometry, VocabOp,
 };
 
 /// One operation of each kind, over each extent: an aligned write of
@@ -14,9 +16,12 @@ const SLICE: [&str; 4] = ["W(A)", "U(AB)", "Z(A)", "D(B)"];
 
 fn slice(jobs: usize) -> ExhaustOptions {
     ExhaustOptions {
-        max_ops: Some(2),
+        slices: slices(
+            &[Switches::ALL_ON],
+            &[Geometry::parse("4k").unwrap()],
+            Some(2),
+        ),
         vocabulary: SLICE.iter().map(|v| VocabOp::parse(v).unwrap()).collect(),
-        geometries: vec![Geometry::parse("4k").unwrap()],
         jobs,
         ..ExhaustOptions::default()
     }
@@ -42,10 +47,42 @@ fn the_workloads_are_every_sequence_with_every_flush_placement() {
     assert_eq!(VocabOp::all().len(), 12);
     assert_eq!(workload_count(12, 3), 14_424);
     assert_eq!(Geometry::all().len(), 6);
+    // All switches on, on every geometry; then all on but delayed
+    // metadata, and all on but delayed COW, on the two 4 KiB geometries,
+    // up to 3 operations.
+    let names: Vec<String> = default_slices().iter().map(|s| s.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "11111 4k",
+            "11111 4k-backing",
+            "11111 64k",
+            "11111 64k-backing",
+            "11111 64k-extl2",
+            "11111 64k-extl2-backing",
+            "11101 4k",
+            "11101 4k-backing",
+            "01111 4k",
+            "01111 4k-backing",
+        ]
+    );
+    assert_eq!(
+        ExhaustOptions::default().workloads_per_slice(),
+        [14_424, 14_424, 600, 600, 600, 600, 14_424, 14_424, 14_424, 14_424]
+    );
     assert_eq!(
         ExhaustOptions::default().workload_count(),
-        2 * 14_424 + 4 * 600
+        6 * 14_424 + 4 * 600
     );
+    // A restriction keeps the default's slices on those geometries, with
+    // the lower bound.
+    let r = ExhaustOptions::default().restricted(&[Geometry::parse("4k-backing").unwrap()], 1);
+    let names: Vec<String> = r.slices.iter().map(|s| s.name()).collect();
+    assert_eq!(
+        names,
+        ["11111 4k-backing", "11101 4k-backing", "01111 4k-backing"]
+    );
+    assert_eq!(r.workload_count(), 3 * 24);
 }
 
 #[test]
@@ -69,7 +106,12 @@ fn a_slice_passes_and_its_counts_add_up() {
         c.by_sector_points > 0 && c.by_sector_points < c.crash_points,
         "{c:?}"
     );
-    assert_eq!(r.per_geometry, vec![c]);
+    assert_eq!(r.slices.len(), 1);
+    assert_eq!(r.slices[0].counts, c);
+    assert_eq!(
+        (r.slices[0].switches, r.slices[0].geometry.as_str()),
+        (0b11111, "4k")
+    );
     assert!(r.failures.is_empty());
     // The same with two workers.
     let two = run_exhaust(&slice(2), &|_, _, _| {}).unwrap();
@@ -78,20 +120,18 @@ fn a_slice_passes_and_its_counts_add_up() {
 
 #[test]
 fn bad_options_are_refused() {
-    let too_many = ExhaustOptions {
-        max_ops: Some(4),
-        ..slice(1)
-    };
+    let mut too_many = slice(1);
+    too_many.slices[0].max_ops = 4;
     assert!(matches!(
         run_exhaust(&too_many, &|_, _, _| {}),
         Err(ExhaustError::Ops(4))
     ));
     let none = ExhaustOptions {
-        geometries: Vec::new(),
+        slices: Vec::new(),
         ..slice(1)
     };
     assert!(matches!(
         run_exhaust(&none, &|_, _, _| {}),
-        Err(ExhaustError::NoGeometry)
+        Err(ExhaustError::NoSlice)
     ));
 }
