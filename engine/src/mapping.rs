@@ -88,7 +88,9 @@ impl<D: BlockDev> Image<D> {
             let Some((voff, dirty)) = victim else {
                 return Ok(());
             };
+            self.count(|c| c.l2_evictions += 1);
             if dirty {
+                self.count(|c| c.l2_dirty_evictions += 1);
                 // The entries it holds need their data and refcounts
                 // durable before the table itself may reach the disk.
                 self.writeback_refcount_phase().await?;

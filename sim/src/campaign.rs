@@ -107,6 +107,10 @@ pub struct Totals {
     pub torn_writes: u64,
     pub allocs_dropped: u64,
     pub grow_requests: u64,
+    /// How often each of the engine's rare paths ran, over every case.
+    pub rare_paths: engine::RarePaths,
+    /// How many cases ran each rare path at least once.
+    pub rare_path_cases: engine::RarePaths,
     pub recovered_sectors_checked: u64,
     pub leaked_clusters: u64,
     pub faults_injected: u64,
@@ -128,6 +132,9 @@ impl Totals {
         self.torn_writes += s.torn_writes;
         self.allocs_dropped += s.allocs_dropped;
         self.grow_requests += s.grow_requests;
+        self.rare_paths.add(&s.rare_paths);
+        self.rare_path_cases
+            .add(&engine::RarePaths::reached(&s.rare_paths));
         self.recovered_sectors_checked += s.recovered_sectors_checked;
         self.leaked_clusters += s.leaked_clusters;
         self.faults_injected += s.faults_injected;

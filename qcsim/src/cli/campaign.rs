@@ -222,6 +222,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         "crash states kept {} multi-sector device writes in part (torn at sector granularity); the engine gave up {} allocations after I/O errors and grew image files ahead of allocation {} times",
         t.torn_writes, t.allocs_dropped, t.grow_requests
     );
+    println!("rare paths: {}", t.rare_paths);
+    println!("rare paths, cases reaching each: {}", t.rare_path_cases);
     if t.data_file_cases > 0 {
         println!(
             "{} cases kept guest data in an external data file",

@@ -212,6 +212,7 @@ pub fn print_report(report: &RunReport, json: bool) {
             sim::runner::cow_summary(e),
             s.allocs_dropped,
         );
+        let _ = writeln!(out, "  rare paths: {}", s.rare_paths);
         for f in &report.failures {
             let _ = writeln!(out, "  {f}");
         }
