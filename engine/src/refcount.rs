@@ -333,6 +333,11 @@ impl<D: BlockDev> Image<D> {
             .map(|&r| (table[r], vec![0u8; cs as usize]))
             .collect();
         for c in start..start + t + b {
+            if broken::is(&self.opts, Broken::GrowthForgetsNewBlocks) {
+                // Deliberately wrong: the new table and blocks are left at
+                // refcount 0.
+                continue;
+            }
             let (r, idx) = self.geo.refcount_position(c);
             if let Some(pos) = blocks.iter().position(|&x| x == r) {
                 refcount::set(&mut new_blocks[pos].1, self.geo.refcount_bits, idx, 1);

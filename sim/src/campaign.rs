@@ -48,6 +48,10 @@ pub struct CampaignPlan {
     /// Draw every case's device in harsh mode (torn sectors, lost and
     /// misdirected writes may be on): only panics and hangs fail.
     pub harsh: bool,
+    /// Run every case with this deliberately broken engine variant, to see
+    /// how soon the campaign catches it.
+    #[cfg(feature = "broken")]
+    pub broken: Option<engine::options::Broken>,
 }
 
 /// One failing case, with its verdict and whether it replayed.
@@ -149,7 +153,18 @@ pub fn case_for(plan: &CampaignPlan, seed: u64) -> Case {
     if plan.harsh {
         case.disk = crate::disk::DiskOptions::swarm(seed, true);
     }
+    #[cfg(feature = "broken")]
+    set_broken(&mut case, plan.broken);
     case
+}
+
+/// Run `case` with broken variant `broken`, if one is given: the one
+/// place a campaign's or a single run's `--broken` reaches a case.
+#[cfg(feature = "broken")]
+pub fn set_broken(case: &mut Case, broken: Option<engine::options::Broken>) {
+    if broken.is_some() {
+        case.engine.broken = broken;
+    }
 }
 
 /// Run a case, turning a panic into a failure.

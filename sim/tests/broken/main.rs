@@ -2,6 +2,7 @@
 //! by the harness: `cargo test -p sim --features broken --test broken`.
 
 mod enumerate_broken;
+mod rare_paths_broken;
 mod shrink_broken;
 mod trace_broken;
 mod verify_broken;

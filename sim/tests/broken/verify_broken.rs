@@ -29,6 +29,8 @@ fn hunt(broken: Broken, profile: Profile, switches: Switches) -> Option<(Case, R
 
 /// Catch `broken`, then prove the failing case replays.
 fn caught(broken: Broken, profile: Profile, switches: Switches) {
+    // Wall time only for the line printed below, never an input to a run.
+    #[allow(clippy::disallowed_methods)]
     let started = std::time::Instant::now();
     let (case, report) = hunt(broken, profile, switches)
         .unwrap_or_else(|| panic!("{broken:?} not caught in {MAX_SEEDS} seeds of {profile}"));

@@ -70,6 +70,8 @@ fn a_campaign_at_the_top_of_the_seed_space_runs_its_range_and_ends() {
         shard: (0, 1),
         jobs: 2,
         harsh: false,
+        #[cfg(feature = "broken")]
+        broken: None,
     };
     let draws = std::sync::atomic::AtomicU64::new(0);
     let enough = || draws.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 50;
@@ -90,6 +92,8 @@ fn a_campaign_with_an_empty_shard_runs_nothing() {
             shard,
             jobs: 2,
             harsh: false,
+            #[cfg(feature = "broken")]
+            broken: None,
         };
         let summary = run_campaign(&plan, &|| false, &|_, _| {});
         assert_eq!(summary.cases, 0, "shard {shard:?}");
