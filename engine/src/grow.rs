@@ -78,6 +78,7 @@ impl<D: BlockDev> Image<D> {
                 // is unreferenced whatever it now holds. Stop trying, so a
                 // device that refuses is not asked again for every run.
                 self.meta.borrow_mut().growth.disable();
+                self.count(|c| c.growth_disabled += 1);
                 return;
             }
             self.count(|c| c.grow_bytes += n);

@@ -44,7 +44,7 @@ mod sync;
 mod write;
 mod writeback;
 
-pub use counters::Counters;
+pub use counters::{Counters, RarePaths};
 pub use error::{Error, Result};
 pub use image::{Backing, Compat, CreateOptions, Image};
 pub use options::{EngineOptions, Switches};

@@ -6,6 +6,7 @@
 //! with `Image::meta_lock` held (debug builds assert it at the entry
 //! points); `data_dev` and `decode_l2` read no mutable state.
 
+use crate::broken::{self, Broken};
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::entry::COPIED;
@@ -88,12 +89,18 @@ impl<D: BlockDev> Image<D> {
             let Some((voff, dirty)) = victim else {
                 return Ok(());
             };
+            self.count(|c| c.l2_evictions += 1);
             if dirty {
+                self.count(|c| c.l2_dirty_evictions += 1);
                 // The entries it holds need their data and refcounts
                 // durable before the table itself may reach the disk.
-                self.writeback_refcount_phase().await?;
+                if !broken::is(&self.opts, Broken::EvictWithoutFlush) {
+                    self.writeback_refcount_phase().await?;
+                }
                 self.ensure_dirty_bit().await?;
-                self.device_flush().await?;
+                if !broken::is(&self.opts, Broken::EvictWithoutFlush) {
+                    self.device_flush().await?;
+                }
                 let data = self.meta.borrow().tables.dirty_l2(voff);
                 if let Some(data) = data {
                     self.write_meta(voff, &data).await?;

@@ -374,6 +374,7 @@ impl<D: BlockDev> Image<D> {
             (m.dirty_on_disk, m.header_dirty)
         };
         if dirty {
+            self.count(|c| c.dirty_rebuilds += 1);
             self.rebuild_refcounts().await?;
         } else if header_dirty {
             self.write_header().await?;

@@ -117,6 +117,66 @@ pub enum Broken {
     /// Allocate a second cluster for a write into a cluster whose
     /// allocation is still in flight.
     DoubleAlloc,
+    /// Refcount table growth that leaves the clusters it takes uncounted
+    /// (refcount 0): the new table's and those of the refcount blocks it
+    /// creates to count them. (The new blocks alone would rarely show: a
+    /// growth usually lands inside what the old blocks count, and creates
+    /// none.)
+    GrowthForgetsNewBlocks,
+    /// Evict a dirty L2 table without first writing the refcounts and
+    /// flushing: the table may reach the disk before the data and the
+    /// refcounts its entries rely on.
+    EvictWithoutFlush,
+}
+
+impl Broken {
+    /// Every variant, in declaration order.
+    pub const ALL: [Broken; 7] = [
+        Broken::LinkBeforeData,
+        Broken::SkipRefcountFlush,
+        Broken::DropPartialCow,
+        Broken::ReuseBeforeDurable,
+        Broken::DoubleAlloc,
+        Broken::GrowthForgetsNewBlocks,
+        Broken::EvictWithoutFlush,
+    ];
+
+    /// The variant's name on the command line: kebab-case
+    /// (`growth-forgets-new-blocks`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Broken::LinkBeforeData => "link-before-data",
+            Broken::SkipRefcountFlush => "skip-refcount-flush",
+            Broken::DropPartialCow => "drop-partial-cow",
+            Broken::ReuseBeforeDurable => "reuse-before-durable",
+            Broken::DoubleAlloc => "double-alloc",
+            Broken::GrowthForgetsNewBlocks => "growth-forgets-new-blocks",
+            Broken::EvictWithoutFlush => "evict-without-flush",
+        }
+    }
+}
+
+/// A name that is not one of the [`Broken`] variants'.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown broken variant {0:?} (known: link-before-data, skip-refcount-flush, drop-partial-cow, reuse-before-durable, double-alloc, growth-forgets-new-blocks, evict-without-flush)")]
+pub struct UnknownBroken(pub String);
+
+impl std::str::FromStr for Broken {
+    type Err = UnknownBroken;
+
+    /// The kebab-case name [`Broken::name`] gives.
+    fn from_str(s: &str) -> Result<Broken, UnknownBroken> {
+        Broken::ALL
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| UnknownBroken(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for Broken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// How far ahead the image file grows by default: 8 MiB, one zeroing

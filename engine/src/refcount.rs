@@ -48,7 +48,9 @@ impl<D: BlockDev> Image<D> {
             let Some((voff, dirty)) = victim else {
                 return Ok(());
             };
+            self.count(|c| c.refblock_evictions += 1);
             if dirty {
+                self.count(|c| c.refblock_dirty_evictions += 1);
                 // An early refcount write is always safe: increments only
                 // leak on a crash, and decrements are applied to the cache
                 // only after the references are durably gone.
@@ -267,6 +269,8 @@ impl<D: BlockDev> Image<D> {
         m.refs.add_block(rti, loc * cs, block);
         m.meta_clusters.insert(loc * cs);
         m.alloc.note_allocated(loc + 1);
+        drop(m);
+        self.count(|c| c.refblocks_created += 1);
         Ok(true)
     }
 
@@ -329,6 +333,11 @@ impl<D: BlockDev> Image<D> {
             .map(|&r| (table[r], vec![0u8; cs as usize]))
             .collect();
         for c in start..start + t + b {
+            if broken::is(&self.opts, Broken::GrowthForgetsNewBlocks) {
+                // Deliberately wrong: the new table and blocks are left at
+                // refcount 0.
+                continue;
+            }
             let (r, idx) = self.geo.refcount_position(c);
             if let Some(pos) = blocks.iter().position(|&x| x == r) {
                 refcount::set(&mut new_blocks[pos].1, self.geo.refcount_bits, idx, 1);
@@ -357,6 +366,10 @@ impl<D: BlockDev> Image<D> {
         };
         self.write_header().await?;
         self.device_flush().await?;
+        self.count(|c| {
+            c.reftable_growths += 1;
+            c.refblocks_created += b;
+        });
         // Nothing on disk references the old table any more.
         for c in old_off / cs..old_off / cs + old_clusters {
             self.set_refcount(c, 0).await?;

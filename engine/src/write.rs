@@ -371,6 +371,7 @@ impl<D: BlockDev> Image<D> {
             // The first by guest offset (not the oldest: any will do).
             let first = self.inflight.borrow().allocs.first_start();
             if let Some(k) = first {
+                self.count(|c| c.open_alloc_cap_commits += 1);
                 self.commit_alloc(k, CowFailure::Keep).await?;
             }
         }
@@ -535,6 +536,7 @@ impl<D: BlockDev> Image<D> {
             self.inflight.borrow_mut().allocs.cow_done(id);
         }
         if let Err(e) = cow {
+            self.count(|c| c.cow_failures += 1);
             // The copy failed, so the cluster cannot be linked without
             // losing what it should have copied.
             match on_cow_error {
@@ -609,6 +611,7 @@ impl<D: BlockDev> Image<D> {
                     self.inflight.borrow_mut().allocs.linked_through(id, i + 1);
                 }
                 Err(e) => {
+                    self.count(|c| c.link_failures += 1);
                     self.inflight.borrow_mut().allocs.reopen(id);
                     return Err(e);
                 }

@@ -48,6 +48,10 @@ pub struct CampaignPlan {
     /// Draw every case's device in harsh mode (torn sectors, lost and
     /// misdirected writes may be on): only panics and hangs fail.
     pub harsh: bool,
+    /// Run every case with this deliberately broken engine variant, to see
+    /// how soon the campaign catches it.
+    #[cfg(feature = "broken")]
+    pub broken: Option<engine::options::Broken>,
 }
 
 /// One failing case, with its verdict and whether it replayed.
@@ -107,6 +111,10 @@ pub struct Totals {
     pub torn_writes: u64,
     pub allocs_dropped: u64,
     pub grow_requests: u64,
+    /// How often each of the engine's rare paths ran, over every case.
+    pub rare_paths: engine::RarePaths,
+    /// How many cases ran each rare path at least once.
+    pub rare_path_cases: engine::RarePaths,
     pub recovered_sectors_checked: u64,
     pub leaked_clusters: u64,
     pub faults_injected: u64,
@@ -128,6 +136,9 @@ impl Totals {
         self.torn_writes += s.torn_writes;
         self.allocs_dropped += s.allocs_dropped;
         self.grow_requests += s.grow_requests;
+        self.rare_paths.add(&s.rare_paths);
+        self.rare_path_cases
+            .add(&engine::RarePaths::reached(&s.rare_paths));
         self.recovered_sectors_checked += s.recovered_sectors_checked;
         self.leaked_clusters += s.leaked_clusters;
         self.faults_injected += s.faults_injected;
@@ -142,7 +153,18 @@ pub fn case_for(plan: &CampaignPlan, seed: u64) -> Case {
     if plan.harsh {
         case.disk = crate::disk::DiskOptions::swarm(seed, true);
     }
+    #[cfg(feature = "broken")]
+    set_broken(&mut case, plan.broken);
     case
+}
+
+/// Run `case` with broken variant `broken`, if one is given: the one
+/// place a campaign's or a single run's `--broken` reaches a case.
+#[cfg(feature = "broken")]
+pub fn set_broken(case: &mut Case, broken: Option<engine::options::Broken>) {
+    if broken.is_some() {
+        case.engine.broken = broken;
+    }
 }
 
 /// Run a case, turning a panic into a failure.

@@ -14,6 +14,7 @@ mod grow_ahead;
 mod header_write_error;
 mod hostile_images;
 mod qemu_images;
+mod rare_paths;
 mod raw_subcluster_zero;
 mod roundtrip;
 mod xl2_data_file;

@@ -10,7 +10,7 @@ use engine::Switches;
 use indicatif::{ProgressBar, ProgressStyle};
 use sim::campaign::{run_campaign, CampaignPlan, SwitchPlan};
 
-use super::run::{save_case, ProfileArg};
+use super::run::{save_case, BrokenArg, ProfileArg};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -50,6 +50,8 @@ pub struct Args {
     /// Shrink each failing case (`qcsim shrink`) before saving it.
     #[arg(long)]
     pub shrink: bool,
+    #[command(flatten)]
+    pub broken: BrokenArg,
 }
 
 fn parse_range(s: &str) -> anyhow::Result<std::ops::Range<u64>> {
@@ -181,7 +183,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         shard: parse_shard(&args.shard)?,
         jobs,
         harsh: args.harsh,
+        #[cfg(feature = "broken")]
+        broken: args.broken.variant(),
     };
+    let broken = args.broken.variant();
     let bar = if args.quiet || time_limit.is_some() {
         ProgressBar::hidden()
     } else {
@@ -207,6 +212,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         "campaign: {} cases, {} passed, {} failed ({} jobs)",
         summary.cases, summary.passed, summary.failed, jobs
     );
+    if let Some(b) = broken {
+        println!("broken engine variant: {b} (failures are the point)");
+    }
     println!(
         "checked: {} guest ops ({} failed by injected faults), {} read sectors, {} crash states, {} recovered sectors; {} faults injected, {} clusters leaked by crashes",
         t.guest_ops, t.failed_ops, t.read_sectors_checked, t.crash_states_checked, t.recovered_sectors_checked,
@@ -222,6 +230,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         "crash states kept {} multi-sector device writes in part (torn at sector granularity); the engine gave up {} allocations after I/O errors and grew image files ahead of allocation {} times",
         t.torn_writes, t.allocs_dropped, t.grow_requests
     );
+    println!("rare paths: {}", t.rare_paths);
+    println!("rare paths, cases reaching each: {}", t.rare_path_cases);
     if t.data_file_cases > 0 {
         println!(
             "{} cases kept guest data in an external data file",
@@ -248,12 +258,18 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             _ => save_case(&f.case, &path)?,
         }
         println!(
-            "FAIL seed {}{}: replay with: cargo run --release --bin qcsim -- replay {}",
+            "FAIL seed {}{}: replay with: cargo run --release {}--bin qcsim -- replay {}",
             f.case.seed,
             if f.deterministic {
                 ""
             } else {
                 " (NOT DETERMINISTIC: a second run differed)"
+            },
+            // A case with a broken variant loads only in such a build.
+            if broken.is_some() {
+                "--features broken "
+            } else {
+                ""
             },
             path.display()
         );
@@ -275,6 +291,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         "profile": plan.profile.name(),
         "switches": args.switches,
         "harsh": plan.harsh,
+        "broken": broken.map(|b| b.name()),
         "shard": [plan.shard.0, plan.shard.1],
         "trace_hash": format!("{:016x}", summary.trace_hash),
         "summary": summary,

@@ -25,6 +25,40 @@ pub struct Args {
     /// Print the case and the run's counts as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub broken: BrokenArg,
+}
+
+/// `--broken VARIANT`, only in builds with the `broken` feature: run with
+/// one of the engine's deliberately broken variants.
+#[derive(clap::Args, Default)]
+pub struct BrokenArg {
+    /// Run with this deliberately broken engine variant: link-before-data,
+    /// skip-refcount-flush, drop-partial-cow, reuse-before-durable,
+    /// double-alloc, growth-forgets-new-blocks, evict-without-flush.
+    #[cfg(feature = "broken")]
+    #[arg(long, value_name = "VARIANT")]
+    pub broken: Option<engine::options::Broken>,
+}
+
+impl BrokenArg {
+    /// The variant asked for (never one, without the feature).
+    #[cfg(feature = "broken")]
+    pub fn variant(&self) -> Option<engine::options::Broken> {
+        self.broken
+    }
+
+    /// The variant asked for (never one, without the feature).
+    #[cfg(not(feature = "broken"))]
+    pub fn variant(&self) -> Option<engine::options::Broken> {
+        None
+    }
+
+    /// Put the variant into `case` (nothing, without the feature).
+    pub fn apply(&self, _case: &mut Case) {
+        #[cfg(feature = "broken")]
+        sim::campaign::set_broken(_case, self.broken);
+    }
 }
 
 /// Profiles as the command line spells them.
@@ -54,7 +88,8 @@ impl From<ProfileArg> for Profile {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
-    let case = Case::generate(args.seed, args.profile.into());
+    let mut case = Case::generate(args.seed, args.profile.into());
+    args.broken.apply(&mut case);
     if let Some(p) = &args.save {
         save_case(&case, p)?;
     }
@@ -212,6 +247,7 @@ pub fn print_report(report: &RunReport, json: bool) {
             sim::runner::cow_summary(e),
             s.allocs_dropped,
         );
+        let _ = writeln!(out, "  rare paths: {}", s.rare_paths);
         for f in &report.failures {
             let _ = writeln!(out, "  {f}");
         }

@@ -63,3 +63,50 @@ fn qcsim_run_prints_the_optimisation_counters() {
         assert!(text.contains(what), "no {what:?} in:\n{text}");
     }
 }
+
+/// `qcsim run` and `qcsim campaign` print every rare-path count by its
+/// stable name, and the campaign report carries them under those names,
+/// summed and as the cases that reached each.
+#[test]
+fn run_and_campaign_print_the_rare_paths() {
+    let names = engine::RarePaths::default().named().map(|(k, _)| k);
+    let out = Command::new(env!("CARGO_BIN_EXE_qcsim"))
+        .args(["run", "--seed", "12"])
+        .output()
+        .expect("qcsim runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("rare paths: "))
+        .unwrap_or_else(|| panic!("no rare paths line in:\n{text}"));
+    for k in names {
+        assert!(line.contains(&format!("{k} ")), "no {k} in {line:?}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_qcsim"))
+        .args(["campaign", "--seeds", "0..2", "--jobs", "1", "--quiet"])
+        .args(["--reports", "r", "--corpus", "c"])
+        .current_dir(dir.path())
+        .output()
+        .expect("qcsim runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("rare paths: "))
+        .unwrap_or_else(|| panic!("no rare paths line in:\n{text}"));
+    for k in names {
+        assert!(line.contains(&format!("{k} ")), "no {k} in {line:?}");
+    }
+    assert!(text.contains("rare paths, cases reaching each: "), "{text}");
+    let report: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("r").join("campaign-0-2.json")).unwrap(),
+    )
+    .unwrap();
+    let totals = &report["summary"]["totals"];
+    for k in names {
+        assert!(totals["rare_paths"][k].is_u64(), "{k}: {totals}");
+        assert!(totals["rare_path_cases"][k].as_u64().unwrap() <= 2, "{k}");
+    }
+}

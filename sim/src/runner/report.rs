@@ -1,7 +1,7 @@
 //! What a run found: its failures, its counts, and its trace hash.
 
 use engine::dev::IoOp;
-use engine::Counters;
+use engine::{Counters, RarePaths};
 use serde::Serialize;
 
 use crate::disk::DiskCounters;
@@ -139,6 +139,8 @@ pub struct RunStats {
     /// Requests that grew the image file ahead of allocation, summed over
     /// epochs.
     pub grow_requests: u64,
+    /// How often each of the engine's rare paths ran, summed over epochs.
+    pub rare_paths: RarePaths,
     /// Sectors the model checked after crashes.
     pub recovered_sectors_checked: u64,
     /// Leaked clusters the checker counted after crashes.
@@ -178,6 +180,7 @@ impl RunStats {
     pub(crate) fn add_epoch(&mut self, e: &engine::Counters) {
         self.allocs_dropped += e.allocs_dropped;
         self.grow_requests += e.grow_requests;
+        self.rare_paths.add(&e.rare_paths());
     }
 }
 

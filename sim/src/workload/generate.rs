@@ -11,9 +11,9 @@ use rand_chacha::ChaCha8Rng;
 use super::builder::{pick, Builder, Geometry};
 use super::{backing, bench, iozone, mkfs, random, sequential, Profile};
 use crate::case::{
-    BackingSpec, Case, DataFileSpec, ImageSpec, CASE_VERSION, MIN_EXTENDED_L2_CLUSTER_SIZE,
+    BackingSpec, Case, DataFileSpec, ImageSpec, Op, CASE_VERSION, MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
-use crate::disk::DiskOptions;
+use crate::disk::{DiskOptions, FaultOptions};
 use crate::rng::{self, Stream};
 
 /// Most operations a generated workload has before its crash points.
@@ -32,6 +32,19 @@ const WORKLOAD_EXTENDED_L2: u32 = 3;
 const WORKLOAD_DATA_FILE: u32 = 4;
 /// Share of version 3 images given an external data file.
 const DATA_FILE_PROBABILITY: f64 = 0.2;
+/// Whether the case is shaped to reach the engine's rare paths, and how
+/// (see [`RareShape`]): its own stream, so the other draws stay as they
+/// were.
+const WORKLOAD_RARE_PATHS: u32 = 5;
+/// Share of cases shaped to reach the rare paths.
+const RARE_PATHS_PROBABILITY: f64 = 0.25;
+/// The smaller caches of a rare-path case: their own sub-stream of the
+/// engine options'.
+const ENGINE_RARE_CACHES: u32 = 2;
+/// Most guest data a rare-path case writes up front: a rare-path case
+/// costs about what a sequential case writing its whole 4 to 8 MiB disk
+/// costs.
+const MAX_FILL_SECTORS: u64 = (6 << 20) / SECTOR_SIZE as u64;
 
 /// How far ahead the image file grows: its own sub-stream of the engine
 /// options', so the switches and caches drawn before it existed stay as
@@ -68,9 +81,19 @@ impl Case {
         {
             c.extended_l2 = true;
         }
+        // Extended L2 entries need large clusters, which reach none of the
+        // rare paths: such a case keeps its shape.
+        let mut rare_rng = stream(seed, Stream::Workload, WORKLOAD_RARE_PATHS);
+        let rare = (!image.create.extended_l2)
+            .then(|| RareShape::draw(&mut rare_rng, &mut image))
+            .flatten();
+        // Guest data in a data file has no refcounts, so such an image
+        // cannot outgrow its refcount table: a shape aimed at that keeps
+        // its data in the image.
+        let data_file_ok = rare.is_none_or(|r| !r.outgrows);
         if image.create.compat == Compat::V3 {
             let mut r = stream(seed, Stream::Workload, WORKLOAD_DATA_FILE);
-            if r.gen_bool(DATA_FILE_PROBABILITY) {
+            if r.gen_bool(DATA_FILE_PROBABILITY) && data_file_ok {
                 // A raw data file cannot hold with a backing file.
                 let raw = image.backing.is_none() && r.gen_bool(0.5);
                 image = image.with_data_file(DataFileSpec { raw });
@@ -82,6 +105,9 @@ impl Case {
         };
         let mut rng = stream(seed, Stream::Workload, WORKLOAD_OPS);
         let mut b = Builder::new(geom, rng.gen_range(OP_BUDGET / 3..=OP_BUDGET) as usize);
+        if let Some(rare) = &rare {
+            rare.fill(&mut rare_rng, &mut b);
+        }
         match profile {
             Profile::Mixed => unreachable!("resolved above"),
             Profile::Random => random::generate(&mut rng, &mut b),
@@ -92,26 +118,143 @@ impl Case {
             Profile::Backing => backing::generate(&mut rng, &mut b),
         }
         let crashes = rng.gen_range(2..=4u32) as usize;
+        let mut engine = EngineOptions {
+            grow_ahead: pick(
+                &mut stream(seed, Stream::EngineConfig, ENGINE_GROW_AHEAD),
+                &GROW_AHEAD_CHOICES,
+            ),
+            ..engine_options(&mut stream(seed, Stream::EngineConfig, 0))
+        };
+        if rare.is_some() {
+            // Caches of 2 to 4 tables, so the many small tables of a
+            // rare-path image are evicted, dirty ones too, under pressure.
+            let mut r = stream(seed, Stream::EngineConfig, ENGINE_RARE_CACHES);
+            engine.l2_cache_tables = r.gen_range(2..=4);
+            engine.refcount_cache_tables = r.gen_range(2..=4);
+        }
         let case = Case {
             version: CASE_VERSION,
             seed,
             profile: Some(profile),
-            engine: EngineOptions {
-                grow_ahead: pick(
-                    &mut stream(seed, Stream::EngineConfig, ENGINE_GROW_AHEAD),
-                    &GROW_AHEAD_CHOICES,
-                ),
-                ..engine_options(&mut stream(seed, Stream::EngineConfig, 0))
-            },
+            engine,
             // The disk's settings and fault rates (swarm testing); the
             // harsh modes stay off, since the oracle's rules do not hold
             // under them: campaigns turn them on explicitly.
-            disk: DiskOptions::swarm(seed, false),
+            disk: DiskOptions {
+                faults: if rare.is_some_and(|r| r.faultless) {
+                    FaultOptions::default()
+                } else {
+                    FaultOptions::swarm(seed, false)
+                },
+                ..DiskOptions::swarm(seed, false)
+            },
             image,
             workload: b.finish(&mut rng, crashes),
         };
         debug_assert!(case.validate().is_ok(), "{:?}", case.validate());
         case
+    }
+}
+
+/// How a case is shaped to reach the engine's rare paths: small clusters
+/// and wide refcounts, so that one refcount block counts few clusters and
+/// the refcount table the image was created with (one cluster) is outgrown
+/// by a few MiB of guest data (512-byte clusters with 64-bit refcounts: 64
+/// blocks of 64 clusters, 2 MiB); many small L2 tables and refcount blocks
+/// for caches of 2 to 4 tables to evict; and guest data written up front
+/// past what the first refcount table counts.
+///
+/// The L1 table never grows (its size is fixed at create from the virtual
+/// size, and the engine does not resize images), so no shape aims at it.
+#[derive(Debug, Clone, Copy)]
+struct RareShape {
+    /// Guest sectors written up front, from `fill_start`.
+    fill_sectors: u64,
+    fill_start: u64,
+    /// The fill is sized to outgrow the first refcount table.
+    outgrows: bool,
+    /// The case injects no faults. At 512-byte clusters every few writes
+    /// evict a table, and one failed metadata write poisons the image
+    /// until the next crash: with faults, most fills stop short of the
+    /// growth. Half the outgrowing shapes go without, so the growth (and
+    /// what follows it) surely runs; the other half meet faults in it.
+    faultless: bool,
+}
+
+impl RareShape {
+    /// With [`RARE_PATHS_PROBABILITY`], reshape `image` and say what to
+    /// write up front.
+    fn draw(rng: &mut ChaCha8Rng, image: &mut ImageSpec) -> Option<RareShape> {
+        if !rng.gen_bool(RARE_PATHS_PROBABILITY) {
+            return None;
+        }
+        let c = &mut image.create;
+        c.cluster_size = pick(rng, &[512u64, 512, 512, 512, 1 << 10]);
+        // Version 2 images have 16-bit refcounts only.
+        if c.compat == Compat::V3 {
+            c.refcount_bits = pick(rng, &[64u32, 64, 64, 32]);
+        }
+        let cs = c.cluster_size;
+        // The clusters the first refcount table's blocks count, in bytes.
+        let counted = (cs / 8) * (cs * 8 / c.refcount_bits as u64) * cs;
+        let sector = SECTOR_SIZE as u64;
+        let outgrows = counted <= (4 << 20);
+        let fill_sectors = if outgrows {
+            // Up to past the first table's reach: the tables the data
+            // needs (an L2 table and a refcount block per 64 clusters at
+            // most) and the clusters other writes take count too.
+            (counted / sector) * rng.gen_range(100..=125u64) / 100
+        } else {
+            // Out of reach at this cost: evictions and new refcount
+            // blocks only.
+            rng.gen_range(1..=4u64) << 20 >> 9
+        }
+        .min(MAX_FILL_SECTORS);
+        // The smallest disk the fill needs, so that reading it whole after
+        // each crash stays cheap at 512-byte clusters; never smaller than
+        // a backing file drawn for the size before.
+        let needed = (fill_sectors * sector + (1 << 20))
+            .next_multiple_of(4 << 20)
+            .min(8 << 20);
+        let size = if image.backing.is_some() {
+            needed.max(c.size)
+        } else {
+            needed
+        };
+        c.size = size;
+        let sectors = size / sector;
+        let fill_sectors = fill_sectors.min(sectors);
+        let fill_start = rng.gen_range(0..=sectors - fill_sectors);
+        Some(RareShape {
+            fill_sectors,
+            fill_start,
+            outgrows,
+            faultless: outgrows && rng.gen_bool(0.5),
+        })
+    }
+
+    /// Write the fill: groups of up to 4 writes in flight, each of 128 to
+    /// 4096 sectors, in order (a `dd` of a file system image), some groups
+    /// and the whole followed by a flush (so that a crash during the rest
+    /// keeps the clusters the fill took).
+    fn fill(&self, rng: &mut ChaCha8Rng, b: &mut Builder) {
+        let chunk = pick(rng, &[128u64, 512, 1024, 4096]);
+        let depth = rng.gen_range(1..=4usize);
+        let end = self.fill_start + self.fill_sectors;
+        let mut at = self.fill_start;
+        while at < end {
+            let mut ops = Vec::new();
+            while ops.len() < depth && at < end {
+                let n = chunk.min(end - at);
+                ops.push(b.geom.write(at, n));
+                at += n;
+            }
+            b.group(ops);
+            if at < end && rng.gen_bool(0.3) {
+                b.one(Op::Flush);
+            }
+        }
+        b.one(Op::Flush);
     }
 }
 

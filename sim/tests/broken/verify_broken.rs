@@ -28,11 +28,8 @@ fn hunt(broken: Broken, profile: Profile, switches: Switches) -> Option<(Case, R
 }
 
 /// Catch `broken`, then prove the failing case replays.
-// The wall clock only times the hunt for the printed line; no run reads it.
-#[allow(clippy::disallowed_methods)]
 fn caught(broken: Broken, profile: Profile, switches: Switches) {
-    // Wall time is only printed, as how long the hunt took; no verdict
-    // depends on it.
+    // Wall time only for the line printed below, never an input to a run.
     #[allow(clippy::disallowed_methods)]
     let started = std::time::Instant::now();
     let (case, report) = hunt(broken, profile, switches)

@@ -70,6 +70,8 @@ fn a_campaign_at_the_top_of_the_seed_space_runs_its_range_and_ends() {
         shard: (0, 1),
         jobs: 2,
         harsh: false,
+        #[cfg(feature = "broken")]
+        broken: None,
     };
     let draws = std::sync::atomic::AtomicU64::new(0);
     let enough = || draws.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 50;
@@ -90,16 +92,22 @@ fn a_campaign_with_an_empty_shard_runs_nothing() {
             shard,
             jobs: 2,
             harsh: false,
+            #[cfg(feature = "broken")]
+            broken: None,
         };
         let summary = run_campaign(&plan, &|| false, &|_, _| {});
         assert_eq!(summary.cases, 0, "shard {shard:?}");
     }
 }
 
-/// Case 1 of the random profile, as `qcsim run --seed 1 --save case.json`
-/// writes it (issue 10's examples edit this case), edited as JSON.
-fn seed_1_edited(edit: impl FnOnce(&mut serde_json::Value)) -> Result<Case, CaseError> {
-    let case = Case::generate(1, Profile::Mixed);
+/// Case 10 of the default profile (random), as `qcsim run --seed 10 --save
+/// case.json` writes it, edited as JSON. Issue 10's examples edit case 1,
+/// which these tests used until the rare-path shapes gave it 512-byte
+/// clusters and a 4 MiB fill (too much work for some edits below); case 10
+/// is the first the shapes left as it was that is like case 1 was: random,
+/// a 1 MiB disk, a raw data file.
+fn seed_10_edited(edit: impl FnOnce(&mut serde_json::Value)) -> Result<Case, CaseError> {
+    let case = Case::generate(10, Profile::Mixed);
     let mut v: serde_json::Value = serde_json::from_str(&case.to_json()).unwrap();
     edit(&mut v);
     Case::from_json(&v.to_string())
@@ -107,7 +115,7 @@ fn seed_1_edited(edit: impl FnOnce(&mut serde_json::Value)) -> Result<Case, Case
 
 /// `field` is refused and the message names it.
 fn refused(field: &str, edit: impl FnOnce(&mut serde_json::Value)) {
-    match seed_1_edited(edit) {
+    match seed_10_edited(edit) {
         Ok(_) => panic!("{field}: accepted"),
         Err(e) => assert!(e.to_string().contains(field), "{field}: {e}"),
     }
@@ -165,7 +173,7 @@ fn options_a_run_cannot_use_are_refused_by_name() {
 fn the_least_metadata_memory_limit_is_enough() {
     let limit = sim::case::MIN_METADATA_MEMORY_LIMIT;
     for (cluster_size, lazy) in [(2u64 << 20, false), (512, true)] {
-        let case = seed_1_edited(|v| {
+        let case = seed_10_edited(|v| {
             v["engine"]["metadata_memory_limit"] = limit.into();
             v["image"]["create"]["cluster_size"] = cluster_size.into();
             v["image"]["create"]["lazy_refcounts"] = lazy.into();
@@ -224,7 +232,7 @@ fn the_slowest_valid_devices_run_to_a_verdict() {
         ),
     ];
     for (what, edit) in edits {
-        let case = seed_1_edited(|v| edit(&mut v["disk"]["latency"])).unwrap();
+        let case = seed_10_edited(|v| edit(&mut v["disk"]["latency"])).unwrap();
         // The budget does not saturate: validation keeps it countable.
         let budget = sim::runner::exec_options(&case).time_max;
         assert!(budget < u64::MAX, "{what}: {budget}");
@@ -298,7 +306,7 @@ fn superseded_pending_writes_do_not_each_keep_their_data() {
 /// 4096 slow, not the disk): it completes and passes.
 #[test]
 fn many_unflushed_rewrites_of_a_megabyte_run_and_pass() {
-    let case = seed_1_edited(|v| {
+    let case = seed_10_edited(|v| {
         v["workload"] = (0..256)
             .map(|_| serde_json::json!([{"op": "write", "sector": 0, "sectors": 2048}]))
             .collect();
@@ -312,7 +320,7 @@ fn many_unflushed_rewrites_of_a_megabyte_run_and_pass() {
 /// Seed 1 on a 64 MiB disk of 512-byte clusters with every switch off
 /// (one device request per cluster), its workload replaced by `workload`.
 fn request_heavy(workload: serde_json::Value) -> Result<Case, CaseError> {
-    seed_1_edited(|v| {
+    seed_10_edited(|v| {
         let c = &mut v["image"]["create"];
         c["size"] = (64u64 << 20).into();
         c["cluster_size"] = 512.into();
@@ -352,7 +360,7 @@ fn workloads_too_large_to_run_are_refused_saying_what() {
         .collect();
     w.push(serde_json::json!([{"op": "crash"}]));
     too_large(
-        seed_1_edited(|v| {
+        seed_10_edited(|v| {
             v["image"]["create"]["size"] = (64u64 << 20).into();
             v["workload"] = w.into();
         }),
@@ -439,9 +447,17 @@ fn generated_cases_stay_well_inside_the_bounds() {
 /// the grown image (32 of them peaked at 1.4 GB with those copies).
 #[test]
 fn crashes_that_leak_run_and_pass() {
-    let case = seed_1_edited(|v| {
+    let case = seed_10_edited(|v| {
         let c = &mut v["image"]["create"];
         c["size"] = (64u64 << 20).into();
+        // As in case 1, which this test edited first: 64 KiB clusters,
+        // 16-bit refcounts, a cache of 32 L2 tables, and its disk (an SSD
+        // whose completions reorder, no faults), whose crashes leak.
+        c["cluster_size"] = (64u64 << 10).into();
+        c["refcount_bits"] = 16.into();
+        v["engine"]["l2_cache_tables"] = 32.into();
+        v["disk"] = serde_json::json!({"sector_size": 512, "latency": {"read_min": 20000, "read_mean": 80000, "write_min": 20000, "write_mean": 100000, "flush_min": 50000, "flush_mean": 500000, "seek": 0, "bandwidth": 2000000000, "channels": 0, "extend": 40000}, "support": {"write_zeroes": false, "discard": "Nothing"}, "faults": {"enabled": false, "read_error_ppm": 0, "write_error_ppm": 0, "flush_error_ppm": 0, "error_at": [], "capacity": null, "lost_write_ppm": 0, "misdirected_write_ppm": 0, "misdirect_sectors_max": 16}, "crash": {"track": true, "tear_ppm": 0, "tear_fill": "Old"}, "log": {"enabled": true, "data_bytes_max": 67108864}});
+        let c = &mut v["image"]["create"];
         c["data_file"] = serde_json::Value::Null;
         c["data_file_raw"] = false.into();
         v["image"]["data_file"] = serde_json::Value::Null;
