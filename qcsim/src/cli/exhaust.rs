@@ -17,6 +17,7 @@ use sim::runner::{EnumerateOptions, Granularity};
 use super::campaign::{parse_jobs, parse_switches, MAX_JOBS};
 use super::enumerate::GranularityArg;
 use super::run::save_case;
+use super::run::BrokenArg;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -60,6 +61,8 @@ pub struct Args {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub broken: BrokenArg,
 }
 
 fn options(args: &Args) -> anyhow::Result<ExhaustOptions> {
@@ -120,6 +123,10 @@ fn options(args: &Args) -> anyhow::Result<ExhaustOptions> {
     o.jobs = args.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_JOBS))
     });
+    #[cfg(feature = "broken")]
+    {
+        o.broken = args.broken.variant();
+    }
     Ok(o)
 }
 

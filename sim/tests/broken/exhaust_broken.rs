@@ -328,12 +328,11 @@ fn the_default_run_catches_double_alloc() {
     default_run_catches(Broken::DoubleAlloc, &["4k"], 2);
 }
 
-/// Three operations on 4 KiB clusters: 14,424 workloads for each of the
-/// three switch sets, minutes in a debug build, so not run by default:
-/// `cargo test --release -p sim --features broken --test broken --
-/// --ignored the_default_run_catches_reuse_before_durable`.
-#[test]
-#[ignore]
-fn the_default_run_catches_reuse_before_durable() {
-    default_run_catches(Broken::ReuseBeforeDurable, &["4k"], 3);
-}
+// ReuseBeforeDurable needs three operations (a write, its discard, a
+// write that reuses the cluster): the default run's 3-operation `4k`
+// slices, 14,424 workloads for each of three switch sets, take minutes in
+// a test build. The smallest-slice test above runs the one workload of
+// that slice that shows it (`W(A) F D(A) W(B)`), taken from the default
+// run's own slice; the whole default run with the variant is a command:
+// `cargo run --release --features broken --bin qcsim -- exhaust --broken
+// reuse-before-durable` (it fails, 120 failing workloads under all on).
