@@ -17,7 +17,7 @@ use sim::runner::{EnumerateOptions, Granularity};
 use super::campaign::{parse_jobs, parse_switches, MAX_JOBS};
 use super::enumerate::GranularityArg;
 use super::run::save_case;
-use super::run::BrokenArg;
+use super::run::{cargo_qcsim, BrokenArg};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -252,7 +252,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                                 .to_string())
                     ),
                     format!(
-                        "; every state again: cargo run --release --bin qcsim -- enumerate --case {}{at} --granularity {granularity} --cap {}",
+                        "; every state again: {} enumerate --case {}{at} --granularity {granularity} --cap {}",
+                        cargo_qcsim(args.broken.variant().is_some()),
                         path.display(),
                         report.cap
                     ),
@@ -264,7 +265,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             f.switches, f.geometry, f.workload
         );
         println!(
-            "  replay with: cargo run --release --bin qcsim -- replay {}{again}",
+            "  replay with: {} replay {}{again}",
+            cargo_qcsim(args.broken.variant().is_some()),
             path.display()
         );
         for fail in f.failures.iter().take(2) {

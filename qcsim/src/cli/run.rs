@@ -61,6 +61,29 @@ impl BrokenArg {
     }
 }
 
+/// Whether `case` names a deliberately broken variant (never, in a build
+/// without the feature, where such a case does not load).
+pub fn names_broken(_case: &Case) -> bool {
+    #[cfg(feature = "broken")]
+    {
+        _case.engine.broken.is_some()
+    }
+    #[cfg(not(feature = "broken"))]
+    {
+        false
+    }
+}
+
+/// The command a printed hint runs qcsim with: a case that names a broken
+/// variant loads only in a build with the `broken` feature.
+pub fn cargo_qcsim(broken: bool) -> &'static str {
+    if broken {
+        "cargo run --release --features broken --bin qcsim --"
+    } else {
+        "cargo run --release --bin qcsim --"
+    }
+}
+
 /// Profiles as the command line spells them.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum ProfileArg {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use sim::shrink::{shrink_failing, CaseSize, ShrinkOptions, DEFAULT_MAX_RUNS, DEFAULT_RESEEDS};
 
-use super::run::{load_case, save_case};
+use super::run::{cargo_qcsim, load_case, names_broken, save_case};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -73,7 +73,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         out.display()
     );
     println!(
-        "replay with: cargo run --release --bin qcsim -- replay {}",
+        "replay with: {} replay {}",
+        cargo_qcsim(names_broken(&shrunk.case)),
         out.display()
     );
     Ok(0)
