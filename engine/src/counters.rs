@@ -199,37 +199,31 @@ impl RarePaths {
     /// One for each path that ran at least once in `o`, none for the
     /// rest: summed over cases, how many cases reached each path.
     pub fn reached(o: &RarePaths) -> RarePaths {
-        let one = |n: u64| u64::from(n > 0);
-        RarePaths {
-            reftable_growths: one(o.reftable_growths),
-            refblocks_created: one(o.refblocks_created),
-            l2_evictions: one(o.l2_evictions),
-            l2_dirty_evictions: one(o.l2_dirty_evictions),
-            refblock_evictions: one(o.refblock_evictions),
-            refblock_dirty_evictions: one(o.refblock_dirty_evictions),
-            cow_failures: one(o.cow_failures),
-            link_failures: one(o.link_failures),
-            allocs_dropped: one(o.allocs_dropped),
-            open_alloc_cap_commits: one(o.open_alloc_cap_commits),
-            growth_disabled: one(o.growth_disabled),
-            dirty_rebuilds: one(o.dirty_rebuilds),
-        }
+        RarePaths::default().zip_with(o, |_, n| u64::from(n > 0))
     }
 
     /// Add `o`'s counts to these.
     pub fn add(&mut self, o: &RarePaths) {
-        self.reftable_growths += o.reftable_growths;
-        self.refblocks_created += o.refblocks_created;
-        self.l2_evictions += o.l2_evictions;
-        self.l2_dirty_evictions += o.l2_dirty_evictions;
-        self.refblock_evictions += o.refblock_evictions;
-        self.refblock_dirty_evictions += o.refblock_dirty_evictions;
-        self.cow_failures += o.cow_failures;
-        self.link_failures += o.link_failures;
-        self.allocs_dropped += o.allocs_dropped;
-        self.open_alloc_cap_commits += o.open_alloc_cap_commits;
-        self.growth_disabled += o.growth_disabled;
-        self.dirty_rebuilds += o.dirty_rebuilds;
+        *self = self.zip_with(o, |a, b| a + b);
+    }
+
+    /// `f` of each field of `self` and the same field of `o`: the one
+    /// place besides the struct and `named` that lists the fields.
+    fn zip_with(&self, o: &RarePaths, f: impl Fn(u64, u64) -> u64) -> RarePaths {
+        RarePaths {
+            reftable_growths: f(self.reftable_growths, o.reftable_growths),
+            refblocks_created: f(self.refblocks_created, o.refblocks_created),
+            l2_evictions: f(self.l2_evictions, o.l2_evictions),
+            l2_dirty_evictions: f(self.l2_dirty_evictions, o.l2_dirty_evictions),
+            refblock_evictions: f(self.refblock_evictions, o.refblock_evictions),
+            refblock_dirty_evictions: f(self.refblock_dirty_evictions, o.refblock_dirty_evictions),
+            cow_failures: f(self.cow_failures, o.cow_failures),
+            link_failures: f(self.link_failures, o.link_failures),
+            allocs_dropped: f(self.allocs_dropped, o.allocs_dropped),
+            open_alloc_cap_commits: f(self.open_alloc_cap_commits, o.open_alloc_cap_commits),
+            growth_disabled: f(self.growth_disabled, o.growth_disabled),
+            dirty_rebuilds: f(self.dirty_rebuilds, o.dirty_rebuilds),
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use engine::Switches;
 use indicatif::{ProgressBar, ProgressStyle};
 use sim::campaign::{run_campaign, CampaignPlan, SwitchPlan};
 
-use super::run::{save_case, BrokenArg, ProfileArg};
+use super::run::{cargo_qcsim, save_case, BrokenArg, ProfileArg};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -258,19 +258,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             _ => save_case(&f.case, &path)?,
         }
         println!(
-            "FAIL seed {}{}: replay with: cargo run --release {}--bin qcsim -- replay {}",
+            "FAIL seed {}{}: replay with: {} replay {}",
             f.case.seed,
             if f.deterministic {
                 ""
             } else {
                 " (NOT DETERMINISTIC: a second run differed)"
             },
-            // A case with a broken variant loads only in such a build.
-            if broken.is_some() {
-                "--features broken "
-            } else {
-                ""
-            },
+            cargo_qcsim(broken.is_some()),
             path.display()
         );
         for fail in f.report.failures.iter().take(3) {

@@ -3,26 +3,23 @@
 
 use crate::support::{exec, QCSIM};
 
+/// Runs `qcsim exhaust --ops 1 --jobs 1` with `args` in a fresh directory,
+/// which it returns with standard output; the run must pass.
+fn exhaust_passing(args: &[&str]) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let all: Vec<&str> = ["exhaust", "--ops", "1", "--jobs", "1"]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    let out = exec(QCSIM, &all, dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", crate::support::text(&out));
+    (dir, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 #[test]
 fn a_narrow_exhaust_prints_its_counts() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = exec(
-        QCSIM,
-        &[
-            "exhaust",
-            "--ops",
-            "1",
-            "--geometry",
-            "4k,4k-backing",
-            "--vocabulary",
-            "W(A),U(AB)",
-            "--jobs",
-            "1",
-        ],
-        dir.path(),
-    );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(out.status.code(), Some(0), "{}", crate::support::text(&out));
+    let (dir, text) =
+        exhaust_passing(&["--geometry", "4k,4k-backing", "--vocabulary", "W(A),U(AB)"]);
     // The default's 3 switch sets x 2 geometries x 2 operations x a flush
     // after or not.
     assert!(
@@ -52,26 +49,14 @@ fn a_narrow_exhaust_prints_its_counts() {
 
 #[test]
 fn switch_sets_are_chosen_on_the_command_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = exec(
-        QCSIM,
-        &[
-            "exhaust",
-            "--ops",
-            "1",
-            "--geometry",
-            "64k-extl2",
-            "--vocabulary",
-            "W(A)",
-            "--switches",
-            "none,29",
-            "--jobs",
-            "1",
-        ],
-        dir.path(),
-    );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert_eq!(out.status.code(), Some(0), "{}", crate::support::text(&out));
+    let (_dir, text) = exhaust_passing(&[
+        "--geometry",
+        "64k-extl2",
+        "--vocabulary",
+        "W(A)",
+        "--switches",
+        "none,29",
+    ]);
     // Each named set on the geometry, the default's sets not at all.
     assert!(
         text.contains("workloads: 4, crash-free runs failed: 0"),
