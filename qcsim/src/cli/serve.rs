@@ -46,6 +46,9 @@ pub struct Args {
     /// Image format (raw or qcow2); probed when omitted.
     #[arg(short = 'f', long = "format", value_name = "FMT")]
     pub format: Option<String>,
+    /// Bypass the host page cache (O_DIRECT), as qemu-img's `-t none`.
+    #[arg(short = 'n', long = "nocache")]
+    pub nocache: bool,
     /// Write every request clients send to this trace file.
     #[arg(long, value_name = "TRACE")]
     pub record: Option<PathBuf>,
@@ -65,6 +68,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let opts = OpenOptions {
         format,
         read_only: args.read_only,
+        direct: args.nocache,
         ..OpenOptions::default()
     };
     // Before anything can be served: a signal from now on stops the server

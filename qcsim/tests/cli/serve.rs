@@ -28,9 +28,36 @@ impl Served {
     /// returns once the socket exists (the image is open by then).
     fn start(dir: &Path, image: &str, extra: &[&str]) -> Served {
         let socket = dir.join("nbd.sock");
-        let log = dir.join("serve.log");
-        let mut args = vec!["serve", "--socket", socket.to_str().unwrap()];
+        let path = socket.to_str().unwrap().to_owned();
+        let mut args = vec!["--socket", path.as_str()];
         args.extend(extra);
+        Served::spawn(dir, image, &args, socket, |s| s.socket.exists())
+    }
+
+    /// Serve `image` on a TCP port the system picks; returns it once the
+    /// server has said which.
+    fn start_tcp(dir: &Path, image: &str) -> (Served, u16) {
+        let socket = dir.join("unused.sock");
+        let port = |s: &Served| {
+            let log = s.log_text();
+            let at = log.find("on tcp 127.0.0.1:")? + "on tcp 127.0.0.1:".len();
+            log[at..].lines().next()?.trim().parse::<u16>().ok()
+        };
+        let served = Served::spawn(dir, image, &["--port", "0"], socket, |s| port(s).is_some());
+        let p = port(&served).unwrap();
+        (served, p)
+    }
+
+    fn spawn(
+        dir: &Path,
+        image: &str,
+        listen: &[&str],
+        socket: PathBuf,
+        ready: impl Fn(&Served) -> bool,
+    ) -> Served {
+        let log = dir.join("serve.log");
+        let mut args = vec!["serve"];
+        args.extend(listen);
         args.push(image);
         let child = Command::new(QCSIM)
             .args(&args)
@@ -46,7 +73,7 @@ impl Served {
             log,
         };
         let start = Instant::now();
-        while !served.socket.exists() {
+        while !ready(&served) {
             if let Some(status) = served.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("qcsim serve exited early ({status}): {}", served.log_text());
             }
@@ -65,11 +92,14 @@ impl Served {
     }
 
     /// Send `signal` and wait for a clean exit; the server's log.
-    fn stop(mut self, signal: &str) -> String {
+    fn stop(mut self, signal: libc::c_int) -> String {
         let mut child = self.child.take().unwrap();
-        let pid = child.id().to_string();
-        let kill = Command::new("kill").args([signal, &pid]).status().unwrap();
-        assert!(kill.success());
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: kill(2) takes two integers and touches no memory of
+        // ours; `pid` is our child, not yet waited for, so it cannot have
+        // been reused by another process.
+        let sent = unsafe { libc::kill(pid, signal) };
+        assert_eq!(sent, 0, "kill: {}", std::io::Error::last_os_error());
         let start = Instant::now();
         let status = loop {
             if let Some(s) = child.try_wait().unwrap() {
@@ -83,7 +113,7 @@ impl Served {
         };
         let log = self.log_text();
         assert_eq!(status.code(), Some(0), "qcsim serve: {log}");
-        assert!(!self.socket.exists(), "the socket file is removed at exit");
+        assert!(!self.socket.exists(), "no socket file is left at exit");
         log
     }
 }
@@ -236,7 +266,7 @@ fn qemu_tools_use_the_image_through_the_server() {
         1,
         "dirty while served"
     );
-    let log = served.stop("-TERM");
+    let log = served.stop(libc::SIGTERM);
     assert!(log.contains("closed"), "{log}");
     assert_eq!(
         incompatible_features(&d.join("img.qcow2")) & 1,
@@ -499,7 +529,7 @@ fn bad_peers_get_an_error_or_a_closed_connection() {
     peer::request(&mut good, 2, 400, 0, 0);
     assert!(peer::closed(&mut good));
 
-    let log = served.stop("-INT");
+    let log = served.stop(libc::SIGINT);
     assert!(log.contains("request without the request magic"), "{log}");
     assert_clean("img.qcow2", d);
     let args = [
@@ -512,4 +542,20 @@ fn bad_peers_get_an_error_or_a_closed_connection() {
         "img.qcow2",
     ];
     qemu_io_ok(&args, d);
+}
+
+#[test]
+fn tcp_on_a_port_the_system_picks() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    qcsim(&["create", "-q", "-f", "qcow2", "img.qcow2", "3M"], d);
+    let (served, port) = Served::start_tcp(d, "img.qcow2");
+    let uri = format!("nbd://127.0.0.1:{port}");
+    qemu_io_ok(&["-f", "raw", "-c", "write -P 0x61 1M 4k", &uri], d);
+    let out = run("qemu-img", &["info", "-f", "raw", "--output=json", &uri], d);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["virtual-size"], 3 << 20);
+    served.stop(libc::SIGTERM);
+    assert_clean("img.qcow2", d);
+    qemu_io_ok(&["-f", "qcow2", "-c", "read -P 0x61 1M 4k", "img.qcow2"], d);
 }
