@@ -114,8 +114,9 @@ impl Server {
     }
 
     /// Serve `export` until shut down; returns it once every request
-    /// started has been answered and the listener is closed.
-    pub fn run<E: Export + 'static>(self, export: E) -> Result<E, ServeError> {
+    /// started has been answered and the listener is closed. The export
+    /// comes back whatever happened, so that the caller can close it.
+    pub fn run<E: Export + 'static>(self, export: E) -> (E, Result<(), ServeError>) {
         let Server {
             listener,
             limits,
@@ -127,16 +128,19 @@ impl Server {
         let stop = Arc::new(AtomicBool::new(false));
         // Accepting polls, so that it notices the stop without a wake-up
         // connection; 20 ms is nothing next to a client's connect.
-        listener
-            .set_nonblocking(true)
-            .map_err(ServeError::Listener)?;
+        if let Err(e) = listener.set_nonblocking(true) {
+            return (export, Err(ServeError::Listener(e)));
+        }
         let acceptor = {
             let (stop, info, limits, log) =
                 (stop.clone(), info.clone(), limits.clone(), log.clone());
             std::thread::Builder::new()
                 .name("nbd-accept".into())
                 .spawn(move || accept_loop(listener, &info, &limits, &log, tx, &stop))
-                .map_err(ServeError::Thread)?
+        };
+        let acceptor = match acceptor {
+            Ok(a) => a,
+            Err(e) => return (export, Err(ServeError::Thread(e))),
         };
 
         let export = Rc::new(export);
@@ -166,8 +170,9 @@ impl Server {
         pool.run();
         let _ = acceptor.join();
         drop(pool);
-        Ok(Rc::try_unwrap(export)
-            .unwrap_or_else(|_| unreachable!("every task holding the export has finished")))
+        let export = Rc::try_unwrap(export)
+            .unwrap_or_else(|_| unreachable!("every task holding the export has finished"));
+        (export, Ok(()))
     }
 }
 

@@ -74,6 +74,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     // Before anything can be served: a signal from now on stops the server
     // cleanly instead of killing the process with the image open.
     let mut signals = Signals::new([SIGINT, SIGTERM]).context("installing signal handlers")?;
+    // The trace file first: a bad path fails before the image is opened.
+    let trace = match &args.record {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("{}: cannot write the trace", path.display()))?,
+        ),
+        None => None,
+    };
     let disk = futures::executor::block_on(open_image(&args.file, &opts))?;
     let export = ImageExport::new(disk, args.file.clone(), args.read_only);
     let listener = match &args.socket {
@@ -112,27 +120,42 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
     });
 
-    let export = match &args.record {
-        None => server.run(export)?,
-        Some(path) => {
+    // The image is closed however serving ends.
+    let (export, served) = match (&args.record, trace) {
+        (None, _) | (_, None) => {
+            let (export, served) = server.run(export);
+            (export, served.map_err(anyhow::Error::new))
+        }
+        (Some(path), Some(trace)) => {
             let header = vec![format!(
                 "recorded by qcsim serve from {} ({} bytes)",
                 args.file.display(),
                 info.size
             )];
-            let recording = Recording::create(export, path, &header)
-                .with_context(|| format!("{}: cannot write the trace", path.display()))?;
-            let (export, written) = server.run(recording)?.finish();
-            if let Err((path, e)) = written {
-                close(export, &args)?;
-                bail!("{}: writing the trace: {e}", path.display());
+            match Recording::start(export, trace, path, &header) {
+                Err((export, e)) => (
+                    export,
+                    Err(anyhow::Error::new(e)
+                        .context(format!("{}: cannot write the trace", path.display()))),
+                ),
+                Ok(recording) => {
+                    let (recording, served) = server.run(recording);
+                    let (export, written) = recording.finish();
+                    let result = served.map_err(anyhow::Error::new).and_then(|()| {
+                        written.map_err(|(path, e)| {
+                            anyhow::anyhow!("{}: writing the trace: {e}", path.display())
+                        })
+                    });
+                    (export, result)
+                }
             }
-            export
         }
     };
     handle.close();
     let _ = watcher.join();
-    close(export, &args)?;
+    let closed = close(export, &args);
+    served?;
+    closed?;
     eprintln!("qcsim serve: {} closed", args.file.display());
     Ok(0)
 }

@@ -22,10 +22,22 @@ pub struct Recording<E> {
 }
 
 impl<E: Export> Recording<E> {
-    /// Start a trace at `path` (replacing it), with `header` as comments.
-    pub fn create(inner: E, path: &Path, header: &[String]) -> io::Result<Recording<E>> {
-        let mut out = BufWriter::new(File::create(path)?);
-        sim::iotrace::format::write(&mut out, header, std::iter::empty())?;
+    /// Start the trace in `file` (created at `path`), with `header` as
+    /// comments; on failure the export comes back with the error, to be
+    /// closed.
+    pub fn start(
+        inner: E,
+        file: File,
+        path: &Path,
+        header: &[String],
+    ) -> Result<Recording<E>, (E, io::Error)> {
+        let mut out = BufWriter::new(file);
+        let started =
+            sim::iotrace::format::write(&mut out, header, std::iter::empty()).map(|()| out);
+        let out = match started {
+            Ok(out) => out,
+            Err(e) => return Err((inner, e)),
+        };
         Ok(Recording {
             inner,
             out: RefCell::new(out),
