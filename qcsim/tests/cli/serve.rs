@@ -559,3 +559,28 @@ fn tcp_on_a_port_the_system_picks() {
     assert_clean("img.qcow2", d);
     qemu_io_ok(&["-f", "qcow2", "-c", "read -P 0x61 1M 4k", "img.qcow2"], d);
 }
+
+#[test]
+fn read_only_exports_refuse_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    qcsim(&["create", "-q", "-f", "qcow2", "img.qcow2", "1M"], d);
+    qemu_io_ok(&["-f", "qcow2", "-c", "write -P 0x42 0 4k", "img.qcow2"], d);
+    let served = Served::start(d, "img.qcow2", &["--read-only"]);
+    let uri = served.uri();
+    qemu_io_ok(&["-f", "raw", "-r", "-c", "read -P 0x42 0 4k", &uri], d);
+    // QEMU's client sees the read-only flag and refuses to open for writing.
+    let out = testkit::exec("qemu-io", &["-f", "raw", "-c", "write 0 4k", &uri], d);
+    let all = text(&out);
+    assert!(!all.contains("wrote"), "a write went through: {all}");
+    // A raw peer that writes anyway gets EPERM.
+    let (mut s, _) = peer::open(&served.socket);
+    peer::request(&mut s, 1, 1, 0, 512);
+    s.write_all(&[0u8; 512]).unwrap();
+    let (cookie, _, error, _) = peer::reply(&mut s);
+    assert_eq!((cookie, error), (1, 1));
+    drop(s);
+    served.stop(libc::SIGTERM);
+    assert_clean("img.qcow2", d);
+    qemu_io_ok(&["-f", "qcow2", "-c", "read -P 0x42 0 4k", "img.qcow2"], d);
+}
