@@ -86,11 +86,16 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let export = ImageExport::new(disk, args.file.clone(), args.read_only);
     let listener = match &args.socket {
         Some(path) => Listener::unix(path),
-        None => Listener::tcp(&format!(
-            "{}:{}",
-            args.bind,
-            args.port.expect("checked above")
-        )),
+        None => {
+            let port = args.port.expect("checked above");
+            // An IPv6 address needs brackets before its port.
+            let addr = if args.bind.contains(':') && !args.bind.starts_with('[') {
+                format!("[{}]:{port}", args.bind)
+            } else {
+                format!("{}:{port}", args.bind)
+            };
+            Listener::tcp(&addr)
+        }
     };
     let listener = match listener {
         Ok(l) => l,
