@@ -67,6 +67,8 @@ enum Command {
     Dump(cli::dump::Args),
     /// Run qemu-io style commands on an image.
     Io(cli::io::Args),
+    /// Export an image's guest view over NBD.
+    Serve(cli::serve::Args),
 }
 
 fn main() {
@@ -86,6 +88,7 @@ fn main() {
         Command::Convert(a) => cli::convert::run(a),
         Command::Dump(a) => cli::dump::run(a),
         Command::Io(a) => cli::io::run(a),
+        Command::Serve(a) => cli::serve::run(a),
     };
     let code = match result {
         Ok(code) => code,

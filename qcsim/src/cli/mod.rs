@@ -13,5 +13,6 @@ pub mod info;
 pub mod io;
 pub mod replay;
 pub mod run;
+pub mod serve;
 pub mod shrink;
 pub mod trace;

@@ -17,5 +17,6 @@ mod exhaust_cli;
 mod extended_l2_cli;
 mod locking;
 mod run_counters;
+mod serve;
 mod trace_cli;
 mod verify_determinism;
