@@ -26,6 +26,12 @@ pub struct Input {
 /// Read `DIR/summary.json` (or the file itself, if `path` is one) and
 /// check its format.
 pub fn read_input(path: &Path) -> anyhow::Result<Input> {
+    if !path.exists() {
+        bail!(
+            "{}: no such report directory (a campaign's --report DIR, holding summary.json)",
+            path.display()
+        );
+    }
     let file = if path.is_dir() {
         path.join(super::SUMMARY)
     } else {

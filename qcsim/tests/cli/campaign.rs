@@ -265,7 +265,7 @@ fn merge_refuses_bad_input_and_writes_nothing() {
             &["a", "other"],
             &["not parts of one campaign", "campaign.profile"],
         ),
-        (&["a", "missing"], &["missing/summary.json"]),
+        (&["a", "missing"], &["missing: no such report directory"]),
     ];
     for (inputs, expected) in cases {
         let mut args = vec!["report", "merge"];
