@@ -48,22 +48,45 @@ fn explain_failure(f: &Value) -> String {
                 out.push_str(&indent(&headlines.join("\n")));
                 out.push_str("  the first wrong sectors in detail:\n");
             }
-            for sector in sectors.iter().take(SECTORS_DIFFED) {
-                out.push_str(&explain_sector(sector));
-            }
+            out.push_str(&evidence(f));
         }
         "check" => {
             out.push_str(&format!("check of the {} image found:\n", s("label")));
             out.push_str(&indent(&s("summary")));
-            if let Some(d) = f["dump_diff"].as_str() {
-                out.push_str("  qcsim dump before the crash (-) against the crash state (+):\n");
-                out.push_str(&indent(d));
-            }
+            out.push_str(&evidence(f));
         }
         "engine" => out.push_str(&format!("engine: {}\n", s("what"))),
         "hang" => out.push_str(&format!("group {}: {}\n", f["group"], s("message"))),
         "panic" => out.push_str(&format!("panic: {}\n", s("message"))),
         other => out.push_str(&format!("{other}: {f}\n")),
+    }
+    out
+}
+
+/// What a failure carries beyond its text: a wrong read's first sectors
+/// in detail (write ids, device writes, hex diff), a failed check's dump
+/// diff; empty for the other kinds. `qcsim run` and `replay` print it
+/// under the failure's own lines.
+pub fn evidence(f: &Value) -> String {
+    let mut out = String::new();
+    match f["kind"].as_str().unwrap_or("") {
+        "model" => {
+            for sector in f["sectors"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .take(SECTORS_DIFFED)
+            {
+                out.push_str(&explain_sector(sector));
+            }
+        }
+        "check" => {
+            if let Some(d) = f["dump_diff"].as_str() {
+                out.push_str("  qcsim dump before the crash (-) against the crash state (+):\n");
+                out.push_str(&indent(d));
+            }
+        }
+        _ => {}
     }
     out
 }
@@ -228,5 +251,50 @@ mod tests {
         assert!(d.contains("+0020  00 ab"), "{d}");
         assert!(!d.contains("0000  "), "line 0 is beyond the context: {d}");
         assert_eq!(hex_diff(&a, &a), "(identical bytes)\n");
+    }
+
+    /// A model failure's sectors come out with their write ids, the
+    /// device writes and the diff against each allowed value; a failure
+    /// of another kind has no evidence beyond its text.
+    #[test]
+    fn a_wrong_sector_is_shown_with_its_writes_and_diff() {
+        let got = format!("ab{}", "00".repeat(511));
+        let f = serde_json::json!({
+            "kind": "model",
+            "text": "read op 3: guest sector 7 ...\n  maps to ...\n",
+            "sectors": [{
+                "sector": 7, "when": "read op 3", "observed": "garbage",
+                "got": got,
+                "allowed": [
+                    {"value": "zeroes", "write_id": null, "bytes": "00".repeat(512)},
+                    {"value": "the garbage an earlier recovery found", "write_id": null, "bytes": ""}
+                ],
+                "write_ids": [12],
+                "host_offset": 4096,
+                "last_device_writes": ["#5 write 4096+512"]
+            }]
+        });
+        let e = super::evidence(&f);
+        assert!(e.contains("write ids involved: write 12"), "{e}");
+        assert!(e.contains("host offset 0x1000"), "{e}");
+        assert!(e.contains("#5 write 4096+512"), "{e}");
+        assert!(e.contains("-0000  00 00"), "{e}");
+        assert!(e.contains("+0000  ab 00"), "{e}");
+        assert!(e.contains("no one byte value"), "{e}");
+        let whole = super::explain(
+            &serde_json::json!({"seed": 9, "replay": "qcsim replay x", "failures": [f]}),
+        );
+        assert!(
+            whole.starts_with("seed 9\n") && whole.ends_with("replay: qcsim replay x\n"),
+            "{whole}"
+        );
+        assert!(
+            !whole.contains("maps to ..."),
+            "the text's indented lines are not repeated: {whole}"
+        );
+        assert_eq!(
+            super::evidence(&serde_json::json!({"kind": "panic", "message": "x"})),
+            ""
+        );
     }
 }
