@@ -6,7 +6,7 @@
 
 use std::io::IsTerminal;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 
 /// A bar over `len` units named `unit` ("cases", "jobs", "runs").
 pub fn bar(len: u64, unit: &str, quiet: bool) -> ProgressBar {
@@ -16,9 +16,13 @@ pub fn bar(len: u64, unit: &str, quiet: bool) -> ProgressBar {
     let b = ProgressBar::new(len);
     b.set_style(
         ProgressStyle::with_template(&format!(
-            "{{bar:40}} {{pos}}/{{len}} {unit}, {{per_sec}}, {{msg}} [{{elapsed_precise}}, {{eta}} left]"
+            "{{bar:40}} {{pos}}/{{len}} {unit}, {{rate}}, {{msg}} [{{elapsed_precise}}, {{eta}} left]"
         ))
-        .expect("a valid template"),
+        .expect("a valid template")
+        // indicatif's own {per_sec} prints four decimals.
+        .with_key("rate", |s: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.1}/s", s.per_sec());
+        }),
     );
     b
 }

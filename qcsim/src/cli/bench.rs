@@ -169,7 +169,10 @@ fn run_sim(a: &Args) -> anyhow::Result<i32> {
         print!("{}", render_table(&rows));
         println!("key:");
         for (column, meaning) in COLUMN_KEY {
-            println!("  {column:<16} {meaning}");
+            // The HDD column is there only with --hdd.
+            if *column != "hdd ms" || a.hdd {
+                println!("  {column:<16} {meaning}");
+            }
         }
     }
     if a.json_out.as_os_str() != "-" {
