@@ -11,6 +11,7 @@
 //!   campaign.
 //! - `explain`: a failure in words, with the hex diff of a wrong read and
 //!   the replay command, for the terminal and the report.
+//! - `sections`: the tables both renderings show, from the JSON.
 //! - `markdown`, `html`, `svg`: the two renderings and the charts.
 //! - `files`: writing the directory so that a failed command destroys no
 //!   file.
