@@ -22,6 +22,9 @@ macro_rules! println {
 
 mod output;
 
+mod progress;
+mod report;
+
 mod cli;
 
 use clap::{Parser, Subcommand};
@@ -53,6 +56,8 @@ enum Command {
     Enumerate(cli::enumerate::Args),
     /// Check every crash state of every workload of up to 3 operations.
     Exhaust(cli::exhaust::Args),
+    /// Campaign reports: merge shards' reports into one.
+    Report(cli::report::Args),
     /// Guest I/O traces: import recordings, replay them with crashes.
     Trace(cli::trace::Args),
     /// Create a qcow2 image (as qemu-img create).
@@ -81,6 +86,7 @@ fn main() {
         Command::Shrink(a) => cli::shrink::run(a),
         Command::Enumerate(a) => cli::enumerate::run(a),
         Command::Exhaust(a) => cli::exhaust::run(a),
+        Command::Report(a) => cli::report::run(a),
         Command::Trace(a) => cli::trace::run(a),
         Command::Create(a) => cli::create::run(a),
         Command::Info(a) => cli::info::run(a),

@@ -3,6 +3,7 @@
 //! results come back in any order and are summed, and every failing case
 //! is run a second time to prove it replays to the same trace hash.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -75,8 +76,45 @@ pub struct CampaignSummary {
     #[serde(serialize_with = "hex_u64")]
     pub trace_hash: u64,
     pub totals: Totals,
+    /// The same counts by the profile that generated each case (a mixed
+    /// campaign's cases by the profile the seed chose), by name.
+    pub per_profile: BTreeMap<String, Slice>,
+    /// The same counts by switch combination, by its 5-bit mask as two
+    /// digits (`00` all off .. `31` all on), so keys sort as numbers.
+    pub per_switches: BTreeMap<String, Slice>,
     #[serde(skip)]
     pub failures: Vec<CaseFailure>,
+    /// Every case's `(seed, trace hash)`, in seed order: what
+    /// [`combined_trace_hash`] was taken over, kept so that reports of
+    /// shards merge into the hash of one campaign over the whole range.
+    #[serde(skip)]
+    pub case_hashes: Vec<(u64, u64)>,
+}
+
+/// A part of a campaign: its cases' verdicts and counts.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Slice {
+    pub cases: u64,
+    pub passed: u64,
+    pub failed: u64,
+    pub totals: Totals,
+}
+
+impl Slice {
+    fn add(&mut self, case: &Case, report: &RunReport) {
+        self.cases += 1;
+        if report.passed() {
+            self.passed += 1;
+        } else {
+            self.failed += 1;
+        }
+        self.totals.add_case(case, report);
+    }
+}
+
+/// The key of a switch combination in [`CampaignSummary::per_switches`].
+pub fn switches_key(s: Switches) -> String {
+    format!("{:02}", s.mask())
 }
 
 fn hex_u64<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
@@ -118,6 +156,13 @@ pub struct Totals {
     pub recovered_sectors_checked: u64,
     pub leaked_clusters: u64,
     pub faults_injected: u64,
+    /// The injected faults by kind.
+    pub fault_kinds: crate::disk::FaultCounts,
+    /// How many cases met each fault kind at least once.
+    pub fault_kind_cases: crate::disk::FaultCounts,
+    /// What the seeds' optimisations did, from each case's last epoch
+    /// (open to close, or to its last crash).
+    pub optimisations: Optimisations,
     /// Cases run in harsh mode, and what the judges saw in them.
     pub harsh_cases: u64,
     pub harsh_findings: u64,
@@ -126,6 +171,13 @@ pub struct Totals {
 }
 
 impl Totals {
+    /// Add one case: its run's counts and what the case itself says.
+    fn add_case(&mut self, case: &Case, report: &RunReport) {
+        self.add(&report.stats);
+        self.harsh_cases += u64::from(case.harsh());
+        self.data_file_cases += u64::from(case.image.data_file.is_some());
+    }
+
     fn add(&mut self, s: &RunStats) {
         self.guest_ops += s.guest_ops;
         self.failed_ops += s.failed_ops;
@@ -142,7 +194,48 @@ impl Totals {
         self.recovered_sectors_checked += s.recovered_sectors_checked;
         self.leaked_clusters += s.leaked_clusters;
         self.faults_injected += s.faults_injected;
+        self.fault_kinds.add(&s.fault_kinds);
+        self.optimisations.add(&s.engine);
+        self.fault_kind_cases.add(&s.fault_kinds.reached());
         self.harsh_findings += s.harsh_findings;
+    }
+}
+
+/// The engine counters that show each optimisation working (multi-cluster
+/// allocation, delayed metadata writeback, zeroed, merged and delayed COW,
+/// joins), summed over cases.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Optimisations {
+    pub clusters_allocated: u64,
+    pub cow_created: u64,
+    pub cow_cancelled_whole: u64,
+    pub cow_cancelled_partial: u64,
+    pub cow_performed: u64,
+    pub cow_already_zero: u64,
+    pub cow_bytes_written: u64,
+    pub zeroing_requests: u64,
+    pub zeroing_fallbacks: u64,
+    pub alloc_joins: u64,
+    pub l2_writebacks: u64,
+    pub refcount_writebacks: u64,
+    pub device_flushes: u64,
+}
+
+impl Optimisations {
+    fn add(&mut self, e: &engine::Counters) {
+        self.clusters_allocated += e.clusters_allocated;
+        self.cow_created += e.cow_created;
+        self.cow_cancelled_whole += e.cow_cancelled_whole;
+        self.cow_cancelled_partial += e.cow_cancelled_partial;
+        self.cow_performed += e.cow_performed;
+        self.cow_already_zero += e.cow_already_zero;
+        self.cow_bytes_written += e.cow_bytes_written;
+        self.zeroing_requests += e.zeroing_requests;
+        self.zeroing_fallbacks += e.zeroing_fallbacks;
+        self.alloc_joins += e.alloc_joins;
+        self.l2_writebacks += e.l2_writebacks;
+        self.refcount_writebacks += e.refcount_writebacks;
+        self.device_flushes += e.device_flushes;
     }
 }
 
@@ -247,9 +340,18 @@ pub fn run_campaign(
         for (case, report) in rx {
             summary.cases += 1;
             hashes.push((case.seed, report.trace_hash));
-            summary.totals.add(&report.stats);
-            summary.totals.harsh_cases += u64::from(case.harsh());
-            summary.totals.data_file_cases += u64::from(case.image.data_file.is_some());
+            summary.totals.add_case(&case, &report);
+            let profile = case.profile.map_or("none", |p| p.name());
+            summary
+                .per_profile
+                .entry(profile.to_string())
+                .or_default()
+                .add(&case, &report);
+            summary
+                .per_switches
+                .entry(switches_key(case.engine.switches))
+                .or_default()
+                .add(&case, &report);
             if report.passed() {
                 summary.passed += 1;
             } else {
@@ -270,6 +372,7 @@ pub fn run_campaign(
     });
     summary.failures.sort_by_key(|f| f.case.seed);
     summary.trace_hash = combined_trace_hash(&mut hashes);
+    summary.case_hashes = hashes;
     summary
 }
 

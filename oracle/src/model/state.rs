@@ -558,6 +558,7 @@ fn check_sector(
             when,
             observed,
             allowed: allowed.clone(),
+            got: bytes.to_vec(),
         });
     }
     value

@@ -22,6 +22,9 @@ pub struct Violation {
     pub observed: Content,
     /// What the model allowed, sorted.
     pub allowed: Vec<Value>,
+    /// The sector's bytes as they came back, for a report's hex diff
+    /// against what the model allowed (copied only when a sector is wrong).
+    pub got: Vec<u8>,
 }
 
 impl std::fmt::Display for Violation {

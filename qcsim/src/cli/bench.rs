@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
-use sim::bench::{render_table, run_all, Workload};
+use sim::bench::{render_table, run_all_with, Workload, COLUMN_KEY};
 use tools::bench::{FileBench, FileBenchFlags, FileBenchReport};
 use tools::qemu_args::parse_size;
 
@@ -43,6 +43,10 @@ pub struct Args {
     /// (multi-cluster requests), where multi_cluster shows its worth.
     #[arg(long)]
     pub extra: bool,
+    /// --sim: where the rows are written as JSON lines beside the table
+    /// (the input of `qcsim campaign --bench-json`); `-` writes none.
+    #[arg(long, value_name = "FILE", default_value = "reports/bench-sim.json")]
+    pub json_out: PathBuf,
 
     /// Number of I/O requests to perform (default 75000).
     #[arg(short = 'c', long = "count", value_name = "COUNT")]
@@ -140,15 +144,63 @@ fn run_sim(a: &Args) -> anyhow::Result<i32> {
         WorkloadArg::Seq256k => vec![Workload::Seq256k],
         WorkloadArg::All => Workload::ALL.to_vec(),
     };
-    let rows = run_all(&workloads, size, a.hdd, a.extra)?;
+    let jobs_per_workload = sim::bench::switch_rows().len()
+        + if a.extra {
+            sim::bench::extra_switch_rows().len()
+        } else {
+            0
+        };
+    let workload_count = workloads.len() + if a.extra { Workload::EXTRA.len() } else { 0 };
+    let bar = crate::progress::bar((jobs_per_workload * workload_count) as u64, "jobs", a.quiet);
+    let rows = run_all_with(&workloads, size, a.hdd, a.extra, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    let rows = rows?;
+    let mut lines = String::new();
+    for r in &rows {
+        lines.push_str(&serde_json::to_string(r)?);
+        lines.push('\n');
+    }
     if a.json {
-        for r in &rows {
-            println!("{}", serde_json::to_string(r)?);
-        }
+        print!("{lines}");
     } else {
         print!("{}", render_table(&rows));
+        println!("key:");
+        for (column, meaning) in COLUMN_KEY {
+            // The HDD column is there only with --hdd.
+            if *column != "hdd ms" || a.hdd {
+                println!("  {column:<16} {meaning}");
+            }
+        }
+    }
+    if a.json_out.as_os_str() != "-" {
+        write_atomically(&a.json_out, lines.as_bytes())?;
+        if !a.json {
+            println!("json: {}", a.json_out.display());
+        }
     }
     Ok(0)
+}
+
+/// Write `bytes` to `path` through a temporary file beside it, so a failed
+/// write leaves the old file whole; the directory is made if need be.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the directory {}", dir.display()))?;
+    }
+    let name = path
+        .file_name()
+        .with_context(|| format!("{}: not a file name", path.display()))?;
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
 }
 
 /// The file benchmark's flags, for `tools::bench` to parse.

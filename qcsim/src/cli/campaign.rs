@@ -1,14 +1,20 @@
 //! `qcsim campaign`: many seeded cases on all cores, with a progress bar,
-//! a summary, a report under `reports/` (git-ignored), and every failing case saved to
-//! `corpus/` with the command that replays it.
+//! a summary, a report directory (`summary.json`, `report.md`,
+//! `report.html`: see `crate::report`) under `reports/` (git-ignored) or
+//! `--report DIR`, and every failing case saved to `corpus/` with the
+//! command that replays it. The wall-clock progress the report charts is
+//! sampled here: the harness reads no clock.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Mutex;
+
 use anyhow::{bail, Context};
 use engine::Switches;
-use indicatif::{ProgressBar, ProgressStyle};
 use sim::campaign::{run_campaign, CampaignPlan, SwitchPlan};
+
+use crate::report;
 
 use super::run::{cargo_qcsim, save_case, BrokenArg, ProfileArg};
 
@@ -37,9 +43,18 @@ pub struct Args {
     /// Where failing cases are saved.
     #[arg(long, default_value = "corpus/failing")]
     pub corpus: PathBuf,
-    /// Where the campaign report (JSON) is written.
+    /// Where the campaign's report directory is made, named for its range
+    /// and shard (`campaign-A-B[-shard-I-of-N]`), unless --report names it.
     #[arg(long, default_value = "reports")]
     pub reports: PathBuf,
+    /// The report directory itself: summary.json, report.md, report.html.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+    /// A `qcsim bench --sim` JSON output to chart in the report (default:
+    /// REPORTS/bench-sim.json, where `qcsim bench --sim` writes it, if it
+    /// is there).
+    #[arg(long, value_name = "FILE")]
+    pub bench_json: Option<PathBuf>,
     /// Harsh mode: devices may tear sectors and lose or misdirect writes;
     /// only panics and hangs fail, what the judges see is counted.
     #[arg(long)]
@@ -132,6 +147,24 @@ pub fn parse_switches(s: &str) -> anyhow::Result<SwitchPlan> {
     })
 }
 
+/// Seconds between the progress samples a report's rate chart is drawn
+/// from.
+const PROGRESS_EVERY: f64 = 0.25;
+
+/// Failing cases explained in the terminal, and lines of each: the report
+/// holds them all, whole.
+const FAILURES_EXPLAINED: usize = 3;
+const EXPLAIN_LINES: usize = 60;
+
+/// `--switches` as the report names it: the word given, or the mask as a
+/// number (`07`, `7` and `31` are all masks; the report says `7`).
+pub fn switches_name(arg: &str) -> String {
+    match arg.parse::<u8>() {
+        Ok(m) => m.to_string(),
+        Err(_) => arg.to_string(),
+    }
+}
+
 /// `--shard I/N`: shard I of N, 0 <= I < N; an error says which part is
 /// wrong.
 fn parse_shard(s: &str) -> anyhow::Result<(u64, u64)> {
@@ -187,25 +220,46 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         broken: args.broken.variant(),
     };
     let broken = args.broken.variant();
-    let bar = if args.quiet || time_limit.is_some() {
-        ProgressBar::hidden()
-    } else {
-        let n = (seeds.end - seeds.start).div_ceil(plan.shard.1);
-        ProgressBar::new(n)
+    // Read the bench rows before the cases run: a bad file fails at once.
+    let bench_path = args.bench_json.clone().or_else(|| {
+        let default = args.reports.join("bench-sim.json");
+        default.is_file().then_some(default)
+    });
+    let bench = bench_path.as_deref().map(report::read_bench).transpose()?;
+    // A timed campaign's length is its time: the bar counts up to it.
+    let bar = match time_limit {
+        Some(t) => crate::progress::bar(t.as_secs(), "s", args.quiet),
+        None => crate::progress::bar(
+            (seeds.end - seeds.start).div_ceil(plan.shard.1),
+            "cases",
+            args.quiet,
+        ),
     };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} cases, {msg} [{elapsed_precise}, eta {eta}]",
-        )
-        .expect("valid template"),
-    );
     let started = std::time::Instant::now();
     let out_of_time = || time_limit.is_some_and(|t| started.elapsed() >= t);
+    // Cases done over wall time, for the report's rate chart: a sample at
+    // most every PROGRESS_EVERY, and the last case.
+    let samples: Mutex<Vec<(f64, u64)>> = Mutex::new(Vec::new());
     let summary = run_campaign(&plan, &out_of_time, &|done, failed| {
-        bar.set_position(done);
-        bar.set_message(format!("{failed} failed"));
+        let now = started.elapsed().as_secs_f64();
+        if time_limit.is_some() {
+            bar.set_position(now as u64);
+            bar.set_message(format!("{done} cases, {failed} failed"));
+        } else {
+            bar.set_position(done);
+            bar.set_message(format!("{failed} failed"));
+        }
+        let mut s = samples.lock().unwrap_or_else(|e| e.into_inner());
+        if s.last().is_none_or(|l| now - l.0 >= PROGRESS_EVERY) {
+            s.push((now, done));
+        }
     });
     bar.finish_and_clear();
+    let wall_seconds = started.elapsed().as_secs_f64();
+    let mut progress = samples.into_inner().unwrap_or_else(|e| e.into_inner());
+    if progress.last().is_none_or(|l| l.1 != summary.cases) {
+        progress.push((wall_seconds, summary.cases));
+    }
 
     let t = &summary.totals;
     println!(
@@ -248,6 +302,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         std::fs::create_dir_all(&args.corpus)
             .with_context(|| format!("creating {}", args.corpus.display()))?;
     }
+    let mut entries = Vec::new();
     for f in &summary.failures {
         let path = args.corpus.join(format!("seed-{}.json", f.case.seed));
         let shrunk = args.shrink.then(|| {
@@ -257,22 +312,33 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             Some(Ok(case)) => save_case(&case, &path)?,
             _ => save_case(&f.case, &path)?,
         }
+        let replay = format!(
+            "{} replay {}",
+            cargo_qcsim(broken.is_some()),
+            path.display()
+        );
         println!(
-            "FAIL seed {}{}: replay with: {} replay {}",
+            "FAIL seed {}{}: replay with: {replay}",
             f.case.seed,
             if f.deterministic {
                 ""
             } else {
                 " (NOT DETERMINISTIC: a second run differed)"
             },
-            cargo_qcsim(broken.is_some()),
-            path.display()
         );
-        for fail in f.report.failures.iter().take(3) {
-            for line in fail.to_string().lines().take(12) {
+        let entry = report::summary::FailureEntry { failure: f, replay };
+        // Each failure explained here (the hex diff of a wrong read, the
+        // dump diff of a failed check), the first few of them; the report
+        // holds all.
+        if entries.len() < FAILURES_EXPLAINED {
+            let text = report::explain::explain(&report::summary::failure_json(&entry)?);
+            for line in text.lines().skip(1).take(EXPLAIN_LINES) {
                 println!("    {line}");
             }
+        } else if entries.len() == FAILURES_EXPLAINED {
+            println!("    (later failures are explained in the report)");
         }
+        entries.push(entry);
     }
     println!("trace hash: {:016x}", summary.trace_hash);
     let end = if time_limit.is_some() {
@@ -280,33 +346,31 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     } else {
         seeds.end
     };
-    let report = serde_json::json!({
-        "revision": env!("QCSIM_REVISION"),
-        "seeds": [seeds.start, end],
-        "profile": plan.profile.name(),
-        "switches": args.switches,
-        "harsh": plan.harsh,
-        "broken": broken.map(|b| b.name()),
-        "shard": [plan.shard.0, plan.shard.1],
-        "trace_hash": format!("{:016x}", summary.trace_hash),
-        "summary": summary,
-        "failing_seeds": summary.failures.iter().map(|f| f.case.seed).collect::<Vec<_>>(),
-    });
-    // The name says the range and shard, so shards of one range do not
-    // overwrite each other's reports.
-    let shard = if plan.shard.1 > 1 {
-        format!("-shard-{}-of-{}", plan.shard.0, plan.shard.1)
-    } else {
-        String::new()
+    let campaign = report::summary::campaign_json(
+        &plan,
+        (seeds.start, end),
+        &switches_name(&args.switches),
+        broken.map(|b| b.name()),
+    );
+    let timing = report::summary::Timing {
+        jobs,
+        wall_seconds,
+        progress,
     };
-    let rpath = args
-        .reports
-        .join(format!("campaign-{}-{end}{shard}.json", seeds.start));
-    std::fs::create_dir_all(&args.reports)
-        .with_context(|| format!("creating the report directory {}", args.reports.display()))?;
-    std::fs::write(&rpath, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing the campaign report {}", rpath.display()))?;
-    println!("report: {}", rpath.display());
+    let summary_json = report::summary::build(campaign, &summary, &entries, &timing)?;
+    // The default directory's name says the range and shard, so shards of
+    // one range do not overwrite each other's reports.
+    let dir = args.report.clone().unwrap_or_else(|| {
+        let shard = if plan.shard.1 > 1 {
+            format!("-shard-{}-of-{}", plan.shard.0, plan.shard.1)
+        } else {
+            String::new()
+        };
+        args.reports
+            .join(format!("campaign-{}-{end}{shard}", seeds.start))
+    });
+    report::write_report(&dir, &summary_json, bench.as_deref())?;
+    println!("report: {}", dir.join(report::HTML).display());
     Ok(if summary.failed == 0 { 0 } else { 1 })
 }
 

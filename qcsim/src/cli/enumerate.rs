@@ -84,6 +84,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         GranularityArg::Write => Granularity::Write,
     };
     let at = args.at_flush.map_or(CrashAt::Drawn, CrashAt::DeviceFlush);
+    // The states' number is known only once the crash point is reached;
+    // the cap bounds it.
+    let bar = crate::progress::bar(args.cap, "crash states (at most)", false);
     let report = enumerate_crash_states_at(
         &case,
         at,
@@ -91,8 +94,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             granularity,
             cap: args.cap,
         },
-        &mut |_| true,
-    )?;
+        &mut |_| {
+            bar.inc(1);
+            true
+        },
+    );
+    bar.finish_and_clear();
+    let report = report?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(if report.passed() { 0 } else { 1 });

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use engine::Switches;
-use indicatif::{ProgressBar, ProgressStyle};
 use sim::campaign::SwitchPlan;
 use sim::exhaust::{run_exhaust, slices, ExhaustOptions, Geometry, Point, VocabOp, MAX_OPS};
 use sim::runner::{EnumerateOptions, Granularity};
@@ -154,18 +153,7 @@ fn granularity_name(g: Granularity) -> &'static str {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let o = options(&args)?;
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        // Drawn only when standard error is a terminal.
-        ProgressBar::new(o.workload_count())
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} workloads, {msg} [{elapsed_precise}, eta {eta}]",
-        )
-        .expect("valid template"),
-    );
+    let bar = crate::progress::bar(o.workload_count(), "workloads", args.quiet);
     let report = run_exhaust(&o, &|done, _, failed| {
         bar.set_position(done);
         bar.set_message(format!("{failed} failed"));

@@ -12,6 +12,7 @@ pub mod exhaust;
 pub mod info;
 pub mod io;
 pub mod replay;
+pub mod report;
 pub mod run;
 pub mod serve;
 pub mod shrink;

@@ -273,6 +273,12 @@ pub fn print_report(report: &RunReport, json: bool) {
         let _ = writeln!(out, "  rare paths: {}", s.rare_paths);
         for f in &report.failures {
             let _ = writeln!(out, "  {f}");
+            // The wrong sectors' hex diff, a failed check's dump diff.
+            if let Ok(v) = serde_json::to_value(f) {
+                for line in crate::report::explain::evidence(&v).lines() {
+                    let _ = writeln!(out, "  {line}");
+                }
+            }
         }
         let _ = writeln!(out, "trace hash: {:016x}", report.trace_hash);
     }

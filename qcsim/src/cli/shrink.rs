@@ -46,19 +46,24 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         CaseSize::of(&case)
     );
     let quiet = args.quiet;
-    let (shrunk, kind) = shrink_failing(
+    // The run budget bounds the runs; a shrink usually ends before it.
+    let bar = crate::progress::bar(args.max_runs, "runs (budget)", quiet);
+    let shrunk = shrink_failing(
         &case,
         &ShrinkOptions {
             max_runs: args.max_runs,
             reseeds: args.reseeds,
         },
         |p| {
+            bar.set_position(p.runs);
+            bar.set_message(p.size.to_string());
             if !quiet {
-                println!("  run {:>5} {:<12} {}", p.runs, p.pass, p.size);
+                bar.suspend(|| println!("  run {:>5} {:<12} {}", p.runs, p.pass, p.size));
             }
         },
-    )
-    .with_context(|| format!("shrinking {}", args.case.display()))?;
+    );
+    bar.finish_and_clear();
+    let (shrunk, kind) = shrunk.with_context(|| format!("shrinking {}", args.case.display()))?;
     save_case(&shrunk.case, &out)?;
     println!(
         "shrink: still fails ({kind}) with {} after {} runs ({} steps{}); written to {}",

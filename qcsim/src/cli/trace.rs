@@ -5,13 +5,12 @@
 //! their input plain or zstd- or gzip-compressed (by magic bytes).
 
 use std::fs::File;
-use std::io::{BufRead, IsTerminal, Write as _};
+use std::io::{BufRead, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context};
 use engine::Switches;
-use indicatif::{ProgressBar, ProgressStyle};
 use sim::iotrace::blkparse::{self, Action, BlkparseOptions};
 use sim::iotrace::plan::{plan_case, TraceCase, TracePlan, DEFAULT_DEPTH};
 use sim::iotrace::strace::{self, StraceOptions};
@@ -319,15 +318,7 @@ fn run_trace(args: RunArgs) -> anyhow::Result<i32> {
     }
     say(&shape);
 
-    let bar = if std::io::stderr().is_terminal() {
-        ProgressBar::new(s.groups)
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} groups [{elapsed_precise}, eta {eta}]")
-            .expect("valid template"),
-    );
+    let bar = crate::progress::bar(s.groups, "groups", false);
     let started = Instant::now();
     let report = run_case_with_progress(
         &tc.case,

@@ -883,11 +883,13 @@ fn a_campaign_at_the_top_of_the_seed_space_reports_its_range() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("campaign: 1 cases"), "{}", text(&out));
-    let name = "campaign-18446744073709551605-18446744073709551615-shard-605-of-1000.json";
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.join("r").join(name)).unwrap()).unwrap();
+    let name = "campaign-18446744073709551605-18446744073709551615-shard-605-of-1000";
+    let report: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(d.join("r").join(name).join("summary.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(
-        report["seeds"],
+        report["campaign"]["seeds"],
         serde_json::json!([18446744073709551605u64, 18446744073709551615u64])
     );
 }

@@ -6,6 +6,7 @@ mod support;
 mod bad_input;
 mod bench_cli;
 mod bench_file;
+mod campaign;
 mod cli_args;
 mod cli_data_file;
 mod cli_interop;

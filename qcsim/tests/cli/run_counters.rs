@@ -101,10 +101,10 @@ fn run_and_campaign_print_the_rare_paths() {
     }
     assert!(text.contains("rare paths, cases reaching each: "), "{text}");
     let report: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(dir.path().join("r").join("campaign-0-2.json")).unwrap(),
+        &std::fs::read(dir.path().join("r/campaign-0-2/summary.json")).unwrap(),
     )
     .unwrap();
-    let totals = &report["summary"]["totals"];
+    let totals = &report["result"]["totals"];
     for k in names {
         assert!(totals["rare_paths"][k].is_u64(), "{k}: {totals}");
         assert!(totals["rare_path_cases"][k].as_u64().unwrap() <= 2, "{k}");

@@ -20,7 +20,7 @@ pub use job::{
     backing_byte, guest_byte, run_job, run_job_with, sequential_ops, sequential_ops_of, BenchError,
     GuestOp, JobSetup, Observed, Row, Workload, CLUSTER_SIZE, REQUEST_SIZE,
 };
-pub use table::render_table;
+pub use table::{render_table, COLUMN_KEY};
 
 use engine::Switches;
 
@@ -58,6 +58,18 @@ pub fn run_all(
     hdd: bool,
     extra: bool,
 ) -> Result<Vec<Row>, BenchError> {
+    run_all_with(workloads, size, hdd, extra, &mut |_, _| {})
+}
+
+/// [`run_all`], calling `progress(done, total)` after each job: the
+/// command line's progress bar.
+pub fn run_all_with(
+    workloads: &[Workload],
+    size: u64,
+    hdd: bool,
+    extra: bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Vec<Row>, BenchError> {
     let mut rows = Vec::new();
     let mut workloads = workloads.to_vec();
     if extra {
@@ -67,13 +79,15 @@ pub fn run_all(
             }
         }
     }
+    let mut settings = switch_rows();
+    if extra {
+        settings.extend(extra_switch_rows());
+    }
+    let total = (workloads.len() * settings.len()) as u64;
     for &w in &workloads {
-        let mut settings = switch_rows();
-        if extra {
-            settings.extend(extra_switch_rows());
-        }
-        for s in settings {
+        for &s in &settings {
             rows.push(run_job(w, size, s, hdd)?);
+            progress(rows.len() as u64, total);
         }
     }
     Ok(rows)

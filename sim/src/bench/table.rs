@@ -31,6 +31,55 @@ fn ms(ns: u64) -> String {
     format!("{:.1}", ns as f64 / 1e6)
 }
 
+/// What each column of the table means, in column order: the key the
+/// command line prints under the table.
+pub const COLUMN_KEY: &[(&str, &str)] = &[
+    (
+        "switches",
+        "the switch setting: all on, all off, or -NAME for each switch turned off",
+    ),
+    (
+        "dev wr/guest wr",
+        "device requests that change the image (writes, write_zeroes, discards) per guest write",
+    ),
+    (
+        "dev B/guest B",
+        "bytes written to the device (with zero buffers) per guest byte",
+    ),
+    ("dev flushes", "device flushes"),
+    ("wr_zeroes", "write_zeroes requests sent to the device"),
+    ("backing read", "bytes read from the backing file"),
+    (
+        "cow made",
+        "COW areas created (head and tail of newly allocated clusters)",
+    ),
+    (
+        "cancelled",
+        "COW areas cancelled, wholly or in part, by later guest writes (delayed_cow)",
+    ),
+    ("performed", "COW areas copied or zeroed"),
+    (
+        "zeroing",
+        "COW areas zeroed with write_zeroes instead of a buffer (zero_cow)",
+    ),
+    (
+        "grows",
+        "write_zeroes that grew the file ahead of allocation",
+    ),
+    (
+        "extends",
+        "writes that extended the file (each pays the latency model's extend cost)",
+    ),
+    ("joins", "guest writes that joined an in-flight allocation"),
+    ("l2 wb", "L2 table writebacks"),
+    ("rc wb", "refcount block writebacks"),
+    (
+        "ssd ms",
+        "simulated time of the job on the SSD model, milliseconds",
+    ),
+    ("hdd ms", "the same on the HDD model (--hdd)"),
+];
+
 /// Render `rows` as one table per workload, in the order given.
 pub fn render_table(rows: &[Row]) -> String {
     let mut header = vec![

@@ -33,6 +33,89 @@ pub enum FaultKind {
     Misdirected { to: u64 },
 }
 
+/// Injected faults counted by kind: what a campaign's fault coverage is
+/// made of. EIO is split by the request kind it met.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultCounts {
+    pub eio_read: u64,
+    pub eio_write: u64,
+    pub eio_write_zeroes: u64,
+    pub eio_discard: u64,
+    pub eio_flush: u64,
+    pub eio_truncate: u64,
+    pub enospc: u64,
+    pub lost: u64,
+    pub misdirected: u64,
+}
+
+impl FaultCounts {
+    /// Count one injected fault.
+    pub fn count(&mut self, f: &InjectedFault) {
+        *match f.kind {
+            FaultKind::Io { .. } => match f.op {
+                IoOp::Read => &mut self.eio_read,
+                IoOp::Write => &mut self.eio_write,
+                IoOp::WriteZeroes => &mut self.eio_write_zeroes,
+                IoOp::Discard => &mut self.eio_discard,
+                IoOp::Flush => &mut self.eio_flush,
+                IoOp::Truncate => &mut self.eio_truncate,
+            },
+            FaultKind::NoSpace => &mut self.enospc,
+            FaultKind::Lost => &mut self.lost,
+            FaultKind::Misdirected { .. } => &mut self.misdirected,
+        } += 1;
+    }
+
+    /// Every kind by its stable name, in a fixed order.
+    pub fn fields(&self) -> [(&'static str, u64); 9] {
+        [
+            ("eio_read", self.eio_read),
+            ("eio_write", self.eio_write),
+            ("eio_write_zeroes", self.eio_write_zeroes),
+            ("eio_discard", self.eio_discard),
+            ("eio_flush", self.eio_flush),
+            ("eio_truncate", self.eio_truncate),
+            ("enospc", self.enospc),
+            ("lost", self.lost),
+            ("misdirected", self.misdirected),
+        ]
+    }
+
+    pub fn add(&mut self, o: &FaultCounts) {
+        self.eio_read += o.eio_read;
+        self.eio_write += o.eio_write;
+        self.eio_write_zeroes += o.eio_write_zeroes;
+        self.eio_discard += o.eio_discard;
+        self.eio_flush += o.eio_flush;
+        self.eio_truncate += o.eio_truncate;
+        self.enospc += o.enospc;
+        self.lost += o.lost;
+        self.misdirected += o.misdirected;
+    }
+
+    /// 1 for each kind met at least once: summed over cases, how many
+    /// cases met each kind.
+    pub fn reached(&self) -> FaultCounts {
+        let one = |n: u64| u64::from(n > 0);
+        FaultCounts {
+            eio_read: one(self.eio_read),
+            eio_write: one(self.eio_write),
+            eio_write_zeroes: one(self.eio_write_zeroes),
+            eio_discard: one(self.eio_discard),
+            eio_flush: one(self.eio_flush),
+            eio_truncate: one(self.eio_truncate),
+            enospc: one(self.enospc),
+            lost: one(self.lost),
+            misdirected: one(self.misdirected),
+        }
+    }
+
+    /// How many kinds were met at least once.
+    pub fn kinds(&self) -> u64 {
+        self.fields().iter().filter(|(_, n)| *n > 0).count() as u64
+    }
+}
+
 /// One injected fault, for the fault report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InjectedFault {

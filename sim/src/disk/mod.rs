@@ -44,7 +44,7 @@ mod store;
 pub use crash::{
     CrashError, CrashImage, CrashMode, CrashPoint, CrashStates, CrashSummary, SectorChoice,
 };
-pub use faults::{FaultKind, InjectedFault};
+pub use faults::{FaultCounts, FaultKind, InjectedFault};
 pub use log::{DiskCounters, LogEntry};
 pub use options::{
     CrashOptions, DiscardEffect, DiskOptions, FaultOptions, LatencyOptions, LogOptions, NthRequest,

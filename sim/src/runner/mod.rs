@@ -26,7 +26,9 @@ pub use enumerate::{
     enumerate_crash_states, enumerate_crash_states_at, CrashAt, EnumerateError, EnumerateOptions,
     EnumerateReport, Granularity, StateFailure,
 };
-pub use report::{cow_summary, ExcusedErrors, Failure, RunReport, RunStats};
+pub use report::{
+    cow_summary, to_hex, AllowedValue, ExcusedErrors, Failure, RunReport, RunStats, WrongSector,
+};
 pub use sweep::{mapped_clusters, WHOLE_SWEEP_MAX};
 
 use std::cell::RefCell;
@@ -43,7 +45,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::case::{Case, Op, MAX_REQUEST_BYTES};
-use crate::disk::{DiskCounters, SimDisk, SparseStore};
+use crate::disk::{DiskCounters, FaultCounts, SimDisk, SparseStore};
 use crate::exec::{ExecError, ExecOptions, Nanos, Sim};
 use crate::rng::{self, Stream};
 
@@ -89,6 +91,11 @@ struct Run<'a> {
     crashes: u32,
     /// Faults injected on disks that are gone (before a crash).
     faults_before: u64,
+    /// The same faults, by kind.
+    fault_kinds_before: FaultCounts,
+    /// The image's disk as it was when the power went, until the crash
+    /// state is judged: a failed check shows the metadata dump's diff.
+    before_crash: Option<SimDisk>,
     /// Clusters leaked after the last crash (by host offset), counting
     /// those past the crash image's end that a refcount still claims: a
     /// crash-free epoch must not leak any other.
@@ -301,6 +308,10 @@ impl Run<'_> {
         stats.recovered_sectors_checked = m.recovered_sectors;
         stats.crashes = m.crashes;
         stats.faults_injected = self.faults_so_far();
+        stats.fault_kinds = self.fault_kinds_before;
+        stats
+            .fault_kinds
+            .add(&fault_kinds_on(&self.crashing_disks()));
         stats.polls = self.sim.steps();
         let mut failures = self.shared.failures.take();
         if case.harsh() {
@@ -345,6 +356,8 @@ impl<'a> Run<'a> {
             data_crash_rng: rng::substream(case.seed, Stream::Crash, DATA_CRASH_STREAM),
             crashes: 0,
             faults_before: 0,
+            fault_kinds_before: FaultCounts::default(),
+            before_crash: None,
             leaked_after_crash: BTreeSet::new(),
             epoch_start: DiskCounters::default(),
             group_flushes: Vec::new(),
@@ -523,8 +536,11 @@ impl<'a> Run<'a> {
                         Ok(()) => {
                             let v = shared.model.borrow_mut().read_completed(id, &buf);
                             if let Err(vs) = v {
-                                let text = describe_violations(&img, &disk, &vs).await;
-                                shared.failures.borrow_mut().push(Failure::Model { text });
+                                let (text, sectors) = describe_violations(&img, &disk, &vs).await;
+                                shared
+                                    .failures
+                                    .borrow_mut()
+                                    .push(Failure::Model { text, sectors });
                             }
                         }
                         Err(_) => shared.model.borrow_mut().read_failed(id),
@@ -591,8 +607,10 @@ impl<'a> Run<'a> {
         self.shared.stats.borrow_mut().torn_writes += torn;
         self.shared.model.borrow_mut().crash();
         self.faults_before += faults_on(&self.crashing_disks());
+        self.fault_kinds_before
+            .add(&fault_kinds_on(&self.crashing_disks()));
         let next = self.disk.reopen(image.content);
-        self.disk = next;
+        self.before_crash = Some(std::mem::replace(&mut self.disk, next));
         if let (Some(d), Some(i)) = (&self.data, data_image) {
             self.data = Some(d.reopen(i.content));
         }
@@ -617,6 +635,8 @@ impl<'a> Run<'a> {
         let judged = if dirty { self.disk.volatile() } else { raw };
         // A crash may leak clusters (allocated, never linked).
         let leaks = self.judge(label, &judged, None);
+        // Judged: a later check (the final one) is not of this crash.
+        self.before_crash = None;
         self.shared.stats.borrow_mut().leaked_clusters += leaks;
         let padded = Padded {
             store: &judged,
@@ -644,11 +664,11 @@ impl<'a> Run<'a> {
         }
         self.shared.model.borrow_mut().finish_recovery();
         if !violations.is_empty() {
-            let text = self.block(
+            let (text, sectors) = self.block(
                 &format!("describing the violations after {label}"),
                 describe_owned(img.clone(), self.data_disk(), violations),
             )?;
-            self.fail(Failure::Model { text });
+            self.fail(Failure::Model { text, sectors });
         }
         self.set_faults_enabled(true);
         Ok(img)
@@ -692,9 +712,14 @@ impl<'a> Run<'a> {
             if !new_leaks.is_empty() {
                 summary.push_str(&format!("leaked since the last crash: {new_leaks:x?}\n"));
             }
+            let dump_diff = self
+                .before_crash
+                .as_ref()
+                .map(|d| dump_diff(&d.volatile(), image));
             self.fail(Failure::Check {
                 label: label.to_string(),
                 summary,
+                dump_diff,
             });
         }
         report.leaks
@@ -761,7 +786,7 @@ impl<'a> Run<'a> {
                             "describing the violations of the final read",
                             describe_owned(img.clone(), self.data_disk(), vs),
                         ) {
-                            Ok(text) => self.fail(Failure::Model { text }),
+                            Ok((text, sectors)) => self.fail(Failure::Model { text, sectors }),
                             Err(f) => return self.fail(f),
                         }
                     }
@@ -850,6 +875,56 @@ fn faults_on(disks: &[SimDisk]) -> u64 {
     disks.iter().map(|d| d.fault_count() as u64).sum()
 }
 
+/// The faults injected on `disks`, by kind.
+fn fault_kinds_on(disks: &[SimDisk]) -> FaultCounts {
+    let mut c = FaultCounts::default();
+    for d in disks {
+        for f in d.injected_faults() {
+            c.count(&f);
+        }
+    }
+    c
+}
+
+/// Most lines of a failed check's dump diff kept in the failure: the
+/// tables that changed, not a whole image's L2 tables.
+const DUMP_DIFF_LINES: usize = 120;
+
+/// A failed check's dump diff when the crash lost no metadata write: what
+/// the checker misses was never written (still in the engine's caches).
+pub const SAME_DUMP: &str = "(none: the crash kept every metadata write issued; what the checker \
+     misses had not been written when the power went)\n";
+
+/// A unified diff of the metadata dump of `before` (the image as the
+/// power went) against `after` (the crash state judged).
+fn dump_diff(before: &SparseStore, after: &SparseStore) -> String {
+    let a = oracle::dump::dump(&Padded::exact(before));
+    let b = oracle::dump::dump(&Padded::exact(after));
+    if a == b {
+        return SAME_DUMP.to_string();
+    }
+    let diff = similar::TextDiff::from_lines(&a, &b);
+    let text = diff
+        .unified_diff()
+        .context_radius(2)
+        .header("qcsim dump, before the crash", "qcsim dump, crash state")
+        .to_string();
+    let total = text.lines().count();
+    if total <= DUMP_DIFF_LINES {
+        return text;
+    }
+    let mut kept: String = text
+        .lines()
+        .take(DUMP_DIFF_LINES)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    kept.push_str(&format!(
+        "... and {} more lines of the diff\n",
+        total - DUMP_DIFF_LINES
+    ));
+    kept
+}
+
 fn leak_offsets(report: &oracle::check::CheckReport) -> BTreeSet<u64> {
     report
         .findings
@@ -869,10 +944,21 @@ fn status<T, E>(r: &Result<T, E>) -> Status {
 
 /// Violations, each with where the sector lives on the device now and
 /// the last device writes that touched it.
-async fn describe_violations(img: &Img, disk: &SimDisk, vs: &[Violation]) -> String {
+/// The violations in words (the first [`VIOLATIONS_SHOWN`]), and the same
+/// sectors as data for a report's hex diff: what came back, each value the
+/// model allowed with its bytes, and the device writes that last touched
+/// the sector.
+async fn describe_violations(
+    img: &Img,
+    disk: &SimDisk,
+    vs: &[Violation],
+) -> (String, Vec<WrongSector>) {
     let mut text = String::new();
+    let mut sectors = Vec::new();
     for v in vs.iter().take(VIOLATIONS_SHOWN) {
         text.push_str(&format!("{v}\n"));
+        let mut host_offset = None;
+        let mut last_device_writes = Vec::new();
         match img.host_offset(v.sector * SECTOR_SIZE as u64).await {
             Ok(Some(host)) => {
                 text.push_str(&format!(
@@ -880,11 +966,19 @@ async fn describe_violations(img: &Img, disk: &SimDisk, vs: &[Violation]) -> Str
                 ));
                 for w in disk.writes_touching(host, SECTOR_SIZE as u64, 4) {
                     text.push_str(&format!("    {w}\n"));
+                    last_device_writes.push(w.to_string());
                 }
+                if last_device_writes.is_empty() {
+                    // Each crash reopens the image on a new disk with a
+                    // new log: the writes were before the last crash.
+                    text.push_str(&format!("    {NO_WRITES_LOGGED}\n"));
+                }
+                host_offset = Some(host);
             }
             Ok(None) => text.push_str("  not mapped to a data cluster now\n"),
             Err(e) => text.push_str(&format!("  mapping unknown: {e}\n")),
         }
+        sectors.push(wrong_sector(v, host_offset, last_device_writes));
     }
     if vs.len() > VIOLATIONS_SHOWN {
         text.push_str(&format!(
@@ -892,10 +986,73 @@ async fn describe_violations(img: &Img, disk: &SimDisk, vs: &[Violation]) -> Str
             vs.len() - VIOLATIONS_SHOWN
         ));
     }
-    text
+    (text, sectors)
 }
 
-async fn describe_owned(img: Rc<Img>, disk: SimDisk, vs: Vec<Violation>) -> String {
+/// What a wrong sector's description says when the disk's log holds no
+/// write to it.
+pub const NO_WRITES_LOGGED: &str =
+    "none on this disk's log, which starts anew when the image is reopened after a crash";
+
+/// One violation as data, each allowed value with the bytes it stands for.
+fn wrong_sector(
+    v: &Violation,
+    host_offset: Option<u64>,
+    last_device_writes: Vec<String>,
+) -> WrongSector {
+    use oracle::data::Content;
+    use oracle::model::{Value, When};
+    let mut write_ids = Vec::new();
+    let allowed = v
+        .allowed
+        .iter()
+        .map(|value| {
+            let mut bytes = vec![0u8; SECTOR_SIZE];
+            let (write_id, shown) = match *value {
+                Value::Zero => (None, true),
+                Value::Backing => {
+                    oracle::data::fill_backing(&mut bytes, v.sector);
+                    (None, true)
+                }
+                Value::Data(id) => {
+                    oracle::data::fill_written(&mut bytes, id, v.sector);
+                    write_ids.push(id.0);
+                    (Some(id.0), true)
+                }
+                Value::Garbage => (None, false),
+            };
+            AllowedValue {
+                value: value.to_string(),
+                write_id,
+                bytes: if shown { to_hex(&bytes) } else { String::new() },
+            }
+        })
+        .collect();
+    if let Content::Written { id, .. } = v.observed {
+        write_ids.push(id.0);
+    }
+    write_ids.sort_unstable();
+    write_ids.dedup();
+    WrongSector {
+        sector: v.sector,
+        when: match v.when {
+            When::Read { op } => format!("read {op}"),
+            When::Recovery { epoch } => format!("after crash {epoch}"),
+        },
+        observed: v.observed.to_string(),
+        got: to_hex(&v.got),
+        allowed,
+        write_ids,
+        host_offset,
+        last_device_writes,
+    }
+}
+
+async fn describe_owned(
+    img: Rc<Img>,
+    disk: SimDisk,
+    vs: Vec<Violation>,
+) -> (String, Vec<WrongSector>) {
     describe_violations(&img, &disk, &vs).await
 }
 

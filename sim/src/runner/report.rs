@@ -12,10 +12,24 @@ use crate::workload::Profile;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Failure {
     /// The model saw a value it did not allow (during a read, or after a
-    /// crash); the text names sectors, values and device writes.
-    Model { text: String },
+    /// crash); the text names sectors, values and device writes, and
+    /// `sectors` holds the first wrong sectors as data (what came back,
+    /// what was allowed, byte for byte), for a report's hex diff.
+    Model {
+        text: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        sectors: Vec<WrongSector>,
+    },
     /// The checker found corruption (or a leak where none is allowed).
-    Check { label: String, summary: String },
+    /// After a crash, `dump_diff` is a unified diff of the image's
+    /// metadata dump (`qcsim dump`) just before the crash against the
+    /// crash state the checker judged.
+    Check {
+        label: String,
+        summary: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dump_diff: Option<String>,
+    },
     /// The engine failed where no injected fault explains it.
     Engine { what: String },
     /// The executor found no task ready, or ran out of budget.
@@ -27,8 +41,8 @@ pub enum Failure {
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Model { text } => write!(f, "model violation:\n{text}"),
-            Failure::Check { label, summary } => {
+            Failure::Model { text, .. } => write!(f, "model violation:\n{text}"),
+            Failure::Check { label, summary, .. } => {
                 write!(f, "check of the {label} image:\n{summary}")
             }
             Failure::Engine { what } => write!(f, "engine: {what}"),
@@ -36,6 +50,50 @@ impl std::fmt::Display for Failure {
             Failure::Panic { message } => write!(f, "panic: {message}"),
         }
     }
+}
+
+/// A wrong sector of a model failure, as data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WrongSector {
+    /// The guest sector.
+    pub sector: u64,
+    /// When it was seen: `read op N`, `after crash N`.
+    pub when: String,
+    /// What its bytes decode to (`write 12, sector 40`, `zeroes`, ...).
+    pub observed: String,
+    /// The 512 bytes that came back, in hex.
+    pub got: String,
+    /// What the model allowed instead, each with its bytes.
+    pub allowed: Vec<AllowedValue>,
+    /// Every write id involved: the allowed values' and the one the bytes
+    /// claim to be from.
+    pub write_ids: Vec<u64>,
+    /// Where the sector maps in the image file now (None: unmapped, or
+    /// the mapping could not be read).
+    pub host_offset: Option<u64>,
+    /// The last device writes that touched that host sector, oldest first.
+    pub last_device_writes: Vec<String>,
+}
+
+/// One value the model allowed a sector to hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AllowedValue {
+    /// As the model names it: `zeroes`, `backing data`, `write 12`.
+    pub value: String,
+    pub write_id: Option<u64>,
+    /// The sector's bytes under that value, in hex (empty for the garbage
+    /// an earlier recovery found, which has no one value).
+    pub bytes: String,
+}
+
+/// Bytes as lower-case hex, two digits a byte.
+pub fn to_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
 }
 
 /// Guest operation errors the runner excused, by what explains each: a
@@ -146,6 +204,8 @@ pub struct RunStats {
     /// Leaked clusters the checker counted after crashes.
     pub leaked_clusters: u64,
     pub faults_injected: u64,
+    /// The same faults, by kind.
+    pub fault_kinds: crate::disk::FaultCounts,
     /// Task polls the executor made in the whole run: what the step
     /// budget (`runner::exec_options`) bounds.
     pub polls: u64,
