@@ -28,6 +28,8 @@ struct PendingFree {
     io_seq: u64,
     /// The L2/L1 change is durable (a writeback has completed since).
     durable: bool,
+    /// Durable, but held back by in-flight data I/O at least once.
+    held: bool,
 }
 
 pub(crate) struct Allocator {
@@ -88,6 +90,7 @@ impl Allocator {
             cluster,
             io_seq,
             durable: false,
+            held: false,
         });
     }
 
@@ -99,6 +102,7 @@ impl Allocator {
             cluster,
             io_seq,
             durable: true,
+            held: false,
         });
     }
 
@@ -118,13 +122,22 @@ impl Allocator {
 
     /// Take the clusters of the durable frees that no in-flight data I/O
     /// can still touch (`oldest_io`: the oldest in flight, if any), in
-    /// queue order; the others stay queued, in order.
-    pub(crate) fn take_ready_frees(&mut self, oldest_io: Option<u64>) -> Vec<u64> {
+    /// queue order; the others stay queued, in order. Also returns how many
+    /// durable frees were held back by in-flight I/O for the first time
+    /// (each counted once, for the guard's counter).
+    pub(crate) fn take_ready_frees(&mut self, oldest_io: Option<u64>) -> (Vec<u64>, u64) {
+        let mut held = 0;
+        for f in &mut self.pending_frees {
+            if f.durable && !f.held && oldest_io.is_some_and(|o| o < f.io_seq) {
+                f.held = true;
+                held += 1;
+            }
+        }
         let (ready, keep): (Vec<PendingFree>, Vec<PendingFree>) = self
             .pending_frees
             .drain(..)
             .partition(|f| f.durable && oldest_io.is_none_or(|o| o >= f.io_seq));
         self.pending_frees = keep;
-        ready.into_iter().map(|f| f.cluster).collect()
+        (ready.into_iter().map(|f| f.cluster).collect(), held)
     }
 }

@@ -181,6 +181,11 @@ impl Alloc {
         self.failed_write
     }
 
+    /// Writes into it in flight (its first writer and those that joined).
+    pub fn writers(&self) -> u32 {
+        self.writers
+    }
+
     /// Guest bytes of the cover that no write has filled yet.
     pub fn unwritten(&self) -> Vec<(u64, u64)> {
         self.written.gaps(self.cover.0, self.cover.1)
@@ -502,7 +507,7 @@ mod tests {
         assert_eq!(t.first_start(), Some(0));
         assert_eq!(t.starts(), vec![0, 4 * CS]);
         assert_eq!(t.starts_overlapping(CS, 5 * CS), vec![0, 4 * CS]);
-        assert_eq!(t.starts_overlapping(2 * CS, 4 * CS), vec![]);
+        assert_eq!(t.starts_overlapping(2 * CS, 4 * CS), Vec::<u64>::new());
         assert_eq!(t.alloc(b).host_of(4 * CS + 10), (1 << 20) + 10);
         assert_eq!(t.count(), 2);
     }

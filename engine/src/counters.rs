@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::guards::GuardCounts;
+
 /// Monotonic counters of one opened image. Device-level counts (requests,
 /// bytes, flushes) belong to the device; these are the engine's view.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +70,10 @@ pub struct Counters {
     pub open_alloc_cap_commits: u64,
     pub growth_disabled: u64,
     pub dirty_rebuilds: u64,
+    /// How often each guard's condition arose (`guards`). Absent from
+    /// counters serialized before guards were counted.
+    #[serde(default)]
+    pub guards: GuardCounts,
 }
 
 impl Counters {
@@ -112,6 +118,7 @@ impl Counters {
             open_alloc_cap_commits: self.open_alloc_cap_commits - earlier.open_alloc_cap_commits,
             growth_disabled: self.growth_disabled - earlier.growth_disabled,
             dirty_rebuilds: self.dirty_rebuilds - earlier.dirty_rebuilds,
+            guards: self.guards.since(&earlier.guards),
         }
     }
 

@@ -97,7 +97,13 @@ impl<D: BlockDev> Image<D> {
     /// links the run: linking waits for a flush after the data writes,
     /// which follow the zeroing.
     pub(crate) fn is_fresh(&self, run_start: u64, run_end: u64, others_end: u64) -> bool {
-        run_start >= others_end && self.meta.borrow().growth.zeroed_covers(run_start, run_end)
+        let zeroed = self.meta.borrow().growth.zeroed_covers(run_start, run_end);
+        if zeroed && run_start < others_end {
+            // Zeroed by growing, but handed out (and freed) since.
+            self.guard_arose(crate::guards::Guard::FreshOnlyUnused);
+            return crate::broken::is(&self.opts, crate::broken::Broken::FreshIgnoresReuse);
+        }
+        zeroed
     }
 
     /// At close, after the last flush: give back what growing added past

@@ -232,6 +232,11 @@ impl<D: BlockDev> Image<D> {
         f(&mut self.counters.borrow_mut());
     }
 
+    /// Guard `g`'s condition arose (see `guards`).
+    pub(crate) fn guard_arose(&self, g: crate::guards::Guard) {
+        self.counters.borrow_mut().guards.bump(g);
+    }
+
     /// Write the in-memory header to cluster 0 (no flush). A failure
     /// poisons the image, as any metadata write's: the header in memory
     /// (a new refcount table, a cleared dirty bit) is not the one on disk.

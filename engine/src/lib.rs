@@ -27,6 +27,7 @@ pub mod format;
 mod geometry;
 mod grow;
 mod growth;
+pub mod guards;
 pub mod image;
 mod inflight;
 mod l1l2;
@@ -46,6 +47,7 @@ mod writeback;
 
 pub use counters::{Counters, RarePaths};
 pub use error::{Error, Result};
+pub use guards::{Guard, GuardCounts};
 pub use image::{Backing, Compat, CreateOptions, Image};
 pub use options::{EngineOptions, Switches};
 pub use status::Status;

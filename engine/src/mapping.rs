@@ -92,6 +92,7 @@ impl<D: BlockDev> Image<D> {
             self.count(|c| c.l2_evictions += 1);
             if dirty {
                 self.count(|c| c.l2_dirty_evictions += 1);
+                self.guard_arose(crate::guards::Guard::EvictAfterRefcounts);
                 // The entries it holds need their data and refcounts
                 // durable before the table itself may reach the disk.
                 if !broken::is(&self.opts, Broken::EvictWithoutFlush) {

@@ -127,11 +127,51 @@ pub enum Broken {
     /// flushing: the table may reach the disk before the data and the
     /// refcounts its entries rely on.
     EvictWithoutFlush,
+    /// Writeback skips the flush before the L2 tables when the refcount
+    /// step did not flush: an L2 entry may reach the disk before the data
+    /// it points at (seen where allocations change no refcount: lazy
+    /// refcounts, external data files, write_zeroes and discards).
+    SkipDataFlushBeforeL2,
+    /// Writeback skips the flush after writing a changed refcount table.
+    SkipReftableFlush,
+    /// Writeback skips the flush between the L2 tables and the L1 entries
+    /// pointing at them.
+    SkipL2Flush,
+    /// A guest flush with no metadata to write issues no device flush.
+    FlushSkipsWhenClean,
+    /// Frees wait for the writeback that makes them durable but not for
+    /// data I/O still in flight, so a cluster may be reused while a read
+    /// or write started before the free still touches it.
+    FreeIgnoresInflightIo,
+    /// Under lazy refcounts the dirty bit is never set: L2 tables reach
+    /// the disk while the refcounts on disk are stale and the image says
+    /// it is clean.
+    NoDirtyBit,
+    /// A device flush does not flush the external data file first.
+    SkipDataFileFlush,
+    /// Refcount table growth writes the header pointing at the new table
+    /// without flushing the table first.
+    HeaderBeforeReftable,
+    /// A new refcount block leaves its own cluster at refcount 0.
+    RefblockForgetsItself,
+    /// A run inside the range growing zeroed counts as fresh even if it
+    /// was used (and freed) since, so its zero COW is skipped over old
+    /// data.
+    FreshIgnoresReuse,
+    /// A write is not cut where the next in-flight allocation starts: the
+    /// rest of it maps the allocation's clusters as if it were not there.
+    NoCutAtAlloc,
+    /// A commit does not wait for the writes that joined the allocation:
+    /// it copies and links while their data is still on its way.
+    CommitIgnoresWriters,
+    /// Reads ignore allocations not yet linked and read the cluster's old
+    /// mapping.
+    ReadIgnoresAllocs,
 }
 
 impl Broken {
     /// Every variant, in declaration order.
-    pub const ALL: [Broken; 7] = [
+    pub const ALL: [Broken; 20] = [
         Broken::LinkBeforeData,
         Broken::SkipRefcountFlush,
         Broken::DropPartialCow,
@@ -139,6 +179,19 @@ impl Broken {
         Broken::DoubleAlloc,
         Broken::GrowthForgetsNewBlocks,
         Broken::EvictWithoutFlush,
+        Broken::SkipDataFlushBeforeL2,
+        Broken::SkipReftableFlush,
+        Broken::SkipL2Flush,
+        Broken::FlushSkipsWhenClean,
+        Broken::FreeIgnoresInflightIo,
+        Broken::NoDirtyBit,
+        Broken::SkipDataFileFlush,
+        Broken::HeaderBeforeReftable,
+        Broken::RefblockForgetsItself,
+        Broken::FreshIgnoresReuse,
+        Broken::NoCutAtAlloc,
+        Broken::CommitIgnoresWriters,
+        Broken::ReadIgnoresAllocs,
     ];
 
     /// The variant's name on the command line: kebab-case
@@ -152,14 +205,32 @@ impl Broken {
             Broken::DoubleAlloc => "double-alloc",
             Broken::GrowthForgetsNewBlocks => "growth-forgets-new-blocks",
             Broken::EvictWithoutFlush => "evict-without-flush",
+            Broken::SkipDataFlushBeforeL2 => "skip-data-flush-before-l2",
+            Broken::SkipReftableFlush => "skip-reftable-flush",
+            Broken::SkipL2Flush => "skip-l2-flush",
+            Broken::FlushSkipsWhenClean => "flush-skips-when-clean",
+            Broken::FreeIgnoresInflightIo => "free-ignores-inflight-io",
+            Broken::NoDirtyBit => "no-dirty-bit",
+            Broken::SkipDataFileFlush => "skip-data-file-flush",
+            Broken::HeaderBeforeReftable => "header-before-reftable",
+            Broken::RefblockForgetsItself => "refblock-forgets-itself",
+            Broken::FreshIgnoresReuse => "fresh-ignores-reuse",
+            Broken::NoCutAtAlloc => "no-cut-at-alloc",
+            Broken::CommitIgnoresWriters => "commit-ignores-writers",
+            Broken::ReadIgnoresAllocs => "read-ignores-allocs",
         }
     }
 }
 
 /// A name that is not one of the [`Broken`] variants'.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown broken variant {0:?} (known: link-before-data, skip-refcount-flush, drop-partial-cow, reuse-before-durable, double-alloc, growth-forgets-new-blocks, evict-without-flush)")]
+#[error("unknown broken variant {name:?} (known: {known})", name = self.0, known = known_broken_names())]
 pub struct UnknownBroken(pub String);
+
+/// Every variant's name, comma-separated.
+fn known_broken_names() -> String {
+    Broken::ALL.map(Broken::name).join(", ")
+}
 
 impl std::str::FromStr for Broken {
     type Err = UnknownBroken;

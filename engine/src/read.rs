@@ -3,9 +3,11 @@
 //! but not yet linked) the new cluster where data was written and the old
 //! source elsewhere.
 
+use crate::broken::{self, Broken};
 use crate::cow::CowSource;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
+use crate::guards::Guard;
 use crate::image::{Backing, Image};
 use crate::mapping::Run;
 
@@ -30,8 +32,11 @@ impl<D: BlockDev> Image<D> {
     async fn read_step(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
         let guard = self.meta_lock.lock().await;
         let cs = self.geo.cluster_size;
-        let pending = self.inflight.borrow().allocs.at(off);
+        // Deliberately wrong when broken: reads see only the L2 table.
+        let see_allocs = !broken::is(&self.opts, Broken::ReadIgnoresAllocs);
+        let pending = self.inflight.borrow().allocs.at(off).filter(|_| see_allocs);
         if let Some(id) = pending {
+            self.guard_arose(Guard::ReadsSeeUnlinked);
             // Allocated, not linked: written bytes from the new cluster,
             // the rest from where the cluster's data was before.
             let (src, n) = {
@@ -67,7 +72,7 @@ impl<D: BlockDev> Image<D> {
         let limit = {
             let inf = self.inflight.borrow();
             let mut l = buf.len() as u64;
-            if let Some(next) = inf.allocs.next_start_after(off) {
+            if let Some(next) = inf.allocs.next_start_after(off).filter(|_| see_allocs) {
                 l = l.min(next - off);
             }
             l

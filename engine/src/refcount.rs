@@ -11,6 +11,7 @@ use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
 use crate::format::be64_bytes;
 use crate::format::refcount;
+use crate::guards::Guard;
 use crate::image::Image;
 
 impl<D: BlockDev> Image<D> {
@@ -259,7 +260,10 @@ impl<D: BlockDev> Image<D> {
         let cs = self.geo.cluster_size;
         let mut block = vec![0u8; cs as usize];
         let (loc_rt, loc_idx) = self.geo.refcount_position(loc);
-        if loc_rt == rti {
+        self.guard_arose(Guard::RefblockCountsItself);
+        if broken::is(&self.opts, Broken::RefblockForgetsItself) {
+            // Deliberately wrong: the block's own cluster stays at 0.
+        } else if loc_rt == rti {
             refcount::set(&mut block, self.geo.refcount_bits, loc_idx, 1);
         } else {
             self.set_refcount(loc, 1).await?;
@@ -328,6 +332,7 @@ impl<D: BlockDev> Image<D> {
             table[r] = (start + t + i as u64) * cs;
         }
         // Count the new table and blocks, in the new blocks or old ones.
+        self.guard_arose(Guard::GrowthCountsItself);
         let mut new_blocks: Vec<(u64, Vec<u8>)> = blocks
             .iter()
             .map(|&r| (table[r], vec![0u8; cs as usize]))
@@ -350,7 +355,10 @@ impl<D: BlockDev> Image<D> {
         }
         self.write_dirty_refblocks().await?;
         self.write_meta(table_off, &be64_bytes(&table)).await?;
-        self.device_flush().await?;
+        self.guard_arose(Guard::ReftableBeforeHeader);
+        if !broken::is(&self.opts, Broken::HeaderBeforeReftable) {
+            self.device_flush().await?;
+        }
         let (old_off, old_clusters) = {
             let mut m = self.meta.borrow_mut();
             let old = (
@@ -395,7 +403,9 @@ impl<D: BlockDev> Image<D> {
         // Guest data in a data file must be durable before the metadata
         // written after this flush can point at it.
         if let Some(data) = &self.data {
-            if let Err(e) = data.flush().await {
+            self.guard_arose(Guard::DataFileFlushFirst);
+            let skip = broken::is(&self.opts, Broken::SkipDataFileFlush);
+            if let Err(e) = if skip { Ok(()) } else { data.flush().await } {
                 self.meta.borrow_mut().poisoned = true;
                 return Err(e.into());
             }
@@ -412,6 +422,7 @@ impl<D: BlockDev> Image<D> {
     pub(crate) fn queue_free(&self, cluster: u64) {
         self.assert_meta_locked("queue_free");
         let io_seq = self.inflight.borrow().next_io_seq;
+        self.guard_arose(Guard::FreeAfterDurable);
         if broken::is(&self.opts, Broken::ReuseBeforeDurable) {
             return self.broken_free_at_once(cluster);
         }
@@ -422,8 +433,16 @@ impl<D: BlockDev> Image<D> {
     /// in-flight I/O can still touch.
     pub(crate) async fn apply_ready_frees(&self) -> Result<()> {
         self.assert_meta_locked("apply_ready_frees");
-        let oldest_io = self.inflight.borrow().oldest_io();
-        let ready = self.meta.borrow_mut().alloc.take_ready_frees(oldest_io);
+        let oldest_io = if broken::is(&self.opts, Broken::FreeIgnoresInflightIo) {
+            // Deliberately wrong: as if no data I/O were in flight.
+            None
+        } else {
+            self.inflight.borrow().oldest_io()
+        };
+        let (ready, held) = self.meta.borrow_mut().alloc.take_ready_frees(oldest_io);
+        for _ in 0..held {
+            self.guard_arose(Guard::FreeAfterInflightIo);
+        }
         for cluster in ready {
             let rc = self.refcount(cluster).await?;
             if rc == 0 {

@@ -18,6 +18,7 @@ use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
 use crate::format::entry::{COPIED, SUBCLUSTERS};
 use crate::format::{L2Entry, L2Mapping};
+use crate::guards::Guard;
 use crate::image::Image;
 use crate::mapping::Run;
 
@@ -118,6 +119,7 @@ impl<D: BlockDev> Image<D> {
             // 1. handle_dependencies
             let dep = self.inflight.borrow().allocs.at(off);
             if let Some(id) = dep {
+                self.guard_arose(Guard::JoinInflightAlloc);
                 if broken::is(&self.opts, Broken::DoubleAlloc) {
                     // Deliberately wrong: a second cluster for a guest
                     // cluster whose allocation is still in flight.
@@ -147,7 +149,12 @@ impl<D: BlockDev> Image<D> {
                 let inf = self.inflight.borrow();
                 let mut l = data.len() as u64;
                 if let Some(next) = inf.allocs.next_start_after(off) {
-                    l = l.min(next - off);
+                    if next - off < l {
+                        self.guard_arose(Guard::CutAtAlloc);
+                        if !broken::is(&self.opts, Broken::NoCutAtAlloc) {
+                            l = next - off;
+                        }
+                    }
                 }
                 l
             };
@@ -250,6 +257,11 @@ impl<D: BlockDev> Image<D> {
         let covered = {
             let mut inf = self.inflight.borrow_mut();
             inf.end_io(io);
+            if broken::is(&self.opts, Broken::CommitIgnoresWriters) && inf.allocs.get(id).is_none()
+            {
+                // The commit that did not wait has linked it already.
+                return false;
+            }
             inf.allocs.writer_done(id, written)
         };
         self.alloc_waits.wake(AllocWait::WritersDone { id });
@@ -324,6 +336,9 @@ impl<D: BlockDev> Image<D> {
             }
             c.cow_created += ncow;
         });
+        if ncow > 0 {
+            self.guard_arose(Guard::PartialCow);
+        }
         drop(guard);
 
         if broken::is(&self.opts, Broken::LinkBeforeData) {
@@ -525,7 +540,18 @@ impl<D: BlockDev> Image<D> {
                 }
             }
         };
-        self.wait_alloc(AllocWait::WritersDone { id }).await;
+        let writers = self
+            .inflight
+            .borrow()
+            .allocs
+            .get(id)
+            .map_or(0, |a| a.writers());
+        if writers > 0 {
+            self.guard_arose(Guard::CommitWaitsWriters);
+        }
+        if !broken::is(&self.opts, Broken::CommitIgnoresWriters) {
+            self.wait_alloc(AllocWait::WritersDone { id }).await;
+        }
         if self.inflight.borrow().allocs.get(id).is_none() {
             return Ok(());
         }
@@ -598,6 +624,7 @@ impl<D: BlockDev> Image<D> {
     /// On an error the allocation is reopened (partly linked: the clusters
     /// linked so far are remembered) so that a later flush finishes it.
     async fn link_alloc(&self, id: AllocId) -> Result<()> {
+        self.guard_arose(Guard::DataBeforeLink);
         let a = self.inflight.borrow().allocs.alloc(id).clone();
         let cs = self.geo.cluster_size;
         for i in a.linked()..a.clusters() {

@@ -22,6 +22,7 @@ use crate::broken::{self, Broken};
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::header::incompat;
+use crate::guards::Guard;
 use crate::image::Image;
 
 impl<D: BlockDev> Image<D> {
@@ -44,6 +45,7 @@ impl<D: BlockDev> Image<D> {
         }
         let mut flushed = false;
         if self.write_dirty_refblocks().await? {
+            self.guard_arose(Guard::RefcountFlushBeforeL2);
             // The broken variant skips the flush but reports it done, so
             // that the caller's own ordering flush is skipped too.
             if !broken::is(&self.opts, Broken::SkipRefcountFlush) {
@@ -58,7 +60,10 @@ impl<D: BlockDev> Image<D> {
             };
             self.write_meta(off, &table).await?;
             self.meta.borrow_mut().refs.mark_table_clean();
-            self.device_flush().await?;
+            self.guard_arose(Guard::ReftableFlushBeforeL2);
+            if !broken::is(&self.opts, Broken::SkipReftableFlush) {
+                self.device_flush().await?;
+            }
             flushed = true;
         }
         Ok(flushed)
@@ -73,6 +78,10 @@ impl<D: BlockDev> Image<D> {
             m.refs.lazy() && !m.dirty_on_disk
         };
         if need {
+            self.guard_arose(Guard::DirtyBitBeforeL2);
+            if broken::is(&self.opts, Broken::NoDirtyBit) {
+                return Ok(());
+            }
             self.meta.borrow_mut().header.incompatible_features |= incompat::DIRTY;
             self.write_header().await?;
             self.device_flush().await?;
@@ -98,7 +107,10 @@ impl<D: BlockDev> Image<D> {
             self.ensure_dirty_bit().await?;
             if !flushed_last {
                 // Data before the L2 entries that point at it.
-                self.device_flush().await?;
+                self.guard_arose(Guard::DataFlushBeforeL2);
+                if !broken::is(&self.opts, Broken::SkipDataFlushBeforeL2) {
+                    self.device_flush().await?;
+                }
             }
             let tables = self.meta.borrow().tables.dirty_l2_tables();
             for (off, data) in &tables {
@@ -106,10 +118,17 @@ impl<D: BlockDev> Image<D> {
                 self.meta.borrow_mut().tables.mark_l2_clean(*off, data);
                 self.count(|c| c.l2_writebacks += 1);
             }
-            if !tables.is_empty() {
-                self.device_flush().await?;
-            }
             let dirty_l1 = self.meta.borrow().tables.dirty_l1();
+            if !tables.is_empty() {
+                // The L2 tables before the L1 entries that point at them.
+                let l1_follows = !dirty_l1.is_empty();
+                if l1_follows {
+                    self.guard_arose(Guard::L2FlushBeforeL1);
+                }
+                if !(l1_follows && broken::is(&self.opts, Broken::SkipL2Flush)) {
+                    self.device_flush().await?;
+                }
+            }
             if !dirty_l1.is_empty() {
                 self.write_l1_entries(&dirty_l1).await?;
                 self.device_flush().await?;
@@ -122,7 +141,12 @@ impl<D: BlockDev> Image<D> {
             flushed_last = true;
         }
         if !flushed_last {
-            self.device_flush().await?;
+            // No metadata to write, but completed guest writes (in place,
+            // or into clusters linked earlier) must still become durable.
+            self.guard_arose(Guard::FlushWhenClean);
+            if !broken::is(&self.opts, Broken::FlushSkipsWhenClean) {
+                self.device_flush().await?;
+            }
         }
         self.meta.borrow_mut().alloc.mark_durable(frees_before);
         self.apply_ready_frees().await

@@ -145,6 +145,8 @@ pub struct Totals {
     pub excused: crate::runner::ExcusedErrors,
     pub read_sectors_checked: u64,
     pub crashes: u64,
+    /// Crashes at the moment a flush reached the disk.
+    pub crashes_at_flush: u64,
     pub crash_states_checked: u64,
     pub torn_writes: u64,
     pub allocs_dropped: u64,
@@ -153,6 +155,11 @@ pub struct Totals {
     pub rare_paths: engine::RarePaths,
     /// How many cases ran each rare path at least once.
     pub rare_path_cases: engine::RarePaths,
+    /// How often each of the engine's guards had its condition arise, over
+    /// every case: a guard at 0 is one no case tested.
+    pub guards: engine::GuardCounts,
+    /// How many cases had each guard's condition arise at least once.
+    pub guard_cases: engine::GuardCounts,
     pub recovered_sectors_checked: u64,
     pub leaked_clusters: u64,
     pub faults_injected: u64,
@@ -184,6 +191,7 @@ impl Totals {
         self.excused.add(&s.excused);
         self.read_sectors_checked += s.read_sectors_checked;
         self.crashes += s.crashes;
+        self.crashes_at_flush += s.crashes_at_flush;
         self.crash_states_checked += s.crash_states_checked;
         self.torn_writes += s.torn_writes;
         self.allocs_dropped += s.allocs_dropped;
@@ -191,6 +199,9 @@ impl Totals {
         self.rare_paths.add(&s.rare_paths);
         self.rare_path_cases
             .add(&engine::RarePaths::reached(&s.rare_paths));
+        self.guards.add(&s.guards);
+        self.guard_cases
+            .add(&engine::GuardCounts::reached(&s.guards));
         self.recovered_sectors_checked += s.recovered_sectors_checked;
         self.leaked_clusters += s.leaked_clusters;
         self.faults_injected += s.faults_injected;

@@ -281,11 +281,20 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
     }
     println!(
-        "crash states kept {} multi-sector device writes in part (torn at sector granularity); the engine gave up {} allocations after I/O errors and grew image files ahead of allocation {} times",
-        t.torn_writes, t.allocs_dropped, t.grow_requests
+        "crash states kept {} multi-sector device writes in part (torn at sector granularity); {} of {} crashes came the moment a flush reached the disk; the engine gave up {} allocations after I/O errors and grew image files ahead of allocation {} times",
+        t.torn_writes, t.crashes_at_flush, t.crashes, t.allocs_dropped, t.grow_requests
     );
     println!("rare paths: {}", t.rare_paths);
     println!("rare paths, cases reaching each: {}", t.rare_path_cases);
+    println!("guards whose condition arose: {}", t.guards);
+    let never = t.guards.never();
+    if !never.is_empty() {
+        let names: Vec<&str> = never.iter().map(|g| g.name()).collect();
+        println!(
+            "guards no case tested (their condition never arose): {}",
+            names.join(", ")
+        );
+    }
     if t.data_file_cases > 0 {
         println!(
             "{} cases kept guest data in an external data file",

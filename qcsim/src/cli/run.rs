@@ -33,9 +33,9 @@ pub struct Args {
 /// one of the engine's deliberately broken variants.
 #[derive(clap::Args, Default)]
 pub struct BrokenArg {
-    /// Run with this deliberately broken engine variant: link-before-data,
-    /// skip-refcount-flush, drop-partial-cow, reuse-before-durable,
-    /// double-alloc, growth-forgets-new-blocks, evict-without-flush.
+    /// Run with this deliberately broken engine variant, one per guard of
+    /// the engine (ARCHITECTURE.md, "Guards"), e.g. reuse-before-durable;
+    /// an unknown name is refused with the list of them all.
     #[cfg(feature = "broken")]
     #[arg(long, value_name = "VARIANT")]
     pub broken: Option<engine::options::Broken>,
@@ -241,9 +241,11 @@ pub fn print_report(report: &RunReport, json: bool) {
         }
         let _ = writeln!(
             out,
-            "  checked: {} read sectors, {} crash states, {} recovered sectors; leaked clusters {}",
+            "  checked: {} read sectors, {} crash states ({} of {} crashes at a flush), {} recovered sectors; leaked clusters {}",
             s.read_sectors_checked,
             s.crash_states_checked,
+            s.crashes_at_flush,
+            s.crashes,
             s.recovered_sectors_checked,
             s.leaked_clusters
         );
@@ -271,6 +273,7 @@ pub fn print_report(report: &RunReport, json: bool) {
             s.allocs_dropped,
         );
         let _ = writeln!(out, "  rare paths: {}", s.rare_paths);
+        let _ = writeln!(out, "  guards whose condition arose: {}", s.guards);
         for f in &report.failures {
             let _ = writeln!(out, "  {f}");
             // The wrong sectors' hex diff, a failed check's dump diff.

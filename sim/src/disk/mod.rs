@@ -48,7 +48,7 @@ pub use faults::{FaultCounts, FaultKind, InjectedFault};
 pub use log::{DiskCounters, LogEntry};
 pub use options::{
     CrashOptions, DiscardEffect, DiskOptions, FaultOptions, LatencyOptions, LogOptions, NthRequest,
-    OptionsError, SupportOptions, TearFill, MAX_LATENCY_NS, MIN_BANDWIDTH, PPM,
+    OptionsError, SupportOptions, TearFill, AT_FLUSH_MAX, MAX_LATENCY_NS, MIN_BANDWIDTH, PPM,
 };
 pub use simdisk::SimDisk;
 pub use store::{SparseStore, CHUNK};

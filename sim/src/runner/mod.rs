@@ -45,8 +45,8 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::case::{Case, Op, MAX_REQUEST_BYTES};
-use crate::disk::{DiskCounters, FaultCounts, SimDisk, SparseStore};
-use crate::exec::{ExecError, ExecOptions, Nanos, Sim};
+use crate::disk::{DiskCounters, FaultCounts, SimDisk, SparseStore, AT_FLUSH_MAX, PPM};
+use crate::exec::{ExecError, ExecOptions, Nanos, RunEnd, Sim};
 use crate::rng::{self, Stream};
 
 /// What a run does besides running.
@@ -56,6 +56,10 @@ pub struct RunOptions {
     /// checker's and the model's verdicts, under `DIR/seed-N/`.
     pub export: Option<PathBuf>,
 }
+
+/// Crash states beyond the one a run goes on from that a crash at a flush
+/// has the checker judge (`Run::judge_more_states`).
+const EXTRA_STATES_AT_FLUSH: u32 = 3;
 
 /// Longest simulated time a crash group runs before the power goes.
 const CRASH_HORIZON_NS: u64 = 3_000_000;
@@ -105,6 +109,9 @@ struct Run<'a> {
     /// The device flushes each group ran so far issued on the image's disk:
     /// where `CrashAt::DeviceFlush` can put a crash.
     group_flushes: Vec<u64>,
+    /// The crash about to be taken came the moment a flush reached the
+    /// disk (`CrashOptions::at_flush_ppm`).
+    at_flush: bool,
 }
 
 /// An image as the checker reads it: the disk's store itself, not a flat
@@ -361,6 +368,7 @@ impl<'a> Run<'a> {
             leaked_after_crash: BTreeSet::new(),
             epoch_start: DiskCounters::default(),
             group_flushes: Vec::new(),
+            at_flush: false,
         }
     }
 
@@ -374,9 +382,38 @@ impl<'a> Run<'a> {
         }
         let ran = if crash {
             let horizon = self.crash_rng.gen_range(0..=CRASH_HORIZON_NS);
-            self.sim
-                .run_until_time(self.sim.now() + horizon)
-                .map(|_| ())
+            // Drawn only when the case asks for crashes at flushes, so
+            // cases saved before keep their crash stream.
+            let at_flush = self.case.disk.crash.at_flush_ppm;
+            if at_flush > 0 && self.crash_rng.gen_range(0..PPM) < at_flush {
+                // Each flush the group issues takes the power with it with
+                // chance 1/n: n = 1 crashes at the first, larger n reach
+                // the later steps of a writeback.
+                let n = self.crash_rng.gen_range(1..=AT_FLUSH_MAX);
+                let disks = self.crashing_disks();
+                let flushes = |d: &[SimDisk]| d.iter().map(|d| d.counters().flushes).sum::<u64>();
+                let mut seen = flushes(&disks);
+                let rng = &mut self.crash_rng;
+                let end = self.sim.run_until(|| {
+                    let now = flushes(&disks);
+                    while seen < now {
+                        seen += 1;
+                        if rng.gen_ratio(1, n) {
+                            return true;
+                        }
+                    }
+                    false
+                });
+                self.at_flush = matches!(end, Ok(RunEnd::Stopped));
+                if self.at_flush {
+                    self.shared.stats.borrow_mut().crashes_at_flush += 1;
+                }
+                end.map(|_| ())
+            } else {
+                self.sim
+                    .run_until_time(self.sim.now() + horizon)
+                    .map(|_| ())
+            }
         } else {
             self.sim.run()
         };
@@ -602,6 +639,9 @@ impl<'a> Run<'a> {
             }
             None => None,
         };
+        if std::mem::take(&mut self.at_flush) {
+            self.judge_more_states()?;
+        }
         let torn = image.summary().torn_writes
             + data_image.as_ref().map_or(0, |i| i.summary().torn_writes);
         self.shared.stats.borrow_mut().torn_writes += torn;
@@ -619,6 +659,31 @@ impl<'a> Run<'a> {
 
     /// Reopen the image on `self.disk` after a crash (or a failed close),
     /// check it, read it whole against the model.
+    /// At a crash at a flush, the moment with the most pending metadata:
+    /// [`EXTRA_STATES_AT_FLUSH`] more of its crash states of the image's
+    /// disk, each judged by the checker alone (no reopen, no read-back),
+    /// so that an ordering bug inside a writeback, whose window is a
+    /// single flush, is not left to one draw. Images left dirty are
+    /// skipped: their refcounts are stale by design until the engine's
+    /// repair on open. Drawn after the state the run goes on from, so
+    /// that state is the one it would be without these.
+    fn judge_more_states(&mut self) -> Result<(), Failure> {
+        for k in 1..=EXTRA_STATES_AT_FLUSH {
+            let extra =
+                self.disk
+                    .crash_image(&mut self.crash_rng)
+                    .map_err(|e| Failure::Engine {
+                        what: format!("crash image: {e}"),
+                    })?;
+            if !dirty_bit(&extra.content) {
+                let label = format!("crash-{} (extra state {k})", self.crashes);
+                self.judge(&label, &extra.content, None);
+                self.shared.stats.borrow_mut().crash_states_checked += 1;
+            }
+        }
+        Ok(())
+    }
+
     fn recover(&mut self, label: &str) -> Result<Rc<Img>, Failure> {
         self.set_faults_enabled(false);
         // A snapshot (chunks are shared and copied on write): the engine's

@@ -1,7 +1,7 @@
 //! What a run found: its failures, its counts, and its trace hash.
 
 use engine::dev::IoOp;
-use engine::{Counters, RarePaths};
+use engine::{Counters, GuardCounts, RarePaths};
 use serde::Serialize;
 
 use crate::disk::DiskCounters;
@@ -186,6 +186,9 @@ pub struct RunStats {
     /// Sectors of guest reads the model checked.
     pub read_sectors_checked: u64,
     pub crashes: u64,
+    /// Of those, crashes at the moment a flush reached the disk
+    /// (`CrashOptions::at_flush_ppm`) rather than at a random time.
+    pub crashes_at_flush: u64,
     /// Post-crash images reopened, checked and read whole.
     pub crash_states_checked: u64,
     /// Device writes of several sectors that a crash state kept in part
@@ -199,6 +202,9 @@ pub struct RunStats {
     pub grow_requests: u64,
     /// How often each of the engine's rare paths ran, summed over epochs.
     pub rare_paths: RarePaths,
+    /// How often each of the engine's guards had its condition arise,
+    /// summed over epochs.
+    pub guards: GuardCounts,
     /// Sectors the model checked after crashes.
     pub recovered_sectors_checked: u64,
     /// Leaked clusters the checker counted after crashes.
@@ -241,6 +247,7 @@ impl RunStats {
         self.allocs_dropped += e.allocs_dropped;
         self.grow_requests += e.grow_requests;
         self.rare_paths.add(&e.rare_paths());
+        self.guards.add(&e.guards);
     }
 }
 

@@ -120,7 +120,20 @@ impl Builder {
         for &g in places.iter().rev() {
             let group = &mut self.groups[g];
             let roomy = group.len() < MAX_GROUP_OPS && !group.contains(&Op::Crash);
-            if roomy && rng.gen_bool(0.5) {
+            // Mostly inside a group: a crash at rest finds every metadata
+            // write flushed, so only one in flight can catch an ordering
+            // bug inside a writeback.
+            if roomy && rng.gen_bool(0.75) {
+                // Half of these with a flush in flight too, so the power
+                // can go during its writeback (and, with
+                // `CrashOptions::at_flush_ppm`, at one of its flushes).
+                if group.len() + 1 < MAX_GROUP_OPS
+                    && !group.contains(&Op::Flush)
+                    && rng.gen_bool(0.5)
+                {
+                    group.push(Op::Flush);
+                    self.ops += 1;
+                }
                 group.push(Op::Crash);
             } else {
                 self.groups.insert(g + 1, vec![Op::Crash]);

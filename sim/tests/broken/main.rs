@@ -4,7 +4,7 @@
 mod enumerate_broken;
 mod exhaust_broken;
 mod failure_data_broken;
-mod rare_paths_broken;
+mod guards_broken;
 mod shrink_broken;
 mod trace_broken;
 mod verify_broken;

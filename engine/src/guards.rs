@@ -1,0 +1,313 @@
+//! The engine's guards: every rule of ARCHITECTURE.md's crash rules and
+//! concurrency section that the code enforces at one place (an ordering
+//! flush, a wait, a deferral of a free, a cut or join of a request at an
+//! in-flight allocation, a table's self-counting), each with the broken
+//! variant that breaks it and a counter of how often its guarded condition
+//! arose ([`GuardCounts`]).
+//!
+//! A guard whose condition never arises in a campaign is untested however
+//! many seeds pass: a bug there could not show. So the counter counts the
+//! condition, not the code: a flush that orders something before something
+//! else, a wait that had something to wait for, a free that was held back.
+//! Campaigns sum the counts and print them; a test checks that the default
+//! campaign makes every one of them arise.
+
+use serde::{Deserialize, Serialize};
+
+use crate::options::Broken;
+
+/// One guard of the engine (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Guard {
+    /// An allocation is linked only after its data writes completed.
+    DataBeforeLink,
+    /// Writeback flushes before the L2 tables when the refcount step did
+    /// not (the data of completed writes before the entries pointing at it).
+    DataFlushBeforeL2,
+    /// Writeback flushes after the refcount blocks, before the L2 tables.
+    RefcountFlushBeforeL2,
+    /// Writeback flushes after a changed refcount table, before the L2
+    /// tables.
+    ReftableFlushBeforeL2,
+    /// Writeback flushes after the L2 tables, before the L1 entries that
+    /// point at them.
+    L2FlushBeforeL1,
+    /// A guest flush with no metadata to write still flushes the device, so
+    /// completed writes in place become durable.
+    FlushWhenClean,
+    /// A free is applied only after the writeback that removed the last
+    /// reference completed.
+    FreeAfterDurable,
+    /// A free is applied only once no data I/O started before it is in
+    /// flight (a read or write still touching the cluster).
+    FreeAfterInflightIo,
+    /// Under lazy refcounts the dirty bit is durable before the first L2
+    /// write relying on it.
+    DirtyBitBeforeL2,
+    /// A dirty L2 table is evicted only after the refcount step and a
+    /// flush.
+    EvictAfterRefcounts,
+    /// Every device flush flushes the external data file first.
+    DataFileFlushFirst,
+    /// A grown refcount table is durable before the header points at it.
+    ReftableBeforeHeader,
+    /// A grown refcount table counts its own clusters and its new blocks'.
+    GrowthCountsItself,
+    /// A new refcount block is counted (by itself, or by the block that
+    /// counts its cluster).
+    RefblockCountsItself,
+    /// A run counts as fresh (its zero COW skipped) only if nothing used it
+    /// since growing zeroed it.
+    FreshOnlyUnused,
+    /// A write into a cluster whose allocation is in flight joins it or
+    /// waits for it; it never allocates the cluster again.
+    JoinInflightAlloc,
+    /// A write is cut where the next in-flight allocation starts, so the
+    /// rest goes through the dependency check.
+    CutAtAlloc,
+    /// A commit waits for the writes that joined the allocation before it
+    /// copies what they did not cover and links it.
+    CommitWaitsWriters,
+    /// Reads of a cluster allocated but not linked read what its writes
+    /// wrote from the new cluster.
+    ReadsSeeUnlinked,
+    /// A partial write into a new cluster copies the rest of the cluster
+    /// (COW), or cancels it where later writes cover it.
+    PartialCow,
+}
+
+/// How many guards there are.
+pub const GUARDS: usize = 20;
+
+impl Guard {
+    /// Every guard, in declaration order.
+    pub const ALL: [Guard; GUARDS] = [
+        Guard::DataBeforeLink,
+        Guard::DataFlushBeforeL2,
+        Guard::RefcountFlushBeforeL2,
+        Guard::ReftableFlushBeforeL2,
+        Guard::L2FlushBeforeL1,
+        Guard::FlushWhenClean,
+        Guard::FreeAfterDurable,
+        Guard::FreeAfterInflightIo,
+        Guard::DirtyBitBeforeL2,
+        Guard::EvictAfterRefcounts,
+        Guard::DataFileFlushFirst,
+        Guard::ReftableBeforeHeader,
+        Guard::GrowthCountsItself,
+        Guard::RefblockCountsItself,
+        Guard::FreshOnlyUnused,
+        Guard::JoinInflightAlloc,
+        Guard::CutAtAlloc,
+        Guard::CommitWaitsWriters,
+        Guard::ReadsSeeUnlinked,
+        Guard::PartialCow,
+    ];
+
+    /// The guard's stable snake_case name, as reports carry it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Guard::DataBeforeLink => "data_before_link",
+            Guard::DataFlushBeforeL2 => "data_flush_before_l2",
+            Guard::RefcountFlushBeforeL2 => "refcount_flush_before_l2",
+            Guard::ReftableFlushBeforeL2 => "reftable_flush_before_l2",
+            Guard::L2FlushBeforeL1 => "l2_flush_before_l1",
+            Guard::FlushWhenClean => "flush_when_clean",
+            Guard::FreeAfterDurable => "free_after_durable",
+            Guard::FreeAfterInflightIo => "free_after_inflight_io",
+            Guard::DirtyBitBeforeL2 => "dirty_bit_before_l2",
+            Guard::EvictAfterRefcounts => "evict_after_refcounts",
+            Guard::DataFileFlushFirst => "data_file_flush_first",
+            Guard::ReftableBeforeHeader => "reftable_before_header",
+            Guard::GrowthCountsItself => "growth_counts_itself",
+            Guard::RefblockCountsItself => "refblock_counts_itself",
+            Guard::FreshOnlyUnused => "fresh_only_unused",
+            Guard::JoinInflightAlloc => "join_inflight_alloc",
+            Guard::CutAtAlloc => "cut_at_alloc",
+            Guard::CommitWaitsWriters => "commit_waits_writers",
+            Guard::ReadsSeeUnlinked => "reads_see_unlinked",
+            Guard::PartialCow => "partial_cow",
+        }
+    }
+
+    /// The deliberately broken variant that breaks this guard.
+    pub fn broken(self) -> Broken {
+        match self {
+            Guard::DataBeforeLink => Broken::LinkBeforeData,
+            Guard::DataFlushBeforeL2 => Broken::SkipDataFlushBeforeL2,
+            Guard::RefcountFlushBeforeL2 => Broken::SkipRefcountFlush,
+            Guard::ReftableFlushBeforeL2 => Broken::SkipReftableFlush,
+            Guard::L2FlushBeforeL1 => Broken::SkipL2Flush,
+            Guard::FlushWhenClean => Broken::FlushSkipsWhenClean,
+            Guard::FreeAfterDurable => Broken::ReuseBeforeDurable,
+            Guard::FreeAfterInflightIo => Broken::FreeIgnoresInflightIo,
+            Guard::DirtyBitBeforeL2 => Broken::NoDirtyBit,
+            Guard::EvictAfterRefcounts => Broken::EvictWithoutFlush,
+            Guard::DataFileFlushFirst => Broken::SkipDataFileFlush,
+            Guard::ReftableBeforeHeader => Broken::HeaderBeforeReftable,
+            Guard::GrowthCountsItself => Broken::GrowthForgetsNewBlocks,
+            Guard::RefblockCountsItself => Broken::RefblockForgetsItself,
+            Guard::FreshOnlyUnused => Broken::FreshIgnoresReuse,
+            Guard::JoinInflightAlloc => Broken::DoubleAlloc,
+            Guard::CutAtAlloc => Broken::NoCutAtAlloc,
+            Guard::CommitWaitsWriters => Broken::CommitIgnoresWriters,
+            Guard::ReadsSeeUnlinked => Broken::ReadIgnoresAllocs,
+            Guard::PartialCow => Broken::DropPartialCow,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How often each guard's condition arose, by [`Guard`]. Serialized as an
+/// object of the guards' names in declaration order, every guard present.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GuardCounts([u64; GUARDS]);
+
+impl GuardCounts {
+    /// The count of `g`.
+    pub fn get(&self, g: Guard) -> u64 {
+        self.0[g.index()]
+    }
+
+    /// Count one more time `g`'s condition arose.
+    pub(crate) fn bump(&mut self, g: Guard) {
+        self.0[g.index()] += 1;
+    }
+
+    /// Every count with its guard, in declaration order.
+    pub fn named(&self) -> [(Guard, u64); GUARDS] {
+        Guard::ALL.map(|g| (g, self.get(g)))
+    }
+
+    /// Add `o`'s counts to these.
+    pub fn add(&mut self, o: &GuardCounts) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a += b;
+        }
+    }
+
+    /// What happened between `earlier` and `self` (no count goes
+    /// backwards between two readings of one image).
+    pub fn since(&self, earlier: &GuardCounts) -> GuardCounts {
+        GuardCounts(std::array::from_fn(|i| self.0[i] - earlier.0[i]))
+    }
+
+    /// One for each guard whose condition arose at least once in `o`:
+    /// summed over cases, how many cases exercised each guard.
+    pub fn reached(o: &GuardCounts) -> GuardCounts {
+        GuardCounts(o.0.map(|n| u64::from(n > 0)))
+    }
+
+    /// The guards whose condition never arose.
+    pub fn never(&self) -> Vec<Guard> {
+        Guard::ALL
+            .into_iter()
+            .filter(|&g| self.get(g) == 0)
+            .collect()
+    }
+}
+
+impl std::fmt::Display for GuardCounts {
+    /// `data_before_link 12, data_flush_before_l2 3, ...`: every guard,
+    /// zeroes too, so one whose condition never arose is seen.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = self
+            .named()
+            .iter()
+            .map(|(g, n)| format!("{} {n}", g.name()))
+            .collect();
+        f.write_str(&parts.join(", "))
+    }
+}
+
+impl Serialize for GuardCounts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(GUARDS))?;
+        for (g, n) in self.named() {
+            m.serialize_entry(g.name(), &n)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for GuardCounts {
+    /// An object of guard names; a name missing counts 0 (a report written
+    /// before that guard existed), an unknown name is an error.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let map = std::collections::BTreeMap::<String, u64>::deserialize(d)?;
+        let mut out = GuardCounts::default();
+        for (k, v) in map {
+            let g = Guard::ALL
+                .into_iter()
+                .find(|g| g.name() == k)
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown guard {k:?}")))?;
+            out.0[g.index()] = v;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guards_are_listed_once_named_apart_and_broken_apart() {
+        for (i, g) in Guard::ALL.into_iter().enumerate() {
+            assert_eq!(g.index(), i, "{g:?} out of declaration order");
+        }
+        let mut names: Vec<&str> = Guard::ALL.map(Guard::name).to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), GUARDS);
+        let mut broken: Vec<Broken> = Guard::ALL.map(Guard::broken).to_vec();
+        broken.sort_by_key(|b| b.name());
+        broken.dedup();
+        assert_eq!(broken.len(), GUARDS, "two guards share a broken variant");
+        for b in Broken::ALL {
+            assert!(
+                Guard::ALL.iter().any(|g| g.broken() == b),
+                "{b:?} breaks no guard"
+            );
+        }
+    }
+
+    #[test]
+    fn counts_add_subtract_and_round_trip() {
+        let mut c = GuardCounts::default();
+        for (i, g) in Guard::ALL.into_iter().enumerate() {
+            for _ in 0..=i {
+                c.bump(g);
+            }
+        }
+        assert_eq!(c.get(Guard::PartialCow), GUARDS as u64);
+        let mut d = c;
+        d.add(&c);
+        assert_eq!(d.since(&c), c);
+        assert_eq!(
+            GuardCounts::reached(&c)
+                .named()
+                .iter()
+                .map(|x| x.1)
+                .sum::<u64>(),
+            GUARDS as u64
+        );
+        assert!(c.never().is_empty());
+        assert_eq!(GuardCounts::default().never().len(), GUARDS);
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(json.starts_with("{\"data_before_link\":1,\"data_flush_before_l2\":2,"));
+        assert_eq!(serde_json::from_str::<GuardCounts>(&json).unwrap(), c);
+        let err = serde_json::from_str::<GuardCounts>("{\"no_such\":1}").unwrap_err();
+        assert!(
+            err.to_string().contains("unknown guard \"no_such\""),
+            "{err}"
+        );
+        assert!(c
+            .to_string()
+            .starts_with("data_before_link 1, data_flush_before_l2 2,"));
+    }
+}
