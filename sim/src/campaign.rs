@@ -12,6 +12,7 @@ use engine::Switches;
 use serde::Serialize;
 
 use crate::case::Case;
+use crate::exec::ScheduleMode;
 use crate::runner::{run_case, Failure, RunOptions, RunReport, RunStats};
 use crate::workload::Profile;
 
@@ -123,6 +124,45 @@ pub struct Totals {
     pub harsh_findings: u64,
     /// Cases whose image keeps its data in an external data file.
     pub data_file_cases: u64,
+    /// Cases by the schedule policy they ran under (`Case::schedule`).
+    pub schedule_cases: ScheduleCases,
+    /// Cases whose disks may hold requests (latency outliers), and the
+    /// requests held in all.
+    pub outlier_cases: u64,
+    pub held_requests: u64,
+}
+
+/// Cases counted by schedule mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ScheduleCases {
+    pub random: u64,
+    pub pct: u64,
+    pub starve: u64,
+}
+
+impl ScheduleCases {
+    pub fn add(&mut self, mode: ScheduleMode) {
+        *self.get_mut(mode) += 1;
+    }
+
+    fn get_mut(&mut self, mode: ScheduleMode) -> &mut u64 {
+        match mode {
+            ScheduleMode::Random => &mut self.random,
+            ScheduleMode::Pct => &mut self.pct,
+            ScheduleMode::Starve => &mut self.starve,
+        }
+    }
+}
+
+impl std::fmt::Display for ScheduleCases {
+    /// `random 700, pct 650, starve 650`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "random {}, pct {}, starve {}",
+            self.random, self.pct, self.starve
+        )
+    }
 }
 
 impl Totals {
@@ -143,6 +183,16 @@ impl Totals {
         self.leaked_clusters += s.leaked_clusters;
         self.faults_injected += s.faults_injected;
         self.harsh_findings += s.harsh_findings;
+        self.held_requests += s.held_requests;
+    }
+
+    /// Count what `case` was drawn with: harsh mode, a data file, its
+    /// schedule mode, outliers.
+    fn add_case(&mut self, case: &Case) {
+        self.harsh_cases += u64::from(case.harsh());
+        self.data_file_cases += u64::from(case.image.data_file.is_some());
+        self.schedule_cases.add(case.schedule.mode());
+        self.outlier_cases += u64::from(case.disk.latency.outliers.any());
     }
 }
 
@@ -176,6 +226,7 @@ pub fn run_guarded(case: &Case) -> RunReport {
             RunReport {
                 seed: case.seed,
                 profile: case.profile,
+                schedule: case.schedule,
                 failures: vec![Failure::Panic { message }],
                 trace_hash: 0,
                 stats: RunStats::default(),
@@ -248,8 +299,7 @@ pub fn run_campaign(
             summary.cases += 1;
             hashes.push((case.seed, report.trace_hash));
             summary.totals.add(&report.stats);
-            summary.totals.harsh_cases += u64::from(case.harsh());
-            summary.totals.data_file_cases += u64::from(case.image.data_file.is_some());
+            summary.totals.add_case(&case);
             if report.passed() {
                 summary.passed += 1;
             } else {

@@ -271,6 +271,11 @@ pub fn print_report(report: &RunReport, json: bool) {
             s.allocs_dropped,
         );
         let _ = writeln!(out, "  rare paths: {}", s.rare_paths);
+        let _ = writeln!(
+            out,
+            "  schedule: {}; requests held long (latency outliers): {}",
+            report.schedule, s.held_requests
+        );
         for f in &report.failures {
             let _ = writeln!(out, "  {f}");
         }

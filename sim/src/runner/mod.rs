@@ -89,6 +89,9 @@ struct Run<'a> {
     crashes: u32,
     /// Faults injected on disks that are gone (before a crash).
     faults_before: u64,
+    /// Requests held (latency outliers) on disks that are gone (before a
+    /// crash).
+    held_before: u64,
     /// Clusters leaked after the last crash (by host offset), counting
     /// those past the crash image's end that a refcount still claims: a
     /// crash-free epoch must not leak any other.
@@ -178,11 +181,10 @@ const HIDDEN_LEAK_SPAN: u64 = 64 << 20;
 /// `case::MAX_WORK`) and refuses a case whose time budget would not fit in
 /// u64 nanoseconds (it saturates rather than overflows regardless).
 pub fn exec_options(case: &Case) -> ExecOptions {
-    let default = ExecOptions::default();
     ExecOptions {
         steps_max: steps_budget(case),
         time_max: time_budget(case).unwrap_or(Nanos::MAX),
-        ..default
+        policy: case.schedule,
     }
 }
 
@@ -211,10 +213,11 @@ fn steps_budget(case: &Case) -> u64 {
 /// The longest one request of `case` can take, on its disks or on the
 /// backing file's.
 pub(crate) fn worst_request(case: &Case) -> Nanos {
-    case.disk
-        .latency
-        .worst_request(MAX_REQUEST_BYTES)
-        .max(setup::quiet_disk().latency.worst_request(MAX_REQUEST_BYTES))
+    case.disk.latency.worst_request(MAX_REQUEST_BYTES).max(
+        setup::backing_disk(case)
+            .latency
+            .worst_request(MAX_REQUEST_BYTES),
+    )
 }
 
 /// The time budget of a run of `case` (see `exec_options`); `None` when it
@@ -301,6 +304,12 @@ impl Run<'_> {
         stats.recovered_sectors_checked = m.recovered_sectors;
         stats.crashes = m.crashes;
         stats.faults_injected = self.faults_so_far();
+        stats.held_requests = self.held_before
+            + self.held_on_crashing_disks()
+            + self
+                .backing
+                .as_ref()
+                .map_or(0, |b| b.disk().held_requests());
         stats.polls = self.sim.steps();
         let mut failures = self.shared.failures.take();
         if case.harsh() {
@@ -314,6 +323,7 @@ impl Run<'_> {
         RunReport {
             seed: case.seed,
             profile: case.profile,
+            schedule: case.schedule,
             failures,
             trace_hash,
             stats,
@@ -324,8 +334,9 @@ impl Run<'_> {
 impl<'a> Run<'a> {
     /// A run of `case`, not yet started.
     fn fresh(case: &'a Case, opts: &'a RunOptions) -> Run<'a> {
-        // The default schedule policy, as `Sim::new`: only the budget
-        // differs, which no run that stays within it can observe.
+        // The case's schedule policy (uniform for a case saved before
+        // cases recorded one, as `Sim::new`), and budgets that no run that
+        // stays within them can observe.
         let sim = Sim::with_options(case.seed, exec_options(case));
         let shared = Rc::new(Shared {
             model: RefCell::new(case.model()),
@@ -345,6 +356,7 @@ impl<'a> Run<'a> {
             data_crash_rng: rng::substream(case.seed, Stream::Crash, DATA_CRASH_STREAM),
             crashes: 0,
             faults_before: 0,
+            held_before: 0,
             leaked_after_crash: BTreeSet::new(),
             epoch_start: DiskCounters::default(),
             group_flushes: Vec::new(),
@@ -440,6 +452,13 @@ impl<'a> Run<'a> {
         self.crashing_disks()
             .iter()
             .fold(DiskCounters::default(), |sum, d| sum.plus(&d.counters()))
+    }
+
+    fn held_on_crashing_disks(&self) -> u64 {
+        self.crashing_disks()
+            .iter()
+            .map(SimDisk::held_requests)
+            .sum()
     }
 
     fn faults_so_far(&self) -> u64 {
@@ -591,6 +610,7 @@ impl<'a> Run<'a> {
         self.shared.stats.borrow_mut().torn_writes += torn;
         self.shared.model.borrow_mut().crash();
         self.faults_before += faults_on(&self.crashing_disks());
+        self.held_before += self.held_on_crashing_disks();
         let next = self.disk.reopen(image.content);
         self.disk = next;
         if let (Some(d), Some(i)) = (&self.data, data_image) {
