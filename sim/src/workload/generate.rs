@@ -93,6 +93,15 @@ impl Case {
         let rare = (!image.create.extended_l2)
             .then(|| RareShape::draw(&mut rare_rng, &mut image))
             .flatten();
+        let mut hazard_rng = stream(seed, Stream::Workload, WORKLOAD_HAZARDS);
+        let hazards = Hazards::draw(&mut hazard_rng);
+        if let Some(cs) = hazards.and_then(|h| h.small_clusters) {
+            // Not over a rare shape's own, nor under extended L2 entries
+            // (which need 16 KiB at least).
+            if rare.is_none() && !image.create.extended_l2 {
+                image.create.cluster_size = cs;
+            }
+        }
         // Guest data in a data file has no refcounts, so such an image
         // cannot outgrow its refcount table: a shape aimed at that keeps
         // its data in the image.
@@ -114,8 +123,6 @@ impl Case {
         if let Some(rare) = &rare {
             rare.fill(&mut rare_rng, &mut b);
         }
-        let mut hazard_rng = stream(seed, Stream::Workload, WORKLOAD_HAZARDS);
-        let hazards = Hazards::draw(&mut hazard_rng);
         match profile {
             Profile::Mixed => unreachable!("resolved above"),
             Profile::Random => random::generate(&mut rng, &mut b),

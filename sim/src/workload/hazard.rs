@@ -26,7 +26,7 @@ use super::builder::{pick, Builder, Geometry};
 use crate::case::{Op, MAX_OP_SECTORS};
 
 /// Share of generated cases given hazard cycles.
-pub(super) const HAZARD_PROBABILITY: f64 = 0.4;
+pub(super) const HAZARD_PROBABILITY: f64 = 0.5;
 
 /// Most crash points the cycles of one case add: each crash reopens the
 /// image and reads the whole disk back, the dearest thing a case does.
@@ -39,6 +39,11 @@ pub(super) struct Hazards {
     /// Whether the case also gets caches of 2 tables, so that spread
     /// writes evict dirty tables.
     pub small_caches: bool,
+    /// Clusters of 1 or 4 KiB for the image (when its shape allows
+    /// it): many L2 tables and refcount blocks for the spread writes and
+    /// the caches, where 64 KiB clusters map a whole case's disk with one
+    /// table.
+    pub small_clusters: Option<u64>,
 }
 
 impl Hazards {
@@ -48,8 +53,11 @@ impl Hazards {
             return None;
         }
         Some(Hazards {
-            cycles: rng.gen_range(2..=6),
+            cycles: rng.gen_range(3..=8),
             small_caches: rng.gen_bool(0.5),
+            small_clusters: rng
+                .gen_bool(0.5)
+                .then(|| pick(rng, &[1u64 << 10, 1 << 10, 4 << 10])),
         })
     }
 
@@ -64,7 +72,18 @@ impl Hazards {
         let mut crashes = 0;
         for _ in 0..self.cycles {
             let a = rng.gen_range(0..geom.clusters());
+            // Clusters no write has touched yet, where a write allocates
+            // (and so may take the host cluster just freed); any other
+            // when the workload has touched them all.
+            let touched = b.touched_clusters();
+            let fresh: Vec<u64> = (0..geom.clusters())
+                .filter(|c| *c != a && !touched.contains(c))
+                .take(64)
+                .collect();
             let other = |rng: &mut ChaCha8Rng| {
+                if !fresh.is_empty() {
+                    return pick(rng, &fresh);
+                }
                 let c = rng.gen_range(0..geom.clusters() - 1);
                 if c >= a {
                     c + 1
@@ -73,7 +92,7 @@ impl Hazards {
                 }
             };
             let (c, d) = (other(rng), other(rng));
-            let crash = crashes < MAX_HAZARD_CRASHES && rng.gen_bool(0.5);
+            let crash = crashes < MAX_HAZARD_CRASHES && rng.gen_bool(0.7);
             crashes += u32::from(crash);
             match rng.gen_range(0..4) {
                 0 => reuse(rng, b, &geom, a, c, crash),
