@@ -239,9 +239,8 @@ impl SchedulePolicy {
                 every,
                 release_after,
             } => {
-                step < release_after
-                    && id >= task
-                    && (id == task || (every > 0 && (id - task) % every == 0))
+                // With `every` 0, only `task` (0 is a multiple of 0 only).
+                step < release_after && id >= task && (id - task).is_multiple_of(every)
             }
             _ => false,
         }
