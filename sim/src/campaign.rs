@@ -13,6 +13,7 @@ use engine::Switches;
 use serde::Serialize;
 
 use crate::case::Case;
+use crate::exec::ScheduleMode;
 use crate::runner::{run_case, Failure, RunOptions, RunReport, RunStats};
 use crate::workload::Profile;
 
@@ -175,6 +176,45 @@ pub struct Totals {
     pub harsh_findings: u64,
     /// Cases whose image keeps its data in an external data file.
     pub data_file_cases: u64,
+    /// Cases by the schedule policy they ran under (`Case::schedule`).
+    pub schedule_cases: ScheduleCases,
+    /// Cases whose disks may hold requests (latency outliers), and the
+    /// requests held in all.
+    pub outlier_cases: u64,
+    pub held_requests: u64,
+}
+
+/// Cases counted by schedule mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ScheduleCases {
+    pub random: u64,
+    pub pct: u64,
+    pub starve: u64,
+}
+
+impl ScheduleCases {
+    pub fn add(&mut self, mode: ScheduleMode) {
+        *self.get_mut(mode) += 1;
+    }
+
+    fn get_mut(&mut self, mode: ScheduleMode) -> &mut u64 {
+        match mode {
+            ScheduleMode::Random => &mut self.random,
+            ScheduleMode::Pct => &mut self.pct,
+            ScheduleMode::Starve => &mut self.starve,
+        }
+    }
+}
+
+impl std::fmt::Display for ScheduleCases {
+    /// `random 700, pct 650, starve 650`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "random {}, pct {}, starve {}",
+            self.random, self.pct, self.starve
+        )
+    }
 }
 
 impl Totals {
@@ -183,6 +223,8 @@ impl Totals {
         self.add(&report.stats);
         self.harsh_cases += u64::from(case.harsh());
         self.data_file_cases += u64::from(case.image.data_file.is_some());
+        self.schedule_cases.add(case.schedule.mode());
+        self.outlier_cases += u64::from(case.disk.latency.outliers.any());
     }
 
     fn add(&mut self, s: &RunStats) {
@@ -209,6 +251,7 @@ impl Totals {
         self.optimisations.add(&s.engine);
         self.fault_kind_cases.add(&s.fault_kinds.reached());
         self.harsh_findings += s.harsh_findings;
+        self.held_requests += s.held_requests;
     }
 }
 
@@ -280,6 +323,7 @@ pub fn run_guarded(case: &Case) -> RunReport {
             RunReport {
                 seed: case.seed,
                 profile: case.profile,
+                schedule: case.schedule,
                 failures: vec![Failure::Panic { message }],
                 trace_hash: 0,
                 stats: RunStats::default(),

@@ -18,6 +18,7 @@ use oracle::data::{BackingData, BackingPattern, SECTOR_SIZE};
 use serde::{Deserialize, Serialize};
 
 use crate::disk::{DiskOptions, OptionsError};
+use crate::exec::{ScheduleError, SchedulePolicy};
 use crate::workload::Profile;
 
 /// The case format this build reads and writes.
@@ -117,6 +118,11 @@ pub struct Case {
     /// Concurrency groups, run in order; the operations of one group are
     /// issued together and run concurrently.
     pub workload: Vec<Vec<Op>>,
+    /// How the executor picks the next ready task. A case saved before
+    /// cases recorded it runs under the uniform choice, as it did; it is
+    /// left out of the JSON when uniform.
+    #[serde(default, skip_serializing_if = "SchedulePolicy::is_random")]
+    pub schedule: SchedulePolicy,
 }
 
 /// The image the run creates before the workload starts.
@@ -324,6 +330,8 @@ pub enum CaseError {
     Engine(String),
     #[error(transparent)]
     Disk(#[from] OptionsError),
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
     #[error("workload holds {0} operations, more than {MAX_OPS} (case::MAX_OPS)")]
     TooManyOps(usize),
     /// The workload is valid operation by operation but too large in all.
@@ -566,6 +574,7 @@ impl Case {
         self.validate_engine()?;
         self.validate_image()?;
         self.validate_device()?;
+        self.schedule.validate()?;
         self.validate_workload()?;
         self.validate_size()
     }

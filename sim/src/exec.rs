@@ -10,7 +10,8 @@
 //!
 //! Everything is reachable from one seed: ready tasks and timers are kept in
 //! ordered sets, never hashed, and each choice is fed to the trace hash.
-//! The choice is uniform, or PCT-style by priorities (`SchedulePolicy`).
+//! The choice is uniform, PCT-style by priorities, or uniform but for
+//! starved tasks that run only when nothing else can (`SchedulePolicy`).
 //!
 //! Two ways a run can go wrong are reported, never looped on: a *hang*
 //! (tasks remain, none is ready and no timer is pending: they wait for a wake
@@ -67,22 +68,11 @@ pub struct ExecOptions {
 }
 
 impl ExecOptions {
-    /// Default limits with a schedule policy drawn from `seed` (swarm
-    /// testing): half the cases uniform, half PCT with one to four change
-    /// points spread over `steps_hint` steps (about how many polls a case
-    /// takes).
+    /// Default limits with a schedule policy drawn from `seed`
+    /// ([`SchedulePolicy::swarm`]).
     pub fn swarm(seed: u64, steps_hint: u64) -> Self {
-        let mut r = rng::stream(seed, Stream::ScheduleConfig);
-        let policy = if r.gen_bool(0.5) {
-            SchedulePolicy::Random
-        } else {
-            SchedulePolicy::Priority {
-                change_points: r.gen_range(1..=4),
-                steps_hint: steps_hint.max(1),
-            }
-        };
         Self {
-            policy,
+            policy: SchedulePolicy::swarm(seed, steps_hint, 1),
             ..Self::default()
         }
     }
@@ -92,9 +82,11 @@ impl ExecOptions {
 pub const CHANGE_POINTS_MAX: u32 = 1024;
 
 /// How the executor chooses which ready task to poll.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub enum SchedulePolicy {
     /// Uniformly at random at every step.
+    #[default]
     Random,
     /// Probabilistic concurrency testing (PCT): every task gets a random
     /// priority at spawn and the highest-priority ready task runs; at
@@ -103,6 +95,156 @@ pub enum SchedulePolicy {
     /// drawn). Finds ordering bugs that need a few specific preemptions far
     /// more often than uniform choice does.
     Priority { change_points: u32, steps_hint: u64 },
+    /// Starvation: the victims (task `task`, and with `every` > 0 every
+    /// `every`-th task spawned after it) are polled only when no other task
+    /// is ready, until step `release_after`; from then on, and among the
+    /// other tasks, the choice is uniform. A victim that has issued a
+    /// request stays behind while every other task runs through whole
+    /// cycles (its cluster discarded, flushed, reused), the interleavings a
+    /// long-lived request needs. Never a hang: a victim runs as soon as it
+    /// is the only ready task.
+    Starve {
+        task: TaskId,
+        every: u64,
+        release_after: u64,
+    },
+}
+
+impl fmt::Display for SchedulePolicy {
+    /// `random`, `pct (2 change points over 12000 steps)` or `starve (task
+    /// 5, every 3rd after it, until step 4000)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            SchedulePolicy::Random => write!(f, "random"),
+            SchedulePolicy::Priority {
+                change_points,
+                steps_hint,
+            } => write!(
+                f,
+                "pct ({change_points} change points over {steps_hint} steps)"
+            ),
+            SchedulePolicy::Starve {
+                task,
+                every,
+                release_after,
+            } => {
+                write!(f, "starve (task {task}")?;
+                if every > 0 {
+                    write!(f, ", every {every}th after it")?;
+                }
+                write!(f, ", until step {release_after})")
+            }
+        }
+    }
+}
+
+/// The three kinds of schedule, as a campaign counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleMode {
+    Random,
+    Pct,
+    Starve,
+}
+
+impl ScheduleMode {
+    pub const ALL: [ScheduleMode; 3] = [
+        ScheduleMode::Random,
+        ScheduleMode::Pct,
+        ScheduleMode::Starve,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ScheduleMode::Random => "random",
+            ScheduleMode::Pct => "pct",
+            ScheduleMode::Starve => "starve",
+        }
+    }
+}
+
+/// A schedule policy that cannot be run as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("schedule: {0}")]
+pub struct ScheduleError(pub String);
+
+impl SchedulePolicy {
+    /// Whether it is the uniform choice (what a case saved before cases
+    /// recorded their schedule runs under).
+    pub fn is_random(&self) -> bool {
+        *self == SchedulePolicy::Random
+    }
+
+    pub fn mode(&self) -> ScheduleMode {
+        match self {
+            SchedulePolicy::Random => ScheduleMode::Random,
+            SchedulePolicy::Priority { .. } => ScheduleMode::Pct,
+            SchedulePolicy::Starve { .. } => ScheduleMode::Starve,
+        }
+    }
+
+    /// Check the bounds a run relies on: PCT with 1 to
+    /// [`CHANGE_POINTS_MAX`] change points over at least one step.
+    pub fn validate(&self) -> Result<(), ScheduleError> {
+        if let SchedulePolicy::Priority {
+            change_points,
+            steps_hint,
+        } = *self
+        {
+            if !(1..=CHANGE_POINTS_MAX).contains(&change_points) {
+                return Err(ScheduleError(format!(
+                    "change_points {change_points}: must be 1 to {CHANGE_POINTS_MAX}"
+                )));
+            }
+            if steps_hint == 0 {
+                return Err(ScheduleError("steps_hint must be at least 1".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// A policy drawn from `seed` (swarm testing), from the schedule
+    /// configuration stream: a third of the cases uniform, a third PCT
+    /// with one to four change points spread over `steps_hint` steps
+    /// (about how many polls a run takes), a third starving a task drawn
+    /// among the first `tasks_hint` (about how many tasks a run spawns),
+    /// half of them every few tasks after it too, released at a step drawn
+    /// up to twice `steps_hint` (so some never are).
+    pub fn swarm(seed: u64, steps_hint: u64, tasks_hint: u64) -> Self {
+        let mut r = rng::stream(seed, Stream::ScheduleConfig);
+        let steps_hint = steps_hint.max(1);
+        match r.gen_range(0..3) {
+            0 => SchedulePolicy::Random,
+            1 => SchedulePolicy::Priority {
+                change_points: r.gen_range(1..=4),
+                steps_hint,
+            },
+            _ => SchedulePolicy::Starve {
+                task: r.gen_range(0..tasks_hint.max(1)),
+                every: if r.gen_bool(0.5) {
+                    0
+                } else {
+                    r.gen_range(2..=16)
+                },
+                release_after: r.gen_range(1..=steps_hint.saturating_mul(2)),
+            },
+        }
+    }
+
+    /// Whether task `id` is a victim of a starving policy at `step`.
+    fn starves(&self, id: TaskId, step: u64) -> bool {
+        match *self {
+            SchedulePolicy::Starve {
+                task,
+                every,
+                release_after,
+            } => {
+                // With `every` 0, only `task` (0 is a multiple of 0 only).
+                step < release_after && id >= task && (id - task).is_multiple_of(every)
+            }
+            _ => false,
+        }
+    }
 }
 
 impl Default for ExecOptions {
@@ -383,7 +525,7 @@ impl Sim {
             }
         };
         let priority = match self.inner.options.policy {
-            SchedulePolicy::Random => 0,
+            SchedulePolicy::Random | SchedulePolicy::Starve { .. } => 0,
             // Non-negative, above every lowered priority.
             SchedulePolicy::Priority { .. } => {
                 self.inner.schedule.borrow_mut().gen_range(0..i64::MAX)
@@ -508,10 +650,32 @@ impl Sim {
         if ready.is_empty() {
             return None;
         }
-        let id = match self.inner.options.policy {
+        let policy = self.inner.options.policy;
+        let id = match policy {
             SchedulePolicy::Random => {
                 let i = self.inner.schedule.borrow_mut().gen_range(0..ready.len());
                 *ready.iter().nth(i).expect("index drawn below the length")
+            }
+            SchedulePolicy::Starve { .. } => {
+                // Uniform among the tasks not starved, if any is ready;
+                // else among the victims.
+                let step = self.inner.steps.get() + 1;
+                let others = ready
+                    .iter()
+                    .filter(|&&id| !policy.starves(id, step))
+                    .count();
+                let mut r = self.inner.schedule.borrow_mut();
+                if others > 0 {
+                    let i = r.gen_range(0..others);
+                    *ready
+                        .iter()
+                        .filter(|&&id| !policy.starves(id, step))
+                        .nth(i)
+                        .expect("index drawn below the count")
+                } else {
+                    let i = r.gen_range(0..ready.len());
+                    *ready.iter().nth(i).expect("index drawn below the length")
+                }
             }
             SchedulePolicy::Priority { .. } => *ready
                 .iter()

@@ -33,6 +33,11 @@ pub enum Stream {
     EngineConfig = 8,
     /// The executor's schedule policy of a generated case.
     ScheduleConfig = 9,
+    /// Which device requests are held far longer than the rest (latency
+    /// outliers), one substream per disk.
+    Outliers = 10,
+    /// The per-case outlier rates (swarm testing).
+    OutlierConfig = 11,
 }
 
 /// The stream of `concern` for the case `seed`.

@@ -295,6 +295,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             names.join(", ")
         );
     }
+    println!(
+        "schedules, cases under each: {}; latency outliers in {} cases, {} requests held long",
+        t.schedule_cases, t.outlier_cases, t.held_requests
+    );
     if t.data_file_cases > 0 {
         println!(
             "{} cases kept guest data in an external data file",

@@ -274,6 +274,11 @@ pub fn print_report(report: &RunReport, json: bool) {
         );
         let _ = writeln!(out, "  rare paths: {}", s.rare_paths);
         let _ = writeln!(out, "  guards whose condition arose: {}", s.guards);
+        let _ = writeln!(
+            out,
+            "  schedule: {}; requests held long (latency outliers): {}",
+            report.schedule, s.held_requests
+        );
         for f in &report.failures {
             let _ = writeln!(out, "  {f}");
             // The wrong sectors' hex diff, a failed check's dump diff.

@@ -79,6 +79,189 @@ pub struct LatencyOptions {
     /// existed reads it as 0, so that it replays as it ran.
     #[serde(default)]
     pub extend: Nanos,
+    /// Requests held far longer than the rest (latency outliers), per
+    /// device and per kind. A case file written before this field existed
+    /// reads it as "no outliers", so that it replays as it ran; it is left
+    /// out of a case's JSON when it holds none.
+    #[serde(default, skip_serializing_if = "OutlierOptions::is_none")]
+    pub outliers: OutlierOptions,
+}
+
+/// Which of a case's devices a disk is: each draws its outliers at its own
+/// rates ([`OutlierOptions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceRole {
+    /// The image file (also every disk a test builds without a role).
+    #[default]
+    Image,
+    /// The image's external data file.
+    DataFile,
+    /// The backing file.
+    Backing,
+}
+
+/// Latency outliers: a request that is drawn one (at its device's and
+/// kind's rate) takes its drawn latency times a factor drawn uniformly from
+/// `[factor_min, factor_max]` (seek, extension and transfer are not
+/// multiplied), so that it stays in flight while the rest of the workload
+/// goes on: other requests complete, flushes complete (a flush makes
+/// durable only writes that completed before it was issued, so never a
+/// held write), crashes happen (a held write is pending, and a crash keeps
+/// any of its sectors or none). Real devices do this (a remapped sector, a
+/// firmware hiccup, a request stuck behind a queue), and it is what makes
+/// the interleavings that need a long-lived request happen at all.
+///
+/// Drawn from the disk's own outlier stream, one draw per request and only
+/// for kinds whose rate is not 0, so that turning outliers on moves no
+/// other draw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OutlierOptions {
+    /// The image file's rates.
+    pub image: OutlierRates,
+    /// The external data file's rates (unused without one).
+    pub data_file: OutlierRates,
+    /// The backing file's rates (unused without one).
+    pub backing: OutlierRates,
+    /// Least factor a held request's latency is multiplied by: 1 to
+    /// `factor_max`.
+    pub factor_min: u32,
+    /// Largest factor: at most [`MAX_OUTLIER_FACTOR`].
+    pub factor_max: u32,
+}
+
+/// Largest factor an outlier's latency may be multiplied by
+/// ([`OutlierOptions::factor_max`]).
+pub const MAX_OUTLIER_FACTOR: u32 = 1000;
+
+impl Default for OutlierOptions {
+    fn default() -> Self {
+        Self {
+            image: OutlierRates::default(),
+            data_file: OutlierRates::default(),
+            backing: OutlierRates::default(),
+            factor_min: 10,
+            factor_max: MAX_OUTLIER_FACTOR,
+        }
+    }
+}
+
+/// One device's outlier rates, each in parts per million of its kind's
+/// requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OutlierRates {
+    pub read_ppm: u32,
+    pub write_ppm: u32,
+    pub flush_ppm: u32,
+    pub zeroes_ppm: u32,
+    pub discard_ppm: u32,
+}
+
+impl OutlierRates {
+    /// The rate of requests of kind `op` (truncates are never held).
+    pub fn of(&self, op: IoOp) -> u32 {
+        match op {
+            IoOp::Read => self.read_ppm,
+            IoOp::Write => self.write_ppm,
+            IoOp::Flush => self.flush_ppm,
+            IoOp::WriteZeroes => self.zeroes_ppm,
+            IoOp::Discard => self.discard_ppm,
+            IoOp::Truncate => 0,
+        }
+    }
+
+    fn all(&self) -> [(u32, &'static str); 5] {
+        [
+            (self.read_ppm, "read_ppm"),
+            (self.write_ppm, "write_ppm"),
+            (self.flush_ppm, "flush_ppm"),
+            (self.zeroes_ppm, "zeroes_ppm"),
+            (self.discard_ppm, "discard_ppm"),
+        ]
+    }
+
+    pub fn is_none(&self) -> bool {
+        self.all().iter().all(|&(v, _)| v == 0)
+    }
+}
+
+impl OutlierOptions {
+    /// The rates of the device in `role`.
+    pub fn rates(&self, role: DeviceRole) -> &OutlierRates {
+        match role {
+            DeviceRole::Image => &self.image,
+            DeviceRole::DataFile => &self.data_file,
+            DeviceRole::Backing => &self.backing,
+        }
+    }
+
+    /// Whether no device holds any request: the default, as in every case
+    /// saved before outliers existed.
+    pub fn is_none(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Whether some device may hold some request.
+    pub fn any(&self) -> bool {
+        !(self.image.is_none() && self.data_file.is_none() && self.backing.is_none())
+    }
+
+    /// The factor a latency draw may be multiplied by at worst: 1 when no
+    /// request is ever held.
+    pub fn worst_factor(&self) -> u64 {
+        if self.any() {
+            u64::from(self.factor_max.max(1))
+        } else {
+            1
+        }
+    }
+
+    /// Rates and factors drawn from `seed` (swarm testing), from a stream
+    /// of their own: half the cases hold nothing; in the rest each device
+    /// and each kind is off in a third, else rare (up to 0.5%) or common
+    /// (up to 20%).
+    pub fn swarm(seed: u64) -> Self {
+        let mut r = rng::stream(seed, Stream::OutlierConfig);
+        let mut o = OutlierOptions::default();
+        if r.gen_bool(0.5) {
+            return o;
+        }
+        let common = r.gen_bool(0.4);
+        let rates = |r: &mut rand_chacha::ChaCha8Rng| {
+            let mut rate = || {
+                if r.gen_range(0..3) == 0 {
+                    0
+                } else if common {
+                    r.gen_range(10_000..=200_000)
+                } else {
+                    r.gen_range(500..=5_000)
+                }
+            };
+            OutlierRates {
+                read_ppm: rate(),
+                write_ppm: rate(),
+                flush_ppm: rate(),
+                zeroes_ppm: rate(),
+                discard_ppm: rate(),
+            }
+        };
+        o.image = rates(&mut r);
+        o.data_file = rates(&mut r);
+        o.backing = rates(&mut r);
+        o.factor_max = pick_factor(&mut r);
+        o
+    }
+}
+
+/// The largest factor of a swarm's outliers: a tenth of the cases at most
+/// 100, the rest up to [`MAX_OUTLIER_FACTOR`].
+fn pick_factor(r: &mut rand_chacha::ChaCha8Rng) -> u32 {
+    if r.gen_range(0..10) == 0 {
+        100
+    } else {
+        MAX_OUTLIER_FACTOR
+    }
 }
 
 impl Default for LatencyOptions {
@@ -104,10 +287,17 @@ impl LatencyOptions {
     /// seek and a file extension for reads and writes, plus the transfer of
     /// `bytes` (rounded up). Waiting for the bus or a channel is not
     /// counted: during the wait the device is busy with other requests,
-    /// whose own worst cases count it. Saturates rather than overflows (the
-    /// bounds `validate` checks keep it far from that).
+    /// whose own worst cases count it. A latency outlier multiplies the
+    /// draw (not the seek, extension or transfer) by up to
+    /// `outliers.factor_max`. Saturates rather than overflows (the bounds
+    /// `validate` checks keep it far from that).
     pub fn worst_request(&self, bytes: u64) -> Nanos {
-        let slowest = |min: Nanos, mean: Nanos| mean.saturating_mul(2).saturating_sub(min);
+        let factor = self.outliers.worst_factor();
+        let slowest = |min: Nanos, mean: Nanos| {
+            mean.saturating_mul(2)
+                .saturating_sub(min)
+                .saturating_mul(factor)
+        };
         let transfer = if self.bandwidth == 0 {
             0
         } else {
@@ -138,6 +328,7 @@ impl LatencyOptions {
             // extend the file cost about 46 us more each than writes inside
             // it (0.93 s over 20000 writes; ARCHITECTURE.md, "Measured").
             extend: 40_000,
+            outliers: OutlierOptions::default(),
         }
     }
 
@@ -156,6 +347,7 @@ impl LatencyOptions {
             // Block allocation and the size update: about one more small
             // metadata write (not measured; the HDD model is a sketch).
             extend: 200_000,
+            outliers: OutlierOptions::default(),
         }
     }
 }
@@ -399,6 +591,22 @@ impl DiskOptions {
             "latency.channels",
             format!("{} is more than 4096", l.channels),
         )?;
+        let o = &l.outliers;
+        for rates in [&o.image, &o.data_file, &o.backing] {
+            for (v, field) in rates.all() {
+                check_ppm(v, field)?;
+            }
+        }
+        check(
+            (1..=MAX_OUTLIER_FACTOR).contains(&o.factor_max),
+            "latency.outliers.factor_max",
+            format!("{} is not 1 to {MAX_OUTLIER_FACTOR}", o.factor_max),
+        )?;
+        check(
+            (1..=o.factor_max).contains(&o.factor_min),
+            "latency.outliers.factor_min",
+            format!("{} is not 1 to factor_max {}", o.factor_min, o.factor_max),
+        )?;
         let f = &self.faults;
         check_ppm(f.read_error_ppm, "faults.read_error_ppm")?;
         check_ppm(f.write_error_ppm, "faults.write_error_ppm")?;
@@ -447,6 +655,10 @@ impl DiskOptions {
                 l
             }
             _ => LatencyOptions::ssd(),
+        };
+        let latency = LatencyOptions {
+            outliers: OutlierOptions::swarm(seed),
+            ..latency
         };
         let mut crash = CrashOptions {
             at_flush_ppm: CrashOptions::swarm_at_flush(seed),

@@ -20,6 +20,12 @@
 //!
 //! Faults are decided at issue by `faults::FaultState` and recorded; the
 //! stores only see what a decision lets through.
+//!
+//! Latency outliers (`OutlierOptions`) are decided at issue too, from the
+//! disk's own `Outliers` stream at the rates of its `DeviceRole`: a held
+//! request is an ordinary request that completes late, so the durability
+//! rules apply to it unchanged (a flush issued while a held write is in
+//! flight does not make it durable; a crash may keep it or not).
 
 use std::cell::{Cell, Ref, RefCell};
 use std::fmt;
@@ -33,7 +39,7 @@ use engine::dev::{BlockDev, DevError, IoOp, WriteFlags, ZeroFlags};
 use super::durability::{Durability, Payload};
 use super::faults::{FaultKind, FaultState, InjectedFault};
 use super::log::{DiskCounters, LogEntry};
-use super::options::{DiscardEffect, DiskOptions, OptionsError};
+use super::options::{DeviceRole, DiscardEffect, DiskOptions, OptionsError, PPM};
 use super::payload::Data;
 use super::store::SparseStore;
 use crate::exec::{Nanos, Sim};
@@ -53,6 +59,10 @@ pub(crate) struct State {
     seq: u64,
     next_id: u64,
     latency: ChaCha8Rng,
+    /// Draws which requests are held, and for how long (outliers).
+    outliers: ChaCha8Rng,
+    /// Requests held so far (latency outliers).
+    held: u64,
     faults: FaultState,
     /// Draws the effect of each discard under `DiscardEffect::Either`.
     discard: ChaCha8Rng,
@@ -73,6 +83,8 @@ pub(crate) struct Inner {
     pub(crate) options: DiskOptions,
     /// This disk's index on its simulation (selects its streams).
     pub(crate) index: u32,
+    /// Which of the case's devices it is (selects its outlier rates).
+    role: DeviceRole,
     faults_enabled: Cell<bool>,
     pub(crate) state: RefCell<State>,
 }
@@ -117,6 +129,17 @@ impl SimDisk {
         options: DiskOptions,
         content: SparseStore,
     ) -> Result<Self, OptionsError> {
+        Self::with_role(sim, options, content, DeviceRole::Image)
+    }
+
+    /// [`SimDisk::with_content`] for the device `role` of a case: it holds
+    /// requests at that device's outlier rates.
+    pub fn with_role(
+        sim: &Sim,
+        options: DiskOptions,
+        content: SparseStore,
+        role: DeviceRole,
+    ) -> Result<Self, OptionsError> {
         options.validate()?;
         let index = sim.next_device_index();
         let seed = sim.seed();
@@ -137,6 +160,8 @@ impl SimDisk {
             seq: 0,
             next_id: 0,
             latency: rng::substream(seed, Stream::Latency, index),
+            outliers: rng::substream(seed, Stream::Outliers, index),
+            held: 0,
             faults: FaultState::new(seed, index),
             // Fault streams use indexes (device << 4) | 0..=5; 15 is free.
             discard: rng::substream(seed, Stream::Faults, (index << 4) | 15),
@@ -154,6 +179,7 @@ impl SimDisk {
                 faults_enabled: Cell::new(options.faults.enabled),
                 options,
                 index,
+                role,
                 state: RefCell::new(state),
             }),
         })
@@ -253,8 +279,19 @@ impl SimDisk {
     /// `content` (a crash image's store): the reopen after a crash. Its
     /// latency and fault streams are its own.
     pub fn reopen(&self, content: SparseStore) -> SimDisk {
-        Self::with_content(&self.inner.sim, self.inner.options.clone(), content)
-            .expect("options were validated when this disk was built")
+        Self::with_role(
+            &self.inner.sim,
+            self.inner.options.clone(),
+            content,
+            self.inner.role,
+        )
+        .expect("options were validated when this disk was built")
+    }
+
+    /// Requests this disk has held far longer than the rest (latency
+    /// outliers).
+    pub fn held_requests(&self) -> u64 {
+        self.inner.state.borrow().held
     }
 
     fn sector_size(&self) -> u64 {
@@ -267,7 +304,13 @@ impl SimDisk {
     /// for its latency and transfer. With unlimited channels latencies
     /// overlap freely, but transfers share one bus at `bandwidth`, one after
     /// the other, so that many requests at once cannot beat the bandwidth.
-    fn schedule(st: &mut State, o: &DiskOptions, now: Nanos, req: &Request) -> Nanos {
+    fn schedule(
+        st: &mut State,
+        o: &DiskOptions,
+        role: DeviceRole,
+        now: Nanos,
+        req: &Request,
+    ) -> Nanos {
         let l = &o.latency;
         let (min, mean) = match req.timing {
             Timing::Read => (l.read_min, l.read_mean),
@@ -275,6 +318,23 @@ impl SimDisk {
             Timing::Flush => (l.flush_min, l.flush_mean),
         };
         let mut service = st.latency.gen_range(min..=2 * mean - min);
+        // An outlier: its own stream, drawn only for a kind that may be
+        // held, so that other draws stay where they were. The extra time
+        // holds neither the bus nor a channel (the device goes on serving
+        // others, as a request stuck in a drive's queue lets the rest
+        // pass), so it is added to the completion only.
+        let mut hold: Nanos = 0;
+        let rate = l.outliers.rates(role).of(req.op);
+        if rate > 0 && st.outliers.gen_range(0..PPM) < rate {
+            let factor = st
+                .outliers
+                .gen_range(l.outliers.factor_min..=l.outliers.factor_max);
+            // A zero draw (a minimum of 0) is held by the mean instead.
+            hold = service
+                .max(mean)
+                .saturating_mul(u64::from(factor).saturating_sub(1));
+            st.held += 1;
+        }
         let mut transfer = 0;
         if !matches!(req.timing, Timing::Flush) {
             if req.offset != st.last_end {
@@ -295,7 +355,7 @@ impl SimDisk {
         if st.channels.is_empty() {
             let bus_done = st.bus_free.max(now).saturating_add(transfer);
             st.bus_free = bus_done;
-            return bus_done.saturating_add(service);
+            return bus_done.saturating_add(service).saturating_add(hold);
         }
         let service = service.saturating_add(transfer);
         let (i, free) = st
@@ -307,7 +367,7 @@ impl SimDisk {
             .expect("at least one channel");
         let done = free.max(now).saturating_add(service);
         st.channels[i] = done;
-        done
+        done.saturating_add(hold)
     }
 
     /// Record a new request: its number, fault decision, log entry, trace
@@ -384,7 +444,7 @@ impl SimDisk {
                 landed: None,
             });
         }
-        let done = Self::schedule(st, o, now, req);
+        let done = Self::schedule(st, o, self.inner.role, now, req);
         Issued {
             id,
             fault,

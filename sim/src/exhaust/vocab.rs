@@ -28,6 +28,7 @@
 //! get workloads of up to 3 operations and 64 KiB ones up to 2
 //! ([`Geometry::default_max_ops`]).
 
+use crate::exec::SchedulePolicy;
 use std::fmt;
 
 use engine::{Compat, EngineOptions};
@@ -347,6 +348,7 @@ impl Geometry {
             image,
             disk: DiskOptions::default(),
             workload: workload.groups(self.cluster_sectors()),
+            schedule: SchedulePolicy::Random,
         }
     }
 }

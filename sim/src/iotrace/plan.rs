@@ -28,6 +28,7 @@
 //! requests between two crashes and [`MAX_WORK`] in all; each is refused
 //! with an error naming it (and the trace line where it can).
 
+use crate::exec::SchedulePolicy;
 use engine::{CreateOptions, EngineOptions};
 use oracle::data::SECTOR_SIZE;
 use rand::Rng;
@@ -292,6 +293,7 @@ pub fn plan_case(trace: &Trace, plan: &TracePlan) -> Result<TraceCase, PlanError
         image,
         disk: plan.disk.clone(),
         workload,
+        schedule: SchedulePolicy::Random,
     };
     let tc = TraceCase { case, lines, stats };
     tc.check_size()?;

@@ -100,6 +100,9 @@ struct Run<'a> {
     /// The image's disk as it was when the power went, until the crash
     /// state is judged: a failed check shows the metadata dump's diff.
     before_crash: Option<SimDisk>,
+    /// Requests held (latency outliers) on disks that are gone (before a
+    /// crash).
+    held_before: u64,
     /// Clusters leaked after the last crash (by host offset), counting
     /// those past the crash image's end that a refcount still claims: a
     /// crash-free epoch must not leak any other.
@@ -192,11 +195,10 @@ const HIDDEN_LEAK_SPAN: u64 = 64 << 20;
 /// `case::MAX_WORK`) and refuses a case whose time budget would not fit in
 /// u64 nanoseconds (it saturates rather than overflows regardless).
 pub fn exec_options(case: &Case) -> ExecOptions {
-    let default = ExecOptions::default();
     ExecOptions {
         steps_max: steps_budget(case),
         time_max: time_budget(case).unwrap_or(Nanos::MAX),
-        ..default
+        policy: case.schedule,
     }
 }
 
@@ -225,10 +227,11 @@ fn steps_budget(case: &Case) -> u64 {
 /// The longest one request of `case` can take, on its disks or on the
 /// backing file's.
 pub(crate) fn worst_request(case: &Case) -> Nanos {
-    case.disk
-        .latency
-        .worst_request(MAX_REQUEST_BYTES)
-        .max(setup::quiet_disk().latency.worst_request(MAX_REQUEST_BYTES))
+    case.disk.latency.worst_request(MAX_REQUEST_BYTES).max(
+        setup::backing_disk(case)
+            .latency
+            .worst_request(MAX_REQUEST_BYTES),
+    )
 }
 
 /// The time budget of a run of `case` (see `exec_options`); `None` when it
@@ -319,6 +322,12 @@ impl Run<'_> {
         stats
             .fault_kinds
             .add(&fault_kinds_on(&self.crashing_disks()));
+        stats.held_requests = self.held_before
+            + self.held_on_crashing_disks()
+            + self
+                .backing
+                .as_ref()
+                .map_or(0, |b| b.disk().held_requests());
         stats.polls = self.sim.steps();
         let mut failures = self.shared.failures.take();
         if case.harsh() {
@@ -332,6 +341,7 @@ impl Run<'_> {
         RunReport {
             seed: case.seed,
             profile: case.profile,
+            schedule: case.schedule,
             failures,
             trace_hash,
             stats,
@@ -342,8 +352,9 @@ impl Run<'_> {
 impl<'a> Run<'a> {
     /// A run of `case`, not yet started.
     fn fresh(case: &'a Case, opts: &'a RunOptions) -> Run<'a> {
-        // The default schedule policy, as `Sim::new`: only the budget
-        // differs, which no run that stays within it can observe.
+        // The case's schedule policy (uniform for a case saved before
+        // cases recorded one, as `Sim::new`), and budgets that no run that
+        // stays within them can observe.
         let sim = Sim::with_options(case.seed, exec_options(case));
         let shared = Rc::new(Shared {
             model: RefCell::new(case.model()),
@@ -365,6 +376,7 @@ impl<'a> Run<'a> {
             faults_before: 0,
             fault_kinds_before: FaultCounts::default(),
             before_crash: None,
+            held_before: 0,
             leaked_after_crash: BTreeSet::new(),
             epoch_start: DiskCounters::default(),
             group_flushes: Vec::new(),
@@ -490,6 +502,13 @@ impl<'a> Run<'a> {
         self.crashing_disks()
             .iter()
             .fold(DiskCounters::default(), |sum, d| sum.plus(&d.counters()))
+    }
+
+    fn held_on_crashing_disks(&self) -> u64 {
+        self.crashing_disks()
+            .iter()
+            .map(SimDisk::held_requests)
+            .sum()
     }
 
     fn faults_so_far(&self) -> u64 {
@@ -649,6 +668,7 @@ impl<'a> Run<'a> {
         self.faults_before += faults_on(&self.crashing_disks());
         self.fault_kinds_before
             .add(&fault_kinds_on(&self.crashing_disks()));
+        self.held_before += self.held_on_crashing_disks();
         let next = self.disk.reopen(image.content);
         self.before_crash = Some(std::mem::replace(&mut self.disk, next));
         if let (Some(d), Some(i)) = (&self.data, data_image) {

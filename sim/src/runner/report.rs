@@ -212,6 +212,9 @@ pub struct RunStats {
     pub faults_injected: u64,
     /// The same faults, by kind.
     pub fault_kinds: crate::disk::FaultCounts,
+    /// Device requests held far longer than the rest (latency outliers),
+    /// on every disk of the run: image, data file and backing file.
+    pub held_requests: u64,
     /// Task polls the executor made in the whole run: what the step
     /// budget (`runner::exec_options`) bounds.
     pub polls: u64,
@@ -233,6 +236,8 @@ pub struct RunStats {
 pub struct RunReport {
     pub seed: u64,
     pub profile: Option<Profile>,
+    /// The schedule policy the run went under (the case's).
+    pub schedule: crate::exec::SchedulePolicy,
     pub failures: Vec<Failure>,
     /// A hash of every scheduling choice and device request: equal hashes
     /// mean the run went the same way.

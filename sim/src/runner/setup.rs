@@ -7,8 +7,8 @@ use engine::{Backing, CreateOptions, EngineOptions, Image};
 use oracle::data::SECTOR_SIZE;
 
 use super::{Failure, Img, Run};
-use crate::case::BackingSpec;
-use crate::disk::{DiskOptions, SimDisk};
+use crate::case::{BackingSpec, Case};
+use crate::disk::{DeviceRole, DiskOptions, SimDisk, SparseStore};
 
 /// A disk without faults or crash tracking: for backing files, which the
 /// engine only reads.
@@ -21,10 +21,25 @@ pub(super) fn quiet_disk() -> DiskOptions {
     o
 }
 
+/// The backing file's disk options in a run of `case`: the quiet disk,
+/// holding requests at the case's backing outlier rates (none in a case
+/// saved before outliers existed, which so replays as it ran).
+pub(super) fn backing_disk(case: &Case) -> DiskOptions {
+    let mut o = quiet_disk();
+    o.latency.outliers = case.disk.latency.outliers.clone();
+    o
+}
+
 /// The backing file of a run: its disk (never crashed) and its format.
 pub(super) struct BackingDisk {
     disk: SimDisk,
     spec: BackingSpec,
+}
+
+impl BackingDisk {
+    pub(super) fn disk(&self) -> &SimDisk {
+        &self.disk
+    }
 }
 
 impl Run<'_> {
@@ -36,12 +51,19 @@ impl Run<'_> {
             let len = data.sectors * SECTOR_SIZE as u64;
             let mut bytes = vec![0u8; len as usize];
             data.fill(&mut bytes, 0);
+            let role = DeviceRole::Backing;
             let disk = match spec {
-                BackingSpec::Raw { .. } => SimDisk::from_bytes(&self.sim, quiet_disk(), &bytes)
-                    .expect("quiet disk options are valid"),
+                BackingSpec::Raw { .. } => SimDisk::with_role(
+                    &self.sim,
+                    backing_disk(case),
+                    SparseStore::from_bytes(&bytes),
+                    role,
+                )
+                .expect("the case's disk options were validated"),
                 BackingSpec::Qcow2 { cluster_size, .. } => {
-                    let disk = SimDisk::new(&self.sim, quiet_disk())
-                        .expect("quiet disk options are valid");
+                    let disk =
+                        SimDisk::with_role(&self.sim, backing_disk(case), SparseStore::new(), role)
+                            .expect("the case's disk options were validated");
                     let d = disk.clone();
                     let co = CreateOptions {
                         size: len,
@@ -81,7 +103,13 @@ impl Run<'_> {
         // device index (and so the latency and fault streams) it has in a
         // case without a data file.
         if case.image.data_file.is_some() {
-            let data = SimDisk::new(&self.sim, case.disk.clone()).map_err(|e| Failure::Engine {
+            let data = SimDisk::with_role(
+                &self.sim,
+                case.disk.clone(),
+                SparseStore::new(),
+                DeviceRole::DataFile,
+            )
+            .map_err(|e| Failure::Engine {
                 what: format!("device options: {e}"),
             })?;
             self.data = Some(data);

@@ -14,8 +14,10 @@ use engine::dev::IoOp;
 
 use crate::case::{BackingSpec, Case, ImageSpec, Op, CASE_VERSION, MAX_GROUP_OPS};
 use crate::disk::{
-    DiscardEffect, DiskOptions, FaultOptions, LatencyOptions, NthRequest, SupportOptions,
+    DiscardEffect, DiskOptions, FaultOptions, LatencyOptions, NthRequest, OutlierOptions,
+    OutlierRates, SupportOptions, MAX_OUTLIER_FACTOR,
 };
+use crate::exec::SchedulePolicy;
 
 /// Most operations a decoded case holds.
 pub const MAX_ARBITRARY_OPS: usize = 64;
@@ -41,8 +43,13 @@ impl Case {
             ..EngineOptions::default()
         };
         let image = image(u)?;
-        let disk = disk(u)?;
+        let mut disk = disk(u)?;
         let workload = workload(u, image.create.size / SECTOR_SIZE as u64)?;
+        // Drawn last, so that inputs saved before they existed decode as
+        // they did (exhausted bytes give no outliers and the uniform
+        // schedule).
+        disk.latency.outliers = outliers(u)?;
+        let schedule = schedule(u)?;
         let case = Case {
             version: CASE_VERSION,
             seed,
@@ -51,6 +58,7 @@ impl Case {
             image,
             disk,
             workload,
+            schedule,
         };
         debug_assert!(case.validate().is_ok(), "{:?}", case.validate());
         Ok(case)
@@ -116,6 +124,48 @@ fn image(u: &mut Unstructured<'_>) -> arbitrary::Result<ImageSpec> {
     ))
 }
 
+/// Outlier rates up to 20%, factors up to [`MAX_OUTLIER_FACTOR`]; none
+/// when the first draw is 0 (as exhausted bytes give).
+fn outliers(u: &mut Unstructured<'_>) -> arbitrary::Result<OutlierOptions> {
+    let mut o = OutlierOptions::default();
+    if u.int_in_range(0..=1u8)? == 0 {
+        return Ok(o);
+    }
+    let mut rates = || -> arbitrary::Result<OutlierRates> {
+        let mut rate = || u.int_in_range(0..=200_000u32);
+        Ok(OutlierRates {
+            read_ppm: rate()?,
+            write_ppm: rate()?,
+            flush_ppm: rate()?,
+            zeroes_ppm: rate()?,
+            discard_ppm: rate()?,
+        })
+    };
+    o.image = rates()?;
+    o.data_file = rates()?;
+    o.backing = rates()?;
+    o.factor_max = u.int_in_range(1..=MAX_OUTLIER_FACTOR)?;
+    o.factor_min = u.int_in_range(1..=o.factor_max)?;
+    Ok(o)
+}
+
+/// A schedule policy with bounded parameters: PCT with at most 8 change
+/// points over at most 2^20 steps, starvation released within 2^20 steps.
+fn schedule(u: &mut Unstructured<'_>) -> arbitrary::Result<SchedulePolicy> {
+    Ok(match u.int_in_range(0..=2u8)? {
+        0 => SchedulePolicy::Random,
+        1 => SchedulePolicy::Priority {
+            change_points: u.int_in_range(1..=8)?,
+            steps_hint: u.int_in_range(1..=1 << 20)?,
+        },
+        _ => SchedulePolicy::Starve {
+            task: u.int_in_range(0..=MAX_ARBITRARY_OPS as u64)?,
+            every: u.int_in_range(0..=16)?,
+            release_after: u.int_in_range(1..=1 << 20)?,
+        },
+    })
+}
+
 fn disk(u: &mut Unstructured<'_>) -> arbitrary::Result<DiskOptions> {
     // Latencies in microseconds, scaled to the disk's nanoseconds.
     let span = |u: &mut Unstructured<'_>| -> arbitrary::Result<(u64, u64)> {
@@ -138,6 +188,8 @@ fn disk(u: &mut Unstructured<'_>) -> arbitrary::Result<DiskOptions> {
         // Not drawn, so that fuzz inputs saved before it existed decode
         // as they did; it changes only timing.
         extend: 0,
+        // Drawn after the workload (`outliers`), for the same reason.
+        outliers: OutlierOptions::default(),
     };
     let enabled = u.ratio(1, 2)?;
     let faults = FaultOptions {

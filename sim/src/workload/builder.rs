@@ -86,6 +86,19 @@ impl Builder {
         }
     }
 
+    /// The clusters the writes, write_zeroes and discards so far touch, in
+    /// order: the others are still unallocated, so a write there allocates.
+    pub fn touched_clusters(&self) -> std::collections::BTreeSet<u64> {
+        let cs = self.geom.cluster_sectors;
+        self.groups
+            .iter()
+            .flatten()
+            .filter(|op| !matches!(op, Op::Read { .. }))
+            .filter_map(Op::range)
+            .flat_map(|(s, n)| s / cs..(s + n).div_ceil(cs))
+            .collect()
+    }
+
     /// Adds an operation on its own.
     pub fn one(&mut self, op: Op) {
         self.group(vec![op]);

@@ -9,11 +9,13 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::builder::{pick, Builder, Geometry};
+use super::hazard::Hazards;
 use super::{backing, bench, iozone, mkfs, random, sequential, Profile};
 use crate::case::{
     BackingSpec, Case, DataFileSpec, ImageSpec, Op, CASE_VERSION, MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
 use crate::disk::{DiskOptions, FaultOptions};
+use crate::exec::SchedulePolicy;
 use crate::rng::{self, Stream};
 
 /// Most operations a generated workload has before its crash points.
@@ -36,6 +38,10 @@ const DATA_FILE_PROBABILITY: f64 = 0.2;
 /// (see [`RareShape`]): its own stream, so the other draws stay as they
 /// were.
 const WORKLOAD_RARE_PATHS: u32 = 5;
+/// Whether the case gets hazard cycles, and which (see
+/// [`super::hazard`]): its own stream, so the other draws stay as they
+/// were.
+const WORKLOAD_HAZARDS: u32 = 6;
 /// Share of cases shaped to reach the rare paths.
 const RARE_PATHS_PROBABILITY: f64 = 0.25;
 /// The smaller caches of a rare-path case: their own sub-stream of the
@@ -87,6 +93,15 @@ impl Case {
         let rare = (!image.create.extended_l2)
             .then(|| RareShape::draw(&mut rare_rng, &mut image))
             .flatten();
+        let mut hazard_rng = stream(seed, Stream::Workload, WORKLOAD_HAZARDS);
+        let hazards = Hazards::draw(&mut hazard_rng);
+        if let Some(cs) = hazards.and_then(|h| h.small_clusters) {
+            // Not over a rare shape's own, nor under extended L2 entries
+            // (which need 16 KiB at least).
+            if rare.is_none() && !image.create.extended_l2 {
+                image.create.cluster_size = cs;
+            }
+        }
         // Guest data in a data file has no refcounts, so such an image
         // cannot outgrow its refcount table: a shape aimed at that keeps
         // its data in the image.
@@ -117,6 +132,9 @@ impl Case {
             Profile::Mkfs => mkfs::generate(&mut rng, &mut b),
             Profile::Backing => backing::generate(&mut rng, &mut b),
         }
+        if let Some(h) = &hazards {
+            h.add(&mut hazard_rng, &mut b);
+        }
         let crashes = rng.gen_range(2..=4u32) as usize;
         let mut engine = EngineOptions {
             grow_ahead: pick(
@@ -131,6 +149,12 @@ impl Case {
             let mut r = stream(seed, Stream::EngineConfig, ENGINE_RARE_CACHES);
             engine.l2_cache_tables = r.gen_range(2..=4);
             engine.refcount_cache_tables = r.gen_range(2..=4);
+        }
+        if hazards.is_some_and(|h| h.small_caches) {
+            // The fewest tables a cache may hold: the hazard cycles' spread
+            // writes evict dirty ones.
+            engine.l2_cache_tables = 2;
+            engine.refcount_cache_tables = 2;
         }
         let case = Case {
             version: CASE_VERSION,
@@ -150,6 +174,11 @@ impl Case {
             },
             image,
             workload: b.finish(&mut rng, crashes),
+            schedule: SchedulePolicy::Random,
+        };
+        let case = Case {
+            schedule: schedule_for(&case),
+            ..case
         };
         debug_assert!(case.validate().is_ok(), "{:?}", case.validate());
         case
@@ -256,6 +285,16 @@ impl RareShape {
         }
         b.one(Op::Flush);
     }
+}
+
+/// The schedule of a generated case (swarm: uniform, PCT or starving a
+/// task), drawn from the schedule configuration stream. The hints follow
+/// from the workload: about 3 polls per unit of work, and one task per
+/// operation besides the few the setup and each crash's reopen spawn.
+fn schedule_for(case: &Case) -> SchedulePolicy {
+    let ops = case.workload.iter().map(Vec::len).sum::<usize>() as u64;
+    let tasks = ops + 4 * (case.crashes() as u64 + 1);
+    SchedulePolicy::swarm(case.seed, case.work().saturating_mul(3), tasks)
 }
 
 fn engine_options(rng: &mut ChaCha8Rng) -> EngineOptions {

@@ -11,6 +11,7 @@ mod backing;
 mod bench;
 mod builder;
 mod generate;
+mod hazard;
 mod iozone;
 mod mkfs;
 mod profile;

@@ -36,10 +36,14 @@ fn failing_case(broken: Broken, profile: Profile) -> Case {
 }
 
 fn shrinks_small(broken: Broken, profile: Profile, max_ops: usize) {
+    shrinks_small_within(broken, profile, max_ops, MAX_RUNS)
+}
+
+fn shrinks_small_within(broken: Broken, profile: Profile, max_ops: usize, max_runs: u64) {
     let case = failing_case(broken, profile);
     let kind = FailureKind::of(&run_guarded(&case).failures[0]);
     let options = ShrinkOptions {
-        max_runs: MAX_RUNS,
+        max_runs,
         ..ShrinkOptions::default()
     };
     let (shrunk, shrunk_kind) = shrink_failing(&case, &options, |_| {}).expect("the case fails");
@@ -85,9 +89,14 @@ fn shrinks_a_link_before_data_failure() {
 /// Other failing seeds
 /// go below 8 (50: 5 operations, 57: 7; ARCHITECTURE.md, "Measured"). The
 /// bound holds the measured 10, so that a shrinker that does worse fails.
+/// Since hazard cycles, latency outliers and the schedule modes, seed 23's
+/// case is another (281 operations, 1 KiB clusters, a PCT schedule): 1500
+/// runs leave 19 operations; with twice the budget it ends at 11 in about
+/// 2,300 runs (`qcsim shrink --max-runs 5000`: 11 operations in 4 groups,
+/// 2,341 runs), one more than before.
 #[test]
 fn shrinks_a_skip_refcount_flush_failure() {
-    shrinks_small(Broken::SkipRefcountFlush, Profile::Random, 10);
+    shrinks_small_within(Broken::SkipRefcountFlush, Profile::Random, 11, 2 * MAX_RUNS);
 }
 
 #[test]

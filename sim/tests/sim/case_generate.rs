@@ -16,9 +16,11 @@ fn every_profile_generates_valid_bounded_cases() {
                 (20..=420).contains(&ops),
                 "{profile} seed {seed}: {ops} ops"
             );
+            // 2 to 4 sprinkled over the workload, and up to 2 more in
+            // hazard cycles.
             let crashes = case.crashes();
             assert!(
-                (2..=4).contains(&crashes),
+                (2..=6).contains(&crashes),
                 "{profile} seed {seed}: {crashes} crashes"
             );
             assert!(case.image.create.size <= 8 << 20);

@@ -23,6 +23,7 @@ fn fixed(read: u64, write: u64, flush: u64) -> DiskOptions {
             bandwidth: 0,
             channels: 0,
             extend: 0,
+            outliers: Default::default(),
         },
         ..DiskOptions::default()
     }

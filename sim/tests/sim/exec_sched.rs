@@ -293,11 +293,43 @@ fn priority_schedules_run_tasks_whole_until_a_change_point() {
 }
 
 #[test]
+fn a_starved_task_runs_only_when_no_other_is_ready() {
+    use sim::exec::SchedulePolicy;
+    let starve = |task, every, release_after| SchedulePolicy::Starve {
+        task,
+        every,
+        release_after,
+    };
+    for seed in 0..10 {
+        // Task 1 waits until the others have finished.
+        let v = interleaving(seed, starve(1, 0, u64::MAX));
+        assert_eq!(v.len(), 12);
+        assert_eq!(&v[9..], &[1, 1, 1], "seed {seed}: {v:?}");
+        assert!(!v[..9].contains(&1), "seed {seed}: {v:?}");
+        // Tasks 0 and 2 (every 2nd from 0) wait for 1 and 3.
+        let v = interleaving(seed, starve(0, 2, u64::MAX));
+        assert!(v[..6].iter().all(|t| t % 2 == 1), "seed {seed}: {v:?}");
+    }
+    // Released at the first step, it is the uniform choice again.
+    assert!((0..10).any(|s| {
+        let v = interleaving(s, starve(1, 0, 1));
+        v[..9].contains(&1)
+    }));
+    assert_eq!(
+        interleaving(3, starve(2, 0, 5)),
+        interleaving(3, starve(2, 0, 5))
+    );
+}
+
+#[test]
 fn swarm_policies_mix_and_are_seeded() {
     use sim::exec::SchedulePolicy;
     let all: Vec<ExecOptions> = (0..40).map(|s| ExecOptions::swarm(s, 500)).collect();
     assert_eq!(all[3], ExecOptions::swarm(3, 500));
     assert!(all.iter().any(|o| o.policy == SchedulePolicy::Random));
+    assert!(all
+        .iter()
+        .any(|o| matches!(o.policy, SchedulePolicy::Starve { .. })));
     assert!(all.iter().any(|o| matches!(
         o.policy,
         SchedulePolicy::Priority {
