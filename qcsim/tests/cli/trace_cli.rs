@@ -90,7 +90,7 @@ fn import_strace_then_run_with_crashes_then_replay() {
     assert!(out.contains("trace mke2fs.trace: 165 requests"), "{out}");
     assert!(out.contains("3 crashes drawn from seed 4"), "{out}");
     assert!(out.contains("seed 4 (custom): PASS"), "{out}");
-    assert!(out.contains(" crash states, "), "{out}");
+    assert!(out.contains(" crash states ("), "{out}");
     assert!(out.contains("s wall; peak memory "), "{out}");
     assert!(out.contains("MiB (maxrss)"), "{out}");
     // No progress bar when standard error is not a terminal.

@@ -697,7 +697,11 @@ impl<'a> Run<'a> {
                     })?;
             if !dirty_bit(&extra.content) {
                 let label = format!("crash-{} (extra state {k})", self.crashes);
+                // A failure's dump diff is against the disk as the power
+                // went, which is still `self.disk` here.
+                let before = self.before_crash.replace(self.disk.clone());
                 self.judge(&label, &extra.content, None);
+                self.before_crash = before;
                 self.shared.stats.borrow_mut().crash_states_checked += 1;
             }
         }
