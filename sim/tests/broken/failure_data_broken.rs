@@ -45,9 +45,10 @@ fn first_report(b: Broken, wanted: impl Fn(&Failure) -> bool) -> sim::runner::Ru
 /// holds another write's data.
 #[test]
 fn a_wrong_read_carries_the_bytes_and_what_was_allowed() {
-    let report = first_report(Broken::LinkBeforeData, |f| {
-        matches!(f, Failure::Model { sectors, .. } if !sectors.is_empty())
-    });
+    let report = first_report(
+        Broken::LinkBeforeData,
+        |f| matches!(f, Failure::Model { sectors, .. } if !sectors.is_empty()),
+    );
     let sectors: Vec<_> = report
         .failures
         .iter()
@@ -91,9 +92,10 @@ fn a_wrong_read_carries_the_bytes_and_what_was_allowed() {
 /// write).
 #[test]
 fn a_failed_check_after_a_crash_carries_the_dump_diff() {
-    let report = first_report(Broken::EvictWithoutFlush, |f| {
-        matches!(f, Failure::Check { label, .. } if label.starts_with("crash-"))
-    });
+    let report = first_report(
+        Broken::EvictWithoutFlush,
+        |f| matches!(f, Failure::Check { label, .. } if label.starts_with("crash-")),
+    );
     let mut crash_checks = 0;
     for f in &report.failures {
         if let Failure::Check {
