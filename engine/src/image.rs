@@ -234,7 +234,12 @@ impl<D: BlockDev> Image<D> {
 
     /// Guard `g`'s condition arose (see `guards`).
     pub(crate) fn guard_arose(&self, g: crate::guards::Guard) {
-        self.counters.borrow_mut().guards.bump(g);
+        self.guard_arose_times(g, 1);
+    }
+
+    /// Guard `g`'s condition arose `n` times.
+    pub(crate) fn guard_arose_times(&self, g: crate::guards::Guard, n: u64) {
+        self.counters.borrow_mut().guards.bump(g, n);
     }
 
     /// Write the in-memory header to cluster 0 (no flush). A failure

@@ -440,9 +440,7 @@ impl<D: BlockDev> Image<D> {
             self.inflight.borrow().oldest_io()
         };
         let (ready, held) = self.meta.borrow_mut().alloc.take_ready_frees(oldest_io);
-        for _ in 0..held {
-            self.guard_arose(Guard::FreeAfterInflightIo);
-        }
+        self.guard_arose_times(Guard::FreeAfterInflightIo, held);
         for cluster in ready {
             let rc = self.refcount(cluster).await?;
             if rc == 0 {

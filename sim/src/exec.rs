@@ -67,17 +67,6 @@ pub struct ExecOptions {
     pub policy: SchedulePolicy,
 }
 
-impl ExecOptions {
-    /// Default limits with a schedule policy drawn from `seed`
-    /// ([`SchedulePolicy::swarm`]).
-    pub fn swarm(seed: u64, steps_hint: u64) -> Self {
-        Self {
-            policy: SchedulePolicy::swarm(seed, steps_hint, 1),
-            ..Self::default()
-        }
-    }
-}
-
 /// Most change points a `SchedulePolicy::Priority` draws.
 pub const CHANGE_POINTS_MAX: u32 = 1024;
 

@@ -324,8 +324,12 @@ fn a_starved_task_runs_only_when_no_other_is_ready() {
 #[test]
 fn swarm_policies_mix_and_are_seeded() {
     use sim::exec::SchedulePolicy;
-    let all: Vec<ExecOptions> = (0..40).map(|s| ExecOptions::swarm(s, 500)).collect();
-    assert_eq!(all[3], ExecOptions::swarm(3, 500));
+    let swarm = |seed| ExecOptions {
+        policy: SchedulePolicy::swarm(seed, 500, 1),
+        ..ExecOptions::default()
+    };
+    let all: Vec<ExecOptions> = (0..40).map(swarm).collect();
+    assert_eq!(all[3], swarm(3));
     assert!(all.iter().any(|o| o.policy == SchedulePolicy::Random));
     assert!(all
         .iter()
