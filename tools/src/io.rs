@@ -1,7 +1,7 @@
 //! The qemu-io command set on an image: the command parser
 //! ([`parse_command`]: `read`, `readv`, `write`, `writev`, `aio_read`,
 //! `aio_write`, `aio_flush`, `discard`, `alloc`, `map`, `length`, `info`,
-//! `flush`, `open`, `close`, `abort`, `sigraise`, `quit`, with qemu-io's
+//! `flush`, `open`, `close`, `reopen`, `abort`, `sigraise`, `quit`, with qemu-io's
 //! flags and its messages for bad arguments) and its executor, a
 //! [`Session`] holding one open of the image (and its locks) across
 //! commands. A command's output follows qemu-io's: "wrote N/N bytes at
@@ -10,7 +10,7 @@
 //! reproducible); "Pattern verification failed at offset N, N bytes";
 //! `read -v` hex dumps. A failing command prints its failure as qemu-io
 //! does and reports it as a [`CmdFailure`], and the session goes on.
-//! Commands that change which image is open (`open`, `close`) or end the
+//! Commands that change which image is open (`open`, `close`, `reopen`) or end the
 //! process (`quit`, `abort`, `sigraise`) are parsed here and carried out by
 //! the caller, which owns the session.
 
@@ -108,6 +108,14 @@ pub enum Cmd {
         options: Vec<String>,
     },
     Close,
+    /// `reopen [-r|-w] [-c cache] [-o opts]`: the same image, opened
+    /// again read-only (`Some(true)`), read-write, or as it was.
+    Reopen {
+        read_only: Option<bool>,
+        /// `-c MODE`: the cache mode, as given.
+        cache: Option<String>,
+        options: Vec<String>,
+    },
     /// End the process with SIGABRT, as a crash would.
     Abort,
     /// Raise the signal of this number.
@@ -493,6 +501,24 @@ pub fn parse_command(line: &str) -> Result<Option<Cmd>, CmdError> {
                 file: o.positional[0].to_owned(),
                 read_only: o.has('r'),
                 nocache,
+                options: o
+                    .flags
+                    .iter()
+                    .filter(|(f, _)| *f == 'o')
+                    .filter_map(|(_, v)| v.map(str::to_owned))
+                    .collect(),
+            }
+        }
+        "reopen" => {
+            let o = scan("reopen", rest, "rw", "co")?;
+            o.count("reopen", 0, Some(0))?;
+            let (r, w) = (o.has('r'), o.has('w'));
+            if r && w {
+                return err_stderr("Only one -r/-w option may be given");
+            }
+            Cmd::Reopen {
+                read_only: (r || w).then_some(r),
+                cache: o.value('c').map(str::to_owned),
                 options: o
                     .flags
                     .iter()
@@ -976,7 +1002,12 @@ impl Session {
                 Err(e) => Ok(failed("flush", e)),
                 Ok(()) => Ok(Ok(())),
             },
-            Cmd::Open { .. } | Cmd::Close | Cmd::Abort | Cmd::Sigraise(_) | Cmd::Quit => Ok(Ok(())),
+            Cmd::Open { .. }
+            | Cmd::Close
+            | Cmd::Reopen { .. }
+            | Cmd::Abort
+            | Cmd::Sigraise(_)
+            | Cmd::Quit => Ok(Ok(())),
         }
     }
 

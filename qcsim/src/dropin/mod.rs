@@ -67,6 +67,18 @@ impl CacheMode {
     }
 }
 
+/// An error and its sources, joined by ": ".
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
 /// The C library's text for an OS error (Rust's display adds the number).
 pub fn strerror(e: &std::io::Error) -> String {
     let s = e.to_string();
@@ -81,8 +93,11 @@ pub fn strerror(e: &std::io::Error) -> String {
 pub fn open_error_text(file: &Path, e: &OpenError) -> String {
     use engine::dev::FileOpenError;
     match e {
-        OpenError::File(FileOpenError::Open { error, .. }) => {
-            format!("Could not open '{}': {}", file.display(), strerror(error))
+        // The name as opened: the one given, or a backing file's as
+        // resolved against its image, as QEMU names it.
+        OpenError::File(FileOpenError::Open { path, error }) => {
+            let _ = file;
+            format!("Could not open '{}': {}", path.display(), strerror(error))
         }
         OpenError::Lock(l) => l.to_string(),
         OpenError::File(FileOpenError::Lock(l)) => l.to_string(),

@@ -9,10 +9,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use tools::check::{check_file, CheckOptions, RepairMode};
-use tools::create::{prepare_image, CreateImageOptions};
+use tools::create::{prepare_image, CreateImageError, CreateImageOptions};
 use tools::files::{probe_path, Format, Probed};
 use tools::info::{info, InfoOptions};
-use tools::qemu_args::{option_help, wants_help};
+use tools::qemu_args::{option_help, wants_help, ArgError};
 
 use super::getopt::{getopt, long, Long, Parsed};
 
@@ -122,16 +122,40 @@ fn create(prog: &str, args: &[String]) -> Result<i32, Fail> {
     futures::executor::block_on(async {
         let prepared = prepare_image(&path, &opts)
             .await
-            .map_err(|e| Fail(format!("{file}: {e}"), 1))?;
+            .map_err(|e| Fail(create_error(&file, &e), 1))?;
         if !p.has("q") {
             println!("{}", prepared.formatting_line());
         }
         prepared
             .write()
             .await
-            .map_err(|e| Fail(format!("{file}: {e}"), 1))
+            .map_err(|e| Fail(create_error(&file, &e), 1))
     })?;
     Ok(0)
+}
+
+/// A create failure as qemu-img words it: "FILE: what is wrong".
+fn create_error(file: &str, e: &CreateImageError) -> String {
+    match e {
+        // QEMU's messages for bad values are sentences of their own.
+        CreateImageError::Options {
+            error: ArgError::BadValue { reason, .. },
+            ..
+        } => {
+            let mut r = reason.clone();
+            if let Some(first) = r.get(..1) {
+                r.replace_range(..1, &first.to_uppercase());
+            }
+            format!("{file}: {r}")
+        }
+        CreateImageError::Options { error, .. } => format!("{file}: {error}"),
+        CreateImageError::BackingOpen { error, .. } => format!(
+            "{file}: {}\nCould not open backing image.",
+            super::open_error_text(Path::new(file), error)
+        ),
+        // The engine's and tools' messages name the file themselves.
+        other => super::chain(other),
+    }
 }
 
 fn check(prog: &str, args: &[String]) -> Result<i32, Fail> {

@@ -14,7 +14,7 @@ use tools::files::{Format, OpenOptions};
 use tools::io::{parse_command, Cmd, CmdFailure, Session};
 
 use super::getopt::{getopt, long, Long};
-use super::{copy_for_snapshot, open_error_text, CacheMode};
+use super::{chain, copy_for_snapshot, open_error_text, CacheMode};
 
 const SHORT: &str = "hVc:d:f:rsnCmki:t:T:U";
 
@@ -75,6 +75,9 @@ struct OpenSpec {
 /// after each write) and the snapshot copy to delete on close.
 struct Current {
     session: Session,
+    /// The name it was opened by, and how, for `reopen`.
+    file: PathBuf,
+    spec: OpenSpec,
     cache: CacheMode,
     snapshot: Option<PathBuf>,
 }
@@ -276,6 +279,66 @@ async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &O
                 }
             };
         }
+        Cmd::Reopen {
+            read_only,
+            cache,
+            options,
+        } => {
+            drop(out);
+            let Some(c) = current.take() else {
+                eprintln!("no file open, try 'help open'");
+                return Step::Next(false);
+            };
+            let mut s = c.spec.clone();
+            if let Some(r) = read_only {
+                s.read_only = *r;
+            }
+            if let Some(mode) = cache {
+                match CacheMode::parse(mode) {
+                    Some(m) => s.cache = m,
+                    None => {
+                        eprintln!("{prog}: Invalid cache option: {mode}");
+                        *current = Some(c);
+                        return Step::Next(false);
+                    }
+                }
+            }
+            if let Some(o) = options
+                .iter()
+                .flat_map(|o| o.split(','))
+                .find(|o| !o.is_empty())
+            {
+                eprintln!("{prog}: reopen -o {o}: options are not supported by qcsim");
+                *current = Some(c);
+                return Step::Next(false);
+            }
+            // The image is closed (written back, locks dropped) and opened
+            // again as asked; a snapshot copy is reopened, not recopied.
+            let file = c.snapshot.clone().unwrap_or_else(|| c.file.clone());
+            let snapshot = c.snapshot.clone();
+            let original = c.file.clone();
+            if let Err(e) = c.session.close().await {
+                eprintln!("{prog}: {}", chain(&e));
+                return Step::Next(false);
+            }
+            let reopen_spec = OpenSpec {
+                snapshot: false,
+                ..s.clone()
+            };
+            return match open(&file, &reopen_spec).await {
+                Ok(mut n) => {
+                    n.file = original;
+                    n.spec = s;
+                    n.snapshot = snapshot;
+                    *current = Some(n);
+                    Step::Next(true)
+                }
+                Err(reason) => {
+                    eprintln!("{prog}: Cannot reopen: {reason}");
+                    Step::Next(false)
+                }
+            };
+        }
         Cmd::Close => {
             drop(out);
             if let Some(c) = current.take() {
@@ -332,6 +395,8 @@ async fn open(file: &Path, spec: &OpenSpec) -> Result<Current, String> {
     match Session::open(&path, &opts).await {
         Ok(session) => Ok(Current {
             session: session.with_timing(true),
+            file: file.to_owned(),
+            spec: spec.clone(),
             cache: spec.cache,
             snapshot,
         }),
