@@ -237,7 +237,17 @@ fn check(prog: &str, args: &[String]) -> Result<i32, Fail> {
         repair,
         force_share: p.has("U"),
     };
-    let outcome = check_file(&file, &opts).map_err(|e| Fail(e.to_string(), 1))?;
+    let outcome = check_file(&file, &opts).map_err(|e| match e {
+        tools::check::CheckError::Open { path, error } => Fail(
+            format!(
+                "Could not open '{}': {}",
+                path.display(),
+                super::open_error_text(&path, &error)
+            ),
+            1,
+        ),
+        other => Fail(other.to_string(), 1),
+    })?;
     for message in outcome.finding_messages() {
         eprintln!("{message}");
     }

@@ -307,6 +307,7 @@ fn errors_carry_qemus_words_prefixes_and_exit_codes() {
     // Opening a missing file, as qemu-io and qemu-img.
     t.same("qemu-io", &["-c", "read 0 512", "missing.qcow2"]);
     t.same("qemu-img", &["info", "missing.qcow2"]);
+    t.same("qemu-img", &["check", "missing.qcow2"]);
     // Usage errors.
     t.same("qemu-io", &["-t", "bogus", "-c", "read 0 1", "t.qcow2"]);
     // A check of a format without checks: 63.
