@@ -109,11 +109,22 @@ fn create(prog: &str, args: &[String]) -> Result<i32, Fail> {
         _ => return fail(format!("Invalid parameter '{}'", p.operands[2])),
     };
     if let Some(s) = &size {
-        if tools::qemu_args::parse_size(s).is_err() || s.starts_with('-') {
-            return fail(
-                "Invalid image size specified. You may use k, M, G, T, P or E suffixes for\n\
-                 qemu-img: kilobytes, megabytes, gigabytes, terabytes, petabytes and exabytes.",
-            );
+        // qemu-img's two messages: a number out of range (negative ones
+        // included), and anything else that is not a size.
+        let negative = s
+            .strip_prefix('-')
+            .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+        let parsed = tools::qemu_args::parse_size(s);
+        let too_large = matches!(parsed, Err(ArgError::SizeTooLarge(_)))
+            || matches!(parsed, Ok(v) if v > i64::MAX as u64);
+        if negative || too_large {
+            return fail(format!(
+                "Invalid image size specified. Must be between 0 and {}.",
+                i64::MAX
+            ));
+        }
+        if parsed.is_err() {
+            return fail(format!("Invalid image size specified: '{s}'."));
         }
     }
     let opts = CreateImageOptions {

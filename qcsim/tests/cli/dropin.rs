@@ -310,6 +310,13 @@ fn errors_carry_qemus_words_prefixes_and_exit_codes() {
     t.same("qemu-img", &["check", "missing.qcow2"]);
     // Usage errors.
     t.same("qemu-io", &["-t", "bogus", "-c", "read 0 1", "t.qcow2"]);
+    // Sizes qemu-img refuses, each with its message.
+    for size in ["1x", "-1", "-1k", "16E", "abc"] {
+        t.same(
+            "qemu-img",
+            &["create", "-f", "qcow2", "s.qcow2", "--", size],
+        );
+    }
     // A check of a format without checks: 63.
     t.same("qemu-img", &["check", "-f", "raw", "t.raw"]);
     // A bad cluster size: the same error (QEMU prints its Formatting
