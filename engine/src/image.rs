@@ -167,6 +167,12 @@ impl<D: BlockDev> Image<D> {
             .map(|n| (n, m.header.backing_format()))
     }
 
+    /// The backing file attached, if any (for tools that walk the chain,
+    /// such as a map of where each range's data comes from).
+    pub fn backing(&self) -> Option<&Backing<D>> {
+        self.backing.as_ref()
+    }
+
     pub fn attach_backing(&mut self, backing: Backing<D>) {
         self.backing = Some(backing);
     }

@@ -26,6 +26,7 @@ mod progress;
 mod report;
 
 mod cli;
+mod dropin;
 
 use clap::{Parser, Subcommand};
 
@@ -70,13 +71,42 @@ enum Command {
     Convert(cli::convert::Args),
     /// Deterministic text dump of header, L1, L2 and refcount state.
     Dump(cli::dump::Args),
-    /// Run qemu-io style commands on an image.
-    Io(cli::io::Args),
+    /// qemu-io: its options and commands on an image (as qcsim invoked as
+    /// `qemu-io`).
+    Io(ToolArgs),
+    /// qemu-img: its create, check and info (as qcsim invoked as
+    /// `qemu-img`).
+    Img(ToolArgs),
     /// Export an image's guest view over NBD.
     Serve(cli::serve::Args),
 }
 
+/// The command line of a drop-in tool, passed on as it is.
+#[derive(clap::Args)]
+#[command(disable_help_flag = true)]
+struct ToolArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
 fn main() {
+    // Invoked as qemu-img or qemu-io (a symlink), or as `qcsim img` and
+    // `qcsim io`: the tool's own command line, scanned as the tool scans it.
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let tool = match (args.first(), args.get(1).map(String::as_str)) {
+        (Some(argv0), _) if dropin::tool_of_argv0(argv0).is_some() => {
+            dropin::tool_of_argv0(argv0).map(|t| (t, 1))
+        }
+        (_, Some("img")) => Some((dropin::Tool::Img, 2)),
+        (_, Some("io")) => Some((dropin::Tool::Io, 2)),
+        _ => None,
+    };
+    if let Some((tool, skip)) = tool {
+        let code = dropin::run(tool, &args[skip..]);
+        std::process::exit(output::exit_code(code));
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Campaign(a) => cli::campaign::run(a),
@@ -93,7 +123,8 @@ fn main() {
         Command::Check(a) => cli::check::run(a),
         Command::Convert(a) => cli::convert::run(a),
         Command::Dump(a) => cli::dump::run(a),
-        Command::Io(a) => cli::io::run(a),
+        Command::Io(a) => Ok(dropin::run(dropin::Tool::Io, &a.args)),
+        Command::Img(a) => Ok(dropin::run(dropin::Tool::Img, &a.args)),
         Command::Serve(a) => cli::serve::run(a),
     };
     let code = match result {

@@ -618,8 +618,10 @@ async fn prepare_qcow2(
         backing_path = Some(path);
     }
     let size = checked_size(file, opts.size)?;
+    // QEMU's qcow2 disks are whole sectors: a size that is not is rounded
+    // up (the "Formatting" line still shows the size asked for).
     let create = opts
-        .to_create_options(size)
+        .to_create_options(size.next_multiple_of(512))
         .map_err(|error| CreateImageError::Options {
             path: file.to_owned(),
             error,
@@ -682,6 +684,7 @@ async fn prepare_qcow2(
         formatting_line: formatting_line(
             file,
             &create,
+            size,
             opts.compat_name.as_deref(),
             opts.data_file_raw,
         ),
@@ -695,10 +698,11 @@ async fn prepare_qcow2(
 
 /// The line qemu-img prints before creating a qcow2 image, in its order.
 /// `compat_name` is the `compat` option as given, if it was, and
-/// `data_file_raw` likewise.
+/// `data_file_raw` likewise; `size` is the size asked for.
 fn formatting_line(
     file: &Path,
     c: &CreateOptions,
+    size: u64,
     compat_name: Option<&str>,
     data_file_raw: Option<bool>,
 ) -> String {
@@ -709,7 +713,7 @@ fn formatting_line(
         c.cluster_size,
         onoff(c.extended_l2),
         c.compression_type.name(),
-        c.size
+        size
     );
     if let Some(b) = &c.backing_file {
         s.push_str(&format!(" backing_file={b}"));
@@ -895,7 +899,7 @@ mod tests {
             ..CreateOptions::default()
         };
         assert_eq!(
-            formatting_line(Path::new("top.qcow2"), &c, None, None),
+            formatting_line(Path::new("top.qcow2"), &c, c.size, None, None),
             "Formatting 'top.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
              compression_type=zlib size=1048576 backing_file=base.raw backing_fmt=raw \
              lazy_refcounts=off refcount_bits=16"
@@ -906,7 +910,7 @@ mod tests {
             ..CreateOptions::default()
         };
         assert_eq!(
-            formatting_line(Path::new("v2.qcow2"), &c, Some("0.10"), None),
+            formatting_line(Path::new("v2.qcow2"), &c, c.size, Some("0.10"), None),
             "Formatting 'v2.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
              compression_type=zlib size=1073741824 compat=0.10 lazy_refcounts=off \
              refcount_bits=16"

@@ -1,17 +1,26 @@
-//! The qemu-io subset on an image: the command parser ([`parse_command`]:
-//! `read`, `write`, `discard`, `flush`, `quit`, with qemu-io's flags) and
-//! its executor, a [`Session`] holding one open of the image (and its
-//! locks) across commands. A command's output follows qemu-io's shape
-//! ("wrote N/N bytes at offset M", "Pattern verification failed at offset
-//! N, N bytes", `read -v` hex dumps) without its timing line, so that runs
-//! are reproducible; a failing command prints its failure as qemu-io does
-//! and reports it as a [`CmdFailure`], and the session goes on.
+//! The qemu-io command set on an image: the command parser
+//! ([`parse_command`]: `read`, `readv`, `write`, `writev`, `aio_read`,
+//! `aio_write`, `aio_flush`, `discard`, `alloc`, `map`, `length`, `info`,
+//! `flush`, `open`, `close`, `reopen`, `abort`, `sigraise`, `quit`, with qemu-io's
+//! flags and its messages for bad arguments) and its executor, a
+//! [`Session`] holding one open of the image (and its locks) across
+//! commands. A command's output follows qemu-io's: "wrote N/N bytes at
+//! offset M", then, when the session is built [`Session::with_timing`], the
+//! size, operation count and timing line (off by default, so that runs are
+//! reproducible); "Pattern verification failed at offset N, N bytes";
+//! `read -v` hex dumps. A failing command prints its failure as qemu-io
+//! does and reports it as a [`CmdFailure`], and the session goes on.
+//! Commands that change which image is open (`open`, `close`, `reopen`) or end the
+//! process (`quit`, `abort`, `sigraise`) are parsed here and carried out by
+//! the caller, which owns the session.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::files::{open_image, Disk, OpenError, OpenOptions};
-use crate::qemu_args::parse_size;
+use crate::qemu_args::{parse_size, ArgError};
+use engine::status::Status;
 
 /// Largest single request, as qemu-io's limit (2 GiB less one sector).
 pub const MAX_REQUEST: u64 = (i32::MAX as u64) & !511;
@@ -23,30 +32,94 @@ const PIECE: u64 = 16 << 20;
 /// Default data byte of `write` without `-P`, as in qemu-io.
 const DEFAULT_PATTERN: u8 = 0xcd;
 
+/// Default data byte of `writev` without `-P`, as in qemu-io.
+const DEFAULT_VECTOR_PATTERN: u8 = 0xcd;
+
+/// `read -P`'s check: every byte of `[offset, offset + len)` of the data
+/// read (relative to the request; `-s` and `-l`) must be `byte`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatternCheck {
+    pub byte: u8,
+    pub offset: u64,
+    /// `None`: to the end of the request.
+    pub len: Option<u64>,
+}
+
+/// How a request's result is reported (qemu-io's `-q` and `-C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Report {
+    pub quiet: bool,
+    /// `-C`: one comma-separated line instead of the two lines.
+    pub csv: bool,
+}
+
 /// One parsed command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cmd {
+    /// `read`, `readv` (several lengths, one after the other) and
+    /// `aio_read`, which here completes before the next command.
     Read {
+        /// The command's name as qemu-io reports its failures.
+        op: &'static str,
         offset: u64,
-        len: u64,
-        /// Expected byte of every byte read (`-P`).
-        pattern: Option<u8>,
-        /// Hex dump the data (`-v`).
+        lens: Vec<u64>,
+        pattern: Option<PatternCheck>,
         verbose: bool,
-        quiet: bool,
+        report: Report,
     },
+    /// `write`, `writev` and `aio_write`.
     Write {
+        op: &'static str,
         offset: u64,
-        len: u64,
+        lens: Vec<u64>,
         data: WriteData,
-        quiet: bool,
+        /// `-f`: force unit access, here a flush after the write.
+        fua: bool,
+        report: Report,
     },
     Discard {
         offset: u64,
         len: u64,
-        quiet: bool,
+        report: Report,
     },
+    /// `alloc off [count]`: how much of the range this image (not its
+    /// backing file) holds.
+    Alloc {
+        offset: u64,
+        count: u64,
+    },
+    /// The allocation map of the whole image.
+    Map,
+    /// The virtual size.
+    Length,
+    /// Format, cluster size and the format's own information.
+    Info,
     Flush,
+    /// `aio_flush`: requests complete before the next command, so this is
+    /// a flush.
+    AioFlush,
+    /// `open [-r] [-s] [-n] [-o opts] FILE`.
+    Open {
+        file: String,
+        read_only: bool,
+        /// `-n`, `-t none`: bypass the host page cache.
+        nocache: bool,
+        /// `-o key=value,...` as given.
+        options: Vec<String>,
+    },
+    Close,
+    /// `reopen [-r|-w] [-c cache] [-o opts]`: the same image, opened
+    /// again read-only (`Some(true)`), read-write, or as it was.
+    Reopen {
+        read_only: Option<bool>,
+        /// `-c MODE`: the cache mode, as given.
+        cache: Option<String>,
+        options: Vec<String>,
+    },
+    /// End the process with SIGABRT, as a crash would.
+    Abort,
+    /// Raise the signal of this number.
+    Sigraise(i32),
     /// End the session; later commands are not run.
     Quit,
 }
@@ -60,18 +133,41 @@ pub enum WriteData {
     },
 }
 
-/// A command line that could not be parsed; the message is what qemu-io
-/// would say, more or less.
+/// A command line that could not be parsed. The message is qemu-io's;
+/// `stderr` says whether qemu-io prints it on standard error (unknown
+/// commands, bad flags) rather than standard output (bad values).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct CmdError(pub String);
-
-fn err<T>(msg: impl Into<String>) -> Result<T, CmdError> {
-    Err(CmdError(msg.into()))
+#[error("{message}")]
+pub struct CmdError {
+    pub message: String,
+    pub stderr: bool,
 }
 
+fn err<T>(msg: impl Into<String>) -> Result<T, CmdError> {
+    Err(CmdError {
+        message: msg.into(),
+        stderr: false,
+    })
+}
+
+fn err_stderr<T>(msg: impl Into<String>) -> Result<T, CmdError> {
+    Err(CmdError {
+        message: msg.into(),
+        stderr: true,
+    })
+}
+
+/// A number as qemu-io's `cvtnum`, with its messages.
 fn parse_num(s: &str) -> Result<u64, CmdError> {
-    parse_size(s).map_err(|e| CmdError(format!("parsing error: {e}")))
+    match parse_size(s) {
+        Ok(v) if v <= i64::MAX as u64 => Ok(v),
+        Ok(_) | Err(ArgError::SizeTooLarge(_)) => {
+            err(format!("Parsing error: argument too large -- {s}"))
+        }
+        Err(_) => err(format!(
+            "Parsing error: non-numeric argument, or extraneous/unrecognized suffix -- {s}"
+        )),
+    }
 }
 
 /// Parse a pattern byte as qemu-io does (C `strtol` with base 0: decimal,
@@ -128,13 +224,17 @@ fn scan<'a>(
                     i += 1;
                     match words.get(i) {
                         Some(v) => v,
-                        None => return err(format!("{cmd}: option -{c} needs a value")),
+                        None => {
+                            return err_stderr(format!(
+                                "{cmd}: option requires an argument -- '{c}'"
+                            ))
+                        }
                     }
                 };
                 flags.push((c, Some(value)));
                 break;
             } else {
-                return err(format!("{cmd}: invalid option -- '{c}'"));
+                return err_stderr(format!("{cmd}: invalid option -- '{c}'"));
             }
         }
         i += 1;
@@ -158,50 +258,145 @@ impl Opts<'_> {
             .and_then(|(_, v)| *v)
     }
 
+    fn report(&self) -> Report {
+        Report {
+            quiet: self.has('q'),
+            csv: self.has('C'),
+        }
+    }
+
+    /// The positional words must number between `min` and `max`.
+    fn count(&self, cmd: &str, min: usize, max: Option<usize>) -> Result<(), CmdError> {
+        let n = self.positional.len();
+        if n < min || max.is_some_and(|m| n > m) {
+            let want = match max {
+                Some(m) if m == min => format!("expected {min} arguments"),
+                Some(m) if n > m => format!("expected at most {m} arguments"),
+                _ => format!("expected at least {min} arguments"),
+            };
+            return err_stderr(format!("bad argument count {n} to {cmd}, {want}"));
+        }
+        Ok(())
+    }
+
     /// The two positional words `off len`, parsed.
     fn offset_len(&self, cmd: &str) -> Result<(u64, u64), CmdError> {
-        let [off, len] = self.positional[..] else {
+        self.count(cmd, 2, Some(2))?;
+        let offset = parse_num(self.positional[0])?;
+        let len = parse_num(self.positional[1])?;
+        if len > MAX_REQUEST {
             return err(format!(
-                "{cmd}: expected 2 arguments (offset and length), got {}",
-                self.positional.len()
+                "length cannot exceed {MAX_REQUEST}, given {}",
+                self.positional[1]
             ));
-        };
-        let offset = parse_num(off)?;
-        let len_v = parse_num(len)?;
-        if len_v > MAX_REQUEST {
-            return err(format!("length cannot exceed {MAX_REQUEST}, given {len}"));
         }
-        Ok((offset, len_v))
+        Ok((offset, len))
+    }
+
+    /// `off len [len...]` of the vectored commands.
+    fn offset_lens(&self, cmd: &str) -> Result<(u64, Vec<u64>), CmdError> {
+        self.count(cmd, 2, None)?;
+        let offset = parse_num(self.positional[0])?;
+        let mut total = 0u64;
+        let mut lens = Vec::new();
+        for arg in &self.positional[1..] {
+            let len = parse_num(arg)?;
+            if len > MAX_REQUEST {
+                return err(format!(
+                    "Argument '{arg}' exceeds maximum size {MAX_REQUEST}"
+                ));
+            }
+            if total > MAX_REQUEST - len {
+                return err(format!(
+                    "The total number of bytes exceed the maximum size {MAX_REQUEST}"
+                ));
+            }
+            total += len;
+            lens.push(len);
+        }
+        Ok((offset, lens))
+    }
+
+    fn pattern_check(&self, total: u64) -> Result<Option<PatternCheck>, CmdError> {
+        let Some(p) = self.value('P') else {
+            return Ok(None);
+        };
+        let byte = parse_pattern(p)?;
+        let offset = self.value('s').map(parse_num).transpose()?.unwrap_or(0);
+        let len = self.value('l').map(parse_num).transpose()?;
+        let end = offset.checked_add(len.unwrap_or(total - offset.min(total)));
+        if offset > total || end.is_none_or(|e| e > total) {
+            return err("pattern verification range exceeds end of read data");
+        }
+        Ok(Some(PatternCheck { byte, offset, len }))
     }
 }
 
-/// Parse one command line. `Ok(None)` for a blank line.
+/// Parse one command line. `Ok(None)` for a blank line or a comment.
 pub fn parse_command(line: &str) -> Result<Option<Cmd>, CmdError> {
     let words: Vec<&str> = line.split_whitespace().collect();
     let Some((&name, rest)) = words.split_first() else {
         return Ok(None);
     };
+    if name.starts_with('#') {
+        return Ok(None);
+    }
     let cmd = match name {
         "read" | "r" => {
-            let o = scan(name, rest, "vqC", "P")?;
-            let pattern = o.value('P').map(parse_pattern).transpose()?;
-            let (offset, len) = o.offset_len(name)?;
+            let o = scan("read", rest, "abCqprv", "Pls")?;
+            let (offset, len) = o.offset_len("read")?;
+            if o.has('b') {
+                return err("read -b: VM state is not supported");
+            }
             Cmd::Read {
+                op: "read",
                 offset,
-                len,
-                pattern,
+                lens: vec![len],
+                pattern: o.pattern_check(len)?,
                 verbose: o.has('v'),
-                quiet: o.has('q'),
+                report: o.report(),
+            }
+        }
+        "readv" | "aio_read" => {
+            let o = scan(name, rest, "Cqrvi", "P")?;
+            let (offset, lens) = o.offset_lens(name)?;
+            let total = lens.iter().sum();
+            Cmd::Read {
+                op: "readv",
+                offset,
+                lens,
+                pattern: o.pattern_check(total)?,
+                verbose: o.has('v'),
+                report: o.report(),
             }
         }
         "write" | "w" => {
-            let o = scan(name, rest, "zuqC", "P")?;
+            let o = scan("write", rest, "bcCfnpqrzu", "Ps")?;
             let zero = o.has('z');
+            if o.has('b') && zero {
+                return err("-b and -z cannot be specified at the same time");
+            }
+            if o.has('f') && (o.has('b') || o.has('c')) {
+                return err("-f and -b or -c cannot be specified at the same time");
+            }
+            if o.has('n') && !zero {
+                return err("-n requires -z to be specified");
+            }
             if o.has('u') && !zero {
                 return err("-u requires -z to be specified");
             }
-            if zero && o.value('P').is_some() {
-                return err("-z and -P cannot be specified at the same time");
+            let sources = [zero, o.value('P').is_some(), o.value('s').is_some()];
+            if sources.iter().filter(|&&x| x).count() > 1 {
+                return err("Only one of -z, -P, and -s can be specified at the same time");
+            }
+            if o.value('s').is_some() {
+                return err("write -s: writing a file's contents is not supported");
+            }
+            if o.has('b') {
+                return err("write -b: VM state is not supported");
+            }
+            if o.has('c') {
+                return err("write -c: compressed writes are not supported");
             }
             let data = if zero {
                 WriteData::Zeroes { unmap: o.has('u') }
@@ -209,38 +404,186 @@ pub fn parse_command(line: &str) -> Result<Option<Cmd>, CmdError> {
                 let p = o.value('P').map(parse_pattern).transpose()?;
                 WriteData::Pattern(p.unwrap_or(DEFAULT_PATTERN))
             };
-            let (offset, len) = o.offset_len(name)?;
+            o.count("write", 2, Some(2))?;
+            let offset = parse_num(o.positional[0])?;
+            let len = parse_num(o.positional[1])?;
+            if len > MAX_REQUEST && !o.has('n') {
+                return err(format!(
+                    "length cannot exceed {MAX_REQUEST} without -n, given {}",
+                    o.positional[1]
+                ));
+            }
             Cmd::Write {
+                op: "write",
                 offset,
-                len,
+                lens: vec![len],
                 data,
-                quiet: o.has('q'),
+                fua: o.has('f'),
+                report: o.report(),
+            }
+        }
+        "writev" | "aio_write" => {
+            let o = scan(name, rest, "Cfqruzi", "P")?;
+            let zero = o.has('z');
+            if o.has('u') && !zero {
+                return err("-u requires -z to be specified");
+            }
+            if zero && o.value('P').is_some() {
+                return err("-z and -P cannot be specified at the same time");
+            }
+            let (offset, lens) = o.offset_lens(name)?;
+            if zero && lens.len() > 1 {
+                return err("-z supports only a single length parameter");
+            }
+            let data = if zero {
+                WriteData::Zeroes { unmap: o.has('u') }
+            } else {
+                let p = o.value('P').map(parse_pattern).transpose()?;
+                WriteData::Pattern(p.unwrap_or(DEFAULT_VECTOR_PATTERN))
+            };
+            Cmd::Write {
+                op: if name == "writev" {
+                    "writev"
+                } else {
+                    "aio_write"
+                },
+                offset,
+                lens,
+                data,
+                fua: o.has('f'),
+                report: o.report(),
             }
         }
         "discard" | "d" => {
-            let o = scan(name, rest, "qC", "")?;
-            let (offset, len) = o.offset_len(name)?;
+            let o = scan("discard", rest, "Cq", "")?;
+            let (offset, len) = o.offset_len("discard")?;
             Cmd::Discard {
                 offset,
                 len,
-                quiet: o.has('q'),
+                report: o.report(),
             }
         }
-        "flush" | "f" => {
-            if !rest.is_empty() {
-                return err("flush: takes no arguments");
-            }
-            Cmd::Flush
+        "alloc" => {
+            let o = scan("alloc", rest, "", "")?;
+            o.count("alloc", 1, Some(2))?;
+            let offset = parse_num(o.positional[0])?;
+            let count = match o.positional.get(1) {
+                Some(c) => parse_num(c)?,
+                None => 512,
+            };
+            Cmd::Alloc { offset, count }
         }
-        "quit" | "q" => {
-            if !rest.is_empty() {
-                return err("quit: takes no arguments");
+        "map" => no_args(name, rest, Cmd::Map)?,
+        "length" | "len" => no_args(name, rest, Cmd::Length)?,
+        "info" | "i" => no_args(name, rest, Cmd::Info)?,
+        "flush" | "f" => no_args(name, rest, Cmd::Flush)?,
+        "aio_flush" => no_args(name, rest, Cmd::AioFlush)?,
+        "close" | "c" => no_args(name, rest, Cmd::Close)?,
+        "abort" => no_args(name, rest, Cmd::Abort)?,
+        "quit" | "q" => no_args(name, rest, Cmd::Quit)?,
+        "sigraise" => {
+            let o = scan(name, rest, "", "")?;
+            o.count(name, 1, Some(1))?;
+            let arg = o.positional[0];
+            let sig = parse_num(arg)?;
+            if sig > i32::MAX as u64 {
+                return err(format!(
+                    "signal argument '{arg}' is too large to be a valid signal"
+                ));
             }
-            Cmd::Quit
+            Cmd::Sigraise(sig as i32)
         }
-        other => return err(format!("command \"{other}\" not found")),
+        "open" | "o" => {
+            let o = scan("open", rest, "rsnCkU", "ot")?;
+            o.count("open", 1, Some(1))?;
+            let nocache = o.has('n') || matches!(o.value('t'), Some("none" | "directsync"));
+            Cmd::Open {
+                file: o.positional[0].to_owned(),
+                read_only: o.has('r'),
+                nocache,
+                options: o
+                    .flags
+                    .iter()
+                    .filter(|(f, _)| *f == 'o')
+                    .filter_map(|(_, v)| v.map(str::to_owned))
+                    .collect(),
+            }
+        }
+        "reopen" => {
+            let o = scan("reopen", rest, "rw", "co")?;
+            o.count("reopen", 0, Some(0))?;
+            let (r, w) = (o.has('r'), o.has('w'));
+            if r && w {
+                return err_stderr("Only one -r/-w option may be given");
+            }
+            Cmd::Reopen {
+                read_only: (r || w).then_some(r),
+                cache: o.value('c').map(str::to_owned),
+                options: o
+                    .flags
+                    .iter()
+                    .filter(|(f, _)| *f == 'o')
+                    .filter_map(|(_, v)| v.map(str::to_owned))
+                    .collect(),
+            }
+        }
+        other => return err_stderr(format!("command \"{other}\" not found")),
     };
     Ok(Some(cmd))
+}
+
+fn no_args(name: &str, rest: &[&str], cmd: Cmd) -> Result<Cmd, CmdError> {
+    if !rest.is_empty() {
+        return err_stderr(format!(
+            "bad argument count {} to {name}, expected 0 arguments",
+            rest.len()
+        ));
+    }
+    Ok(cmd)
+}
+
+/// A size as qemu-io prints sizes and rates: three decimals in the largest
+/// binary unit the value reaches (six for bytes), cut at a ".000".
+pub fn cvtstr(value: f64) -> String {
+    const UNITS: [(u32, &str); 6] = [
+        (60, "EiB"),
+        (50, "PiB"),
+        (40, "TiB"),
+        (30, "GiB"),
+        (20, "MiB"),
+        (10, "KiB"),
+    ];
+    let (mut s, suffix) = UNITS
+        .iter()
+        .find(|(shift, _)| value >= (1u64 << shift) as f64)
+        .map(|&(shift, unit)| (format!("{:.3}", value / (1u64 << shift) as f64), unit))
+        .unwrap_or_else(|| (format!("{value:.6}"), "bytes"));
+    if let Some(at) = s.find(".000") {
+        s.truncate(at);
+    }
+    format!("{s} {suffix}")
+}
+
+/// A duration as qemu-io's report prints it: `SS.ss sec` under a second,
+/// `H:MM:SS.ss` from one second on (always with `-C`).
+pub fn timestr(t: Duration, verbose: bool) -> String {
+    let secs = t.as_secs();
+    let frac = f64::from(t.subsec_nanos()) / 1e9;
+    if verbose || secs > 0 {
+        format!(
+            "{}:{:02}:{:05.2}",
+            secs / 3600,
+            (secs / 60) % 60,
+            (secs % 60) as f64 + frac
+        )
+    } else {
+        format!("{frac:05.2} sec")
+    }
+}
+
+/// `x / t`, infinite for a zero time as in C.
+fn per_second(x: f64, t: Duration) -> f64 {
+    x / t.as_secs_f64()
 }
 
 /// Hex dump lines as qemu-io's `read -v` prints them: offset, 16 bytes in
@@ -283,13 +626,19 @@ fn in_range(disk: &Disk, offset: u64, len: u64) -> engine::Result<()> {
 #[derive(Debug, thiserror::Error)]
 pub enum CmdFailure {
     /// The request was refused or failed: `op` is the command ("read",
-    /// "write", "discard", "flush"), `path` the image.
-    #[error("{op} failed: {error}")]
+    /// "write", "discard", "flush"), `path` the image. qemu-io names the
+    /// error by its errno only, which is what the message says; `error`
+    /// holds the engine's account.
+    #[error("{op} failed: {}", errno_text(error))]
     Request {
         op: &'static str,
         path: PathBuf,
         error: engine::Error,
     },
+    /// A write to an image opened read-only (qemu-io says so on standard
+    /// error, with its prefix).
+    #[error("Block node is read-only")]
+    ReadOnly { path: PathBuf },
     /// `read -P`: some byte of the range is not the pattern.
     #[error("Pattern verification failed at offset {offset}, {len} bytes")]
     PatternMismatch {
@@ -297,6 +646,15 @@ pub enum CmdFailure {
         offset: u64,
         len: u64,
     },
+}
+
+/// The C library's text for the errno QEMU would return for `error`.
+fn errno_text(error: &engine::Error) -> &'static str {
+    match error {
+        engine::Error::ReadOnly => "Operation not permitted",
+        engine::Error::OutOfRange { .. } => "Input/output error",
+        _ => "Input/output error",
+    }
 }
 
 /// Why a session could not end cleanly.
@@ -323,6 +681,7 @@ pub struct Executed {
 pub struct Session {
     disk: Disk,
     path: PathBuf,
+    timing: bool,
 }
 
 impl Session {
@@ -333,7 +692,15 @@ impl Session {
         Ok(Session {
             disk,
             path: path.to_owned(),
+            timing: false,
         })
+    }
+
+    /// Print qemu-io's size, count and timing line after each request (as
+    /// qemu-io does; its times make the output differ run to run).
+    pub fn with_timing(mut self, timing: bool) -> Session {
+        self.timing = timing;
+        self
     }
 
     /// The opened image.
@@ -360,8 +727,10 @@ impl Session {
     /// Run `cmd`, writing its output to `out` as it goes (a hex dump a
     /// piece at a time, so memory stays bounded whatever length the
     /// command names). The outer error is `out`'s; the inner says whether
-    /// the command failed, after its failure line was written. `Quit` does
-    /// nothing: ending the session is the caller's.
+    /// the command failed, after its failure line was written (but for
+    /// [`CmdFailure::ReadOnly`], whose line is the caller's to put on
+    /// standard error). `Open`, `Close`, `Quit`, `Abort` and `Sigraise` do
+    /// nothing: they are the caller's.
     pub async fn execute_to(
         &self,
         cmd: &Cmd,
@@ -374,6 +743,42 @@ impl Session {
         Ok(result)
     }
 
+    /// The two report lines (or the `-C` line) of a request.
+    fn report(
+        &self,
+        out: &mut impl Write,
+        verb: &str,
+        offset: u64,
+        total: u64,
+        t: Duration,
+        report: Report,
+    ) -> std::io::Result<()> {
+        if report.quiet {
+            return Ok(());
+        }
+        if report.csv && self.timing {
+            return writeln!(
+                out,
+                "{total},1,{},{:.3},{:.3}",
+                timestr(t, true),
+                per_second(total as f64, t),
+                per_second(1.0, t)
+            );
+        }
+        writeln!(out, "{verb} {total}/{total} bytes at offset {offset}")?;
+        if self.timing {
+            writeln!(
+                out,
+                "{}, 1 ops; {} ({}/sec and {:.4} ops/sec)",
+                cvtstr(total as f64),
+                timestr(t, false),
+                cvtstr(per_second(total as f64, t)),
+                per_second(1.0, t)
+            )?;
+        }
+        Ok(())
+    }
+
     /// The command, its output written but for a request failure's line.
     async fn run(
         &self,
@@ -382,6 +787,11 @@ impl Session {
     ) -> std::io::Result<Result<(), CmdFailure>> {
         let disk = &self.disk;
         let failed = |op, error| {
+            if matches!(error, engine::Error::ReadOnly) {
+                return Err(CmdFailure::ReadOnly {
+                    path: self.path.clone(),
+                });
+            }
             Err(CmdFailure::Request {
                 op,
                 path: self.path.clone(),
@@ -394,65 +804,98 @@ impl Session {
                 (offset + at, (len - at).min(PIECE))
             })
         };
-        let range = match *cmd {
-            Cmd::Read { offset, len, .. } => Some(("read", offset, len)),
-            Cmd::Write { offset, len, .. } => Some(("write", offset, len)),
-            Cmd::Discard { offset, len, .. } => Some(("discard", offset, len)),
-            Cmd::Flush | Cmd::Quit => None,
+        let range = match cmd {
+            Cmd::Read {
+                op, offset, lens, ..
+            }
+            | Cmd::Write {
+                op, offset, lens, ..
+            } => Some((*op, *offset, lens.iter().sum())),
+            Cmd::Discard { offset, len, .. } => Some(("discard", *offset, *len)),
+            _ => None,
         };
         if let Some((op, offset, len)) = range {
             if let Err(e) = in_range(disk, offset, len) {
                 return Ok(failed(op, e));
             }
         }
-        match *cmd {
+        let start = Instant::now();
+        match cmd {
             Cmd::Read {
+                op,
                 offset,
-                len,
+                lens,
                 pattern,
                 verbose,
-                quiet,
+                report,
             } => {
+                let offset = *offset;
+                let len: u64 = lens.iter().sum();
+                // The range -P checks, in guest offsets.
+                let check = pattern.map(|p| {
+                    let from = offset + p.offset;
+                    let to = p.len.map_or(offset + len, |l| from + l);
+                    (p.byte, from, to)
+                });
                 let mut mismatch = false;
                 let mut buf = Vec::new();
+                // The hex dump follows the mismatch line, as in qemu-io,
+                // so a verbose read keeps its data; only a dump of at
+                // most one piece is held back (larger ones stream).
+                let mut held: Option<Vec<u8>> = None;
                 for (at, n) in pieces(offset, len) {
                     buf.resize(n as usize, 0);
                     if let Err(e) = disk.read(at, &mut buf).await {
-                        return Ok(failed("read", e));
+                        return Ok(failed(op, e));
                     }
-                    if let Some(p) = pattern {
-                        mismatch |= buf.iter().any(|&b| b != p);
+                    if let Some((byte, from, to)) = check {
+                        let lo = from.max(at);
+                        let hi = to.min(at + n);
+                        if lo < hi {
+                            let s = &buf[(lo - at) as usize..(hi - at) as usize];
+                            mismatch |= s.iter().any(|&b| b != byte);
+                        }
                     }
-                    if verbose && !quiet {
-                        hexdump(out, at, &buf)?;
+                    if *verbose && !report.quiet {
+                        if len <= PIECE {
+                            held = Some(buf.clone());
+                        } else {
+                            hexdump(out, at, &buf)?;
+                        }
                     }
                 }
-                let result = if mismatch {
+                let t = start.elapsed();
+                let result = if let (true, Some((_, from, to))) = (mismatch, check) {
                     let failure = CmdFailure::PatternMismatch {
                         path: self.path.clone(),
-                        offset,
-                        len,
+                        offset: from,
+                        len: to - from,
                     };
                     writeln!(out, "{failure}")?;
                     Err(failure)
                 } else {
                     Ok(())
                 };
-                if !quiet {
-                    writeln!(out, "read {len}/{len} bytes at offset {offset}")?;
+                if let Some(data) = held {
+                    hexdump(out, offset, &data)?;
                 }
+                self.report(out, "read", offset, len, t, *report)?;
                 Ok(result)
             }
             Cmd::Write {
+                op,
                 offset,
-                len,
+                lens,
                 data,
-                quiet,
+                fua,
+                report,
             } => {
-                let result = match data {
-                    WriteData::Zeroes { unmap } => disk.write_zeroes(offset, len, unmap).await,
+                let offset = *offset;
+                let len: u64 = lens.iter().sum();
+                let mut result = match data {
+                    WriteData::Zeroes { unmap } => disk.write_zeroes(offset, len, *unmap).await,
                     WriteData::Pattern(p) => {
-                        let buf = vec![p; len.min(PIECE) as usize];
+                        let buf = vec![*p; len.min(PIECE) as usize];
                         let mut result = Ok(());
                         for (at, n) in pieces(offset, len) {
                             result = disk.write(at, &buf[..n as usize]).await;
@@ -463,29 +906,174 @@ impl Session {
                         result
                     }
                 };
+                if result.is_ok() && *fua {
+                    result = disk.flush().await;
+                }
                 if let Err(e) = result {
-                    return Ok(failed("write", e));
+                    return Ok(failed(op, e));
                 }
-                if !quiet {
-                    writeln!(out, "wrote {len}/{len} bytes at offset {offset}")?;
-                }
+                self.report(out, "wrote", offset, len, start.elapsed(), *report)?;
                 Ok(Ok(()))
             }
-            Cmd::Discard { offset, len, quiet } => {
-                if let Err(e) = disk.discard(offset, len).await {
+            Cmd::Discard {
+                offset,
+                len,
+                report,
+            } => {
+                if let Err(e) = disk.discard(*offset, *len).await {
                     return Ok(failed("discard", e));
                 }
-                if !quiet {
-                    writeln!(out, "discard {len}/{len} bytes at offset {offset}")?;
+                self.report(out, "discard", *offset, *len, start.elapsed(), *report)?;
+                Ok(Ok(()))
+            }
+            Cmd::Alloc { offset, count } => {
+                let size = disk.virtual_size();
+                let end = offset.saturating_add(*count).min(size);
+                let mut at = *offset;
+                let mut allocated = 0;
+                while at < end {
+                    let (held, n) = match self.allocated(at, end - at).await {
+                        Ok(r) => r,
+                        Err(e) => {
+                            writeln!(out, "is_allocated failed: {}", errno_text(&e))?;
+                            return Ok(Err(CmdFailure::Request {
+                                op: "alloc",
+                                path: self.path.clone(),
+                                error: e,
+                            }));
+                        }
+                    };
+                    if n == 0 {
+                        break;
+                    }
+                    if held {
+                        allocated += n;
+                    }
+                    at += n;
+                }
+                let counted = end.saturating_sub(*offset);
+                writeln!(
+                    out,
+                    "{allocated}/{counted} bytes allocated at offset {}",
+                    cvtstr(*offset as f64)
+                )?;
+                Ok(Ok(()))
+            }
+            Cmd::Map => {
+                let size = disk.virtual_size();
+                let mut at = 0;
+                while at < size {
+                    let (first, mut n) = match self.allocated(at, size - at).await {
+                        Ok(r) => r,
+                        Err(e) => return Ok(failed("map", e)),
+                    };
+                    // Runs of the same answer print as one line.
+                    while at + n < size {
+                        match self.allocated(at + n, size - at - n).await {
+                            Ok((a, m)) if a == first && m > 0 => n += m,
+                            Ok(_) => break,
+                            Err(e) => return Ok(failed("map", e)),
+                        }
+                    }
+                    let what = if first {
+                        "    allocated"
+                    } else {
+                        "not allocated"
+                    };
+                    writeln!(
+                        out,
+                        "{} (0x{n:x}) bytes {what} at offset {} (0x{at:x})",
+                        cvtstr(n as f64),
+                        cvtstr(at as f64)
+                    )?;
+                    at += n;
                 }
                 Ok(Ok(()))
             }
-            Cmd::Flush => match disk.flush().await {
+            Cmd::Length => {
+                writeln!(out, "{}", cvtstr(disk.virtual_size() as f64))?;
+                Ok(Ok(()))
+            }
+            Cmd::Info => {
+                self.info(out)?;
+                Ok(Ok(()))
+            }
+            Cmd::Flush | Cmd::AioFlush => match disk.flush().await {
                 Err(e) => Ok(failed("flush", e)),
                 Ok(()) => Ok(Ok(())),
             },
-            Cmd::Quit => Ok(Ok(())),
+            Cmd::Open { .. }
+            | Cmd::Close
+            | Cmd::Reopen { .. }
+            | Cmd::Abort
+            | Cmd::Sigraise(_)
+            | Cmd::Quit => Ok(Ok(())),
         }
+    }
+
+    /// Whether this image itself holds `[offset, offset + len)`'s first
+    /// bytes (data or zero clusters, not the backing file's), and for how
+    /// many bytes the answer holds.
+    async fn allocated(&self, offset: u64, len: u64) -> engine::Result<(bool, u64)> {
+        match &self.disk {
+            // A raw file holds all of itself.
+            Disk::Raw(_) => Ok((true, len)),
+            Disk::Qcow2(image) => {
+                let (status, n) = image.block_status(offset, len).await?;
+                Ok((matches!(status, Status::Data | Status::Zero), n.min(len)))
+            }
+        }
+    }
+
+    /// qemu-io's `info`: format, cluster size, where VM state would go,
+    /// and the format's own information.
+    fn info(&self, out: &mut impl Write) -> std::io::Result<()> {
+        writeln!(out, "format name: {}", self.disk.format().name())?;
+        let Some(image) = self.disk.qcow2() else {
+            return Ok(());
+        };
+        let cluster = image.cluster_size();
+        // VM state lives past the guest disk, at the first L1 entry the
+        // disk does not use.
+        let per_l1 = cluster * (cluster / 8);
+        let vm_state = image.virtual_size().div_ceil(per_l1) * per_l1;
+        writeln!(out, "cluster size: {}", cvtstr(cluster as f64))?;
+        writeln!(out, "vm state offset: {}", cvtstr(vm_state as f64))?;
+        let h = image.header();
+        let v3 = h.version >= 3;
+        use engine::format::header::{compat, incompat};
+        writeln!(out, "Format specific information:")?;
+        writeln!(out, "    compat: {}", if v3 { "1.1" } else { "0.10" })?;
+        writeln!(out, "    compression type: {}", h.compression().name())?;
+        if v3 {
+            writeln!(
+                out,
+                "    lazy refcounts: {}",
+                h.compatible_features & compat::LAZY_REFCOUNTS != 0
+            )?;
+        }
+        writeln!(
+            out,
+            "    refcount bits: {}",
+            1u32 << h.refcount_order.min(6)
+        )?;
+        if let Some(f) = h.data_file() {
+            writeln!(out, "    data file: {f}")?;
+            writeln!(out, "    data file raw: {}", h.data_file_raw())?;
+        }
+        if v3 {
+            writeln!(
+                out,
+                "    corrupt: {}",
+                h.incompatible_features & incompat::CORRUPT != 0
+            )?;
+            writeln!(
+                out,
+                "    extended l2: {}",
+                h.incompatible_features & incompat::EXTENDED_L2 != 0
+            )?;
+        }
+        Ok(())
     }
 
     /// End the session with a clean close (for qcow2: flush and clear the
@@ -518,76 +1106,125 @@ mod tests {
         assert_eq!(
             parse("read -P 0xab 0 64k"),
             Cmd::Read {
+                op: "read",
                 offset: 0,
-                len: 65536,
-                pattern: Some(0xab),
+                lens: vec![65536],
+                pattern: Some(PatternCheck {
+                    byte: 0xab,
+                    offset: 0,
+                    len: None
+                }),
                 verbose: false,
-                quiet: false
+                report: Report::default(),
             }
         );
         assert_eq!(
-            parse("read -vP171 1M 512"),
+            parse("read -vP171 -s 1 -l 2 1M 512"),
             Cmd::Read {
+                op: "read",
                 offset: 1 << 20,
-                len: 512,
-                pattern: Some(171),
+                lens: vec![512],
+                pattern: Some(PatternCheck {
+                    byte: 171,
+                    offset: 1,
+                    len: Some(2)
+                }),
                 verbose: true,
-                quiet: false
+                report: Report::default(),
             }
         );
         assert_eq!(
-            parse("write 512 1k"),
+            parse("write -q 512 1k"),
             Cmd::Write {
+                op: "write",
                 offset: 512,
-                len: 1024,
+                lens: vec![1024],
                 data: WriteData::Pattern(0xcd),
-                quiet: false
+                fua: false,
+                report: Report {
+                    quiet: true,
+                    csv: false
+                },
             }
         );
         assert_eq!(
-            parse("write -z -u 0 1M"),
+            parse("writev -P 3 0 512 1k"),
             Cmd::Write {
+                op: "writev",
                 offset: 0,
-                len: 1 << 20,
-                data: WriteData::Zeroes { unmap: true },
-                quiet: false
+                lens: vec![512, 1024],
+                data: WriteData::Pattern(3),
+                fua: false,
+                report: Report::default(),
             }
         );
         assert_eq!(parse("write -zu 0 1M"), parse("write -z -u 0 1M"));
         assert_eq!(
-            parse("  discard -q 4k 4k "),
-            Cmd::Discard {
+            parse("alloc 4k"),
+            Cmd::Alloc {
                 offset: 4096,
-                len: 4096,
-                quiet: true
+                count: 512
             }
         );
         assert_eq!(parse("flush"), Cmd::Flush);
-        assert_eq!(parse("quit"), Cmd::Quit);
+        assert_eq!(parse("aio_flush"), Cmd::AioFlush);
         assert_eq!(parse(" q "), Cmd::Quit);
+        assert_eq!(parse("sigraise 9"), Cmd::Sigraise(9));
         assert_eq!(parse_command("   ").unwrap(), None);
     }
 
     #[test]
-    fn bad_commands_say_what_is_wrong() {
+    fn bad_commands_say_what_qemu_io_says() {
         let cases = [
-            ("bogus 1 2", "command \"bogus\" not found"),
-            ("read 0 abc", "'abc'"),
-            ("read 0", "expected 2 arguments"),
-            ("read 0 1 2", "expected 2 arguments"),
-            ("read -P 0x1ff 0 4k", "0x1ff is not a valid pattern byte"),
-            ("read -P", "needs a value"),
-            ("read -x 0 1", "invalid option -- 'x'"),
-            ("write -u 0 4k", "-u requires -z"),
-            ("write -z -P 1 0 4k", "cannot be specified at the same time"),
-            ("write 0 4G", "length cannot exceed"),
-            ("flush now", "no arguments"),
-            ("quit now", "no arguments"),
+            ("bogus 1 2", "command \"bogus\" not found", true),
+            (
+                "read 0 abc",
+                "Parsing error: non-numeric argument, or extraneous/unrecognized suffix -- abc",
+                false,
+            ),
+            (
+                "read 0",
+                "bad argument count 1 to read, expected 2 arguments",
+                true,
+            ),
+            (
+                "read -P 0x1ff 0 4k",
+                "0x1ff is not a valid pattern byte",
+                false,
+            ),
+            (
+                "read -P 1 -s 3 -l 2 0 4",
+                "pattern verification range exceeds end of read data",
+                false,
+            ),
+            ("read -x 0 1", "read: invalid option -- 'x'", true),
+            ("write -u 0 4k", "-u requires -z to be specified", false),
+            (
+                "write -z -P 1 0 4k",
+                "Only one of -z, -P, and -s can be specified at the same time",
+                false,
+            ),
+            ("flush now", "bad argument count 1 to flush", true),
         ];
-        for (line, needle) in cases {
-            let msg = parse_err(line);
-            assert!(msg.contains(needle), "{line}: {msg}");
+        for (line, want, stderr) in cases {
+            let e = parse_command(line).unwrap_err();
+            assert!(e.message.starts_with(want), "{line}: {}", e.message);
+            assert_eq!(e.stderr, stderr, "{line}");
         }
+        assert!(parse_err("write 0 4G").starts_with("length cannot exceed"));
+    }
+
+    #[test]
+    fn sizes_print_as_qemu_io_prints_them() {
+        assert_eq!(cvtstr(4096.0), "4 KiB");
+        assert_eq!(cvtstr(1536.0), "1.500 KiB");
+        assert_eq!(cvtstr(512.0), "512 bytes");
+        assert_eq!(cvtstr(0.0), "0 bytes");
+        assert_eq!(cvtstr(82.484588), "82.484588 bytes");
+        assert_eq!(cvtstr(134217728.0), "128 MiB");
+        assert_eq!(cvtstr(f64::INFINITY), "inf EiB");
+        assert_eq!(timestr(Duration::from_millis(5), false), "00.01 sec");
+        assert_eq!(timestr(Duration::from_millis(61_250), false), "0:01:01.25");
     }
 
     #[test]

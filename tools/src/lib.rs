@@ -21,4 +21,5 @@ pub mod dump;
 pub mod files;
 pub mod info;
 pub mod io;
+pub mod map;
 pub mod qemu_args;

@@ -10,7 +10,6 @@ pub mod dump;
 pub mod enumerate;
 pub mod exhaust;
 pub mod info;
-pub mod io;
 pub mod replay;
 pub mod report;
 pub mod run;

@@ -42,8 +42,8 @@ fn io_refuses_bad_commands_and_numbers() {
     raw_image(dir.path(), "d.raw", 65536);
     let cases: [(&str, &str); 8] = [
         ("bogus 0 1", "command \"bogus\" not found"),
-        ("read 0 12q", "'12q'"),
-        ("read 0x 1", "'0x'"),
+        ("read 0 12q", "unrecognized suffix -- 12q"),
+        ("read 0x 1", "unrecognized suffix -- 0x"),
         ("write -P 300 0 1", "300 is not a valid pattern byte"),
         ("write -u 0 512", "-u requires -z"),
         ("read 0", "expected 2 arguments"),
@@ -72,7 +72,10 @@ fn io_bad_command_does_not_stop_the_next_ones() {
     let (o, e) = text(&out);
     assert_eq!(out.status.code(), Some(1));
     assert!(e.contains("command \"nope\" not found"), "{e}");
-    assert_eq!(o, "wrote 512/512 bytes at offset 0\n");
+    assert_eq!(
+        crate::support::untimed(&o),
+        "wrote 512/512 bytes at offset 0\n512 bytes, X ops; XX:XX:XX.X (XXX YYY/sec and XXX ops/sec)\n"
+    );
     assert_eq!(
         std::fs::read(dir.path().join("d.raw")).unwrap()[..512],
         [7; 512]
@@ -99,9 +102,13 @@ fn io_reads_commands_from_stdin_without_c() {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
+    // A prompt before each line read, the blank one and the end of input
+    // included, as qemu-io prints them whatever standard input is.
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "wrote 1024/1024 bytes at offset 1024\nread 1024/1024 bytes at offset 1024\n"
+        crate::support::untimed(&String::from_utf8_lossy(&out.stdout)),
+        "qemu-io> wrote 1024/1024 bytes at offset 1024\n1 KiB, X ops; XX:XX:XX.X (XXX YYY/sec and XXX ops/sec)\n\
+         qemu-io> qemu-io> read 1024/1024 bytes at offset 1024\n1 KiB, X ops; XX:XX:XX.X (XXX YYY/sec and XXX ops/sec)\n\
+         qemu-io> qemu-io> \n"
     );
 }
 
@@ -113,13 +120,16 @@ fn io_reports_pattern_mismatch_like_qemu_io() {
     let (o, _) = text(&out);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
-        o,
+        crate::support::untimed(&o),
         "Pattern verification failed at offset 4096, 8192 bytes\n\
-         read 8192/8192 bytes at offset 4096\n"
+         read 8192/8192 bytes at offset 4096\n8 KiB, X ops; XX:XX:XX.X (XXX YYY/sec and XXX ops/sec)\n"
     );
     let out = qcsim(&["io", "-c", "read -P 0x5a 4k 8k", "d.raw"], dir.path());
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(text(&out).0, "read 8192/8192 bytes at offset 4096\n");
+    assert_eq!(
+        crate::support::untimed(&text(&out).0),
+        "read 8192/8192 bytes at offset 4096\n8 KiB, X ops; XX:XX:XX.X (XXX YYY/sec and XXX ops/sec)\n"
+    );
 }
 
 #[test]
@@ -127,10 +137,7 @@ fn io_requests_past_the_end_fail() {
     let dir = tempfile::tempdir().unwrap();
     raw_image(dir.path(), "d.raw", 65536);
     let all = fails(&["io", "-c", "read 60k 8k", "d.raw"], dir.path());
-    assert!(
-        all.contains("read failed") && all.contains("out of range"),
-        "{all}"
-    );
+    assert!(all.contains("read failed: Input/output error"), "{all}");
     let all = fails(&["io", "-c", "write 64k 1", "d.raw"], dir.path());
     assert!(all.contains("write failed"), "{all}");
     assert_eq!(

@@ -11,8 +11,10 @@ mod cli_args;
 mod cli_data_file;
 mod cli_interop;
 mod cli_raw;
+
 mod closed_stdout;
 mod convert_holes;
+mod dropin;
 mod enumerate_cli;
 mod exhaust_cli;
 mod extended_l2_cli;

@@ -89,26 +89,19 @@ fn refused_requests_are_failures_naming_the_command() {
     let path = qcow2(dir.path(), "img.qcow2", &[]);
     let before = std::fs::read(&path).unwrap();
     let session = open(&path, true);
+    // qemu-io says this on standard error, with its prefix: the line is
+    // the caller's, the failure typed.
     let done = run(&session, "write 0 512");
-    assert_eq!(done.lines, ["write failed: image is read-only"]);
+    assert!(done.lines.is_empty(), "{:?}", done.lines);
     assert!(
-        matches!(
-            &done.failure,
-            Some(CmdFailure::Request {
-                op: "write",
-                error: engine::Error::ReadOnly,
-                ..
-            })
-        ),
+        matches!(&done.failure, Some(CmdFailure::ReadOnly { path: p }) if *p == path),
         "{:?}",
         done.failure
     );
-    // A request past the end names the whole request and does nothing.
+    // A request past the end is qemu-io's EIO; the typed failure names
+    // the whole request, and nothing is done.
     let done = run(&session, "read 4M 512");
-    assert_eq!(
-        done.lines,
-        [format!("read failed: request out of range: offset {SIZE} length 512 is outside the {SIZE}-byte disk")]
-    );
+    assert_eq!(done.lines, ["read failed: Input/output error"]);
     assert!(matches!(
         done.failure,
         Some(CmdFailure::Request {
@@ -142,4 +135,65 @@ fn a_malformed_image_is_a_typed_error_naming_the_file() {
         err.to_string().starts_with(&path.display().to_string()),
         "{err}"
     );
+}
+
+#[test]
+fn vectored_requests_allocation_and_info_print_as_qemu_io_prints_them() {
+    let _serial = crate::support::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = qcow2(dir.path(), "img.qcow2", &[(65536, 0x5a, 65536)]);
+    let session = open(&path, false);
+    let done = run(&session, "writev -P 3 0 512 1k");
+    assert_eq!(done.lines, ["wrote 1536/1536 bytes at offset 0"]);
+    let done = run(&session, "readv -P 3 0 1k 512");
+    assert_eq!(done.lines, ["read 1536/1536 bytes at offset 0"]);
+    assert!(done.failure.is_none());
+    // -s and -l check part of what is read.
+    let done = run(&session, "read -P 3 -s 512 -l 1024 0 4k");
+    assert!(done.failure.is_none(), "{:?}", done.lines);
+    let done = run(&session, "read -P 3 -s 1024 -l 1024 0 4k");
+    assert_eq!(
+        done.lines,
+        [
+            "Pattern verification failed at offset 1024, 1024 bytes",
+            "read 4096/4096 bytes at offset 0",
+        ]
+    );
+    let done = run(&session, "write -z 128k 64k");
+    assert!(done.failure.is_none());
+    assert_eq!(
+        run(&session, "alloc 0 256k").lines,
+        ["196608/262144 bytes allocated at offset 0 bytes"]
+    );
+    assert_eq!(
+        run(&session, "alloc 1M").lines,
+        ["0/512 bytes allocated at offset 1 MiB"]
+    );
+    assert_eq!(
+        run(&session, "map").lines,
+        [
+            "192 KiB (0x30000) bytes     allocated at offset 0 bytes (0x0)",
+            "3.812 MiB (0x3d0000) bytes not allocated at offset 192 KiB (0x30000)",
+        ]
+    );
+    assert_eq!(run(&session, "length").lines, ["4 MiB"]);
+    let info = run(&session, "info").lines;
+    assert_eq!(
+        info[..3],
+        [
+            "format name: qcow2",
+            "cluster size: 64 KiB",
+            "vm state offset: 512 MiB"
+        ]
+    );
+    // With timing, each request's second line follows qemu-io's form.
+    let session = session.with_timing(true);
+    let done = run(&session, "read 0 4k");
+    assert_eq!(done.lines[0], "read 4096/4096 bytes at offset 0");
+    let second = &done.lines[1];
+    assert!(
+        second.starts_with("4 KiB, 1 ops; ") && second.ends_with(" ops/sec)"),
+        "{second}"
+    );
+    block_on(session.close()).unwrap();
 }

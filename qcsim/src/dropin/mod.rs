@@ -1,0 +1,157 @@
+//! The drop-in layer: qcsim standing in for QEMU's `qemu-img` and
+//! `qemu-io`, so that scripts written for those tools (QEMU's own
+//! qemu-iotests among them) run on qcsim's engine. Reached as `qcsim img
+//! ARGS` and `qcsim io ARGS`, or by invoking the binary under the name
+//! `qemu-img` or `qemu-io` (a symlink): [`tool_of_argv0`] picks the tool
+//! from the program name. The command lines are scanned as those tools scan
+//! them (`getopt`), not by clap; the work is `tools`'; this layer owns only
+//! the tools' syntax, wording, prefixes and exit codes (`qemu_img`,
+//! `qemu_io`).
+
+pub mod getopt;
+pub mod qemu_img;
+pub mod qemu_io;
+
+use std::path::{Path, PathBuf};
+
+use tools::files::OpenError;
+
+/// Which QEMU tool the binary stands in for, from its invoked name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    Img,
+    Io,
+}
+
+/// The tool `argv0` names (its file name `qemu-img` or `qemu-io`), if any.
+pub fn tool_of_argv0(argv0: &str) -> Option<Tool> {
+    let name = Path::new(argv0).file_name()?.to_str()?;
+    match name {
+        "qemu-img" => Some(Tool::Img),
+        "qemu-io" => Some(Tool::Io),
+        _ => None,
+    }
+}
+
+/// Run `tool` on `args` (the words after the program name, or after `qcsim
+/// img`/`qcsim io`); returns the exit code.
+pub fn run(tool: Tool, args: &[String]) -> i32 {
+    match tool {
+        Tool::Img => qemu_img::main("qemu-img", args),
+        Tool::Io => qemu_io::main("qemu-io", args),
+    }
+}
+
+/// QEMU's cache modes (`-t`), as what they mean here: O_DIRECT, and a
+/// flush after every write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheMode {
+    pub direct: bool,
+    pub writethrough: bool,
+}
+
+impl CacheMode {
+    /// `none`/`off`, `directsync`, `writeback`, `writethrough`, `unsafe`.
+    pub fn parse(s: &str) -> Option<CacheMode> {
+        let (direct, writethrough) = match s {
+            "none" | "off" => (true, false),
+            "directsync" => (true, true),
+            "writeback" | "unsafe" => (false, false),
+            "writethrough" => (false, true),
+            _ => return None,
+        };
+        Some(CacheMode {
+            direct,
+            writethrough,
+        })
+    }
+}
+
+/// An error and its sources, joined by ": ".
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+/// The C library's text for an OS error (Rust's display adds the number).
+pub fn strerror(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error ") {
+        Some(at) => s[..at].to_owned(),
+        None => s,
+    }
+}
+
+/// An open failure as QEMU words it after its "can't open ...: " (or
+/// "Could not open 'F': ..."): `file` is the name the user gave.
+pub fn open_error_text(file: &Path, e: &OpenError) -> String {
+    use engine::dev::FileOpenError;
+    match e {
+        // The name as opened: the one given, or a backing file's as
+        // resolved against its image, as QEMU names it.
+        OpenError::File(FileOpenError::Open { path, error }) => {
+            let _ = file;
+            format!("Could not open '{}': {}", path.display(), strerror(error))
+        }
+        OpenError::Lock(l) => l.to_string(),
+        OpenError::File(FileOpenError::Lock(l)) => l.to_string(),
+        OpenError::Format { error, .. } => error.to_string(),
+        OpenError::Engine { error, .. } => error.to_string(),
+        OpenError::Backing { name, error, .. } => {
+            format!(
+                "Could not open backing file: {}",
+                open_error_text(Path::new(name), error)
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A private copy of `file` next to it, for qemu-io's `-s`: writes go to
+/// the copy, which is deleted on close, and the image is left as it was.
+/// Next to it, so that a relative backing file name resolves the same.
+pub fn copy_for_snapshot(file: &Path) -> std::io::Result<PathBuf> {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let copy = file.with_file_name(format!(".{name}.snapshot-{}", std::process::id()));
+    std::fs::copy(file, &copy)?;
+    Ok(copy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_program_name_picks_the_tool() {
+        assert_eq!(tool_of_argv0("/usr/local/bin/qemu-img"), Some(Tool::Img));
+        assert_eq!(tool_of_argv0("qemu-io"), Some(Tool::Io));
+        assert_eq!(tool_of_argv0("./target/release/qcsim"), None);
+        assert_eq!(tool_of_argv0("qemu-img-old"), None);
+    }
+
+    #[test]
+    fn cache_modes_mean_what_qemu_means() {
+        assert_eq!(
+            CacheMode::parse("none"),
+            Some(CacheMode {
+                direct: true,
+                writethrough: false
+            })
+        );
+        assert_eq!(
+            CacheMode::parse("writethrough").map(|c| c.writethrough),
+            Some(true)
+        );
+        assert_eq!(CacheMode::parse("writeback"), Some(CacheMode::default()));
+        assert_eq!(CacheMode::parse("bogus"), None);
+    }
+}

@@ -1,0 +1,666 @@
+//! qemu-img's command line on qcsim's engine: `qcsim img ARGS` and qcsim
+//! invoked as `qemu-img`. The subcommands qcsim has (`create`, `check`,
+//! `info`, `map`, `compare`, `convert`) take qemu-img's options and print what qemu-img prints, with
+//! its `qemu-img: ` prefix and exit codes (1 for usage errors and failures,
+//! check's 0/1/2/3, and 63 for a check of a format that has none); the
+//! others are refused with a message saying so.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use tools::check::{check_file, CheckOptions, RepairMode};
+use tools::create::{prepare_image, CreateImageError, CreateImageOptions};
+use tools::files::{open_image, probe_path, Format, OpenOptions, Probed};
+use tools::info::{info, InfoOptions};
+use tools::map::{map_image, MapError};
+use tools::qemu_args::{option_help, wants_help, ArgError};
+
+use super::getopt::{getopt, long, Long, Parsed};
+
+/// qemu-img's exit code for `check` on a format without consistency
+/// checks.
+const CHECK_NOT_SUPPORTED: i32 = 63;
+
+/// A failure: the message (after the `qemu-img: ` prefix) and exit code.
+struct Fail(String, i32);
+
+fn fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
+    Err(Fail(msg.into(), 1))
+}
+
+/// Run qemu-img's command line `args` (without the program name); `prog`
+/// is the name messages carry. Returns the exit code.
+pub fn main(prog: &str, args: &[String]) -> i32 {
+    let Some((cmd, rest)) = args.split_first() else {
+        eprintln!("{prog}: Not enough arguments\nTry '{prog} --help' for more information");
+        return 1;
+    };
+    let result = match cmd.as_str() {
+        "create" => create(prog, rest),
+        "check" => check(prog, rest),
+        "info" => info_cmd(prog, rest),
+        "map" => map_cmd(prog, rest),
+        "compare" => compare(prog, rest),
+        "convert" => convert_cmd(prog, rest),
+        "-h" | "--help" => {
+            println!(
+                "{prog}: qcsim's stand-in for qemu-img: create, check, info, map, compare, convert"
+            );
+            Ok(0)
+        }
+        "-V" | "--version" => {
+            println!("{prog} version {} (qcsim)", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+        other => Err(Fail(format!("Command not found: {other}"), 1)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(Fail(msg, code)) => {
+            let _ = crate::output::stdout().flush();
+            eprintln!("{prog}: {msg}");
+            code
+        }
+    }
+}
+
+fn scan(prog: &str, args: &[String], short: &str, longs: &[Long]) -> Result<Parsed, Fail> {
+    getopt(args, short, longs)
+        .map_err(|e| Fail(format!("{e}\nTry '{prog} --help' for more information"), 1))
+}
+
+/// `--object` is accepted and ignored (qcsim has no secrets or other
+/// objects); `--image-opts` names the file by `filename=`.
+fn image_name(p: &Parsed, operand: &str) -> Result<(PathBuf, Option<String>), Fail> {
+    if !p.has("image-opts") {
+        return Ok((PathBuf::from(operand), None));
+    }
+    let mut file = None;
+    let mut driver = None;
+    for kv in operand.split(',') {
+        match kv.split_once('=') {
+            Some(("file.filename" | "filename", v)) => file = Some(PathBuf::from(v)),
+            Some(("driver", d)) => driver = Some(d.to_owned()),
+            _ => {}
+        }
+    }
+    match file {
+        Some(f) => Ok((f, driver)),
+        None => fail("A block device must be specified for \"file\""),
+    }
+}
+
+fn create(prog: &str, args: &[String]) -> Result<i32, Fail> {
+    let longs = [long("help", false, Some('h')), long("object", true, None)];
+    let p = scan(prog, args, "F:b:f:ho:qu", &longs)?;
+    let options: Vec<String> = p.values("o").into_iter().map(str::to_owned).collect();
+    if options.iter().any(|o| wants_help(o)) {
+        print!("{}", option_help());
+        return Ok(0);
+    }
+    let format = p.value("f").unwrap_or("raw");
+    let format: Format = format
+        .parse()
+        .map_err(|_| Fail(format!("Unknown file format '{format}'"), 1))?;
+    let (file, size) = match p.operands.as_slice() {
+        [f] => (f.clone(), None),
+        [f, s] => (f.clone(), Some(s.clone())),
+        [] => return fail("Expecting image file name"),
+        _ => return fail(format!("Invalid parameter '{}'", p.operands[2])),
+    };
+    if let Some(s) = &size {
+        // qemu-img's two messages: a number out of range (negative ones
+        // included), and anything else that is not a size.
+        let negative = s
+            .strip_prefix('-')
+            .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+        let parsed = tools::qemu_args::parse_size(s);
+        let too_large = matches!(parsed, Err(ArgError::SizeTooLarge(_)))
+            || matches!(parsed, Ok(v) if v > i64::MAX as u64);
+        if negative || too_large {
+            return fail(format!(
+                "Invalid image size specified. Must be between 0 and {}.",
+                i64::MAX
+            ));
+        }
+        if parsed.is_err() {
+            return fail(format!("Invalid image size specified: '{s}'."));
+        }
+    }
+    let opts = CreateImageOptions {
+        format,
+        options,
+        size,
+        backing: p.value("b").map(str::to_owned),
+        backing_format: p.value("F").map(str::to_owned),
+        unsafe_backing: p.has("u"),
+    };
+    let path = PathBuf::from(&file);
+    futures::executor::block_on(async {
+        let prepared = prepare_image(&path, &opts)
+            .await
+            .map_err(|e| Fail(create_error(&file, &e), 1))?;
+        if !p.has("q") {
+            println!("{}", prepared.formatting_line());
+        }
+        prepared
+            .write()
+            .await
+            .map_err(|e| Fail(create_error(&file, &e), 1))
+    })?;
+    Ok(0)
+}
+
+/// A create failure as qemu-img words it: "FILE: what is wrong".
+fn create_error(file: &str, e: &CreateImageError) -> String {
+    match e {
+        // QEMU's messages for bad values are sentences of their own.
+        CreateImageError::Options {
+            error: ArgError::BadValue { reason, .. },
+            ..
+        } => {
+            let mut r = reason.clone();
+            if let Some(first) = r.get(..1) {
+                r.replace_range(..1, &first.to_uppercase());
+            }
+            format!("{file}: {r}")
+        }
+        CreateImageError::Options { error, .. } => format!("{file}: {error}"),
+        CreateImageError::BackingOpen { error, .. } => format!(
+            "{file}: {}\nCould not open backing image.",
+            super::open_error_text(Path::new(file), error)
+        ),
+        // qemu-img looks for the backing file before it asks for its
+        // format: a missing one is the error.
+        CreateImageError::MissingBackingFormat {
+            backing,
+            probed: None,
+            ..
+        } if std::fs::metadata(backing).is_err() => {
+            let why = std::fs::metadata(backing)
+                .err()
+                .map(|e| super::strerror(&e))
+                .unwrap_or_default();
+            format!(
+                "{file}: Could not open '{}': {why}\nCould not open backing image.",
+                backing.display()
+            )
+        }
+        CreateImageError::MissingBackingFormat { probed, .. } => {
+            let detected = match probed {
+                Some(Probed::Format(f)) => format!("\nDetected format of {}.", f.name()),
+                Some(Probed::Foreign(name)) => format!("\nDetected format of {name}."),
+                None => String::new(),
+            };
+            format!("{file}: Backing file specified without backing format{detected}")
+        }
+        // The engine's and tools' messages name the file themselves.
+        other => super::chain(other),
+    }
+}
+
+fn check(prog: &str, args: &[String]) -> Result<i32, Fail> {
+    let longs = [
+        long("help", false, Some('h')),
+        long("format", true, Some('f')),
+        long("repair", true, Some('r')),
+        long("output", true, None),
+        long("object", true, None),
+        long("image-opts", false, None),
+        long("force-share", false, Some('U')),
+    ];
+    let p = scan(prog, args, "hf:r:T:qU", &longs)?;
+    let [operand] = p.operands.as_slice() else {
+        return fail("Expecting one image file name");
+    };
+    let (file, driver) = image_name(&p, operand)?;
+    let repair = match p.value("r") {
+        None => None,
+        Some("leaks") => Some(RepairMode::Leaks),
+        Some("all") => Some(RepairMode::All),
+        Some(other) => return fail(format!("Invalid option for -r: '{other}'")),
+    };
+    let output = p.value("output").unwrap_or("human");
+    if output != "human" && output != "json" {
+        return fail("--output must be used with human or json as argument.");
+    }
+    let format = match p.value("f").map(str::to_owned).or(driver) {
+        Some(f) => f,
+        None => match probe_path(&file) {
+            Ok(Probed::Format(f)) => f.name().to_owned(),
+            Ok(Probed::Foreign(name)) => name.to_owned(),
+            Err(e) => {
+                return fail(format!(
+                    "Could not open '{}': {}",
+                    file.display(),
+                    super::open_error_text(&file, &e)
+                ))
+            }
+        },
+    };
+    if format != "qcow2" {
+        return Err(Fail(
+            "This image format does not support checks".to_owned(),
+            CHECK_NOT_SUPPORTED,
+        ));
+    }
+    let opts = CheckOptions {
+        repair,
+        force_share: p.has("U"),
+    };
+    let outcome = check_file(&file, &opts).map_err(|e| match e {
+        tools::check::CheckError::Open { path, error } => Fail(
+            format!(
+                "Could not open '{}': {}",
+                path.display(),
+                super::open_error_text(&path, &error)
+            ),
+            1,
+        ),
+        other => Fail(other.to_string(), 1),
+    })?;
+    for message in outcome.finding_messages() {
+        eprintln!("{message}");
+    }
+    if let Some(msg) = outcome.failure() {
+        eprintln!("{prog}: {msg}");
+        eprintln!("{prog}: Check failed");
+        return Ok(outcome.exit_code());
+    }
+    if output == "json" {
+        println!("{}", outcome.json());
+    } else if !p.has("q") {
+        print!("{}", outcome.human());
+    }
+    if outcome.check_failed() {
+        eprintln!("{prog}: Check failed");
+    }
+    Ok(outcome.exit_code())
+}
+
+fn info_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
+    let longs = [
+        long("help", false, Some('h')),
+        long("format", true, Some('f')),
+        long("output", true, None),
+        long("backing-chain", false, None),
+        long("object", true, None),
+        long("image-opts", false, None),
+        long("force-share", false, Some('U')),
+        long("limits", false, None),
+    ];
+    let p = scan(prog, args, "f:htU", &longs)?;
+    let [operand] = p.operands.as_slice() else {
+        return fail("Expecting one image file name");
+    };
+    let (file, driver) = image_name(&p, operand)?;
+    let output = p.value("output").unwrap_or("human");
+    if output != "human" && output != "json" {
+        return fail("--output must be used with human or json as argument.");
+    }
+    let format = p
+        .value("f")
+        .map(str::to_owned)
+        .or(driver)
+        .map(|f| {
+            f.parse::<Format>()
+                .map_err(|_| Fail(format!("Unknown driver '{f}'"), 1))
+        })
+        .transpose()?;
+    let opts = InfoOptions {
+        format,
+        force_share: p.has("U"),
+    };
+    if p.has("backing-chain") {
+        if output == "json" {
+            return fail("info --backing-chain --output=json is not supported by qcsim");
+        }
+        // Each image of the chain, top first, a blank line between.
+        let mut seen = Vec::new();
+        let mut next = Some((file, opts.format));
+        let mut first = true;
+        while let Some((f, format)) = next.take() {
+            let id = std::fs::canonicalize(&f).unwrap_or_else(|_| f.clone());
+            if seen.contains(&id) {
+                return fail(format!(
+                    "Backing file '{}' creates an infinite loop.",
+                    f.display()
+                ));
+            }
+            seen.push(id);
+            let o = InfoOptions {
+                format,
+                force_share: p.has("U"),
+            };
+            let report = info(&f, &o).map_err(|e| Fail(info_error(&f, &e), 1))?;
+            if !first {
+                println!();
+            }
+            first = false;
+            print!("{}", report.human());
+            if let Some(b) = &report.full_backing_filename {
+                let format = report
+                    .backing_filename_format
+                    .as_deref()
+                    .map(|f| f.parse::<Format>().ok())
+                    .unwrap_or(None);
+                next = Some((PathBuf::from(b), format));
+            }
+        }
+        return Ok(0);
+    }
+    let report = info(&file, &opts).map_err(|e| Fail(info_error(&file, &e), 1))?;
+    if output == "json" {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.human());
+    }
+    Ok(0)
+}
+
+fn info_error(file: &Path, e: &tools::info::InfoError) -> String {
+    match e {
+        tools::info::InfoError::Open(o) => format!(
+            "Could not open '{}': {}",
+            file.display(),
+            super::open_error_text(file, o)
+        ),
+        other => other.to_string(),
+    }
+}
+
+fn map_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
+    let longs = [
+        long("help", false, Some('h')),
+        long("format", true, Some('f')),
+        long("output", true, None),
+        long("object", true, None),
+        long("image-opts", false, None),
+        long("force-share", false, Some('U')),
+    ];
+    let p = scan(prog, args, "f:hU", &longs)?;
+    let [operand] = p.operands.as_slice() else {
+        return fail("Expecting one image file name");
+    };
+    let (file, driver) = image_name(&p, operand)?;
+    let output = p.value("output").unwrap_or("human");
+    if output != "human" && output != "json" {
+        return fail("--output must be used with human or json as argument.");
+    }
+    let opts = OpenOptions {
+        format: parse_format(p.value("f").map(str::to_owned).or(driver))?,
+        force_share: p.has("U"),
+        read_only: true,
+        ..OpenOptions::default()
+    };
+    let entries = futures::executor::block_on(map_image(&file, &opts))
+        .map_err(|e| Fail(map_error(&file, &e), 1))?;
+    if output == "json" {
+        print!("{}", tools::map::json(&entries));
+    } else {
+        print!("{}", tools::map::human(&entries));
+    }
+    Ok(0)
+}
+
+fn map_error(file: &Path, e: &MapError) -> String {
+    match e {
+        MapError::Open(o) => format!(
+            "Could not open '{}': {}",
+            file.display(),
+            super::open_error_text(file, o)
+        ),
+        other => super::chain(other),
+    }
+}
+
+fn parse_format(f: Option<String>) -> Result<Option<Format>, Fail> {
+    f.map(|f| {
+        f.parse::<Format>()
+            .map_err(|_| Fail(format!("Unknown driver '{f}'"), 1))
+    })
+    .transpose()
+}
+
+/// Bytes compared or copied at a time.
+const CHUNK: u64 = 1 << 20;
+
+/// `compare [-f FMT] [-F FMT] [-s] [-q] A B`: 0 identical, 1 different, 2
+/// an error, as qemu-img's exit codes.
+fn compare(prog: &str, args: &[String]) -> Result<i32, Fail> {
+    let longs = [
+        long("help", false, Some('h')),
+        long("object", true, None),
+        long("image-opts", false, None),
+        long("force-share", false, Some('U')),
+    ];
+    let p = scan(prog, args, "hf:F:T:pqsU", &longs).map_err(|Fail(m, _)| Fail(m, 2))?;
+    let [a, b] = p.operands.as_slice() else {
+        return Err(Fail("Expecting two image file names".into(), 2));
+    };
+    let fa = parse_format(p.value("f").map(str::to_owned)).map_err(|Fail(m, _)| Fail(m, 2))?;
+    let fb = parse_format(
+        p.value("F")
+            .map(str::to_owned)
+            .or(p.value("f").map(str::to_owned)),
+    )
+    .map_err(|Fail(m, _)| Fail(m, 2))?;
+    let strict = p.has("s");
+    let quiet = p.has("q");
+    let open = |file: &str, format| {
+        let opts = OpenOptions {
+            format,
+            read_only: true,
+            force_share: p.has("U"),
+            ..OpenOptions::default()
+        };
+        let file = PathBuf::from(file);
+        async move {
+            open_image(&file, &opts).await.map_err(|e| {
+                Fail(
+                    format!(
+                        "Could not open '{}': {}",
+                        file.display(),
+                        super::open_error_text(&file, &e)
+                    ),
+                    2,
+                )
+            })
+        }
+    };
+    futures::executor::block_on(async {
+        let da = open(a, fa).await?;
+        let db = open(b, fb).await?;
+        let (sa, sb) = (da.virtual_size(), db.virtual_size());
+        let common = sa.min(sb);
+        let read_err = |e: engine::Error| Fail(format!("error while reading: {e}"), 2);
+        let mut ba = vec![0u8; CHUNK as usize];
+        let mut bb = vec![0u8; CHUNK as usize];
+        let mut pos = 0;
+        while pos < common {
+            let n = (common - pos).min(CHUNK) as usize;
+            da.read(pos, &mut ba[..n]).await.map_err(read_err)?;
+            db.read(pos, &mut bb[..n]).await.map_err(read_err)?;
+            if let Some(i) = ba[..n].iter().zip(&bb[..n]).position(|(x, y)| x != y) {
+                // qemu-img names the sector the first difference is in.
+                let at = (pos + i as u64) & !511;
+                if !quiet {
+                    println!("Content mismatch at offset {at}!");
+                }
+                return Ok(1);
+            }
+            pos += n as u64;
+        }
+        if sa != sb {
+            if strict {
+                if !quiet {
+                    println!("Strict mode: Image size mismatch!");
+                }
+                return Ok(1);
+            }
+            if !quiet {
+                println!("Warning: Image size mismatch!");
+            }
+            let longer = if sa > sb { &da } else { &db };
+            let mut pos = common;
+            let end = sa.max(sb);
+            while pos < end {
+                let n = (end - pos).min(CHUNK) as usize;
+                longer.read(pos, &mut ba[..n]).await.map_err(read_err)?;
+                if let Some(i) = ba[..n].iter().position(|&x| x != 0) {
+                    let at = (pos + i as u64) & !511;
+                    if !quiet {
+                        println!("Content mismatch at offset {at}!");
+                    }
+                    return Ok(1);
+                }
+                pos += n as u64;
+            }
+        }
+        if !quiet {
+            println!("Images are identical.");
+        }
+        Ok(0)
+    })
+}
+
+/// `convert [-f FMT] [-O FMT] [-o OPTS] [-n] [-q] [-p] [-m N] [-W] SRC DST`.
+/// Without `-n`, `tools::convert` creates the destination; with it, the
+/// guest data is copied into the existing destination, zeroes written as
+/// zeroes.
+fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
+    let longs = [
+        long("help", false, Some('h')),
+        long("object", true, None),
+        long("image-opts", false, None),
+        long("target-image-opts", false, None),
+        long("force-share", false, Some('U')),
+        long("target-is-zero", false, None),
+    ];
+    let p = scan(prog, args, "hf:O:B:Cco:l:S:pt:T:qnm:WUr:", &longs)?;
+    for (flag, what) in [
+        ("B", "-B (a backing file for the target)"),
+        ("c", "-c (compressed output)"),
+        ("l", "-l (snapshots)"),
+        ("C", "-C (copy offloading)"),
+        ("image-opts", "--image-opts"),
+        ("target-image-opts", "--target-image-opts"),
+    ] {
+        if p.has(flag) {
+            return fail(format!("convert {what} is not supported by qcsim"));
+        }
+    }
+    let options: Vec<String> = p.values("o").into_iter().map(str::to_owned).collect();
+    if options.iter().any(|o| wants_help(o)) {
+        print!("{}", option_help());
+        return Ok(0);
+    }
+    let (src, dst) = match p.operands.as_slice() {
+        [s, d] => (PathBuf::from(s), PathBuf::from(d)),
+        [_] | [] => return fail("Expecting image file name"),
+        _ => return fail("Only one source image is supported by qcsim"),
+    };
+    let source_format = parse_format(p.value("f").map(str::to_owned))?;
+    let out_name = p.value("O").unwrap_or("raw");
+    let output_format: Format = out_name
+        .parse()
+        .map_err(|_| Fail(format!("Unknown file format '{out_name}'"), 1))?;
+    let nocache = p
+        .value("t")
+        .is_some_and(|t| matches!(t, "none" | "directsync"));
+    let parallel = match p.value("m") {
+        None => 8,
+        Some(m) => match m.parse::<usize>() {
+            Ok(n) if (1..=tools::convert::MAX_PARALLEL).contains(&n) => n,
+            _ => return fail(
+                "Invalid number of coroutines. Allowed number of coroutines is between 1 and 16",
+            ),
+        },
+    };
+    if p.has("n") {
+        if !options.is_empty() {
+            return fail("-o has no effect when skipping image creation");
+        }
+        return futures::executor::block_on(copy_into(
+            &src,
+            source_format,
+            &dst,
+            output_format,
+            p.has("U"),
+        ))
+        .map(|()| 0);
+    }
+    let opts = tools::convert::ConvertOptions {
+        source_format,
+        output_format,
+        options,
+        parallel,
+        nocache,
+        force_share: p.has("U"),
+    };
+    futures::executor::block_on(tools::convert::convert(&src, &dst, &opts))
+        .map_err(|e| Fail(super::chain(&e), 1))?;
+    Ok(0)
+}
+
+/// `convert -n`: the source's guest data into the existing destination.
+async fn copy_into(
+    src: &Path,
+    src_format: Option<Format>,
+    dst: &Path,
+    dst_format: Format,
+    force_share: bool,
+) -> Result<(), Fail> {
+    let open_err = |file: &Path, e: tools::files::OpenError| {
+        Fail(
+            format!(
+                "Could not open '{}': {}",
+                file.display(),
+                super::open_error_text(file, &e)
+            ),
+            1,
+        )
+    };
+    let s = open_image(
+        src,
+        &OpenOptions {
+            format: src_format,
+            read_only: true,
+            force_share,
+            ..OpenOptions::default()
+        },
+    )
+    .await
+    .map_err(|e| open_err(src, e))?;
+    let d = open_image(
+        dst,
+        &OpenOptions {
+            format: Some(dst_format),
+            ..OpenOptions::default()
+        },
+    )
+    .await
+    .map_err(|e| open_err(dst, e))?;
+    let size = s.virtual_size();
+    if d.virtual_size() < size {
+        return fail("error while converting: the target image is smaller than the source");
+    }
+    let mut buf = vec![0u8; CHUNK as usize];
+    let mut pos = 0;
+    let io_err = |what: &str, e: engine::Error| Fail(format!("error while {what}: {e}"), 1);
+    while pos < size {
+        let n = (size - pos).min(CHUNK) as usize;
+        s.read(pos, &mut buf[..n])
+            .await
+            .map_err(|e| io_err("reading", e))?;
+        let r = if buf[..n].iter().all(|&b| b == 0) {
+            d.write_zeroes(pos, n as u64, true).await
+        } else {
+            d.write(pos, &buf[..n]).await
+        };
+        r.map_err(|e| io_err("writing", e))?;
+        pos += n as u64;
+    }
+    drop(s);
+    d.close().await.map_err(|e| io_err("closing", e))
+}

@@ -1,0 +1,478 @@
+//! The drop-in tools: qcsim invoked as `qemu-img` and `qemu-io` (a symlink
+//! with that name) or as `qcsim img` and `qcsim io`, run beside QEMU's own
+//! tools on the same command lines in twin directories, so that every
+//! comparison is of what QEMU's tools print for the same files and names
+//! (timings filtered as QEMU's iotests filter them).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::support::{exec, untimed, QCSIM};
+
+/// Two directories holding the same files: one for QEMU's tools, one for
+/// qcsim's, with `qemu-img` and `qemu-io` symlinks to the qcsim binary.
+struct Twins {
+    _root: tempfile::TempDir,
+    qemu: PathBuf,
+    ours: PathBuf,
+    bin: PathBuf,
+}
+
+impl Twins {
+    fn new() -> Twins {
+        let root = tempfile::tempdir().unwrap();
+        let (qemu, ours, bin) = (
+            root.path().join("qemu"),
+            root.path().join("ours"),
+            root.path().join("bin"),
+        );
+        for d in [&qemu, &ours, &bin] {
+            std::fs::create_dir(d).unwrap();
+        }
+        for name in ["qemu-img", "qemu-io"] {
+            std::os::unix::fs::symlink(QCSIM, bin.join(name)).unwrap();
+        }
+        Twins {
+            _root: root,
+            qemu,
+            ours,
+            bin,
+        }
+    }
+
+    /// `tool` ("qemu-img" or "qemu-io") with `args`, by QEMU and by qcsim
+    /// under the tool's name, each in its directory.
+    fn both(&self, tool: &str, args: &[&str]) -> (Output, Output) {
+        let theirs = exec(tool, args, &self.qemu);
+        let ours = exec(self.bin.join(tool).to_str().unwrap(), args, &self.ours);
+        (theirs, ours)
+    }
+
+    /// [`Twins::both`], and the two must print the same (timings
+    /// filtered) and exit alike; returns qcsim's standard output.
+    fn same(&self, tool: &str, args: &[&str]) -> String {
+        let (theirs, ours) = self.both(tool, args);
+        assert_same(tool, args, &theirs, &ours);
+        String::from_utf8(ours.stdout).unwrap()
+    }
+
+    /// [`Twins::same`] with `input` on standard input.
+    fn same_with_input(&self, tool: &str, args: &[&str], input: &str) -> String {
+        let run = |program: &Path, dir: &Path| {
+            let mut child = Command::new(program)
+                .args(args)
+                .current_dir(dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let theirs = run(Path::new(tool), &self.qemu);
+        let ours = run(&self.bin.join(tool), &self.ours);
+        assert_same(tool, args, &theirs, &ours);
+        String::from_utf8(ours.stdout).unwrap()
+    }
+}
+
+fn assert_same(tool: &str, args: &[&str], theirs: &Output, ours: &Output) {
+    let text = |b: &[u8]| untimed(&String::from_utf8_lossy(b));
+    assert_eq!(
+        text(&ours.stdout),
+        text(&theirs.stdout),
+        "{tool} {args:?}: standard output"
+    );
+    assert_eq!(
+        text(&ours.stderr),
+        text(&theirs.stderr),
+        "{tool} {args:?}: standard error"
+    );
+    assert_eq!(
+        ours.status.code(),
+        theirs.status.code(),
+        "{tool} {args:?}: exit code"
+    );
+}
+
+#[test]
+fn the_program_name_and_the_subcommands_pick_the_tool() {
+    let t = Twins::new();
+    // As qemu-img: create; as `qcsim img`: the same create.
+    let out = t.same("qemu-img", &["create", "-f", "qcow2", "a.qcow2", "1M"]);
+    assert!(out.starts_with("Formatting 'a.qcow2', fmt=qcow2 "), "{out}");
+    let sub = exec(
+        QCSIM,
+        &["img", "create", "-f", "qcow2", "b.qcow2", "1M"],
+        &t.ours,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&sub.stdout),
+        out.replace("a.qcow2", "b.qcow2")
+    );
+    // As qemu-io and as `qcsim io`: the same report.
+    let via_name = t.same("qemu-io", &["-c", "write -P 7 0 4k", "a.qcow2"]);
+    let via_sub = exec(QCSIM, &["io", "-c", "read -P 7 0 4k", "a.qcow2"], &t.ours);
+    assert_eq!(via_sub.status.code(), Some(0));
+    assert_eq!(
+        untimed(&String::from_utf8_lossy(&via_sub.stdout)),
+        untimed(&via_name).replace("wrote", "read")
+    );
+    // Under any other name, qcsim is itself.
+    let other = t.bin.join("qcsim-renamed");
+    std::os::unix::fs::symlink(QCSIM, &other).unwrap();
+    let out = exec(other.to_str().unwrap(), &["--version"], &t.ours);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("qcsim "));
+}
+
+#[test]
+fn create_prints_qemu_imgs_formatting_line() {
+    let t = Twins::new();
+    t.same("qemu-img", &["create", "-f", "qcow2", "base.qcow2", "64M"]);
+    let cases: &[&[&str]] = &[
+        &["create", "-f", "qcow2", "t.qcow2", "1G"],
+        &["create", "-f", "qcow2", "t.qcow2", "1234"],
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-o",
+            "cluster_size=4k",
+            "t.qcow2",
+            "1M",
+        ],
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-o",
+            "compat=0.10,refcount_bits=16",
+            "t.qcow2",
+            "1M",
+        ],
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-o",
+            "lazy_refcounts=on,extended_l2=on",
+            "t.qcow2",
+            "1M",
+        ],
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-b",
+            "base.qcow2",
+            "-F",
+            "qcow2",
+            "t.qcow2",
+        ],
+        &["create", "-f", "raw", "t.raw", "1M"],
+        &["create", "-q", "-f", "qcow2", "t.qcow2", "1M"],
+    ];
+    for args in cases {
+        t.same("qemu-img", args);
+    }
+    // The size each tool gives the odd-sized image: whole sectors. (The
+    // files' lengths differ: qcsim lays out a new image's metadata in its
+    // own way, see ARCHITECTURE.md.)
+    t.same("qemu-img", &["create", "-f", "qcow2", "odd.qcow2", "1234"]);
+    let (theirs, ours) = t.both("qemu-img", &["info", "odd.qcow2"]);
+    let size = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find(|l| l.starts_with("virtual size: "))
+            .map(str::to_owned)
+    };
+    assert_eq!(size(&ours), size(&theirs));
+    assert_eq!(
+        size(&ours).as_deref(),
+        Some("virtual size: 1.5 KiB (1536 bytes)")
+    );
+}
+
+#[test]
+fn qemu_io_reports_requests_as_qemu_io_does() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "t.qcow2", "4M"],
+    );
+    let out = t.same(
+        "qemu-io",
+        &[
+            "--cache",
+            "writeback",
+            "--aio",
+            "threads",
+            "-f",
+            "qcow2",
+            "-c",
+            "write -P 0x11 0 4k",
+            "-c",
+            "write -P 0x22 1536 1536",
+            "-c",
+            "writev -P 0x33 64k 512 1k",
+            "-c",
+            "aio_write -P 0x44 1M 64k",
+            "-c",
+            "aio_flush",
+            "-c",
+            "read -P 0x11 0 512",
+            "-c",
+            "read -P 0x22 -s 1536 -l 1536 0 4k",
+            "-c",
+            "readv -P 0x33 64k 1k 512",
+            "-c",
+            "read -P 0x55 1M 4k",
+            "-c",
+            "write -z 2M 64k",
+            "-c",
+            "discard 1M 64k",
+            "-c",
+            "alloc 0 128k",
+            "-c",
+            "map",
+            "-c",
+            "length",
+            "-c",
+            "info",
+            "-c",
+            "read -v 0 32",
+            "-c",
+            "read 4M 512",
+            "t.qcow2",
+        ],
+    );
+    // The report lines are there (and were compared, timings filtered).
+    assert!(
+        out.contains("wrote 4096/4096 bytes at offset 0\n4 KiB, 1 ops; "),
+        "{out}"
+    );
+    // QEMU finds qcsim's image clean, and reads what was written.
+    crate::support::assert_clean("t.qcow2", &t.ours);
+    let read = exec(
+        "qemu-io",
+        &[
+            "-c",
+            "read -P 0x11 0 1536",
+            "-c",
+            "read -P 0x44 1M 0",
+            "-c",
+            "read -P 0 1M 64k",
+            "t.qcow2",
+        ],
+        &t.ours,
+    );
+    assert_eq!(
+        read.status.code(),
+        Some(0),
+        "{}",
+        crate::support::text(&read)
+    );
+}
+
+#[test]
+fn commands_on_standard_input_follow_a_prompt() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "t.qcow2", "1M"],
+    );
+    let out = t.same_with_input(
+        "qemu-io",
+        &["t.qcow2"],
+        "write -P 9 0 512\nbogus\nread -P 9 0 x\n\nread -P 9 0 512\n",
+    );
+    assert_eq!(out.matches("qemu-io> ").count(), 6, "{out}");
+}
+
+#[test]
+fn errors_carry_qemus_words_prefixes_and_exit_codes() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "t.qcow2", "1M"],
+    );
+    t.same("qemu-img", &["create", "-q", "-f", "raw", "t.raw", "1M"]);
+    // Opening a missing file, as qemu-io and qemu-img.
+    t.same("qemu-io", &["-c", "read 0 512", "missing.qcow2"]);
+    t.same("qemu-img", &["info", "missing.qcow2"]);
+    t.same("qemu-img", &["check", "missing.qcow2"]);
+    // Usage errors.
+    t.same("qemu-io", &["-t", "bogus", "-c", "read 0 1", "t.qcow2"]);
+    // Sizes qemu-img refuses, each with its message.
+    for size in ["1x", "-1", "-1k", "16E", "abc"] {
+        t.same(
+            "qemu-img",
+            &["create", "-f", "qcow2", "s.qcow2", "--", size],
+        );
+    }
+    // A check of a format without checks: 63.
+    t.same("qemu-img", &["check", "-f", "raw", "t.raw"]);
+    // A bad cluster size: the same error (QEMU prints its Formatting
+    // line first, qcsim refuses before it).
+    let (theirs, ours) = t.both(
+        "qemu-img",
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-o",
+            "cluster_size=3k",
+            "x.qcow2",
+            "1M",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ours.stderr),
+        String::from_utf8_lossy(&theirs.stderr)
+    );
+    assert_eq!(ours.status.code(), Some(1));
+    // Requests qemu-io refuses, and a read-only image written.
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "write -P 300 0 1",
+            "-c",
+            "write -u 0 512",
+            "-c",
+            "read 0 1x",
+            "-c",
+            "nope",
+            "t.qcow2",
+        ],
+    );
+    t.same("qemu-io", &["-r", "-c", "write 0 512", "t.qcow2"]);
+    // A backing file missing, or named without its format.
+    t.same(
+        "qemu-img",
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-b",
+            "gone.qcow2",
+            "-F",
+            "qcow2",
+            "x.qcow2",
+            "1M",
+        ],
+    );
+    t.same(
+        "qemu-img",
+        &["create", "-f", "qcow2", "-b", "t.qcow2", "x.qcow2", "1M"],
+    );
+}
+
+#[test]
+fn map_and_compare_match_qemu_img() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "b.qcow2", "1M"],
+    );
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "write -P 1 0 128k",
+            "-c",
+            "write -z 256k 64k",
+            "b.qcow2",
+        ],
+    );
+    t.same(
+        "qemu-img",
+        &[
+            "create", "-q", "-f", "qcow2", "-b", "b.qcow2", "-F", "qcow2", "t.qcow2",
+        ],
+    );
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "write -P 2 64k 64k",
+            "-c",
+            "write -z 512k 64k",
+            "t.qcow2",
+        ],
+    );
+    // Where the clusters landed differs (qcsim places them its own way,
+    // see ARCHITECTURE.md), so host offsets are filtered, as the iotests'
+    // map filter does; the runs, layers and flags must agree.
+    for args in [
+        &["map", "t.qcow2"][..],
+        &["map", "--output=json", "t.qcow2"],
+    ] {
+        let (theirs, ours) = t.both("qemu-img", args);
+        assert_eq!(
+            ours.status.code(),
+            Some(0),
+            "{}",
+            crate::support::text(&ours)
+        );
+        let (theirs, ours) = (host_offsets_hidden(&theirs), host_offsets_hidden(&ours));
+        assert_eq!(ours, theirs, "qemu-img {args:?}");
+        assert!(
+            ours.contains("b.qcow2") || ours.contains("\"depth\": 1"),
+            "{ours}"
+        );
+    }
+    // The chain's info alike but for the space the files take on disk,
+    // which is the file system's.
+    let (theirs, ours) = t.both("qemu-img", &["info", "--backing-chain", "t.qcow2"]);
+    let layout = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("disk size: "))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    };
+    assert_eq!(layout(&ours), layout(&theirs));
+    assert_eq!(layout(&ours).matches("image: ").count(), 2);
+    t.same("qemu-img", &["compare", "b.qcow2", "t.qcow2"]);
+    t.same("qemu-img", &["compare", "t.qcow2", "t.qcow2"]);
+    // Converted by either tool, the copy compares equal to the original.
+    t.same(
+        "qemu-img",
+        &[
+            "convert", "-f", "qcow2", "-O", "qcow2", "t.qcow2", "c.qcow2",
+        ],
+    );
+    t.same("qemu-img", &["compare", "t.qcow2", "c.qcow2"]);
+    let cross = exec("qemu-img", &["compare", "t.qcow2", "c.qcow2"], &t.ours);
+    assert_eq!(cross.status.code(), Some(0), "QEMU compares qcsim's copy");
+}
+
+/// A map's output with the host offsets replaced: the JSON "offset" field
+/// and the human layout's "Mapped to" column.
+fn host_offsets_hidden(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            if let Some(at) = l.find("\"offset\": ") {
+                return format!("{}\"offset\": OFFSET}}", &l[..at])
+                    + if l.ends_with(',') { "," } else { "" };
+            }
+            let words: Vec<&str> = l.split_whitespace().collect();
+            match words.as_slice() {
+                [start, len, _host, file] if start.starts_with(|c: char| c.is_ascii_digit()) => {
+                    format!("{start} {len} HOST {file}")
+                }
+                _ => l.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
