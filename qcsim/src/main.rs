@@ -74,6 +74,8 @@ enum Command {
     Io(cli::io::Args),
     /// Export an image's guest view over NBD.
     Serve(cli::serve::Args),
+    /// Replay a simulated disk's request log (`serve --sim --record`).
+    DiskReplay(cli::disk_replay::Args),
 }
 
 fn main() {
@@ -95,6 +97,7 @@ fn main() {
         Command::Dump(a) => cli::dump::run(a),
         Command::Io(a) => cli::io::run(a),
         Command::Serve(a) => cli::serve::run(a),
+        Command::DiskReplay(a) => cli::disk_replay::run(a),
     };
     let code = match result {
         Ok(code) => code,

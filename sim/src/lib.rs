@@ -17,6 +17,7 @@ pub mod exhaust;
 pub mod iotrace;
 pub mod rng;
 pub mod runner;
+pub mod served;
 pub mod shrink;
 pub mod trace;
 pub mod workload;

@@ -19,5 +19,6 @@ mod extended_l2_cli;
 mod locking;
 mod run_counters;
 mod serve;
+mod serve_sim;
 mod trace_cli;
 mod verify_determinism;

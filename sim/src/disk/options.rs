@@ -467,6 +467,16 @@ pub struct CrashOptions {
     /// fewer flushes runs to its end. Absent in cases saved before it
     /// existed: 0, as they ran.
     pub at_flush_ppm: u32,
+    /// The most bytes of completed writes the device holds unflushed (its
+    /// volatile cache); past it, the oldest completed writes are written
+    /// back (made durable, in completion order), as a real cache does when
+    /// it fills. `None`: the cache holds everything, the harshest model,
+    /// and the one every case runs (a case ends). A long session (`qcsim
+    /// serve --sim`) sets it, so that a driver that never flushes does not
+    /// make the disk keep every write it ever sent. Left out of a case's
+    /// JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_bytes_max: Option<u64>,
 }
 
 /// Largest n of a crash at a flush: each flush of the crash group takes
@@ -480,6 +490,7 @@ impl Default for CrashOptions {
             tear_ppm: 0,
             tear_fill: TearFill::Old,
             at_flush_ppm: 0,
+            cache_bytes_max: None,
         }
     }
 }
@@ -628,6 +639,11 @@ impl DiskOptions {
         }
         check_ppm(self.crash.tear_ppm, "crash.tear_ppm")?;
         check_ppm(self.crash.at_flush_ppm, "crash.at_flush_ppm")?;
+        check(
+            self.crash.cache_bytes_max != Some(0),
+            "crash.cache_bytes_max",
+            "a cache of 0 bytes: leave it out for an unbounded one",
+        )?;
         Ok(())
     }
 

@@ -563,6 +563,8 @@ impl SimDisk {
             }
             if !self.inner.options.crash.track {
                 st.dur.forget(issued.id);
+            } else if let Some(max) = self.inner.options.crash.cache_bytes_max {
+                st.dur.write_back(max);
             }
             Self::share_if_settled(&mut st);
         }
