@@ -59,6 +59,11 @@ pub struct Args {
     /// only panics and hangs fail, what the judges see is counted.
     #[arg(long)]
     pub harsh: bool,
+    /// Run every case on a deliberately broken disk whose flushes (and
+    /// FUA writes) complete without making anything durable: the campaign
+    /// must fail, which shows it can see a lost write.
+    #[arg(long)]
+    pub disk_ignores_flush: bool,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -216,6 +221,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         shard: parse_shard(&args.shard)?,
         jobs,
         harsh: args.harsh,
+        disk_ignores_flush: args.disk_ignores_flush,
         #[cfg(feature = "broken")]
         broken: args.broken.variant(),
     };

@@ -25,6 +25,10 @@ pub struct Args {
     /// Print the case and the run's counts as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Run on a deliberately broken disk whose flushes (and FUA writes)
+    /// complete without making anything durable.
+    #[arg(long)]
+    pub disk_ignores_flush: bool,
     #[command(flatten)]
     pub broken: BrokenArg,
 }
@@ -113,6 +117,9 @@ impl From<ProfileArg> for Profile {
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut case = Case::generate(args.seed, args.profile.into());
     args.broken.apply(&mut case);
+    if args.disk_ignores_flush {
+        case.disk.faults.ignores_flush = true;
+    }
     if let Some(p) = &args.save {
         save_case(&case, p)?;
     }

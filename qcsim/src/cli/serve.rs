@@ -72,6 +72,10 @@ pub struct Args {
     /// cache holds before it writes the oldest back (K, M, G suffixes).
     #[arg(long, value_name = "SIZE", requires = "sim", default_value = "256M", value_parser = parse_size)]
     pub sim_cache: u64,
+    /// With --sim: a deliberately broken disk whose flushes (and FUA
+    /// writes) complete without making anything durable.
+    #[arg(long, requires = "sim")]
+    pub disk_ignores_flush: bool,
     /// Image file (with --sim: the simulated disk's content, raw).
     pub file: PathBuf,
 }
@@ -255,7 +259,8 @@ fn run_sim(args: Args) -> anyhow::Result<i32> {
         None => None,
     };
     let content = sim::load(&args.file, args.sim_size)?;
-    let options = sim::options(args.sim_cache);
+    let mut options = sim::options(args.sim_cache);
+    options.faults.ignores_flush = args.disk_ignores_flush;
     let mut disk = ::sim::served::ServedDisk::new(args.sim_seed, options, content)
         .context("the simulated disk's options")?;
     if let (Some(path), Some(f)) = (&args.record, log_file) {

@@ -190,6 +190,45 @@ fn only_flushed_writes_are_durable() {
     assert_same(d, "content.raw", "disk.raw");
 }
 
+/// `--disk-ignores-flush`: QEMU's write and flush succeed, and nothing
+/// is durable.
+#[test]
+fn a_disk_that_ignores_flush_keeps_nothing_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let served = Served::start(
+        d,
+        "disk.raw",
+        &[
+            "--sim",
+            "--sim-size",
+            "1M",
+            "--record",
+            "req.log",
+            "--disk-ignores-flush",
+        ],
+    );
+    qemu_io_ok(
+        &[
+            "-f",
+            "raw",
+            "-c",
+            "write -P 0x22 64k 4k",
+            "-c",
+            "flush",
+            &served.uri(),
+        ],
+        d,
+    );
+    let log = served.stop(libc::SIGTERM);
+    assert!(count(&log, "flushes") >= 1, "QEMU sent no flush: {log}");
+    qcsim(&["disk-replay", "req.log", "--durable", "durable.raw"], d);
+    let durable = std::fs::read(d.join("durable.raw")).unwrap();
+    assert!(durable.iter().all(|&b| b == 0), "something became durable");
+    let content = std::fs::read(d.join("disk.raw")).unwrap();
+    assert!(content[65536..69632].iter().all(|&b| b == 0x22));
+}
+
 /// Bad arguments are refused with a message naming the problem.
 #[test]
 fn bad_sim_arguments_are_refused() {

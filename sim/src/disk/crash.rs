@@ -418,7 +418,7 @@ impl SimDisk {
                             ))),
                             _ => Payload::Zeroes,
                         };
-                        dur.issue(e.id, at, n, payload, e.fua);
+                        dur.issue(e.id, at, n, payload, e.fua && !o.faults.ignores_flush);
                     }
                 }
                 (IoOp::Write | IoOp::WriteZeroes | IoOp::Discard, true) => {
@@ -427,7 +427,7 @@ impl SimDisk {
                         dur.write_back(max);
                     }
                 }
-                (IoOp::Flush, true) if ok => dur.flush(e.issue_seq),
+                (IoOp::Flush, true) if ok && !o.faults.ignores_flush => dur.flush(e.issue_seq),
                 (IoOp::Truncate, true) if ok => dur.truncate(e.id, e.len),
                 _ => {}
             }

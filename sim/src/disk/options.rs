@@ -424,6 +424,15 @@ pub struct FaultOptions {
     /// How far a misdirected write may land, in sectors; at least 1 when
     /// `misdirected_write_ppm` is not 0.
     pub misdirect_sectors_max: u32,
+    /// A deliberately broken disk that lies about its cache: flushes and
+    /// FUA writes complete and succeed, and make nothing durable, so after
+    /// a crash only what was durable at the start is certain. Not under
+    /// the master switch (`enabled`) or `SimDisk::set_faults_enabled`: the
+    /// disk lies always. It shows that a harness sees lost writes at all
+    /// (`--disk-ignores-flush`); no correct driver survives it. Left out of
+    /// a case's JSON when off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignores_flush: bool,
 }
 
 impl Default for FaultOptions {
@@ -438,6 +447,7 @@ impl Default for FaultOptions {
             lost_write_ppm: 0,
             misdirected_write_ppm: 0,
             misdirect_sectors_max: 16,
+            ignores_flush: false,
         }
     }
 }
