@@ -23,6 +23,7 @@ macro_rules! println {
 mod output;
 
 mod progress;
+mod qemu;
 mod report;
 
 mod cli;

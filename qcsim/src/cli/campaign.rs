@@ -64,6 +64,10 @@ pub struct Args {
     /// must fail, which shows it can see a lost write.
     #[arg(long)]
     pub disk_ignores_flush: bool,
+    /// The qcow2 driver the cases run on: qcsim's engine, or QEMU's
+    /// (qemu-nbd on the simulated disk over NBD; no report directory).
+    #[arg(long, value_enum, default_value = "engine")]
+    pub driver: super::driver::DriverArg,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -226,6 +230,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         broken: args.broken.variant(),
     };
     let broken = args.broken.variant();
+    if args.driver == super::driver::DriverArg::Qemu {
+        return super::driver::run_qemu_campaign(&plan, &args.corpus, args.quiet, time_limit);
+    }
     // Read the bench rows before the cases run: a bad file fails at once.
     let bench_path = args.bench_json.clone().or_else(|| {
         let default = args.reports.join("bench-sim.json");

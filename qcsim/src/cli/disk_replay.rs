@@ -25,9 +25,17 @@ pub struct Args {
     /// Write the crash states here, as crash-K.raw.
     #[arg(long, value_name = "DIR")]
     pub crash_dir: Option<PathBuf>,
-    /// The most crash states --crash-dir gets.
+    /// The most crash states --crash-dir gets (each pending write landed
+    /// whole or not).
     #[arg(long, value_name = "N", default_value_t = 16, requires = "crash_dir")]
     pub crash_states: u64,
+    /// Instead, the states a `--driver qemu` run judged at this crash: the
+    /// all-durable one, then N drawn from --crash-seed's crash stream.
+    #[arg(long, value_name = "N", requires = "crash_dir")]
+    pub samples: Option<u32>,
+    /// The seed of --samples (the case's seed plus the epoch's number).
+    #[arg(long, value_name = "S", default_value_t = 0, requires = "samples")]
+    pub crash_seed: u64,
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
@@ -68,6 +76,19 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(dir) = &args.crash_dir {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("{}: cannot make the directory", dir.display()))?;
+        if let Some(samples) = args.samples {
+            let states = crate::qemu::disk::crash_states(disk, samples, args.crash_seed)?;
+            for (k, state) in states.iter().enumerate() {
+                store(&dir.join(format!("crash-{k}.raw")), state)?;
+            }
+            println!(
+                "{} crash states written to {} (the all-durable one, then {samples} drawn from seed {})",
+                states.len(),
+                dir.display(),
+                args.crash_seed
+            );
+            return Ok(0);
+        }
         let states = disk
             .crash_states_by_write(args.crash_states)
             .context("crash states")?;

@@ -7,6 +7,7 @@ pub mod check;
 pub mod convert;
 pub mod create;
 pub mod disk_replay;
+pub mod driver;
 pub mod dump;
 pub mod enumerate;
 pub mod exhaust;

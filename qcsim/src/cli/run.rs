@@ -29,6 +29,14 @@ pub struct Args {
     /// complete without making anything durable.
     #[arg(long)]
     pub disk_ignores_flush: bool,
+    /// The qcow2 driver the case runs on: qcsim's engine, or QEMU's
+    /// (qemu-nbd on the simulated disk over NBD; see the README for what
+    /// differs).
+    #[arg(long, value_enum, default_value = "engine")]
+    pub driver: super::driver::DriverArg,
+    /// With --driver qemu: where a failing case's directory is kept.
+    #[arg(long, default_value = "corpus/failing")]
+    pub corpus: PathBuf,
     #[command(flatten)]
     pub broken: BrokenArg,
 }
@@ -122,6 +130,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     if let Some(p) = &args.save {
         save_case(&case, p)?;
+    }
+    if args.driver == super::driver::DriverArg::Qemu {
+        let report = super::driver::run_qemu(&case, &args.corpus)?;
+        super::driver::print_qemu_report(&report);
+        return Ok(if report.passed() { 0 } else { 1 });
     }
     let export = prepare_export(args.export.as_deref())?;
     let report = run_case(

@@ -17,6 +17,7 @@ mod enumerate_cli;
 mod exhaust_cli;
 mod extended_l2_cli;
 mod locking;
+mod qemu_driver;
 mod run_counters;
 mod serve;
 mod serve_sim;
