@@ -230,11 +230,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         broken: args.broken.variant(),
     };
     let broken = args.broken.variant();
-    if args.driver == super::driver::DriverArg::Qemu {
+    if let Some(engine) = args.driver.external() {
         if args.shrink || args.report.is_some() || args.bench_json.is_some() || args.harsh {
             bail!("--shrink, --report, --bench-json and --harsh are not for --driver qemu (its cases run without injected faults and print their summary)");
         }
-        return super::driver::run_qemu_campaign(&plan, &args.corpus, args.quiet, time_limit);
+        return super::driver::run_qemu_campaign(
+            engine,
+            &plan,
+            &args.corpus,
+            args.quiet,
+            time_limit,
+        );
     }
     // Read the bench rows before the cases run: a bad file fails at once.
     let bench_path = args.bench_json.clone().or_else(|| {

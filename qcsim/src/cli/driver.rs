@@ -11,7 +11,7 @@ use anyhow::Context;
 use sim::campaign::CampaignPlan;
 use sim::case::Case;
 
-use crate::qemu::run::{run_case_qemu, QemuReport};
+use crate::qemu::run::{run_case_on, Engine, QemuReport};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum DriverArg {
@@ -21,21 +21,39 @@ pub enum DriverArg {
     /// QEMU's qcow2 driver (qemu-nbd), its storage the simulated disk
     /// over NBD.
     Qemu,
+    /// The Rust qcow2 library imago, its storage the simulated disk over
+    /// NBD (see the README for what differs).
+    Imago,
+}
+
+impl DriverArg {
+    /// The driver to run a case on instead of the engine, if any.
+    pub fn external(self) -> Option<Engine> {
+        match self {
+            DriverArg::Engine => None,
+            DriverArg::Qemu => Some(Engine::Qemu),
+            DriverArg::Imago => Some(Engine::Imago),
+        }
+    }
 }
 
 /// Where a QEMU run works: a fresh directory under the system's temporary
 /// one, named for the process and the seed.
-fn work_dir(seed: u64) -> PathBuf {
-    std::env::temp_dir().join(format!("qcsim-qemu-{}-{seed}", std::process::id()))
+fn work_dir(seed: u64, engine: Engine) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "qcsim-{}-{}-{seed}",
+        engine.name(),
+        std::process::id()
+    ))
 }
 
 /// Run `case` on QEMU's driver. A failing case's directory (each epoch's
 /// request log and crash states, and the case) is moved to
 /// `corpus/qemu-seed-N`; a passing one is removed.
-pub fn run_qemu(case: &Case, corpus: &Path) -> anyhow::Result<QemuReport> {
-    let dir = work_dir(case.seed);
+pub fn run_qemu(case: &Case, corpus: &Path, engine: Engine) -> anyhow::Result<QemuReport> {
+    let dir = work_dir(case.seed, engine);
     let _ = std::fs::remove_dir_all(&dir);
-    let mut report = run_case_qemu(case, &dir);
+    let mut report = run_case_on(case, &dir, engine);
     match &mut report {
         Ok(r) if r.passed() || r.skipped.is_some() => {
             let _ = std::fs::remove_dir_all(&dir);
@@ -44,7 +62,7 @@ pub fn run_qemu(case: &Case, corpus: &Path) -> anyhow::Result<QemuReport> {
             std::fs::write(dir.join("case.json"), case.to_json())?;
             std::fs::create_dir_all(corpus)
                 .with_context(|| format!("{}: cannot make the corpus", corpus.display()))?;
-            let kept = corpus.join(format!("qemu-seed-{}", case.seed));
+            let kept = corpus.join(format!("{}-seed-{}", engine.name(), case.seed));
             let _ = std::fs::remove_dir_all(&kept);
             if std::fs::rename(&dir, &kept).is_ok() {
                 r.dir = kept;
@@ -58,16 +76,17 @@ pub fn run_qemu(case: &Case, corpus: &Path) -> anyhow::Result<QemuReport> {
 }
 
 /// One case's verdict, as `qcsim run --driver qemu` prints it.
-pub fn print_qemu_report(r: &QemuReport) {
+pub fn print_qemu_report(r: &QemuReport, engine: Engine) {
+    let name = engine.name();
     if let Some(why) = &r.skipped {
         println!(
-            "seed {} (qemu): SKIPPED: the driver does not run cases with {why}",
+            "seed {} ({name}): SKIPPED: the driver does not run cases with {why}",
             r.seed
         );
         return;
     }
     println!(
-        "seed {} (qemu): {}",
+        "seed {} ({name}): {}",
         r.seed,
         if r.passed() { "PASS" } else { "FAIL" }
     );
@@ -76,8 +95,11 @@ pub fn print_qemu_report(r: &QemuReport) {
         r.guest_ops, r.read_sectors, r.crash_states, r.recovered_sectors
     );
     println!(
-        "  the simulated disk saw {} writes ({} FUA) and {} flushes from QEMU",
-        r.device_writes, r.device_fua_writes, r.device_flushes
+        "  the simulated disk saw {} writes ({} FUA) and {} flushes from {}",
+        r.device_writes,
+        r.device_fua_writes,
+        r.device_flushes,
+        engine.who()
     );
     for f in &r.failures {
         // The first lines say what failed; the kept directory has the rest.
@@ -107,6 +129,7 @@ pub fn print_qemu_report(r: &QemuReport) {
 /// `qcsim campaign --driver qemu`: the plan's cases on QEMU's qcow2 driver,
 /// `jobs` at a time, each failing case kept in the corpus; the totals.
 pub fn run_qemu_campaign(
+    engine: Engine,
     plan: &CampaignPlan,
     corpus: &Path,
     quiet: bool,
@@ -137,7 +160,7 @@ pub fn run_qemu_campaign(
                     continue;
                 }
                 let case = sim::campaign::case_for(plan, seed);
-                match run_qemu(&case, corpus) {
+                match run_qemu(&case, corpus, engine) {
                     Ok(r) => reports.lock().unwrap_or_else(|e| e.into_inner()).push(r),
                     Err(e) => errors
                         .lock()
@@ -155,7 +178,8 @@ pub fn run_qemu_campaign(
     let run: Vec<_> = reports.iter().filter(|r| r.skipped.is_none()).collect();
     let failed: Vec<_> = run.iter().filter(|r| !r.passed()).collect();
     println!(
-        "campaign (qemu): {} cases, {} passed, {} failed, {} skipped ({} jobs, {:.1} s)",
+        "campaign ({}): {} cases, {} passed, {} failed, {} skipped ({} jobs, {:.1} s)",
+        engine.name(),
         reports.len() + errors.len(),
         run.len() - failed.len(),
         failed.len() + errors.len(),
@@ -172,10 +196,11 @@ pub fn run_qemu_campaign(
         sum(|r| r.recovered_sectors)
     );
     println!(
-        "the simulated disks saw {} writes ({} FUA) and {} flushes from QEMU",
+        "the simulated disks saw {} writes ({} FUA) and {} flushes from {}",
         sum(|r| r.device_writes),
         sum(|r| r.device_fua_writes),
-        sum(|r| r.device_flushes)
+        sum(|r| r.device_flushes),
+        engine.who()
     );
     let mut skipped: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
     for r in &reports {

@@ -24,10 +24,10 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let case = load_case(&args.case)?;
-    if args.driver == super::driver::DriverArg::Qemu {
+    if let Some(engine) = args.driver.external() {
         let corpus = std::path::Path::new("corpus/failing");
-        let report = super::driver::run_qemu(&case, corpus)?;
-        super::driver::print_qemu_report(&report);
+        let report = super::driver::run_qemu(&case, corpus, engine)?;
+        super::driver::print_qemu_report(&report, engine);
         return Ok(if report.passed() { 0 } else { 1 });
     }
     let export = prepare_export(args.export.as_deref())?;

@@ -131,9 +131,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(p) = &args.save {
         save_case(&case, p)?;
     }
-    if args.driver == super::driver::DriverArg::Qemu {
-        let report = super::driver::run_qemu(&case, &args.corpus)?;
-        super::driver::print_qemu_report(&report);
+    if let Some(engine) = args.driver.external() {
+        let report = super::driver::run_qemu(&case, &args.corpus, engine)?;
+        super::driver::print_qemu_report(&report, engine);
         return Ok(if report.passed() { 0 } else { 1 });
     }
     let export = prepare_export(args.export.as_deref())?;

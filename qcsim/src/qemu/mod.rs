@@ -15,5 +15,11 @@
 //! Each epoch's request log is kept, so a failing case's crash states are
 //! rebuilt bit for bit without QEMU (`qcsim disk-replay`).
 
+//!
+//! `--driver imago` runs the same way with the imago library in place of
+//! `qemu-nbd` (`qemu::imago`): its storage is an NBD client of the same
+//! simulated disk, the `Guest` trait of `qemu::run` is what both present.
+
 pub mod disk;
+pub mod imago;
 pub mod run;

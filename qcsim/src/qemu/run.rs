@@ -1,4 +1,5 @@
-//! One case through QEMU's qcow2 driver: the image made by `qemu-img
+//! One case through QEMU's qcow2 driver (or imago, behind the same
+//! `Guest` trait): the image made by `qemu-img
 //! create` with the case's options, then epoch by epoch (the operations up
 //! to a crash point, or to the end) a simulated disk serving it
 //! (`qemu::disk`), `qemu-nbd` serving its guest view, and our NBD client
@@ -126,6 +127,91 @@ fn output_text(out: &std::process::Output) -> String {
     )
 }
 
+/// The driver under test, as the run sends it guest requests.
+pub trait Guest {
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()>;
+    fn write(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()>;
+    fn write_zeroes(&mut self, offset: u64, len: u64, no_hole: bool) -> anyhow::Result<()>;
+    fn trim(&mut self, offset: u64, len: u64) -> anyhow::Result<()>;
+    fn flush(&mut self) -> anyhow::Result<()>;
+    /// The power cut: the driver stops where it stands.
+    fn crash(self: Box<Self>);
+    /// The clean close: the driver writes back what it holds and ends.
+    fn close(self: Box<Self>) -> anyhow::Result<()>;
+}
+
+/// Which driver a case runs on besides the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// QEMU's qcow2 driver, as `qemu-nbd`.
+    Qemu,
+    /// The imago library (`qemu::imago`).
+    Imago,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Qemu => "qemu",
+            Engine::Imago => "imago",
+        }
+    }
+
+    /// Its name in a sentence.
+    pub fn who(self) -> &'static str {
+        match self {
+            Engine::Qemu => "QEMU",
+            Engine::Imago => "imago",
+        }
+    }
+}
+
+/// QEMU's driver: `qemu-nbd` and our client of it.
+struct QemuGuest {
+    qemu: QemuNbd,
+    client: nbd::Client<UnixStream>,
+}
+
+impl QemuGuest {
+    fn start(disk_socket: &Path, guest_socket: &Path, dir: &Path) -> anyhow::Result<QemuGuest> {
+        let qemu = QemuNbd::start(disk_socket, guest_socket, dir)?;
+        let stream = connect(guest_socket)?;
+        stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+        let client = nbd::Client::connect(stream).context("connecting to qemu-nbd")?;
+        Ok(QemuGuest { qemu, client })
+    }
+}
+
+impl Guest for QemuGuest {
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+        Ok(self.client.read(offset, buf)?)
+    }
+    fn write(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()> {
+        Ok(self.client.write(offset, data, false)?)
+    }
+    fn write_zeroes(&mut self, offset: u64, len: u64, no_hole: bool) -> anyhow::Result<()> {
+        Ok(self.client.write_zeroes(offset, len, no_hole)?)
+    }
+    fn trim(&mut self, offset: u64, len: u64) -> anyhow::Result<()> {
+        Ok(self.client.trim(offset, len)?)
+    }
+    fn flush(&mut self) -> anyhow::Result<()> {
+        Ok(self.client.flush()?)
+    }
+    fn crash(self: Box<Self>) {
+        self.qemu.kill();
+    }
+    fn close(self: Box<Self>) -> anyhow::Result<()> {
+        let QemuGuest { qemu, client } = *self;
+        client.disconnect().context("hanging up")?;
+        let status = qemu.wait()?;
+        if !status.success() {
+            bail!("qemu-nbd exited with {status} at a clean close");
+        }
+        Ok(())
+    }
+}
+
 /// A running `qemu-nbd`, killed if dropped.
 struct QemuNbd {
     child: Option<Child>,
@@ -206,7 +292,7 @@ impl Drop for QemuNbd {
 
 /// Connect to `socket`, which qemu-nbd may have bound and not yet be
 /// listening on (a connection is refused in between).
-fn connect(socket: &Path) -> anyhow::Result<UnixStream> {
+pub fn connect(socket: &Path) -> anyhow::Result<UnixStream> {
     let start = Instant::now();
     loop {
         match UnixStream::connect(socket) {
@@ -237,8 +323,8 @@ fn epochs(case: &Case) -> Vec<(Vec<(u64, Op)>, bool)> {
     out
 }
 
-/// Run `case` on QEMU's qcow2 driver in `dir` (made if absent).
-pub fn run_case_qemu(case: &Case, dir: &Path) -> anyhow::Result<QemuReport> {
+/// Run `case` on `engine` in `dir` (made if absent).
+pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<QemuReport> {
     let mut report = QemuReport {
         seed: case.seed,
         dir: dir.to_owned(),
@@ -246,6 +332,11 @@ pub fn run_case_qemu(case: &Case, dir: &Path) -> anyhow::Result<QemuReport> {
     };
     if let Some(why) = unsupported(case) {
         report.skipped = Some(why);
+        return Ok(report);
+    }
+    if engine == Engine::Imago && case.image.create.compat == Compat::V2 {
+        // imago refuses discards on them ("qcow2 version 3 required").
+        report.skipped = Some("a version 2 image (imago discards only on version 3)".into());
         return Ok(report);
     }
     std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
@@ -305,13 +396,32 @@ pub fn run_case_qemu(case: &Case, dir: &Path) -> anyhow::Result<QemuReport> {
             socket: disk_socket.clone(),
             log: edir.join("requests.log"),
         })?;
-        let qemu = QemuNbd::start(&disk_socket, &guest_socket, &edir)?;
-        let stream = connect(&guest_socket)?;
-        stream.set_read_timeout(Some(Duration::from_secs(120)))?;
-        let mut client = nbd::Client::connect(stream).context("connecting to qemu-nbd")?;
+        let started: anyhow::Result<Box<dyn Guest>> = match engine {
+            Engine::Qemu => QemuGuest::start(&disk_socket, &guest_socket, &edir)
+                .map(|g| Box::new(g) as Box<dyn Guest>),
+            Engine::Imago => {
+                super::imago::ImagoGuest::start(&disk_socket).map(|g| Box::new(g) as Box<dyn Guest>)
+            }
+        };
+        let mut guest = match started {
+            Ok(g) => g,
+            Err(err) => {
+                let _ = disk.finish(EndPlan::Clean {
+                    out: edir.join("content.raw"),
+                });
+                // The image as created: a driver that cannot open it does
+                // not run this case; after a crash, it is a failure.
+                if e == 0 && engine == Engine::Imago {
+                    report.skipped = Some(format!("an image imago cannot open ({err:#})"));
+                } else {
+                    report.failures.push(format!("opening the image: {err:#}"));
+                }
+                return Ok(report);
+            }
+        };
         let mut failed_op = None;
         for (n, op) in &ops {
-            if let Err(e) = run_op(&mut client, &mut model, *n, *op, &mut report) {
+            if let Err(e) = run_op(guest.as_mut(), &mut model, *n, *op, &mut report) {
                 failed_op = Some(format!("operation {n} {op:?}: {e:#}"));
                 break;
             }
@@ -319,14 +429,14 @@ pub fn run_case_qemu(case: &Case, dir: &Path) -> anyhow::Result<QemuReport> {
         }
         if let Some(f) = failed_op {
             report.failures.push(f);
-            qemu.kill();
+            guest.crash();
             let _ = disk.finish(EndPlan::Clean {
                 out: edir.join("content.raw"),
             });
             return Ok(report);
         }
         if crash && e < last {
-            qemu.kill();
+            guest.crash();
             let end = disk.finish(EndPlan::Crash {
                 dir: edir.clone(),
                 samples: SAMPLES,
@@ -351,21 +461,17 @@ pub fn run_case_qemu(case: &Case, dir: &Path) -> anyhow::Result<QemuReport> {
         } else {
             // The end: everything read back through QEMU, then a clean
             // close, which must leave the image clean.
-            if let Err(e) = read_back(&mut client, &mut model, case, &mut report) {
+            if let Err(e) = read_back(guest.as_mut(), &mut model, case, &mut report) {
                 report
                     .failures
                     .push(format!("reading back at the end: {e:#}"));
             }
-            client.disconnect().context("hanging up")?;
-            let status = qemu.wait()?;
+            if let Err(e) = guest.close() {
+                report.failures.push(format!("the clean close: {e:#}"));
+            }
             let out = edir.join("final.raw");
             let end = disk.finish(EndPlan::Clean { out: out.clone() })?;
             add_counters(&mut report, &end.counters);
-            if !status.success() {
-                report
-                    .failures
-                    .push(format!("qemu-nbd exited with {status} at a clean close"));
-            }
             let leaks_allowed = e > 0;
             judge_final(&out, &edir, leaks_allowed, &mut report)?;
         }
@@ -390,7 +496,7 @@ fn status<T, E>(r: &Result<T, E>) -> Status {
 /// Send operation `n` and tell the model; an error from QEMU is a failure
 /// (no fault is injected that could excuse it).
 fn run_op(
-    client: &mut nbd::Client<UnixStream>,
+    client: &mut dyn Guest,
     model: &mut Model,
     n: u64,
     op: Op,
@@ -407,7 +513,7 @@ fn run_op(
                 SectorRange::new(sector, sectors),
                 WriteKind::Data(WriteId(n)),
             );
-            let r = client.write(sector * ss, &buf, false);
+            let r = client.write(sector * ss, &buf);
             model.write_completed(id, status(&r));
             r?;
         }
@@ -448,7 +554,7 @@ fn run_op(
                 }
                 Err(e) => {
                     model.read_failed(id);
-                    return Err(e.into());
+                    return Err(e);
                 }
             }
         }
@@ -459,7 +565,7 @@ fn run_op(
 
 /// Read the whole guest disk through QEMU and check it against the model.
 fn read_back(
-    client: &mut nbd::Client<UnixStream>,
+    client: &mut dyn Guest,
     model: &mut Model,
     case: &Case,
     report: &mut QemuReport,

@@ -1,7 +1,8 @@
-//! `--driver qemu`: a case on QEMU's own qcow2 driver (qemu-nbd, its
-//! storage the simulated disk over NBD) passes; on a disk that ignores
-//! flushes it fails, and the failing case's kept request log rebuilds its
-//! crash states bit for bit without QEMU; a small campaign passes.
+//! `--driver qemu` and `--driver imago`: a case on QEMU's own qcow2
+//! driver (qemu-nbd, its storage the simulated disk over NBD) passes; on
+//! a disk that ignores flushes it fails, and the failing case's kept
+//! request log rebuilds its crash states bit for bit without QEMU; a small
+//! campaign passes; the imago library passes and fails the same way.
 
 use crate::support::{exec, qcsim, text, QCSIM};
 
@@ -92,4 +93,42 @@ fn a_campaign_on_qemus_driver_passes() {
     assert!(stdout.contains("campaign (qemu): 3 cases"), "{stdout}");
     assert!(stdout.contains(" 0 failed"), "{stdout}");
     assert!(number_before(&stdout, "crash states") > 0, "{stdout}");
+}
+
+/// `--driver imago`: the imago library over the same simulated disk (its
+/// storage an NBD client of it) passes a case, and fails it on a disk
+/// that ignores flushes; a version 2 image is skipped (imago refuses
+/// discards there).
+#[test]
+fn a_case_on_imago_passes_and_fails_on_a_disk_that_ignores_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = qcsim(
+        &["run", "--seed", "1", "--driver", "imago", "--corpus", "c"],
+        d,
+    );
+    assert!(out.contains("seed 1 (imago): PASS"), "{out}");
+    assert!(number_before(&out, "crash states") > 0, "{out}");
+    assert!(number_before(&out, "flushes from imago") > 0, "{out}");
+    let broken = exec(
+        QCSIM,
+        &[
+            "run",
+            "--seed",
+            "1",
+            "--driver",
+            "imago",
+            "--disk-ignores-flush",
+            "--corpus",
+            "c",
+        ],
+        d,
+    );
+    assert_eq!(broken.status.code(), Some(1), "{}", text(&broken));
+    assert!(d.join("c/imago-seed-1/case.json").is_file());
+    let v2 = qcsim(
+        &["run", "--seed", "0", "--driver", "imago", "--corpus", "c"],
+        d,
+    );
+    assert!(v2.contains("SKIPPED") && v2.contains("version 2"), "{v2}");
 }
