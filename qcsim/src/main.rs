@@ -23,6 +23,7 @@ macro_rules! println {
 mod output;
 
 mod progress;
+mod qemu;
 mod report;
 
 mod cli;
@@ -79,6 +80,8 @@ enum Command {
     Img(ToolArgs),
     /// Export an image's guest view over NBD.
     Serve(cli::serve::Args),
+    /// Replay a simulated disk's request log (`serve --sim --record`).
+    DiskReplay(cli::disk_replay::Args),
 }
 
 /// The command line of a drop-in tool, passed on as it is.
@@ -126,6 +129,7 @@ fn main() {
         Command::Io(a) => Ok(dropin::run(dropin::Tool::Io, &a.args)),
         Command::Img(a) => Ok(dropin::run(dropin::Tool::Img, &a.args)),
         Command::Serve(a) => cli::serve::run(a),
+        Command::DiskReplay(a) => cli::disk_replay::run(a),
     };
     let code = match result {
         Ok(code) => code,

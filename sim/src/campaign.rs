@@ -50,6 +50,10 @@ pub struct CampaignPlan {
     /// Draw every case's device in harsh mode (torn sectors, lost and
     /// misdirected writes may be on): only panics and hangs fail.
     pub harsh: bool,
+    /// Run every case on a deliberately broken disk whose flushes and FUA
+    /// make nothing durable (`FaultOptions::ignores_flush`): the campaign
+    /// must fail, which shows it sees lost writes.
+    pub disk_ignores_flush: bool,
     /// Run every case with this deliberately broken engine variant, to see
     /// how soon the campaign catches it.
     #[cfg(feature = "broken")]
@@ -299,6 +303,9 @@ pub fn case_for(plan: &CampaignPlan, seed: u64) -> Case {
     plan.switches.apply(&mut case);
     if plan.harsh {
         case.disk = crate::disk::DiskOptions::swarm(seed, true);
+    }
+    if plan.disk_ignores_flush {
+        case.disk.faults.ignores_flush = true;
     }
     #[cfg(feature = "broken")]
     set_broken(&mut case, plan.broken);

@@ -1,7 +1,8 @@
 //! qcsim's simulation harness: the simulated disk, the deterministic
 //! executor and clock, workloads and cases, the runner, campaigns,
-//! shrinking, enumeration, bounded exhaustive workloads and the simulated
-//! benchmarks.
+//! shrinking, enumeration, bounded exhaustive workloads, the simulated
+//! benchmarks, and a simulated disk served request by request from outside
+//! the simulation (`served`, with its replayable request log).
 //!
 //! Nothing here reads the wall clock (clippy's `disallowed-methods`, in this
 //! crate's `clippy.toml`, refuses it): a case is a pure function of its
@@ -17,6 +18,7 @@ pub mod exhaust;
 pub mod iotrace;
 pub mod rng;
 pub mod runner;
+pub mod served;
 pub mod shrink;
 pub mod trace;
 pub mod workload;

@@ -59,6 +59,15 @@ pub struct Args {
     /// only panics and hangs fail, what the judges see is counted.
     #[arg(long)]
     pub harsh: bool,
+    /// Run every case on a deliberately broken disk whose flushes (and
+    /// FUA writes) complete without making anything durable: the campaign
+    /// must fail, which shows it can see a lost write.
+    #[arg(long)]
+    pub disk_ignores_flush: bool,
+    /// The qcow2 driver the cases run on: qcsim's engine, or QEMU's
+    /// (qemu-nbd on the simulated disk over NBD; no report directory).
+    #[arg(long, value_enum, default_value = "engine")]
+    pub driver: super::driver::DriverArg,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -216,10 +225,23 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         shard: parse_shard(&args.shard)?,
         jobs,
         harsh: args.harsh,
+        disk_ignores_flush: args.disk_ignores_flush,
         #[cfg(feature = "broken")]
         broken: args.broken.variant(),
     };
     let broken = args.broken.variant();
+    if let Some(engine) = args.driver.external() {
+        if args.shrink || args.report.is_some() || args.bench_json.is_some() || args.harsh {
+            bail!("--shrink, --report, --bench-json and --harsh are not for --driver qemu (its cases run without injected faults and print their summary)");
+        }
+        return super::driver::run_qemu_campaign(
+            engine,
+            &plan,
+            &args.corpus,
+            args.quiet,
+            time_limit,
+        );
+    }
     // Read the bench rows before the cases run: a bad file fails at once.
     let bench_path = args.bench_json.clone().or_else(|| {
         let default = args.reports.join("bench-sim.json");

@@ -6,6 +6,8 @@ pub mod campaign;
 pub mod check;
 pub mod convert;
 pub mod create;
+pub mod disk_replay;
+pub mod driver;
 pub mod dump;
 pub mod enumerate;
 pub mod exhaust;

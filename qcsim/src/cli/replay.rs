@@ -16,10 +16,20 @@ pub struct Args {
     /// Print the run's counts as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The qcow2 driver: qcsim's engine (bit for bit), or QEMU's (the
+    /// same workload and crash choices; QEMU's scheduling is its own).
+    #[arg(long, value_enum, default_value = "engine")]
+    pub driver: super::driver::DriverArg,
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let case = load_case(&args.case)?;
+    if let Some(engine) = args.driver.external() {
+        let corpus = std::path::Path::new("corpus/failing");
+        let report = super::driver::run_qemu(&case, corpus, engine)?;
+        super::driver::print_qemu_report(&report, engine);
+        return Ok(if report.passed() { 0 } else { 1 });
+    }
     let export = prepare_export(args.export.as_deref())?;
     let report = run_case(
         &case,

@@ -25,6 +25,18 @@ pub struct Args {
     /// Print the case and the run's counts as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Run on a deliberately broken disk whose flushes (and FUA writes)
+    /// complete without making anything durable.
+    #[arg(long)]
+    pub disk_ignores_flush: bool,
+    /// The qcow2 driver the case runs on: qcsim's engine, or QEMU's
+    /// (qemu-nbd on the simulated disk over NBD; see the README for what
+    /// differs).
+    #[arg(long, value_enum, default_value = "engine")]
+    pub driver: super::driver::DriverArg,
+    /// With --driver qemu: where a failing case's directory is kept.
+    #[arg(long, default_value = "corpus/failing")]
+    pub corpus: PathBuf,
     #[command(flatten)]
     pub broken: BrokenArg,
 }
@@ -113,8 +125,16 @@ impl From<ProfileArg> for Profile {
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut case = Case::generate(args.seed, args.profile.into());
     args.broken.apply(&mut case);
+    if args.disk_ignores_flush {
+        case.disk.faults.ignores_flush = true;
+    }
     if let Some(p) = &args.save {
         save_case(&case, p)?;
+    }
+    if let Some(engine) = args.driver.external() {
+        let report = super::driver::run_qemu(&case, &args.corpus, engine)?;
+        super::driver::print_qemu_report(&report, engine);
+        return Ok(if report.passed() { 0 } else { 1 });
     }
     let export = prepare_export(args.export.as_deref())?;
     let report = run_case(

@@ -376,3 +376,37 @@ fn report_html_renders_in_headless_chromium_without_console_errors() {
         "the planted console error was not seen:\n{log}"
     );
 }
+
+/// `--disk-ignores-flush`: the same seeds that pass on a sound disk fail
+/// on one whose flushes make nothing durable, and each failing case is
+/// saved with the broken disk in it, so that its replay fails too.
+#[test]
+fn a_campaign_on_a_disk_that_ignores_flush_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    campaign(d, &["--seeds", "0..8", "--report", "sound"]);
+    let all = [
+        "campaign",
+        "--jobs",
+        "2",
+        "--quiet",
+        "--corpus",
+        "c",
+        "--seeds",
+        "0..8",
+        "--report",
+        "broken",
+        "--disk-ignores-flush",
+    ];
+    let out = exec(QCSIM, &all, d);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains(" 0 failed"), "{stdout}");
+    let saved: Vec<_> = std::fs::read_dir(d.join("c")).unwrap().collect();
+    assert!(!saved.is_empty(), "no failing case saved");
+    let case = saved[0].as_ref().unwrap().path();
+    let json = std::fs::read_to_string(&case).unwrap();
+    assert!(json.contains("\"ignores_flush\": true"), "{json}");
+    let replay = exec(QCSIM, &["replay", case.to_str().unwrap()], d);
+    assert_eq!(replay.status.code(), Some(1), "{}", text(&replay));
+}

@@ -17,7 +17,7 @@ use crate::support::{assert_clean, qcsim, run, text, QCSIM};
 const PATIENCE: Duration = Duration::from_secs(120);
 
 /// A running `qcsim serve`, killed if the test ends without stopping it.
-struct Served {
+pub(crate) struct Served {
     child: Option<Child>,
     socket: PathBuf,
     log: PathBuf,
@@ -26,7 +26,7 @@ struct Served {
 impl Served {
     /// Serve `image` (in `dir`) on `dir/nbd.sock` with `extra` arguments;
     /// returns once the socket exists (the image is open by then).
-    fn start(dir: &Path, image: &str, extra: &[&str]) -> Served {
+    pub(crate) fn start(dir: &Path, image: &str, extra: &[&str]) -> Served {
         let socket = dir.join("nbd.sock");
         let path = socket.to_str().unwrap().to_owned();
         let mut args = vec!["--socket", path.as_str()];
@@ -83,7 +83,11 @@ impl Served {
         served
     }
 
-    fn uri(&self) -> String {
+    pub(crate) fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub(crate) fn uri(&self) -> String {
         format!("nbd+unix:///?socket={}", self.socket.display())
     }
 
@@ -92,7 +96,7 @@ impl Served {
     }
 
     /// Send `signal` and wait for a clean exit; the server's log.
-    fn stop(mut self, signal: libc::c_int) -> String {
+    pub(crate) fn stop(mut self, signal: libc::c_int) -> String {
         let mut child = self.child.take().unwrap();
         let pid = libc::pid_t::try_from(child.id()).unwrap();
         // SAFETY: kill(2) takes two integers and touches no memory of
@@ -158,7 +162,7 @@ fn map(target: &str, format: &str, dir: &Path) -> Vec<(u64, u64, bool, bool)> {
 }
 
 /// qemu-io's output must show no failed command.
-fn qemu_io_ok(args: &[&str], dir: &Path) -> String {
+pub(crate) fn qemu_io_ok(args: &[&str], dir: &Path) -> String {
     let out = run("qemu-io", args, dir);
     let all = text(&out);
     assert!(
@@ -312,7 +316,7 @@ fn qemu_tools_use_the_image_through_the_server() {
 }
 
 /// A minimal NBD client for peers that misbehave on purpose.
-mod peer {
+pub(crate) mod peer {
     use super::*;
 
     pub const REQUEST: u32 = 0x2560_9513;

@@ -418,13 +418,16 @@ impl SimDisk {
                             ))),
                             _ => Payload::Zeroes,
                         };
-                        dur.issue(e.id, at, n, payload, e.fua);
+                        dur.issue(e.id, at, n, payload, e.fua && !o.faults.ignores_flush);
                     }
                 }
                 (IoOp::Write | IoOp::WriteZeroes | IoOp::Discard, true) => {
-                    dur.complete(e.id, seq, ok);
+                    let completed = dur.complete(e.id, seq, ok).is_some();
+                    if let (true, Some(max)) = (completed, o.crash.cache_bytes_max) {
+                        dur.write_back(max);
+                    }
                 }
-                (IoOp::Flush, true) if ok => dur.flush(e.issue_seq),
+                (IoOp::Flush, true) if ok && !o.faults.ignores_flush => dur.flush(e.issue_seq),
                 (IoOp::Truncate, true) if ok => dur.truncate(e.id, e.len),
                 _ => {}
             }

@@ -110,6 +110,9 @@ pub(crate) struct Durability {
     /// in writes that completed before it, so neither looks at every
     /// pending write (which made a flush after n unflushed writes cost n^2).
     completed: BTreeMap<u64, u64>,
+    /// Bytes the pending writes cover (each counted whole), for a bounded
+    /// cache's write-back.
+    pending_bytes: u64,
 }
 
 impl Durability {
@@ -118,6 +121,7 @@ impl Durability {
             durable,
             pending: BTreeMap::new(),
             completed: BTreeMap::new(),
+            pending_bytes: 0,
         }
     }
 
@@ -130,6 +134,7 @@ impl Durability {
     /// write once it has reached the volatile view).
     pub(crate) fn forget(&mut self, id: u64) {
         if let Some(p) = self.pending.remove(&id) {
+            self.pending_bytes -= p.len;
             if let Some(c) = p.completed {
                 self.completed.remove(&c);
             }
@@ -146,6 +151,7 @@ impl Durability {
             !self.pending.contains_key(&id),
             "request #{id} issued twice"
         );
+        self.pending_bytes += len;
         self.pending.insert(
             id,
             Pending {
@@ -191,6 +197,18 @@ impl Durability {
             .all(|p| p.completed.is_none_or(|c| c > issue_seq)));
     }
 
+    /// A cache of at most `max` bytes writes back its oldest completed
+    /// writes (in completion order, as a flush would take them) until the
+    /// pending ones fit, or only writes in flight are left.
+    pub(crate) fn write_back(&mut self, max: u64) {
+        while self.pending_bytes > max {
+            let Some((_, &id)) = self.completed.iter().next() else {
+                break;
+            };
+            self.make_durable(&[id]);
+        }
+    }
+
     /// A truncate `id` to `len` bytes completed successfully.
     pub(crate) fn truncate(&mut self, id: u64, len: u64) {
         self.durable.truncate(len);
@@ -206,6 +224,7 @@ impl Durability {
     fn make_durable(&mut self, ids: &[u64]) {
         for id in ids {
             let p = self.pending.remove(id).expect("a pending write");
+            self.pending_bytes -= p.len;
             let done = p.completed.expect("only completed writes become durable");
             self.completed.remove(&done);
             for (s, e) in p.live() {

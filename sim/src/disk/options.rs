@@ -424,6 +424,15 @@ pub struct FaultOptions {
     /// How far a misdirected write may land, in sectors; at least 1 when
     /// `misdirected_write_ppm` is not 0.
     pub misdirect_sectors_max: u32,
+    /// A deliberately broken disk that lies about its cache: flushes and
+    /// FUA writes complete and succeed, and make nothing durable, so after
+    /// a crash only what was durable at the start is certain. Not under
+    /// the master switch (`enabled`) or `SimDisk::set_faults_enabled`: the
+    /// disk lies always. It shows that a harness sees lost writes at all
+    /// (`--disk-ignores-flush`); no correct driver survives it. Left out of
+    /// a case's JSON when off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignores_flush: bool,
 }
 
 impl Default for FaultOptions {
@@ -438,6 +447,7 @@ impl Default for FaultOptions {
             lost_write_ppm: 0,
             misdirected_write_ppm: 0,
             misdirect_sectors_max: 16,
+            ignores_flush: false,
         }
     }
 }
@@ -467,6 +477,16 @@ pub struct CrashOptions {
     /// fewer flushes runs to its end. Absent in cases saved before it
     /// existed: 0, as they ran.
     pub at_flush_ppm: u32,
+    /// The most bytes of completed writes the device holds unflushed (its
+    /// volatile cache); past it, the oldest completed writes are written
+    /// back (made durable, in completion order), as a real cache does when
+    /// it fills. `None`: the cache holds everything, the harshest model,
+    /// and the one every case runs (a case ends). A long session (`qcsim
+    /// serve --sim`) sets it, so that a driver that never flushes does not
+    /// make the disk keep every write it ever sent. Left out of a case's
+    /// JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_bytes_max: Option<u64>,
 }
 
 /// Largest n of a crash at a flush: each flush of the crash group takes
@@ -480,6 +500,7 @@ impl Default for CrashOptions {
             tear_ppm: 0,
             tear_fill: TearFill::Old,
             at_flush_ppm: 0,
+            cache_bytes_max: None,
         }
     }
 }
@@ -628,6 +649,11 @@ impl DiskOptions {
         }
         check_ppm(self.crash.tear_ppm, "crash.tear_ppm")?;
         check_ppm(self.crash.at_flush_ppm, "crash.at_flush_ppm")?;
+        check(
+            self.crash.cache_bytes_max != Some(0),
+            "crash.cache_bytes_max",
+            "a cache of 0 bytes: leave it out for an unbounded one",
+        )?;
         Ok(())
     }
 

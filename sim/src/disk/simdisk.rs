@@ -542,7 +542,9 @@ impl SimDisk {
                         Lands::Bytes(b) => Payload::Data(Rc::new(Data::raw(&b[..n as usize]))),
                         Lands::Zeroes => Payload::Zeroes,
                     };
-                    st.dur.issue(issued.id, at, n, payload, req.flags.fua);
+                    // A disk that ignores flushes ignores FUA too.
+                    let fua = req.flags.fua && !self.inner.options.faults.ignores_flush;
+                    st.dur.issue(issued.id, at, n, payload, fua);
                 }
                 Self::log_landing(&mut st, issued.id, at, n);
             }
@@ -563,6 +565,8 @@ impl SimDisk {
             }
             if !self.inner.options.crash.track {
                 st.dur.forget(issued.id);
+            } else if let Some(max) = self.inner.options.crash.cache_bytes_max {
+                st.dur.write_back(max);
             }
             Self::share_if_settled(&mut st);
         }
@@ -761,7 +765,8 @@ impl BlockDev for SimDisk {
         let mut st = self.inner.state.borrow_mut();
         let seq = Self::next_seq(&mut st);
         let result = Self::io_error(issued.fault, IoOp::Flush, 0, 0);
-        if result.is_ok() && self.inner.options.crash.track {
+        let o = &self.inner.options;
+        if result.is_ok() && o.crash.track && !o.faults.ignores_flush {
             st.dur.flush(issued.issue_seq);
             Self::share_if_settled(&mut st);
         }

@@ -81,6 +81,19 @@ impl SparseStore {
         self.groups.values().flat_map(|g| g.keys().copied())
     }
 
+    /// The allocated chunks in offset order, as `(offset, bytes)`, the last
+    /// one cut at the length: what a sparse copy of the store to a file
+    /// writes (everything else reads as zeroes).
+    pub fn chunks(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        self.groups.values().flat_map(move |g| {
+            g.iter().filter_map(move |(&idx, c)| {
+                let at = idx * CHUNK;
+                let n = CHUNK.min(self.len.saturating_sub(at)) as usize;
+                (n > 0).then(|| (at, &c[..n]))
+            })
+        })
+    }
+
     /// The chunk at `idx` to write into, made if absent and unshared.
     fn chunk_mut(&mut self, idx: u64) -> &mut Vec<u8> {
         let group = Rc::make_mut(self.groups.entry(idx / GROUP_CHUNKS).or_default());

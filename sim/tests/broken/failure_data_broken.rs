@@ -18,6 +18,7 @@ fn plan(broken: Broken) -> CampaignPlan {
         shard: (0, 1),
         jobs: 1,
         harsh: false,
+        disk_ignores_flush: false,
         broken: Some(broken),
     }
 }

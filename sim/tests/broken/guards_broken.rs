@@ -59,6 +59,7 @@ fn plan(broken: Option<Broken>) -> CampaignPlan {
         shard: (0, 1),
         jobs: 1,
         harsh: false,
+        disk_ignores_flush: false,
         broken,
     }
 }

@@ -136,6 +136,7 @@ fn a_campaign_counts_cases_by_schedule_and_outliers() {
         shard: (0, 1),
         jobs: 2,
         harsh: false,
+        disk_ignores_flush: false,
         #[cfg(feature = "broken")]
         broken: None,
     };

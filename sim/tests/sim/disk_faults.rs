@@ -346,3 +346,91 @@ fn refused_write_zeroes_is_never_faulted_and_misdirection_extends() {
     .unwrap();
     assert_eq!(disk.len(), 1024, "the device grew to cover where it landed");
 }
+
+/// A disk that ignores flushes (`ignores_flush`, not under the master
+/// switch): a flush and a FUA write succeed and make nothing durable, so
+/// a crash after them may lose both; the same requests on a sound disk
+/// are durable. The write log's replay (`crash_point_at`) agrees.
+#[test]
+fn a_disk_that_ignores_flush_makes_nothing_durable() {
+    for ignores in [false, true] {
+        let sim = Sim::new(4);
+        let mut o = DiskOptions::default();
+        o.faults.ignores_flush = ignores;
+        let disk = sim.disk(o).unwrap();
+        let d = disk.clone();
+        sim.spawn(async move {
+            d.write(0, &[1; 4096], WriteFlags::default()).await.unwrap();
+            d.flush().await.unwrap();
+            d.write(4096, &[2; 512], WriteFlags { fua: true })
+                .await
+                .unwrap();
+        });
+        sim.run().unwrap();
+        let durable = disk.durable();
+        let mut b = [0u8; 2];
+        durable.read(0, &mut b[..1]);
+        durable.read(4096, &mut b[1..]);
+        let states: Vec<_> = disk
+            .crash_states_by_write(16)
+            .unwrap()
+            .map(|s| s.content)
+            .collect();
+        let replayed = disk.crash_point_at(disk.event_seq()).unwrap();
+        assert_eq!(replayed.durable(), &durable);
+        if ignores {
+            assert_eq!(b, [0, 0], "nothing is durable");
+            assert_eq!(disk.pending_count(), 2);
+            // The all-durable state first: a crash that loses both.
+            let mut lost = [9u8; 1];
+            states[0].read(0, &mut lost);
+            assert_eq!(lost, [0]);
+            assert_eq!(states.len(), 4);
+        } else {
+            assert_eq!(b, [1, 2]);
+            assert_eq!(disk.pending_count(), 0);
+            assert_eq!(states.len(), 1);
+        }
+    }
+}
+
+/// Cases on a disk that ignores flushes fail, with reads after a crash
+/// that the model does not allow (data it held durable, lost): the
+/// harness sees a lost write. The same seeds on a sound disk pass.
+#[test]
+fn cases_on_a_disk_that_ignores_flush_fail() {
+    use sim::campaign::{case_for, CampaignPlan, SwitchPlan};
+    use sim::runner::{run_case, Failure, RunOptions};
+    use sim::workload::Profile;
+    let plan = |broken_disk| CampaignPlan {
+        seeds: 0..12,
+        profile: Profile::Mixed,
+        switches: SwitchPlan::AsGenerated,
+        shard: (0, 1),
+        jobs: 1,
+        harsh: false,
+        disk_ignores_flush: broken_disk,
+        #[cfg(feature = "broken")]
+        broken: None,
+    };
+    let (mut failed, mut model) = (0, 0);
+    for seed in 0..12 {
+        let sound = run_case(&case_for(&plan(false), seed), &RunOptions::default());
+        assert!(
+            sound.passed(),
+            "seed {seed} on a sound disk: {:?}",
+            sound.failures
+        );
+        let case = case_for(&plan(true), seed);
+        assert!(case.disk.faults.ignores_flush);
+        let r = run_case(&case, &RunOptions::default());
+        failed += u32::from(!r.passed());
+        model += r
+            .failures
+            .iter()
+            .filter(|f| matches!(f, Failure::Model { .. }))
+            .count();
+    }
+    assert!(failed >= 6, "only {failed} of 12 cases failed");
+    assert!(model > 0, "no model violation: no lost write seen");
+}

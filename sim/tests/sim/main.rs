@@ -24,6 +24,7 @@ mod exec_sched;
 mod exhaust_slice;
 mod robustness;
 mod scale;
+mod served;
 mod shrink_mechanics;
 mod trace_import;
 mod trace_recorded;

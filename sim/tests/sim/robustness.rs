@@ -70,6 +70,7 @@ fn a_campaign_at_the_top_of_the_seed_space_runs_its_range_and_ends() {
         shard: (0, 1),
         jobs: 2,
         harsh: false,
+        disk_ignores_flush: false,
         #[cfg(feature = "broken")]
         broken: None,
     };
@@ -92,6 +93,7 @@ fn a_campaign_with_an_empty_shard_runs_nothing() {
             shard,
             jobs: 2,
             harsh: false,
+            disk_ignores_flush: false,
             #[cfg(feature = "broken")]
             broken: None,
         };

@@ -1,0 +1,743 @@
+//! One case through QEMU's qcow2 driver (or imago, behind the same
+//! `Guest` trait): the image made by `qemu-img
+//! create` with the case's options, then epoch by epoch (the operations up
+//! to a crash point, or to the end) a simulated disk serving it
+//! (`qemu::disk`), `qemu-nbd` serving its guest view, and our NBD client
+//! sending the operations; reads are checked by the model as they return.
+//! At a crash `qemu-nbd` is killed with SIGKILL and every crash state
+//! built is judged: `qemu-img check` (after QEMU's own repair of an image
+//! left dirty by lazy refcounts) and our checker must find no corruption,
+//! and the guest view `qemu-img convert` reads must be what the model
+//! allows; the next epoch starts from the first sampled state. At the end
+//! the whole disk is read back through QEMU, the client hangs up, and the
+//! image `qemu-nbd` closed must be clean.
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use engine::image::Compat;
+use oracle::data::{fill_write_buffer, WriteId, SECTOR_SIZE};
+use oracle::model::{summarize, Model, OpId, SectorRange, Status, WriteKind};
+use serde::Serialize;
+use sim::case::{Case, Op};
+use sim::disk::DiskOptions;
+
+use super::disk::{DiskPlan, DiskThread, EndPlan};
+
+/// Crash states sampled per crash, besides the all-durable one.
+pub const SAMPLES: u32 = 2;
+
+/// Largest read the client sends at once.
+const READ_PIECE: u64 = 4 << 20;
+
+/// What a run through QEMU found.
+#[derive(Debug, Default, Serialize)]
+pub struct QemuReport {
+    pub seed: u64,
+    /// Why the case was not run (a feature this driver does not cover).
+    pub skipped: Option<String>,
+    pub failures: Vec<String>,
+    pub guest_ops: u64,
+    pub read_sectors: u64,
+    pub crash_states: u64,
+    pub recovered_sectors: u64,
+    /// Device requests the simulated disks saw.
+    pub device_writes: u64,
+    pub device_flushes: u64,
+    pub device_fua_writes: u64,
+    /// The directory with each epoch's request log and crash states.
+    pub dir: PathBuf,
+}
+
+impl QemuReport {
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// Why a case cannot run on this driver, if it cannot.
+pub fn unsupported(case: &Case) -> Option<String> {
+    if case.image.backing.is_some() {
+        return Some("a backing file".into());
+    }
+    if case.image.data_file.is_some() || case.image.create.data_file.is_some() {
+        return Some("an external data file".into());
+    }
+    None
+}
+
+/// The `qemu-img create -o` options of the case's image.
+fn create_options(case: &Case) -> String {
+    let c = &case.image.create;
+    let on = |b: bool| if b { "on" } else { "off" };
+    let mut o = format!(
+        "cluster_size={},refcount_bits={},compat={},lazy_refcounts={}",
+        c.cluster_size,
+        c.refcount_bits,
+        match c.compat {
+            Compat::V2 => "0.10",
+            Compat::V3 => "1.1",
+        },
+        on(c.lazy_refcounts)
+    );
+    if c.compat == Compat::V3 {
+        o.push_str(&format!(",extended_l2={}", on(c.extended_l2)));
+        let ct = serde_json::to_value(c.compression_type)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_else(|| "zlib".into());
+        o.push_str(&format!(",compression_type={ct}"));
+    }
+    o
+}
+
+/// The simulated disk of a QEMU run: the case's device (sector size,
+/// latencies, what zeroing and discard do, a disk that ignores flushes)
+/// with no faults injected, no write log (each epoch's request log is the
+/// record) and crash tracking on.
+fn disk_options(case: &Case) -> DiskOptions {
+    let mut o = DiskOptions {
+        sector_size: case.disk.sector_size,
+        latency: case.disk.latency.clone(),
+        support: case.disk.support.clone(),
+        ..DiskOptions::default()
+    };
+    o.faults.ignores_flush = case.disk.faults.ignores_flush;
+    o.log.enabled = false;
+    o
+}
+
+fn run_tool(program: &str, args: &[&str], dir: &Path) -> anyhow::Result<std::process::Output> {
+    Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {program} (is QEMU installed?)"))
+}
+
+fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The driver under test, as the run sends it guest requests.
+pub trait Guest {
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()>;
+    fn write(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()>;
+    fn write_zeroes(&mut self, offset: u64, len: u64, no_hole: bool) -> anyhow::Result<()>;
+    fn trim(&mut self, offset: u64, len: u64) -> anyhow::Result<()>;
+    fn flush(&mut self) -> anyhow::Result<()>;
+    /// The power cut: the driver stops where it stands.
+    fn crash(self: Box<Self>);
+    /// The clean close: the driver writes back what it holds and ends.
+    fn close(self: Box<Self>) -> anyhow::Result<()>;
+}
+
+/// Which driver a case runs on besides the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// QEMU's qcow2 driver, as `qemu-nbd`.
+    Qemu,
+    /// The imago library (`qemu::imago`).
+    Imago,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Qemu => "qemu",
+            Engine::Imago => "imago",
+        }
+    }
+
+    /// Its name in a sentence.
+    pub fn who(self) -> &'static str {
+        match self {
+            Engine::Qemu => "QEMU",
+            Engine::Imago => "imago",
+        }
+    }
+}
+
+/// QEMU's driver: `qemu-nbd` and our client of it.
+struct QemuGuest {
+    qemu: QemuNbd,
+    client: nbd::Client<UnixStream>,
+}
+
+impl QemuGuest {
+    fn start(disk_socket: &Path, guest_socket: &Path, dir: &Path) -> anyhow::Result<QemuGuest> {
+        let qemu = QemuNbd::start(disk_socket, guest_socket, dir)?;
+        let stream = connect(guest_socket)?;
+        stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+        let client = nbd::Client::connect(stream).context("connecting to qemu-nbd")?;
+        Ok(QemuGuest { qemu, client })
+    }
+}
+
+impl Guest for QemuGuest {
+    fn read(&mut self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()> {
+        Ok(self.client.read(offset, buf)?)
+    }
+    fn write(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()> {
+        Ok(self.client.write(offset, data, false)?)
+    }
+    fn write_zeroes(&mut self, offset: u64, len: u64, no_hole: bool) -> anyhow::Result<()> {
+        Ok(self.client.write_zeroes(offset, len, no_hole)?)
+    }
+    fn trim(&mut self, offset: u64, len: u64) -> anyhow::Result<()> {
+        Ok(self.client.trim(offset, len)?)
+    }
+    fn flush(&mut self) -> anyhow::Result<()> {
+        Ok(self.client.flush()?)
+    }
+    fn crash(self: Box<Self>) {
+        self.qemu.kill();
+    }
+    fn close(self: Box<Self>) -> anyhow::Result<()> {
+        let QemuGuest { qemu, client } = *self;
+        client.disconnect().context("hanging up")?;
+        let status = qemu.wait()?;
+        if !status.success() {
+            bail!("qemu-nbd exited with {status} at a clean close");
+        }
+        Ok(())
+    }
+}
+
+/// A running `qemu-nbd`, killed if dropped.
+struct QemuNbd {
+    child: Option<Child>,
+}
+
+impl QemuNbd {
+    fn start(disk_socket: &Path, guest_socket: &Path, dir: &Path) -> anyhow::Result<QemuNbd> {
+        let opts = format!(
+            "driver=qcow2,file.driver=nbd,file.server.type=unix,file.server.path={}",
+            disk_socket.display()
+        );
+        let child = Command::new("qemu-nbd")
+            .args([
+                "--image-opts",
+                &opts,
+                "--discard=unmap",
+                "--cache=writeback",
+            ])
+            .arg("--socket")
+            .arg(guest_socket)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("qemu-nbd.log"))?)
+            .spawn()
+            .context("running qemu-nbd (is QEMU installed?)")?;
+        let mut q = QemuNbd { child: Some(child) };
+        let start = Instant::now();
+        while !guest_socket.exists() {
+            if let Some(status) = q.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                q.child = None;
+                let log = std::fs::read_to_string(dir.join("qemu-nbd.log")).unwrap_or_default();
+                bail!("qemu-nbd exited at once ({status}): {log}");
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                bail!("qemu-nbd made no socket in 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(q)
+    }
+
+    /// The power cut: SIGKILL, and wait for it.
+    fn kill(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Wait for it to end by itself (after its client hung up); its exit
+    /// status.
+    fn wait(mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let mut c = self.child.take().expect("running");
+        let start = Instant::now();
+        loop {
+            if let Some(s) = c.try_wait()? {
+                return Ok(s);
+            }
+            if start.elapsed() > Duration::from_secs(120) {
+                let _ = c.kill();
+                let _ = c.wait();
+                bail!("qemu-nbd did not exit 120 s after its client hung up");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for QemuNbd {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Connect to `socket`, which qemu-nbd may have bound and not yet be
+/// listening on (a connection is refused in between).
+pub fn connect(socket: &Path) -> anyhow::Result<UnixStream> {
+    let start = Instant::now();
+    loop {
+        match UnixStream::connect(socket) {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && start.elapsed() < Duration::from_secs(60) =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e).with_context(|| format!("{}", socket.display())),
+        }
+    }
+}
+
+/// The case's workload split at its crash points: the operations of each
+/// epoch with their numbers, and whether it ends in a crash.
+fn epochs(case: &Case) -> Vec<(Vec<(u64, Op)>, bool)> {
+    let mut out = vec![(Vec::new(), false)];
+    for (_, n, op) in case.numbered_ops() {
+        if matches!(op, Op::Crash) {
+            out.last_mut().expect("one epoch at least").1 = true;
+            out.push((Vec::new(), false));
+        } else {
+            out.last_mut().expect("one epoch at least").0.push((n, *op));
+        }
+    }
+    out
+}
+
+/// Run `case` on `engine` in `dir` (made if absent).
+pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<QemuReport> {
+    let mut report = QemuReport {
+        seed: case.seed,
+        dir: dir.to_owned(),
+        ..QemuReport::default()
+    };
+    if let Some(why) = unsupported(case) {
+        report.skipped = Some(why);
+        return Ok(report);
+    }
+    if engine == Engine::Imago && case.image.create.compat == Compat::V2 {
+        // imago refuses discards on them ("qcow2 version 3 required").
+        report.skipped = Some("a version 2 image (imago discards only on version 3)".into());
+        return Ok(report);
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+    let size = case.image.create.size;
+    // The disk the image lives on: room for the guest's data and the
+    // metadata twice over (the export cannot grow, and the image may
+    // leak clusters at every crash); sparse, so it costs what is written.
+    let disk_size = (size * 2 + (64 << 20)).next_multiple_of(1 << 20);
+    let base = dir.join("epoch-0.raw");
+    {
+        let f = std::fs::File::create(&base)?;
+        f.set_len(disk_size)?;
+    }
+    let base_str = base
+        .to_str()
+        .ok_or_else(|| anyhow!("a path that is not UTF-8"))?;
+    let created = run_tool(
+        "qemu-img",
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-o",
+            &create_options(case),
+            base_str,
+            &size.to_string(),
+        ],
+        dir,
+    )?;
+    if !created.status.success() {
+        bail!("qemu-img create: {}", output_text(&created));
+    }
+    // qemu-img create truncates the file to the image: give the disk its
+    // size back.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&base)?
+        .set_len(disk_size)?;
+
+    let mut model = Model::new(case.sectors(), None);
+    let mut content = base;
+    let options = disk_options(case);
+    let all = epochs(case);
+    let last = all.len() - 1;
+    for (e, (ops, crash)) in all.into_iter().enumerate() {
+        let edir = dir.join(format!("epoch-{e}"));
+        std::fs::create_dir_all(&edir)?;
+        let disk_socket = edir.join("disk.sock");
+        let guest_socket = edir.join("guest.sock");
+        let _ = std::fs::remove_file(&disk_socket);
+        let _ = std::fs::remove_file(&guest_socket);
+        let disk = DiskThread::start(DiskPlan {
+            content: content.clone(),
+            seed: case.seed.wrapping_add(e as u64),
+            options: options.clone(),
+            socket: disk_socket.clone(),
+            log: edir.join("requests.log"),
+        })?;
+        let started: anyhow::Result<Box<dyn Guest>> = match engine {
+            Engine::Qemu => QemuGuest::start(&disk_socket, &guest_socket, &edir)
+                .map(|g| Box::new(g) as Box<dyn Guest>),
+            Engine::Imago => {
+                super::imago::ImagoGuest::start(&disk_socket).map(|g| Box::new(g) as Box<dyn Guest>)
+            }
+        };
+        let mut guest = match started {
+            Ok(g) => g,
+            Err(err) => {
+                let _ = disk.finish(EndPlan::Clean {
+                    out: edir.join("content.raw"),
+                });
+                // The image as created: a driver that cannot open it does
+                // not run this case; after a crash, it is a failure.
+                if e == 0 && engine == Engine::Imago {
+                    report.skipped = Some(format!("an image imago cannot open ({err:#})"));
+                } else {
+                    report.failures.push(format!("opening the image: {err:#}"));
+                }
+                return Ok(report);
+            }
+        };
+        let mut failed_op = None;
+        for (n, op) in &ops {
+            if let Err(e) = run_op(guest.as_mut(), &mut model, *n, *op, &mut report) {
+                failed_op = Some(format!("operation {n} {op:?}: {e:#}"));
+                break;
+            }
+            report.guest_ops += 1;
+        }
+        if let Some(f) = failed_op {
+            report.failures.push(f);
+            guest.crash();
+            let _ = disk.finish(EndPlan::Clean {
+                out: edir.join("content.raw"),
+            });
+            return Ok(report);
+        }
+        if crash && e < last {
+            guest.crash();
+            let end = disk.finish(EndPlan::Crash {
+                dir: edir.clone(),
+                samples: SAMPLES,
+                crash_seed: case.seed.wrapping_add(e as u64),
+            })?;
+            add_counters(&mut report, &end.counters);
+            let mut states = end.files.into_iter();
+            let all_durable = states.next().expect("the all-durable state");
+            let go_on = states.next();
+            // The model judges the state the run goes on from; the others
+            // are judged by the checkers alone.
+            for s in std::iter::once(&all_durable).chain(states.as_slice()) {
+                judge_state(s, &edir, &mut report, None)?;
+            }
+            let go_on = go_on.unwrap_or(all_durable);
+            model.crash();
+            judge_state(&go_on, &edir, &mut report, Some(&mut model))?;
+            if !report.passed() {
+                return Ok(report);
+            }
+            content = go_on;
+        } else {
+            // The end: everything read back through QEMU, then a clean
+            // close, which must leave the image clean.
+            if let Err(e) = read_back(guest.as_mut(), &mut model, case, &mut report) {
+                report
+                    .failures
+                    .push(format!("reading back at the end: {e:#}"));
+            }
+            if let Err(e) = guest.close() {
+                report.failures.push(format!("the clean close: {e:#}"));
+            }
+            let out = edir.join("final.raw");
+            let end = disk.finish(EndPlan::Clean { out: out.clone() })?;
+            add_counters(&mut report, &end.counters);
+            let leaks_allowed = e > 0;
+            judge_final(&out, &edir, leaks_allowed, &mut report)?;
+        }
+    }
+    Ok(report)
+}
+
+fn add_counters(report: &mut QemuReport, c: &sim::disk::DiskCounters) {
+    report.device_writes += c.writes + c.write_zeroes + c.discards;
+    report.device_flushes += c.flushes;
+    report.device_fua_writes += c.fua_writes;
+}
+
+fn status<T, E>(r: &Result<T, E>) -> Status {
+    if r.is_ok() {
+        Status::Ok
+    } else {
+        Status::Failed
+    }
+}
+
+/// Send operation `n` and tell the model; an error from QEMU is a failure
+/// (no fault is injected that could excuse it).
+fn run_op(
+    client: &mut dyn Guest,
+    model: &mut Model,
+    n: u64,
+    op: Op,
+    report: &mut QemuReport,
+) -> anyhow::Result<()> {
+    let id = OpId(n);
+    let ss = SECTOR_SIZE as u64;
+    match op {
+        Op::Write { sector, sectors } => {
+            let mut buf = vec![0u8; (sectors * ss) as usize];
+            fill_write_buffer(&mut buf, WriteId(n), sector);
+            model.write_issued(
+                id,
+                SectorRange::new(sector, sectors),
+                WriteKind::Data(WriteId(n)),
+            );
+            let r = client.write(sector * ss, &buf);
+            model.write_completed(id, status(&r));
+            r?;
+        }
+        Op::WriteZeroes {
+            sector,
+            sectors,
+            unmap,
+        } => {
+            model.write_issued(id, SectorRange::new(sector, sectors), WriteKind::Zero);
+            let r = client.write_zeroes(sector * ss, sectors * ss, !unmap);
+            model.write_completed(id, status(&r));
+            r?;
+        }
+        Op::Discard { sector, sectors } => {
+            model.write_issued(id, SectorRange::new(sector, sectors), WriteKind::Discard);
+            let r = client.trim(sector * ss, sectors * ss);
+            model.write_completed(id, status(&r));
+            r?;
+        }
+        Op::Flush => {
+            model.flush_issued(id);
+            let r = client.flush();
+            model.flush_completed(id, status(&r));
+            r?;
+        }
+        Op::Read { sector, sectors } => {
+            let mut buf = vec![0u8; (sectors * ss) as usize];
+            model.read_issued(id, SectorRange::new(sector, sectors));
+            match client.read(sector * ss, &mut buf) {
+                Ok(()) => {
+                    report.read_sectors += sectors;
+                    if let Err(vs) = model.read_completed(id, &buf) {
+                        report.failures.push(format!(
+                            "model violation in operation {n}:\n{}",
+                            summarize(&vs, 8).join("\n")
+                        ));
+                    }
+                }
+                Err(e) => {
+                    model.read_failed(id);
+                    return Err(e);
+                }
+            }
+        }
+        Op::Crash => unreachable!("crash points split epochs"),
+    }
+    Ok(())
+}
+
+/// Read the whole guest disk through QEMU and check it against the model.
+fn read_back(
+    client: &mut dyn Guest,
+    model: &mut Model,
+    case: &Case,
+    report: &mut QemuReport,
+) -> anyhow::Result<()> {
+    let ss = SECTOR_SIZE as u64;
+    let sectors = case.sectors();
+    // Op ids past every operation of the case.
+    let mut op = case.numbered_ops().count() as u64 + 1;
+    let mut at = 0;
+    while at < sectors {
+        let n = (sectors - at).min(READ_PIECE / ss);
+        let mut buf = vec![0u8; (n * ss) as usize];
+        model.read_issued(OpId(op), SectorRange::new(at, n));
+        client.read(at * ss, &mut buf)?;
+        report.read_sectors += n;
+        if let Err(vs) = model.read_completed(OpId(op), &buf) {
+            report.failures.push(format!(
+                "model violation reading back at the end:\n{}",
+                summarize(&vs, 8).join("\n")
+            ));
+        }
+        at += n;
+        op += 1;
+    }
+    Ok(())
+}
+
+fn dirty(path: &Path) -> anyhow::Result<bool> {
+    use std::io::Read;
+    let mut h = [0u8; 80];
+    let mut f = std::fs::File::open(path)?;
+    if f.read(&mut h)? < 80 {
+        return Ok(false);
+    }
+    Ok(u64::from_be_bytes(h[72..80].try_into().expect("8 bytes")) & 1 != 0)
+}
+
+/// `qemu-img check` and our checker on `image`: corruption fails; leaks
+/// are counted (a crash may leak clusters), unless `leaks_allowed` is
+/// false.
+fn check_image(
+    image: &Path,
+    label: &str,
+    dir: &Path,
+    leaks_allowed: bool,
+    report: &mut QemuReport,
+) -> anyhow::Result<bool> {
+    let path = image
+        .to_str()
+        .ok_or_else(|| anyhow!("a path that is not UTF-8"))?;
+    let out = run_tool("qemu-img", &["check", "-f", "qcow2", path], dir)?;
+    let code = out.status.code();
+    let qemu_ok = code == Some(0) || (leaks_allowed && code == Some(3));
+    if !qemu_ok {
+        report.failures.push(format!(
+            "qemu-img check of {label} (exit {code:?}):\n{}",
+            output_text(&out)
+        ));
+    }
+    let bytes = std::fs::read(image)?;
+    let ours = oracle::check::check(&bytes);
+    let ours_ok = ours.corruptions == 0
+        && ours.check_errors == 0
+        && ours.failure.is_none()
+        && (leaks_allowed || ours.leaks == 0);
+    if !ours_ok {
+        report.failures.push(format!(
+            "qcsim's checker on {label}: {} corruptions, {} leaks, {} check errors{}",
+            ours.corruptions,
+            ours.leaks,
+            ours.check_errors,
+            ours.failure.map(|f| format!(": {f}")).unwrap_or_default()
+        ));
+    }
+    Ok(qemu_ok && ours_ok)
+}
+
+/// Judge one crash state: repaired by QEMU first if lazy refcounts left
+/// it dirty (as opening it would), then checked; with `model`, its guest
+/// view as QEMU reads it must be what the model allows.
+fn judge_state(
+    state: &Path,
+    dir: &Path,
+    report: &mut QemuReport,
+    model: Option<&mut Model>,
+) -> anyhow::Result<()> {
+    report.crash_states += 1;
+    let label = state
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // A dirty state is repaired in a copy: the state as built stays, for
+    // `qcsim disk-replay` to be compared with.
+    let repaired = dir.join(format!("{label}.repaired"));
+    let state = if dirty(state)? {
+        std::fs::copy(state, &repaired)?;
+        repaired.as_path()
+    } else {
+        state
+    };
+    let path = state
+        .to_str()
+        .ok_or_else(|| anyhow!("a path that is not UTF-8"))?;
+    if state == repaired.as_path() {
+        let out = run_tool(
+            "qemu-img",
+            &["check", "-q", "-r", "all", "-f", "qcow2", path],
+            dir,
+        )?;
+        if !matches!(out.status.code(), Some(0) | Some(3)) {
+            report.failures.push(format!(
+                "QEMU's repair of {label} (exit {:?}): {}",
+                out.status.code(),
+                output_text(&out)
+            ));
+            return Ok(());
+        }
+    }
+    let checked = check_image(state, &label, dir, true, report)?;
+    let Some(model) = model else {
+        return Ok(());
+    };
+    if !checked {
+        return Ok(());
+    }
+    let guest = dir.join(format!("{label}.guest"));
+    let out = run_tool(
+        "qemu-img",
+        &[
+            "convert",
+            "-f",
+            "qcow2",
+            "-O",
+            "raw",
+            path,
+            guest
+                .to_str()
+                .ok_or_else(|| anyhow!("a path that is not UTF-8"))?,
+        ],
+        dir,
+    )?;
+    if !out.status.success() {
+        report.failures.push(format!(
+            "qemu-img convert of {label}: {}",
+            output_text(&out)
+        ));
+        return Ok(());
+    }
+    let bytes = std::fs::read(&guest)?;
+    let _ = std::fs::remove_file(&guest);
+    let _ = std::fs::remove_file(&repaired);
+    report.recovered_sectors += (bytes.len() / SECTOR_SIZE) as u64;
+    if let Err(vs) = model.after_crash_check(&bytes) {
+        report.failures.push(format!(
+            "model violation after the crash ({label}):\n{}",
+            summarize(&vs, 8).join("\n")
+        ));
+    }
+    Ok(())
+}
+
+fn judge_final(
+    image: &Path,
+    dir: &Path,
+    leaks_allowed: bool,
+    report: &mut QemuReport,
+) -> anyhow::Result<()> {
+    if dirty(image)? {
+        report
+            .failures
+            .push("the image is left dirty after a clean close".into());
+    }
+    check_image(image, "the final image", dir, leaks_allowed, report)?;
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! `--driver qemu` and `--driver imago`: a case on QEMU's own qcow2
+//! driver (qemu-nbd, its storage the simulated disk over NBD) passes; on
+//! a disk that ignores flushes it fails, and the failing case's kept
+//! request log rebuilds its crash states bit for bit without QEMU; a small
+//! campaign passes; the imago library passes and fails the same way.
+
+use crate::support::{exec, qcsim, text, QCSIM};
+
+/// The number before `what` on the line that has it.
+fn number_before(out: &str, what: &str) -> u64 {
+    let at = out
+        .find(what)
+        .unwrap_or_else(|| panic!("no {what:?} in {out}"));
+    out[..at]
+        .trim_end()
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("no number before {what:?} in {out}"))
+}
+
+#[test]
+fn a_case_on_qemus_driver_passes_and_fails_on_a_disk_that_ignores_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = qcsim(
+        &["run", "--seed", "0", "--driver", "qemu", "--corpus", "c"],
+        d,
+    );
+    assert!(out.contains("seed 0 (qemu): PASS"), "{out}");
+    assert!(number_before(&out, "crash states") > 0, "{out}");
+    assert!(number_before(&out, "recovered sectors") > 0, "{out}");
+    assert!(number_before(&out, "flushes from QEMU") > 0, "{out}");
+
+    let broken = exec(
+        QCSIM,
+        &[
+            "run",
+            "--seed",
+            "0",
+            "--driver",
+            "qemu",
+            "--disk-ignores-flush",
+            "--corpus",
+            "c",
+        ],
+        d,
+    );
+    assert_eq!(broken.status.code(), Some(1), "{}", text(&broken));
+    assert!(text(&broken).contains("FAIL"), "{}", text(&broken));
+    let kept = d.join("c/qemu-seed-0");
+    assert!(kept.join("case.json").is_file());
+    let epoch = kept.join("epoch-0");
+    // The crash states the run judged, rebuilt from its request log alone.
+    qcsim(
+        &[
+            "disk-replay",
+            epoch.join("requests.log").to_str().unwrap(),
+            "--samples",
+            "2",
+            "--crash-seed",
+            "0",
+            "--crash-dir",
+            "again",
+        ],
+        d,
+    );
+    for k in 0..3 {
+        let name = format!("crash-{k}.raw");
+        let (a, b) = (
+            std::fs::read(epoch.join(&name)).unwrap(),
+            std::fs::read(d.join("again").join(&name)).unwrap(),
+        );
+        assert!(a == b, "{name} differs when replayed");
+    }
+}
+
+#[test]
+fn a_campaign_on_qemus_driver_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = exec(
+        QCSIM,
+        &[
+            "campaign", "--driver", "qemu", "--seeds", "0..3", "--jobs", "2", "--quiet",
+            "--corpus", "c",
+        ],
+        d,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("campaign (qemu): 3 cases"), "{stdout}");
+    assert!(stdout.contains(" 0 failed"), "{stdout}");
+    assert!(number_before(&stdout, "crash states") > 0, "{stdout}");
+}
+
+/// `--driver imago`: the imago library over the same simulated disk (its
+/// storage an NBD client of it) passes a case, and fails it on a disk
+/// that ignores flushes; a version 2 image is skipped (imago refuses
+/// discards there).
+#[test]
+fn a_case_on_imago_passes_and_fails_on_a_disk_that_ignores_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = qcsim(
+        &["run", "--seed", "1", "--driver", "imago", "--corpus", "c"],
+        d,
+    );
+    assert!(out.contains("seed 1 (imago): PASS"), "{out}");
+    assert!(number_before(&out, "crash states") > 0, "{out}");
+    assert!(number_before(&out, "flushes from imago") > 0, "{out}");
+    let broken = exec(
+        QCSIM,
+        &[
+            "run",
+            "--seed",
+            "1",
+            "--driver",
+            "imago",
+            "--disk-ignores-flush",
+            "--corpus",
+            "c",
+        ],
+        d,
+    );
+    assert_eq!(broken.status.code(), Some(1), "{}", text(&broken));
+    assert!(d.join("c/imago-seed-1/case.json").is_file());
+    let v2 = qcsim(
+        &["run", "--seed", "0", "--driver", "imago", "--corpus", "c"],
+        d,
+    );
+    assert!(v2.contains("SKIPPED") && v2.contains("version 2"), "{v2}");
+}
