@@ -11,6 +11,11 @@
 //! engine's futures interleave on this thread while the pool's workers do
 //! the syscalls and wake them.
 //!
+//! An overlay's backing chain is opened below it read-only, each file
+//! through its own counted device with the image's O_DIRECT setting and
+//! QEMU's read-only locks, so that writes of part of a cluster copy the
+//! rest from the backing file as the engine does anywhere else.
+//!
 //! [`FileBenchFlags::parse`] turns the flags as given into
 //! [`FileBenchOptions`], every value checked. [`FileBench`] is one job on
 //! one file: made with a fresh copy of the image when it is to be compared
@@ -28,15 +33,17 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use engine::dev::{
-    BlockDev, CountingDev, DevCounts, FileDev, FileOpenError, FileOptions, LockError, LockRequest,
-    WriteFlags,
+    BlockDev, CountingDev, DevCounts, FileDev, FileId, FileOpenError, FileOptions, LockError,
+    LockRequest, WriteFlags,
 };
-use engine::{Counters, EngineOptions, Image, Switches};
+use engine::{Backing, Counters, EngineOptions, Image, Switches};
 use futures::future::LocalBoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::Serialize;
 
-use crate::files::{probe_path, Format, OpenError, Probed, UnknownFormat};
+use crate::files::{
+    probe_path, resolve_backing_path, Format, OpenError, Probed, UnknownFormat, MAX_CHAIN_DEPTH,
+};
 use crate::qemu_args::{parse_size, ArgError};
 
 /// Most worker threads the file's pool gets (QEMU's thread pool has 64).
@@ -502,8 +509,14 @@ pub enum FileBenchError {
     Lock(#[from] LockError),
     #[error("{path}: {error}")]
     Engine { path: PathBuf, error: engine::Error },
-    #[error("{path}: images with a backing file are not supported by the file benchmark")]
-    Backing { path: PathBuf },
+    /// The backing file `name` that the image at `image` names could not
+    /// be opened.
+    #[error("{image}: backing file {name}: {error}")]
+    BackingFile {
+        image: PathBuf,
+        name: String,
+        error: Box<FileBenchError>,
+    },
     #[error(
         "{path}: a request of {len} bytes at offset {offset} does not fit in the {size}-byte disk"
     )]
@@ -805,6 +818,7 @@ fn open_target(path: &Path, o: &FileBenchOptions) -> Result<(Target, Format), Fi
         ));
     }
     let mut dev = FileDev::open(path, &file_opts)?;
+    let dev_id = dev.file_id();
     // QEMU's locks, as qemu-img bench takes them, before the first read:
     // a write benchmark on an image another process has open (or a read
     // benchmark on one another process writes) is refused, not run under it.
@@ -828,15 +842,98 @@ fn open_target(path: &Path, o: &FileBenchOptions) -> Result<(Target, Format), Fi
                     error,
                 }
             })?;
-            if image.backing_spec().is_some() {
-                return Err(FileBenchError::Backing {
-                    path: path.to_owned(),
-                });
+            let mut image = image;
+            if let Some((name, format)) = image.backing_spec() {
+                let backing = open_backing(path, &name, format, &file_opts, &mut vec![dev_id])?;
+                image.attach_backing(backing);
             }
             Target::Qcow2(Box::new(image))
         }
     };
     Ok((target, format))
+}
+
+/// The backing file `name` of the image at `image` (a `format` file, probed
+/// when the header names none), opened read-only as the engine reads it
+/// through the benchmark's device (O_DIRECT when the image is), locked as
+/// QEMU locks a backing file, with its own backing chain below it. `open`
+/// holds the files of the chain opened so far: a file named twice (a loop)
+/// is refused, as is a chain deeper than [`MAX_CHAIN_DEPTH`].
+fn open_backing(
+    image: &Path,
+    name: &str,
+    format: Option<String>,
+    file_opts: &FileOptions,
+    open: &mut Vec<FileId>,
+) -> Result<Backing<CountingDev<FileDev>>, FileBenchError> {
+    let backing_err = |error: FileBenchError| FileBenchError::BackingFile {
+        image: image.to_owned(),
+        name: name.to_owned(),
+        error: Box::new(error),
+    };
+    if open.len() > MAX_CHAIN_DEPTH {
+        return Err(backing_err(FileBenchError::Invalid(format!(
+            "the backing chain is deeper than {MAX_CHAIN_DEPTH} files"
+        ))));
+    }
+    if name.is_empty() || name.starts_with("json:") {
+        return Err(backing_err(FileBenchError::Invalid(
+            "only plain backing file names are supported".into(),
+        )));
+    }
+    let path = resolve_backing_path(image, name);
+    let opts = FileOptions {
+        read_only: true,
+        ..file_opts.clone()
+    };
+    let mut dev = FileDev::open(&path, &opts).map_err(|e| backing_err(e.into()))?;
+    if open.contains(&dev.file_id()) {
+        return Err(backing_err(FileBenchError::Invalid(format!(
+            "{} is already open in this chain: the backing chain loops",
+            path.display()
+        ))));
+    }
+    open.push(dev.file_id());
+    let format = match format {
+        Some(f) => f.parse::<Format>().map_err(|e| backing_err(e.into()))?,
+        None => match probe_path(&path).map_err(|e| backing_err(e.into()))? {
+            Probed::Format(f) => f,
+            Probed::Foreign(format) => {
+                return Err(backing_err(
+                    OpenError::ForeignFormat {
+                        path: path.clone(),
+                        format,
+                    }
+                    .into(),
+                ))
+            }
+        },
+    };
+    dev.lock(match format {
+        Format::Raw => LockRequest::raw_file(true),
+        Format::Qcow2 => LockRequest::qcow2_file(true, false),
+    })
+    .map_err(|e| backing_err(e.into()))?;
+    let dev = CountingDev::new(dev);
+    match format {
+        Format::Raw => Ok(Backing::Raw(dev)),
+        Format::Qcow2 => {
+            let opts = EngineOptions {
+                read_only: true,
+                ..EngineOptions::default()
+            };
+            let mut img = futures::executor::block_on(Image::open(dev, opts)).map_err(|error| {
+                backing_err(FileBenchError::Engine {
+                    path: path.clone(),
+                    error,
+                })
+            })?;
+            if let Some((below, format)) = img.backing_spec() {
+                img.attach_backing(open_backing(&path, &below, format, file_opts, open)?);
+            }
+            Ok(Backing::Qcow2(Box::new(img)))
+        }
+    }
 }
 
 /// Run the benchmark on the image at `path`.

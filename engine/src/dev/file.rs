@@ -314,6 +314,30 @@ impl IoBuf {
         }
     }
 
+    /// An aligned copy of `data` for an O_DIRECT write. Only the padding
+    /// before the aligned start is zeroed: zeroing the whole buffer first
+    /// (`aligned_zeroed`), only to overwrite it, was a third of the
+    /// benchmark's CPU time on 1 MiB writes at depth 1.
+    fn aligned_copy(data: &[u8]) -> IoBuf {
+        let mut storage: Vec<u8> = Vec::with_capacity(data.len() + DIRECT_ALIGN);
+        let start = storage.as_ptr().align_offset(DIRECT_ALIGN);
+        assert!(start < DIRECT_ALIGN, "cannot align an I/O buffer");
+        storage.resize(start, 0);
+        storage.extend_from_slice(data);
+        // The capacity covers both parts: nothing was reallocated, so the
+        // buffer still starts where `start` was computed for.
+        assert_eq!(
+            (storage.as_ptr() as usize + start) % DIRECT_ALIGN,
+            0,
+            "an I/O buffer moved while filled"
+        );
+        IoBuf {
+            storage,
+            start,
+            len: data.len(),
+        }
+    }
+
     fn from_vec(storage: Vec<u8>) -> IoBuf {
         let len = storage.len();
         IoBuf {
@@ -796,9 +820,7 @@ impl BlockDev for FileDev {
         let end = checked_end(IoOp::Write, offset, len as u64)?;
         let direct = self.fds.for_range(offset, len).1;
         let owned = if direct {
-            let mut b = IoBuf::aligned_zeroed(len);
-            b.as_mut_slice().copy_from_slice(buf);
-            b
+            IoBuf::aligned_copy(buf)
         } else {
             IoBuf::from_vec(buf.to_vec())
         };

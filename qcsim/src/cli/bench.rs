@@ -35,7 +35,8 @@ pub struct Args {
     /// --sim: which job to run.
     #[arg(long, value_enum, default_value = "all")]
     pub workload: WorkloadArg,
-    /// --sim: also time each job on the HDD model (runs every job twice).
+    /// --sim: also time each job on the rotating-disk model (runs every job
+    /// twice), and compare write_zeroes with zero buffers as seed 001 did.
     #[arg(long)]
     pub hdd: bool,
     /// --sim: add rows with delayed_cow off and then zero_cow and merge_cow
@@ -174,6 +175,12 @@ fn run_sim(a: &Args) -> anyhow::Result<i32> {
                 println!("  {column:<16} {meaning}");
             }
         }
+    }
+    if a.hdd && !a.json {
+        // Seed 001's HDD figure: write_zeroes against zero buffers, on
+        // both disk models (four more jobs of the same size).
+        println!();
+        print!("{}", sim::bench::seed_001(size)?.render());
     }
     if a.json_out.as_os_str() != "-" {
         write_atomically(&a.json_out, lines.as_bytes())?;

@@ -343,3 +343,85 @@ fn compare_qemu_prints_both_and_leaves_no_copy() {
     assert_clean("c.qcow2", d);
     assert_pattern("c.qcow2", "qcow2", 9, 0, 256 << 10, d);
 }
+
+/// An overlay over a raw backing file of another pattern: every request
+/// writes 4 KiB at the start of a 64 KiB cluster, so each allocation
+/// copies the rest of its cluster from the backing file.
+#[test]
+fn overlays_are_written_through_with_copy_on_write_from_the_backing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run("qemu-img", &["create", "-q", "-f", "raw", "b.raw", "4M"], d);
+    run(
+        "qemu-io",
+        &["-f", "raw", "-c", "write -P 17 0 4M", "b.raw"],
+        d,
+    );
+    run(
+        "qemu-img",
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-o",
+            "cluster_size=64k",
+            "-b",
+            "b.raw",
+            "-F",
+            "raw",
+            "o.qcow2",
+        ],
+        d,
+    );
+    let out = run(
+        QCSIM,
+        &[
+            "bench",
+            "-c",
+            "16",
+            "-d",
+            "4",
+            "-s",
+            "4k",
+            "-S",
+            "64k",
+            "-w",
+            "--pattern",
+            "0x5a",
+            "o.qcow2",
+        ],
+        d,
+    );
+    assert!(
+        out.contains(" 16 writes") || out.contains("writes"),
+        "{out}"
+    );
+    assert_clean("o.qcow2", d);
+    for c in 0..16u64 {
+        assert_pattern("o.qcow2", "qcow2", 0x5a, c << 16, 4096, d);
+        assert_pattern("o.qcow2", "qcow2", 17, (c << 16) + 4096, 60 << 10, d);
+    }
+    // Past the clusters written, the backing file shows through.
+    assert_pattern("o.qcow2", "qcow2", 17, 1 << 20, 3 << 20, d);
+    // The backing file itself is untouched.
+    assert_pattern("b.raw", "raw", 17, 0, 4 << 20, d);
+}
+
+#[test]
+fn an_overlay_whose_backing_file_is_missing_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run(
+        "qemu-img",
+        &[
+            "create", "-q", "-f", "qcow2", "-u", "-b", "gone.raw", "-F", "raw", "o.qcow2", "4M",
+        ],
+        d,
+    );
+    let out = exec(QCSIM, &["bench", "-c", "4", "-w", "o.qcow2"], d);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("o.qcow2: backing file gone.raw"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

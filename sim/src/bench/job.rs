@@ -214,7 +214,7 @@ pub fn backing_byte(off: u64) -> u8 {
 }
 
 /// Run one sequential job and return its row; with `hdd`, run it again on
-/// the HDD latency model for its simulated time.
+/// the rotating disk (`LatencyOptions::rotating`) for its simulated time.
 pub fn run_job(
     workload: Workload,
     size: u64,
@@ -232,7 +232,7 @@ pub fn run_job(
     let mut row = run_job_with(&setup, sequential_ops_of(size, workload.request_size()))?.row;
     if hdd {
         let hdd_setup = JobSetup {
-            latency: LatencyOptions::hdd(),
+            latency: LatencyOptions::rotating(),
             ..setup
         };
         let other = run_job_with(&hdd_setup, sequential_ops_of(size, workload.request_size()))?.row;

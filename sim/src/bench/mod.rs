@@ -7,19 +7,23 @@
 //! opening the image are not counted.
 //!
 //! `job` runs one (workload, switches) pair and returns a `Row`; `table`
-//! renders rows for people.
+//! renders rows for people; `seed001` is seed 001's write_zeroes against
+//! zero buffers on the SSD model and the rotating disk
+//! (`LatencyOptions::rotating`, the HDD column's model).
 //!
 //! The other benchmark, `qcsim bench FILE` (qemu-img bench's job on a real
 //! image file, timed by the wall clock), lives in the `tools` crate: this
 //! crate reads no clock.
 
 mod job;
+mod seed001;
 mod table;
 
 pub use job::{
     backing_byte, guest_byte, run_job, run_job_with, sequential_ops, sequential_ops_of, BenchError,
     GuestOp, JobSetup, Observed, Row, Workload, CLUSTER_SIZE, REQUEST_SIZE,
 };
+pub use seed001::{gain, seed_001, Seed001, SEED_001_FIGURES};
 pub use table::{render_table, COLUMN_KEY};
 
 use engine::Switches;

@@ -77,7 +77,7 @@ pub const COLUMN_KEY: &[(&str, &str)] = &[
         "ssd ms",
         "simulated time of the job on the SSD model, milliseconds",
     ),
-    ("hdd ms", "the same on the HDD model (--hdd)"),
+    ("hdd ms", "the same on the rotating-disk model (--hdd: seeks cost with distance, write_zeroes are journal writes)"),
 ];
 
 /// Render `rows` as one table per workload, in the order given.

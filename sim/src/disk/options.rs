@@ -79,6 +79,24 @@ pub struct LatencyOptions {
     /// existed reads it as 0, so that it replays as it ran.
     #[serde(default)]
     pub extend: Nanos,
+    /// A rotating disk's head travel: extra time for a seek, on top of
+    /// `seek`, in proportion to the distance the head moves, reaching
+    /// `stroke` at `stroke_span` bytes or more. 0, the default and what a
+    /// case file written before this field existed reads: every seek costs
+    /// `seek` alone. Left out of a case's JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stroke: Nanos,
+    /// The distance, in bytes, over which a seek costs all of `stroke`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stroke_span: u64,
+    /// Where an efficient write_zeroes takes the head, as a device offset,
+    /// when set: a file system records a zeroed range of a file as
+    /// unwritten extents in its journal, not in the range itself, so the
+    /// request is a small write there and the next one seeks back. `None`
+    /// (the default): it is timed as a write of its range that transfers
+    /// nothing. Left out of a case's JSON when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zeroes_journal: Option<u64>,
     /// Requests held far longer than the rest (latency outliers), per
     /// device and per kind. A case file written before this field existed
     /// reads it as "no outliers", so that it replays as it ran; it is left
@@ -307,9 +325,20 @@ impl LatencyOptions {
         let data = slowest(self.read_min, self.read_mean)
             .max(slowest(self.write_min, self.write_mean))
             .saturating_add(self.seek)
+            .saturating_add(self.stroke)
             .saturating_add(self.extend)
             .saturating_add(transfer);
         data.max(slowest(self.flush_min, self.flush_mean))
+    }
+
+    /// The extra time of a seek over `distance` bytes (`stroke`'s share).
+    pub fn travel(&self, distance: u64) -> Nanos {
+        if self.stroke == 0 || self.stroke_span == 0 {
+            return 0;
+        }
+        let d = u128::from(distance.min(self.stroke_span));
+        let t = u128::from(self.stroke) * d / u128::from(self.stroke_span);
+        u64::try_from(t).unwrap_or(self.stroke)
     }
 
     /// A fast SSD: tens of microseconds, many requests at once.
@@ -328,6 +357,9 @@ impl LatencyOptions {
             // extend the file cost about 46 us more each than writes inside
             // it (0.93 s over 20000 writes; ARCHITECTURE.md, "Measured").
             extend: 40_000,
+            stroke: 0,
+            stroke_span: 0,
+            zeroes_journal: None,
             outliers: OutlierOptions::default(),
         }
     }
@@ -347,7 +379,31 @@ impl LatencyOptions {
             // Block allocation and the size update: about one more small
             // metadata write (not measured; the HDD model is a sketch).
             extend: 200_000,
+            stroke: 0,
+            stroke_span: 0,
+            zeroes_journal: None,
             outliers: OutlierOptions::default(),
+        }
+    }
+
+    /// The benchmark's rotating disk (`qcsim bench --sim --hdd`): `hdd`'s
+    /// latencies, bandwidth and one request at a time, with seeks that
+    /// cost with the distance (1 ms to settle on a nearby track, where the
+    /// drive's write cache hides the rotation for writes, up to 16 ms across
+    /// a 1 TiB platter) and efficient write_zeroes that are journal writes
+    /// at 1 GiB into the disk (a file system marking the range unwritten).
+    /// The journal's place is a guess: it sets how much slower a
+    /// write_zeroes is than the buffers it replaces, not whether it is
+    /// (two seeks of at least 1 ms cost more than a cluster's 60 KiB of
+    /// zeroes take to transfer at 150 MB/s, wherever the journal is).
+    /// Cases keep `hdd`, whose fixed seek their runs were drawn with.
+    pub fn rotating() -> Self {
+        Self {
+            seek: 1_000_000,
+            stroke: 15_000_000,
+            stroke_span: 1 << 40,
+            zeroes_journal: Some(1 << 30),
+            ..Self::hdd()
         }
     }
 }
@@ -592,13 +648,22 @@ impl DiskOptions {
                 ),
             )?;
         }
-        for (v, field) in [(l.seek, "latency.seek"), (l.extend, "latency.extend")] {
+        for (v, field) in [
+            (l.seek, "latency.seek"),
+            (l.extend, "latency.extend"),
+            (l.stroke, "latency.stroke"),
+        ] {
             check(
                 v <= MAX_LATENCY_NS,
                 field,
                 format!("{v} ns is more than {} s", MAX_LATENCY_NS / 1_000_000_000),
             )?;
         }
+        check(
+            l.stroke == 0 || l.stroke_span > 0,
+            "latency.stroke_span",
+            format!("0 with a stroke of {} ns", l.stroke),
+        )?;
         check(
             l.bandwidth == 0 || l.bandwidth >= MIN_BANDWIDTH,
             "latency.bandwidth",
@@ -768,4 +833,9 @@ impl FaultOptions {
         }
         f
     }
+}
+
+/// Whether a count is zero: fields left out of a case's JSON then.
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }

@@ -337,13 +337,22 @@ impl SimDisk {
         }
         let mut transfer = 0;
         if !matches!(req.timing, Timing::Flush) {
-            if req.offset != st.last_end {
-                service += l.seek;
+            // An efficient write_zeroes on a disk with a journal is a
+            // write there (`LatencyOptions::zeroes_journal`).
+            let journal = l
+                .zeroes_journal
+                .filter(|_| req.op == IoOp::WriteZeroes && req.transfer == 0);
+            let at = journal.unwrap_or(req.offset);
+            if at != st.last_end {
+                service += l.seek + l.travel(at.abs_diff(st.last_end));
             }
             if req.extends {
                 service += l.extend;
             }
-            st.last_end = req.offset.saturating_add(req.len);
+            st.last_end = match journal {
+                Some(j) => j,
+                None => req.offset.saturating_add(req.len),
+            };
             if l.bandwidth > 0 {
                 let t = u128::from(req.transfer) * 1_000_000_000 / u128::from(l.bandwidth);
                 transfer = u64::try_from(t).unwrap_or(u64::MAX / 4);

@@ -188,6 +188,10 @@ fn disk(u: &mut Unstructured<'_>) -> arbitrary::Result<DiskOptions> {
         // Not drawn, so that fuzz inputs saved before it existed decode
         // as they did; it changes only timing.
         extend: 0,
+        // Not drawn either: the benchmark's rotating disk only.
+        stroke: 0,
+        stroke_span: 0,
+        zeroes_journal: None,
         // Drawn after the workload (`outliers`), for the same reason.
         outliers: OutlierOptions::default(),
     };

@@ -6,5 +6,6 @@ mod exhaust_broken;
 mod failure_data_broken;
 mod guards_broken;
 mod shrink_broken;
+mod snapshot_broken;
 mod trace_broken;
 mod verify_broken;

@@ -27,6 +27,9 @@ fn fixed(write: u64, flush: u64, outliers: OutlierOptions) -> DiskOptions {
             bandwidth: 0,
             channels: 0,
             extend: 0,
+            stroke: 0,
+            stroke_span: 0,
+            zeroes_journal: None,
             outliers,
         },
         ..DiskOptions::default()

@@ -23,6 +23,9 @@ fn fixed(read: u64, write: u64, flush: u64) -> DiskOptions {
             bandwidth: 0,
             channels: 0,
             extend: 0,
+            stroke: 0,
+            stroke_span: 0,
+            zeroes_journal: None,
             outliers: Default::default(),
         },
         ..DiskOptions::default()

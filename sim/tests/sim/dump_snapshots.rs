@@ -1,14 +1,18 @@
 //! Snapshot tests (insta) of `oracle::dump` over images whose state is a
-//! pure function of their inputs: one the engine writes directly, one left
-//! by a crash in a fixed seeded run. A change in layout, allocation order
-//! or writeback shows up here as a diff to review with `cargo insta review`.
+//! pure function of their inputs: two the engine writes directly, and for
+//! each profile the first crash image of a few fixed seeded runs with the
+//! checker's report on it (`post_crash_pins`). A change in layout,
+//! allocation order or writeback shows up here as a diff to review with
+//! `cargo insta review`.
 
 use engine::dev::MemDev;
 use engine::{CreateOptions, EngineOptions, Image};
 use futures::executor::block_on;
-use sim::case::Case;
-use sim::runner::{run_case, RunOptions};
-use sim::workload::Profile;
+
+use crate::post_crash_pins::{
+    self as pins, post_crash, same_text, snapshot_contents, snapshot_name, snapshot_path, PINNED,
+    WHATS,
+};
 
 #[test]
 fn dump_of_an_engine_written_image() {
@@ -29,28 +33,48 @@ fn dump_of_an_engine_written_image() {
     insta::assert_snapshot!(oracle::dump::dump(&bytes));
 }
 
+/// For each profile and each of its pinned seeds (`post_crash_pins`), the
+/// dump of the first crash image and the checker's report on it, one
+/// named snapshot each (`post_crash_PROFILE_seed_N_{dump,check}`). A change
+/// to the engine's layout, allocation or writeback order moves them: review
+/// with `cargo insta review` (`cargo insta test` records every snapshot
+/// that moved, not only the first).
 #[test]
-fn dump_of_a_post_crash_image() {
-    let dir = tempfile::tempdir().unwrap();
-    // Seed 12: its case had 4 KiB clusters until hazard cycles gave it
-    // 1 KiB ones (4 MiB disk; the dump is a few hundred lines); seed 3,
-    // used before, has 512-byte clusters from the rare-path shapes, whose
-    // dump runs to thousands of lines. Under the uniform schedule and
-    // without latency outliers, so that only the engine's layout and the
-    // workload move the snapshot.
-    let mut case = Case::generate(12, Profile::Sequential);
-    case.schedule = sim::exec::SchedulePolicy::Random;
-    case.disk.latency.outliers = Default::default();
-    let report = run_case(
-        &case,
-        &RunOptions {
-            export: Some(dir.path().to_path_buf()),
-        },
-    );
-    assert!(report.passed(), "{:?}", report.failures);
-    let bytes = std::fs::read(dir.path().join("seed-12").join("crash-1.qcow2"))
-        .expect("exported crash image");
-    insta::assert_snapshot!(oracle::dump::dump(&bytes));
+fn post_crash_images_of_each_profile() {
+    let mut settings = insta::Settings::clone_current();
+    settings.set_omit_expression(true);
+    let _guard = settings.bind_to_scope();
+    for (profile, seeds) in PINNED {
+        for &seed in seeds {
+            let case = pins::case(profile, seed);
+            let got = post_crash(&case);
+            assert!(
+                got.report.passed(),
+                "{profile} seed {seed}: {:?}",
+                got.report.failures
+            );
+            for what in WHATS {
+                insta::assert_snapshot!(snapshot_name(profile, seed, what), got.get(what));
+            }
+        }
+    }
+}
+
+/// The reader `snapshot_broken` compares against reads the committed
+/// files as insta does: each pinned rendering is what its `.snap` holds.
+#[test]
+fn committed_snapshots_read_back_as_pinned() {
+    let (profile, seeds) = PINNED[0];
+    let got = post_crash(&pins::case(profile, seeds[0]));
+    for what in WHATS {
+        let path = snapshot_path(profile, seeds[0], what);
+        let snap =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let pinned = snapshot_contents(&snap).expect("a .snap file's metadata block");
+        assert!(same_text(pinned, got.get(what)), "{}", path.display());
+        // And the comparison can fail.
+        assert!(!same_text(pinned, &format!("{}x\n", got.get(what))));
+    }
 }
 
 #[test]
