@@ -22,6 +22,7 @@ mod enumerate_states;
 mod excused_errors;
 mod exec_sched;
 mod exhaust_slice;
+mod guard_crashes;
 mod robustness;
 mod scale;
 mod shrink_mechanics;
