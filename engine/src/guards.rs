@@ -156,8 +156,28 @@ impl Guard {
         }
     }
 
+    /// The guard named `name` (as [`Guard::name`] spells it).
+    pub fn from_name(name: &str) -> Option<Guard> {
+        Guard::ALL.into_iter().find(|g| g.name() == name)
+    }
+
     fn index(self) -> usize {
         self as usize
+    }
+}
+
+impl Serialize for Guard {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Guard {
+    /// A guard's name; an unknown one is an error naming it.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Guard::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown guard {name:?}")))
     }
 }
 
@@ -241,9 +261,7 @@ impl<'de> Deserialize<'de> for GuardCounts {
         let map = std::collections::BTreeMap::<String, u64>::deserialize(d)?;
         let mut out = GuardCounts::default();
         for (k, v) in map {
-            let g = Guard::ALL
-                .into_iter()
-                .find(|g| g.name() == k)
+            let g = Guard::from_name(&k)
                 .ok_or_else(|| serde::de::Error::custom(format!("unknown guard {k:?}")))?;
             out.0[g.index()] = v;
         }

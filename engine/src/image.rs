@@ -223,6 +223,13 @@ impl<D: BlockDev> Image<D> {
         *self.counters.borrow()
     }
 
+    /// How often guard `g`'s condition arose on this image so far (one
+    /// count of `counters().guards`, without copying them all: the
+    /// simulation reads it after every step of a run armed with it).
+    pub fn guard_count(&self, g: crate::guards::Guard) -> u64 {
+        self.counters.borrow().guards.get(g)
+    }
+
     /// Debug builds check the rule the metadata modules state: `what` may
     /// only run with `meta_lock` held (it awaits I/O between reading and
     /// changing metadata, and another request must not interleave).

@@ -152,6 +152,9 @@ pub struct Totals {
     pub crashes: u64,
     /// Crashes at the moment a flush reached the disk.
     pub crashes_at_flush: u64,
+    /// Of those, crashes at the flush after an armed guard's condition
+    /// arose.
+    pub crashes_at_guard: u64,
     pub crash_states_checked: u64,
     pub torn_writes: u64,
     pub allocs_dropped: u64,
@@ -238,6 +241,7 @@ impl Totals {
         self.read_sectors_checked += s.read_sectors_checked;
         self.crashes += s.crashes;
         self.crashes_at_flush += s.crashes_at_flush;
+        self.crashes_at_guard += s.crashes_at_guard;
         self.crash_states_checked += s.crash_states_checked;
         self.torn_writes += s.torn_writes;
         self.allocs_dropped += s.allocs_dropped;
@@ -334,6 +338,7 @@ pub fn run_guarded(case: &Case) -> RunReport {
                 failures: vec![Failure::Panic { message }],
                 trace_hash: 0,
                 stats: RunStats::default(),
+                held: Vec::new(),
             }
         }
     }

@@ -247,6 +247,13 @@ impl BackingSpec {
 /// issued, and the machine crashes at a point the run draws from its crash
 /// stream, possibly before any of them completes. The image is then
 /// reopened and checked whole before the next group.
+///
+/// A `background_read` is a read its group does not wait for: the next
+/// groups start while it is in flight, and it completes when the disk
+/// completes it (held long, a latency outlier, it outlives a free of its
+/// cluster, the flush that applies the free and the reuse of its host
+/// cluster). A crash cuts it short like any request in flight; the end of
+/// the workload waits for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Op {
@@ -257,6 +264,15 @@ pub enum Op {
     Read {
         sector: u64,
         sectors: u64,
+    },
+    BackgroundRead {
+        sector: u64,
+        sectors: u64,
+        /// The disks hold the read's requests this many times their
+        /// latency (0 or 1: as any request; at most
+        /// `disk::MAX_OUTLIER_FACTOR`).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        hold: u32,
     },
     WriteZeroes {
         sector: u64,
@@ -277,6 +293,9 @@ impl Op {
         match *self {
             Op::Write { sector, sectors }
             | Op::Read { sector, sectors }
+            | Op::BackgroundRead {
+                sector, sectors, ..
+            }
             | Op::WriteZeroes {
                 sector, sectors, ..
             }
@@ -284,6 +303,15 @@ impl Op {
             Op::Flush | Op::Crash => None,
         }
     }
+
+    /// Whether it is a read (in the foreground or not): it changes nothing.
+    pub fn is_read(&self) -> bool {
+        matches!(self, Op::Read { .. } | Op::BackgroundRead { .. })
+    }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Why a case is refused.
@@ -531,10 +559,10 @@ impl Case {
                 if let Some((sector, sectors)) = op.range() {
                     let spanned = (sector + sectors).div_ceil(cs) - sector / cs;
                     work += match op {
-                        Op::Read { .. } => spanned,
+                        Op::Read { .. } | Op::BackgroundRead { .. } => spanned,
                         _ => 4 * spanned,
                     };
-                    if !matches!(op, Op::Read { .. }) && swept < disk_clusters {
+                    if !op.is_read() && swept < disk_clusters {
                         let reads = (sector + sectors).div_ceil(sweep_read) - sector / sweep_read;
                         swept = swept.saturating_add(reads * per_read);
                     }
@@ -558,7 +586,7 @@ impl Case {
     /// Sectors the writes, write_zeroes and discards cover, summed.
     pub fn written_sectors(&self) -> u64 {
         self.numbered_ops()
-            .filter(|(_, _, op)| !matches!(op, Op::Read { .. }))
+            .filter(|(_, _, op)| !op.is_read())
             .filter_map(|(_, _, op)| op.range())
             .map(|(_, n)| n)
             .sum()
@@ -783,6 +811,17 @@ impl Case {
                 return Err(CaseError::Group { group, problem });
             }
             for (index, op) in ops.iter().enumerate() {
+                if let Op::BackgroundRead { hold, .. } = op {
+                    if *hold > crate::disk::MAX_OUTLIER_FACTOR {
+                        return Err(CaseError::Group {
+                            group,
+                            problem: format!(
+                                "operation {index}: hold {hold}, more than {}",
+                                crate::disk::MAX_OUTLIER_FACTOR
+                            ),
+                        });
+                    }
+                }
                 let Some((sector, sectors)) = op.range() else {
                     continue;
                 };

@@ -345,6 +345,8 @@ struct Inner {
     steps: Cell<u64>,
     running: Cell<bool>,
     devices: Cell<u32>,
+    /// The task being polled, if any.
+    current: Cell<Option<TaskId>>,
 }
 
 /// A handle on one simulation: its executor, clock, trace and seed. Cheap to
@@ -402,8 +404,15 @@ impl Sim {
                 steps: Cell::new(0),
                 running: Cell::new(false),
                 devices: Cell::new(0),
+                current: Cell::new(None),
             }),
         }
+    }
+
+    /// The task being polled now (`None` between polls): what a device
+    /// asks to tell whose request it serves.
+    pub fn current_task(&self) -> Option<TaskId> {
+        self.inner.current.get()
     }
 
     pub fn seed(&self) -> u64 {
@@ -706,7 +715,10 @@ impl Sim {
             ready: self.inner.ready.clone(),
         }));
         let mut cx = Context::from_waker(&waker);
-        match future.as_mut().poll(&mut cx) {
+        self.inner.current.set(Some(id));
+        let polled = future.as_mut().poll(&mut cx);
+        self.inner.current.set(None);
+        match polled {
             Poll::Ready(()) => {
                 let task = self.inner.tasks.borrow_mut().remove(&id);
                 if task.is_some_and(|t| !t.daemon) {

@@ -303,8 +303,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
     }
     println!(
-        "crash states kept {} multi-sector device writes in part (torn at sector granularity); {} of {} crashes came the moment a flush reached the disk; the engine gave up {} allocations after I/O errors and grew image files ahead of allocation {} times",
-        t.torn_writes, t.crashes_at_flush, t.crashes, t.allocs_dropped, t.grow_requests
+        "crash states kept {} multi-sector device writes in part (torn at sector granularity); {} of {} crashes came the moment a flush reached the disk ({} of them the flush after an armed guard's condition arose); the engine gave up {} allocations after I/O errors and grew image files ahead of allocation {} times",
+        t.torn_writes,
+        t.crashes_at_flush,
+        t.crashes,
+        t.crashes_at_guard,
+        t.allocs_dropped,
+        t.grow_requests
     );
     println!("rare paths: {}", t.rare_paths);
     println!("rare paths, cases reaching each: {}", t.rare_path_cases);

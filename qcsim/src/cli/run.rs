@@ -261,11 +261,12 @@ pub fn print_report(report: &RunReport, json: bool) {
         }
         let _ = writeln!(
             out,
-            "  checked: {} read sectors, {} crash states ({} of {} crashes at a flush), {} recovered sectors; leaked clusters {}",
+            "  checked: {} read sectors, {} crash states ({} of {} crashes at a flush, {} at an armed guard's), {} recovered sectors; leaked clusters {}",
             s.read_sectors_checked,
             s.crash_states_checked,
             s.crashes_at_flush,
             s.crashes,
+            s.crashes_at_guard,
             s.recovered_sectors_checked,
             s.leaked_clusters
         );

@@ -47,9 +47,10 @@ pub use crash::{
 pub use faults::{FaultCounts, FaultKind, InjectedFault};
 pub use log::{DiskCounters, LogEntry};
 pub use options::{
-    CrashOptions, DeviceRole, DiscardEffect, DiskOptions, FaultOptions, LatencyOptions, LogOptions,
-    NthRequest, OptionsError, OutlierOptions, OutlierRates, SupportOptions, TearFill, AT_FLUSH_MAX,
-    MAX_LATENCY_NS, MAX_OUTLIER_FACTOR, MIN_BANDWIDTH, PPM,
+    CrashOptions, DeviceRole, DiscardEffect, DiskOptions, FaultOptions, HeldRequest,
+    LatencyOptions, LogOptions, NthRequest, OptionsError, OutlierOptions, OutlierRates,
+    SupportOptions, TearFill, AT_FLUSH_MAX, CRASH_GUARDS, MAX_HELD_REQUESTS, MAX_LATENCY_NS,
+    MAX_OUTLIER_FACTOR, MIN_BANDWIDTH, PPM,
 };
 pub use simdisk::SimDisk;
 pub use store::{SparseStore, CHUNK};

@@ -8,6 +8,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use engine::dev::IoOp;
+use engine::Guard;
 
 use crate::exec::Nanos;
 use crate::rng::{self, Stream};
@@ -146,7 +147,32 @@ pub struct OutlierOptions {
     pub factor_min: u32,
     /// Largest factor: at most [`MAX_OUTLIER_FACTOR`].
     pub factor_max: u32,
+    /// Requests held by rank rather than by rate, each with its factor:
+    /// what `qcsim shrink` pins a failing case's drawn outliers to, so
+    /// that removing an operation does not redraw which requests are held
+    /// (one fewer draw shifts every later one). No draw is made for a
+    /// request held here.
+    pub held: Vec<HeldRequest>,
 }
+
+/// A request held by rank (`OutlierOptions::held`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeldRequest {
+    /// Which disk: its index on the simulation, in the order the run
+    /// creates its disks (the image's, a data file's, a backing file's,
+    /// and a new one for each at every crash).
+    pub device: u32,
+    /// The kind of request: read, write, write_zeroes, discard or flush.
+    pub op: IoOp,
+    /// Which one of its kind on that disk, counting from 1.
+    pub n: u64,
+    /// Its latency is multiplied by this: 1 to [`MAX_OUTLIER_FACTOR`].
+    pub factor: u32,
+}
+
+/// Most requests `OutlierOptions::held` may name.
+pub const MAX_HELD_REQUESTS: usize = 4096;
 
 /// Largest factor an outlier's latency may be multiplied by
 /// ([`OutlierOptions::factor_max`]).
@@ -160,6 +186,7 @@ impl Default for OutlierOptions {
             backing: OutlierRates::default(),
             factor_min: 10,
             factor_max: MAX_OUTLIER_FACTOR,
+            held: Vec::new(),
         }
     }
 }
@@ -222,14 +249,18 @@ impl OutlierOptions {
 
     /// Whether some device may hold some request.
     pub fn any(&self) -> bool {
-        !(self.image.is_none() && self.data_file.is_none() && self.backing.is_none())
+        !(self.image.is_none()
+            && self.data_file.is_none()
+            && self.backing.is_none()
+            && self.held.is_empty())
     }
 
     /// The factor a latency draw may be multiplied by at worst: 1 when no
     /// request is ever held.
     pub fn worst_factor(&self) -> u64 {
         if self.any() {
-            u64::from(self.factor_max.max(1))
+            let held = self.held.iter().map(|h| h.factor).max().unwrap_or(1);
+            u64::from(self.factor_max.max(held).max(1))
         } else {
             1
         }
@@ -310,7 +341,13 @@ impl LatencyOptions {
     /// `outliers.factor_max`. Saturates rather than overflows (the bounds
     /// `validate` checks keep it far from that).
     pub fn worst_request(&self, bytes: u64) -> Nanos {
-        let factor = self.outliers.worst_factor();
+        self.worst_request_held(bytes, 1)
+    }
+
+    /// `worst_request` for a device that may also hold a request by
+    /// `factor` (a held background read, `SimDisk::hold_task`).
+    pub fn worst_request_held(&self, bytes: u64, factor: u32) -> Nanos {
+        let factor = self.outliers.worst_factor().max(u64::from(factor));
         let slowest = |min: Nanos, mean: Nanos| {
             mean.saturating_mul(2)
                 .saturating_sub(min)
@@ -543,7 +580,36 @@ pub struct CrashOptions {
     /// JSON when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_bytes_max: Option<u64>,
+    /// Guards armed to take the power with them: in a group with no crash
+    /// of its own, each time one of these guards' condition arises (see
+    /// `engine::guards`), with chance 1/`at_guard_one_in`, the power goes
+    /// at the next device flush, the one the guard orders (or, with the
+    /// guard broken, the next one there is). Each guard at most once per
+    /// case. A table growth or a new refcount table entry happens in few
+    /// cases and in a few writebacks of those, a window that crashes at a
+    /// random flush of a random group almost never reach. Empty in cases
+    /// saved before it existed, as they ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub at_guards: Vec<Guard>,
+    /// See `at_guards`: 1 crashes at the first time, larger values later
+    /// ones (the first new refcount table entry of an image comes with new
+    /// L2 tables that no L1 entry points at yet, so a lost table entry
+    /// there harms nothing).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub at_guard_one_in: u32,
 }
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// The guards a generated case may arm (`CrashOptions::at_guards`): those
+/// whose window is one flush and whose condition arises in few cases.
+pub const CRASH_GUARDS: [Guard; 2] = [Guard::ReftableFlushBeforeL2, Guard::ReftableBeforeHeader];
 
 /// Largest n of a crash at a flush: each flush of the crash group takes
 /// the power with it with chance 1/n.
@@ -557,6 +623,8 @@ impl Default for CrashOptions {
             tear_fill: TearFill::Old,
             at_flush_ppm: 0,
             cache_bytes_max: None,
+            at_guards: Vec::new(),
+            at_guard_one_in: 1,
         }
     }
 }
@@ -693,6 +761,24 @@ impl DiskOptions {
             "latency.outliers.factor_min",
             format!("{} is not 1 to factor_max {}", o.factor_min, o.factor_max),
         )?;
+        check(
+            o.held.len() <= MAX_HELD_REQUESTS,
+            "latency.outliers.held",
+            format!("{} requests, more than {MAX_HELD_REQUESTS}", o.held.len()),
+        )?;
+        for h in &o.held {
+            check(h.n >= 1, "latency.outliers.held", "requests count from 1")?;
+            check(
+                h.op != IoOp::Truncate,
+                "latency.outliers.held",
+                "a truncate is never held",
+            )?;
+            check(
+                (1..=MAX_OUTLIER_FACTOR).contains(&h.factor),
+                "latency.outliers.held",
+                format!("factor {} is not 1 to {MAX_OUTLIER_FACTOR}", h.factor),
+            )?;
+        }
         let f = &self.faults;
         check_ppm(f.read_error_ppm, "faults.read_error_ppm")?;
         check_ppm(f.write_error_ppm, "faults.write_error_ppm")?;
@@ -718,6 +804,18 @@ impl DiskOptions {
             self.crash.cache_bytes_max != Some(0),
             "crash.cache_bytes_max",
             "a cache of 0 bytes: leave it out for an unbounded one",
+        )?;
+        for (i, g) in self.crash.at_guards.iter().enumerate() {
+            check(
+                !self.crash.at_guards[..i].contains(g),
+                "crash.at_guards",
+                "names a guard twice",
+            )?;
+        }
+        check(
+            (1..=PPM).contains(&self.crash.at_guard_one_in),
+            "crash.at_guard_one_in",
+            format!("must be 1 to {PPM}"),
         )?;
         Ok(())
     }
@@ -753,6 +851,8 @@ impl DiskOptions {
         };
         let mut crash = CrashOptions {
             at_flush_ppm: CrashOptions::swarm_at_flush(seed),
+            at_guards: CrashOptions::swarm_at_guards(seed),
+            at_guard_one_in: CrashOptions::swarm_at_guard_one_in(seed),
             ..CrashOptions::default()
         };
         if harsh && r.gen_bool(0.5) {
@@ -789,6 +889,24 @@ impl CrashOptions {
     pub fn swarm_at_flush(seed: u64) -> u32 {
         let mut r = rng::substream(seed, Stream::DeviceConfig, 1);
         [0, PPM / 2, PPM][r.gen_range(0..3)]
+    }
+
+    /// The guards a case arms (`at_guards`), drawn from `seed` on a stream
+    /// of its own: each of [`CRASH_GUARDS`] with chance one half.
+    pub fn swarm_at_guards(seed: u64) -> Vec<Guard> {
+        let mut r = rng::substream(seed, Stream::DeviceConfig, 2);
+        CRASH_GUARDS
+            .into_iter()
+            .filter(|_| r.gen_bool(0.5))
+            .collect()
+    }
+
+    /// `at_guard_one_in`, drawn from `seed` on a stream of its own: 1 in
+    /// two cases of five (a table growth's guard arises once in a case),
+    /// else 2, 4 or 8.
+    pub fn swarm_at_guard_one_in(seed: u64) -> u32 {
+        let mut r = rng::substream(seed, Stream::DeviceConfig, 3);
+        [1, 1, 2, 4, 8][r.gen_range(0..5)]
     }
 }
 

@@ -28,6 +28,7 @@
 //! flight does not make it durable; a crash may keep it or not).
 
 use std::cell::{Cell, Ref, RefCell};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::rc::Rc;
 
@@ -39,10 +40,12 @@ use engine::dev::{BlockDev, DevError, IoOp, WriteFlags, ZeroFlags};
 use super::durability::{Durability, Payload};
 use super::faults::{FaultKind, FaultState, InjectedFault};
 use super::log::{DiskCounters, LogEntry};
-use super::options::{DeviceRole, DiscardEffect, DiskOptions, OptionsError, PPM};
+use super::options::{
+    DeviceRole, DiscardEffect, DiskOptions, HeldRequest, OptionsError, MAX_OUTLIER_FACTOR, PPM,
+};
 use super::payload::Data;
 use super::store::SparseStore;
-use crate::exec::{Nanos, Sim};
+use crate::exec::{Nanos, Sim, TaskId};
 use crate::rng::{self, Stream};
 use crate::trace::hash_bytes;
 
@@ -63,6 +66,15 @@ pub(crate) struct State {
     outliers: ChaCha8Rng,
     /// Requests held so far (latency outliers).
     held: u64,
+    /// Each request held so far, by rank (what `OutlierOptions::held`
+    /// would name to hold the same ones).
+    held_list: Vec<HeldRequest>,
+    /// Requests scheduled so far, by kind (`kind_slot`): the ranks
+    /// `OutlierOptions::held` names.
+    scheduled: [u64; 6],
+    /// Tasks whose requests this disk holds long, by factor
+    /// (`SimDisk::hold_task`).
+    held_tasks: BTreeMap<TaskId, u32>,
     faults: FaultState,
     /// Draws the effect of each discard under `DiscardEffect::Either`.
     discard: ChaCha8Rng,
@@ -162,6 +174,9 @@ impl SimDisk {
             latency: rng::substream(seed, Stream::Latency, index),
             outliers: rng::substream(seed, Stream::Outliers, index),
             held: 0,
+            held_list: Vec::new(),
+            scheduled: [0; 6],
+            held_tasks: BTreeMap::new(),
             faults: FaultState::new(seed, index),
             // Fault streams use indexes (device << 4) | 0..=5; 15 is free.
             discard: rng::substream(seed, Stream::Faults, (index << 4) | 15),
@@ -294,6 +309,24 @@ impl SimDisk {
         self.inner.state.borrow().held
     }
 
+    /// Hold every request `task` issues from now on `factor` times its
+    /// latency draw, as an outlier (a background read the case asks to be
+    /// held: `Op::BackgroundRead::hold`), unless a rank already holds it.
+    pub fn hold_task(&self, task: TaskId, factor: u32) {
+        self.inner
+            .state
+            .borrow_mut()
+            .held_tasks
+            .insert(task, factor.clamp(1, MAX_OUTLIER_FACTOR));
+    }
+
+    /// The requests this disk held, by rank: put in
+    /// `OutlierOptions::held` (with the rates at 0), they are held again
+    /// alike.
+    pub fn held_list(&self) -> Vec<HeldRequest> {
+        self.inner.state.borrow().held_list.clone()
+    }
+
     fn sector_size(&self) -> u64 {
         u64::from(self.inner.options.sector_size)
     }
@@ -307,7 +340,7 @@ impl SimDisk {
     fn schedule(
         st: &mut State,
         o: &DiskOptions,
-        role: DeviceRole,
+        (role, device, task): (DeviceRole, u32, Option<TaskId>),
         now: Nanos,
         req: &Request,
     ) -> Nanos {
@@ -324,16 +357,35 @@ impl SimDisk {
         // others, as a request stuck in a drive's queue lets the rest
         // pass), so it is added to the completion only.
         let mut hold: Nanos = 0;
+        let slot = kind_slot(req.op);
+        st.scheduled[slot] += 1;
+        let n = st.scheduled[slot];
+        let by_rank = l
+            .outliers
+            .held
+            .iter()
+            .find(|h| h.device == device && h.op == req.op && h.n == n)
+            .map(|h| h.factor)
+            .or_else(|| task.and_then(|t| st.held_tasks.get(&t).copied()));
         let rate = l.outliers.rates(role).of(req.op);
-        if rate > 0 && st.outliers.gen_range(0..PPM) < rate {
-            let factor = st
-                .outliers
-                .gen_range(l.outliers.factor_min..=l.outliers.factor_max);
+        let factor = by_rank.or_else(|| {
+            (rate > 0 && st.outliers.gen_range(0..PPM) < rate).then(|| {
+                st.outliers
+                    .gen_range(l.outliers.factor_min..=l.outliers.factor_max)
+            })
+        });
+        if let Some(factor) = factor {
             // A zero draw (a minimum of 0) is held by the mean instead.
             hold = service
                 .max(mean)
                 .saturating_mul(u64::from(factor).saturating_sub(1));
             st.held += 1;
+            st.held_list.push(HeldRequest {
+                device,
+                op: req.op,
+                n,
+                factor,
+            });
         }
         let mut transfer = 0;
         if !matches!(req.timing, Timing::Flush) {
@@ -453,7 +505,8 @@ impl SimDisk {
                 landed: None,
             });
         }
-        let done = Self::schedule(st, o, self.inner.role, now, req);
+        let task = self.inner.sim.current_task();
+        let done = Self::schedule(st, o, (self.inner.role, self.inner.index, task), now, req);
         Issued {
             id,
             fault,
@@ -814,5 +867,17 @@ impl BlockDev for SimDisk {
         }
         self.finish(&mut st, issued.id, seq, &result, 0);
         result
+    }
+}
+
+/// The slot of `op` in `State::scheduled`.
+fn kind_slot(op: IoOp) -> usize {
+    match op {
+        IoOp::Read => 0,
+        IoOp::Write => 1,
+        IoOp::WriteZeroes => 2,
+        IoOp::Discard => 3,
+        IoOp::Flush => 4,
+        IoOp::Truncate => 5,
     }
 }

@@ -283,7 +283,7 @@ impl<'a> Run<'a> {
         self.crashes += 1;
         self.shared.model.borrow_mut().crash();
         self.faults_before += self.disk.fault_count() as u64;
-        self.held_before += self.disk.held_requests();
+        self.held_before.extend(self.disk.held_list());
         self.disk = self.disk.reopen(image.content);
         match self.recover(&format!("crash-{}", self.crashes)) {
             Ok(img) => self.finish(img),

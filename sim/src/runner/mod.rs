@@ -31,13 +31,13 @@ pub use report::{
 };
 pub use sweep::{mapped_clusters, WHOLE_SWEEP_MAX};
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use engine::dev::IoOp;
-use engine::Image;
+use engine::{Guard, Image};
 use oracle::check::FindingKind;
 use oracle::data::{fill_write_buffer, WriteId, SECTOR_SIZE};
 use oracle::model::{Model, OpId, SectorRange, Status, Violation, WriteKind};
@@ -45,8 +45,10 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::case::{Case, Op, MAX_REQUEST_BYTES};
-use crate::disk::{DiskCounters, FaultCounts, SimDisk, SparseStore, AT_FLUSH_MAX, PPM};
-use crate::exec::{ExecError, ExecOptions, Nanos, RunEnd, Sim};
+use crate::disk::{
+    DiskCounters, FaultCounts, HeldRequest, SimDisk, SparseStore, AT_FLUSH_MAX, PPM,
+};
+use crate::exec::{ExecError, ExecOptions, JoinHandle, Nanos, RunEnd, Sim};
 use crate::rng::{self, Stream};
 
 /// What a run does besides running.
@@ -60,6 +62,9 @@ pub struct RunOptions {
 /// Crash states beyond the one a run goes on from that a crash at a flush
 /// has the checker judge (`Run::judge_more_states`).
 const EXTRA_STATES_AT_FLUSH: u32 = 3;
+/// At a crash at a flush with at most this many pending writes, the extra
+/// states are all 2^n whole-write states instead.
+const EXHAUSTIVE_PENDING_AT_FLUSH: usize = 4;
 
 /// Longest simulated time a crash group runs before the power goes.
 const CRASH_HORIZON_NS: u64 = 3_000_000;
@@ -102,7 +107,7 @@ struct Run<'a> {
     before_crash: Option<SimDisk>,
     /// Requests held (latency outliers) on disks that are gone (before a
     /// crash).
-    held_before: u64,
+    held_before: Vec<HeldRequest>,
     /// Clusters leaked after the last crash (by host offset), counting
     /// those past the crash image's end that a refcount still claims: a
     /// crash-free epoch must not leak any other.
@@ -113,8 +118,27 @@ struct Run<'a> {
     /// where `CrashAt::DeviceFlush` can put a crash.
     group_flushes: Vec<u64>,
     /// The crash about to be taken came the moment a flush reached the
-    /// disk (`CrashOptions::at_flush_ppm`).
+    /// disk (`CrashOptions::at_flush_ppm`, or a guard's).
     at_flush: bool,
+    /// The case's armed guards that have not yet taken the power with
+    /// them (`CrashOptions::at_guards`).
+    armed: Vec<Guard>,
+    /// Background reads of earlier groups, perhaps still in flight.
+    background: Vec<JoinHandle<()>>,
+    /// Draws whether an armed guard's condition takes the power with it.
+    guard_rng: ChaCha8Rng,
+}
+
+/// How a group's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GroupEnd {
+    /// Its operations ran (to completion, or to its own crash).
+    Ran,
+    /// An armed guard's condition arose and the power went at the next
+    /// device flush, in a group with no crash of its own.
+    GuardCrash,
+    /// The executor could not go on (a hang, recorded).
+    Hung,
 }
 
 /// An image as the checker reads it: the disk's store itself, not a flat
@@ -161,8 +185,23 @@ fn dirty_bit(store: &SparseStore) -> bool {
     u64::from_be_bytes(b) & 1 != 0
 }
 
+/// What a group waits for: its operations but background reads, and the
+/// start of those.
+struct Foreground {
+    tasks: Vec<JoinHandle<()>>,
+    starts: Vec<Rc<Cell<bool>>>,
+}
+
+impl Foreground {
+    fn done(&self) -> bool {
+        self.tasks.iter().all(|h| h.is_finished()) && self.starts.iter().all(|s| s.get())
+    }
+}
+
 /// The crash substream of the data file's disk.
 const DATA_CRASH_STREAM: u32 = 1;
+/// The substream of the crash stream that draws crashes at armed guards.
+const GUARD_CRASH_STREAM: u32 = 2;
 
 /// How far past a crash image's end leaks are looked for.
 const HIDDEN_LEAK_SPAN: u64 = 64 << 20;
@@ -227,11 +266,24 @@ fn steps_budget(case: &Case) -> u64 {
 /// The longest one request of `case` can take, on its disks or on the
 /// backing file's.
 pub(crate) fn worst_request(case: &Case) -> Nanos {
-    case.disk.latency.worst_request(MAX_REQUEST_BYTES).max(
-        setup::backing_disk(case)
-            .latency
-            .worst_request(MAX_REQUEST_BYTES),
-    )
+    let hold = case
+        .workload
+        .iter()
+        .flatten()
+        .map(|op| match op {
+            Op::BackgroundRead { hold, .. } => *hold,
+            _ => 1,
+        })
+        .max()
+        .unwrap_or(1);
+    case.disk
+        .latency
+        .worst_request_held(MAX_REQUEST_BYTES, hold)
+        .max(
+            setup::backing_disk(case)
+                .latency
+                .worst_request(MAX_REQUEST_BYTES),
+        )
 }
 
 /// The time budget of a run of `case` (see `exec_options`); `None` when it
@@ -322,12 +374,12 @@ impl Run<'_> {
         stats
             .fault_kinds
             .add(&fault_kinds_on(&self.crashing_disks()));
-        stats.held_requests = self.held_before
-            + self.held_on_crashing_disks()
-            + self
-                .backing
-                .as_ref()
-                .map_or(0, |b| b.disk().held_requests());
+        let mut held = self.held_before.clone();
+        held.extend(self.crashing_disks().iter().flat_map(SimDisk::held_list));
+        if let Some(b) = &self.backing {
+            held.extend(b.disk().held_list());
+        }
+        stats.held_requests = held.len() as u64;
         stats.polls = self.sim.steps();
         let mut failures = self.shared.failures.take();
         if case.harsh() {
@@ -345,6 +397,7 @@ impl Run<'_> {
             failures,
             trace_hash,
             stats,
+            held,
         }
     }
 }
@@ -376,11 +429,14 @@ impl<'a> Run<'a> {
             faults_before: 0,
             fault_kinds_before: FaultCounts::default(),
             before_crash: None,
-            held_before: 0,
+            held_before: Vec::new(),
             leaked_after_crash: BTreeSet::new(),
             epoch_start: DiskCounters::default(),
             group_flushes: Vec::new(),
             at_flush: false,
+            armed: case.disk.crash.at_guards.clone(),
+            background: Vec::new(),
+            guard_rng: rng::substream(case.seed, Stream::Crash, GUARD_CRASH_STREAM),
         }
     }
 
@@ -388,10 +444,42 @@ impl<'a> Run<'a> {
     /// `crash`) until a crash time drawn from the crash stream. Returns
     /// false, with a recorded hang, if the executor could not go on.
     fn run_group(&mut self, img: &Rc<Img>, g: usize, ops: &[(u64, Op)], crash: bool) -> bool {
+        self.run_group_armed(img, g, ops, crash, false) != GroupEnd::Hung
+    }
+
+    /// `run_group`, and with `armed` (in a group with no crash of its
+    /// own) the power goes at the first device flush after an armed
+    /// guard's condition arises (`CrashOptions::at_guards`).
+    fn run_group_armed(
+        &mut self,
+        img: &Rc<Img>,
+        g: usize,
+        ops: &[(u64, Op)],
+        crash: bool,
+        armed: bool,
+    ) -> GroupEnd {
         self.group = g;
+        self.background.retain(|h| !h.is_finished());
+        let mut fg = Vec::new();
+        let mut starts = Vec::new();
         for &(n, op) in ops.iter().filter(|(_, op)| !matches!(op, Op::Crash)) {
-            self.spawn_op(img, n, op);
+            if let Op::BackgroundRead { hold, .. } = op {
+                // The group waits for it to start (its first poll issues
+                // the read), not to end.
+                let started = Rc::new(Cell::new(false));
+                let h = self.spawn_op_marked(img, n, op, Some(started.clone()));
+                starts.push(started);
+                if hold > 1 {
+                    for d in self.crashing_disks() {
+                        d.hold_task(h.id(), hold);
+                    }
+                }
+                self.background.push(h);
+            } else {
+                fg.push(self.spawn_op(img, n, op));
+            }
         }
+        let fg = Foreground { tasks: fg, starts };
         let ran = if crash {
             let horizon = self.crash_rng.gen_range(0..=CRASH_HORIZON_NS);
             // Drawn only when the case asks for crashes at flushes, so
@@ -426,8 +514,21 @@ impl<'a> Run<'a> {
                     .run_until_time(self.sim.now() + horizon)
                     .map(|_| ())
             }
+        } else if armed && !self.armed.is_empty() {
+            match self.run_to_guard(img, &fg) {
+                Ok(Some(guard)) => {
+                    self.armed.retain(|&a| a != guard);
+                    self.at_flush = true;
+                    let mut stats = self.shared.stats.borrow_mut();
+                    stats.crashes_at_flush += 1;
+                    stats.crashes_at_guard += 1;
+                    return GroupEnd::GuardCrash;
+                }
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            }
         } else {
-            self.sim.run()
+            self.run_foreground(&fg)
         };
         if let Err(e) = ran {
             self.sim.abort_all();
@@ -435,9 +536,60 @@ impl<'a> Run<'a> {
                 group: g,
                 message: e.to_string(),
             });
-            return false;
+            return GroupEnd::Hung;
         }
-        true
+        GroupEnd::Ran
+    }
+
+    /// Run the group whose tasks are `fg` to its end: every task, or with
+    /// background reads in flight (which later groups do not wait for),
+    /// the group's own.
+    fn run_foreground(&self, fg: &Foreground) -> Result<(), ExecError> {
+        if self.background.iter().all(|h| h.is_finished()) {
+            return self.sim.run();
+        }
+        self.sim.run_until(|| fg.done()).map(|_| ())
+    }
+
+    /// Run the spawned group until the first device flush (on the
+    /// crashing disks) after one of the armed guards' condition arose, or
+    /// to its end. Returns the guard that stopped it. The flush counted is
+    /// one issued after the step before the one that counted the guard: a
+    /// guarded flush issued in the same step as its guard is the one.
+    fn run_to_guard(&mut self, img: &Rc<Img>, fg: &Foreground) -> Result<Option<Guard>, ExecError> {
+        let disks = self.crashing_disks();
+        let flushes = |d: &[SimDisk]| d.iter().map(|d| d.counters().flushes).sum::<u64>();
+        // Each armed guard's count as last seen.
+        let mut seen: Vec<(Guard, u64)> = self
+            .armed
+            .iter()
+            .map(|&g| (g, img.guard_count(g)))
+            .collect();
+        let one_in = self.case.disk.crash.at_guard_one_in.max(1);
+        let rng = &mut self.guard_rng;
+        let mut before = flushes(&disks);
+        let mut arose: Option<(Guard, u64)> = None;
+        let end = self.sim.run_until(|| {
+            let now = flushes(&disks);
+            for (g, n) in seen.iter_mut() {
+                let count = img.guard_count(*g);
+                while arose.is_none() && *n < count {
+                    *n += 1;
+                    if rng.gen_ratio(1, one_in) {
+                        arose = Some((*g, before));
+                    }
+                }
+                *n = count;
+            }
+            before = now;
+            matches!(arose, Some((_, at)) if now > at) || fg.done()
+        })?;
+        Ok(match (end, arose) {
+            (RunEnd::Stopped, Some((g, at))) if flushes(&disks) > at => Some(g),
+            // The group ended with the guard's flush never issued (a
+            // failed write poisoned the image): the guard stays armed.
+            _ => None,
+        })
     }
 
     fn fail(&self, f: Failure) {
@@ -457,13 +609,15 @@ impl<'a> Run<'a> {
             let live = img.take().expect("an open image between groups");
             let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
             let flushes_before = self.disk.counters().flushes;
-            if !self.run_group(&live, g, ops, crash) {
+            let end = self.run_group_armed(&live, g, ops, crash, !crash);
+            if end == GroupEnd::Hung {
                 return;
             }
             self.group_flushes
                 .push(self.disk.counters().flushes - flushes_before);
-            if crash {
+            if crash || end == GroupEnd::GuardCrash {
                 self.sim.abort_all();
+                self.background.clear();
                 self.shared.stats.borrow_mut().add_epoch(&live.counters());
                 drop(live);
                 match self.crash() {
@@ -479,6 +633,14 @@ impl<'a> Run<'a> {
         }
         progress(groups.len(), groups.len());
         if let Some(img) = img {
+            // The workload ends when its background reads do.
+            if let Err(e) = self.sim.run() {
+                self.sim.abort_all();
+                return self.fail(Failure::Hang {
+                    group: groups.len(),
+                    message: e.to_string(),
+                });
+            }
             self.finish(img);
         }
     }
@@ -504,13 +666,6 @@ impl<'a> Run<'a> {
             .fold(DiskCounters::default(), |sum, d| sum.plus(&d.counters()))
     }
 
-    fn held_on_crashing_disks(&self) -> u64 {
-        self.crashing_disks()
-            .iter()
-            .map(SimDisk::held_requests)
-            .sum()
-    }
-
     fn faults_so_far(&self) -> u64 {
         self.faults_before + faults_on(&self.crashing_disks())
     }
@@ -521,7 +676,19 @@ impl<'a> Run<'a> {
     }
 
     /// Spawn guest operation number `n` as a task.
-    fn spawn_op(&self, img: &Rc<Img>, n: u64, op: Op) {
+    fn spawn_op(&self, img: &Rc<Img>, n: u64, op: Op) -> JoinHandle<()> {
+        self.spawn_op_marked(img, n, op, None)
+    }
+
+    /// `spawn_op`, setting `started` at the task's first poll (a group
+    /// waits for its background reads to start, not to end).
+    fn spawn_op_marked(
+        &self,
+        img: &Rc<Img>,
+        n: u64,
+        op: Op,
+        started: Option<Rc<Cell<bool>>>,
+    ) -> JoinHandle<()> {
         let img = img.clone();
         let shared = self.shared.clone();
         let disk = self.data_disk();
@@ -529,6 +696,9 @@ impl<'a> Run<'a> {
         let faults_before = self.faults_before;
         let name = format!("op {n} {op:?}");
         self.sim.spawn_named(name, async move {
+            if let Some(s) = started {
+                s.set(true);
+            }
             let id = OpId(n);
             let ss = SECTOR_SIZE as u64;
             // This epoch's faults so far: one injected from here until the
@@ -580,7 +750,10 @@ impl<'a> Run<'a> {
                     shared.stats.borrow_mut().guest_flushes += 1;
                     r
                 }
-                Op::Read { sector, sectors } => {
+                Op::Read { sector, sectors }
+                | Op::BackgroundRead {
+                    sector, sectors, ..
+                } => {
                     let mut buf = vec![0u8; (sectors * ss) as usize];
                     shared
                         .model
@@ -634,7 +807,7 @@ impl<'a> Run<'a> {
                     }
                 }
             }
-        });
+        })
     }
 
     /// The power goes: take a crash image, reopen it, check it.
@@ -668,7 +841,8 @@ impl<'a> Run<'a> {
         self.faults_before += faults_on(&self.crashing_disks());
         self.fault_kinds_before
             .add(&fault_kinds_on(&self.crashing_disks()));
-        self.held_before += self.held_on_crashing_disks();
+        self.held_before
+            .extend(self.crashing_disks().iter().flat_map(SimDisk::held_list));
         let next = self.disk.reopen(image.content);
         self.before_crash = Some(std::mem::replace(&mut self.disk, next));
         if let (Some(d), Some(i)) = (&self.data, data_image) {
@@ -688,13 +862,22 @@ impl<'a> Run<'a> {
     /// repair on open. Drawn after the state the run goes on from, so
     /// that state is the one it would be without these.
     fn judge_more_states(&mut self) -> Result<(), Failure> {
-        for k in 1..=EXTRA_STATES_AT_FLUSH {
-            let extra =
-                self.disk
-                    .crash_image(&mut self.crash_rng)
-                    .map_err(|e| Failure::Engine {
-                        what: format!("crash image: {e}"),
-                    })?;
+        let point = self.disk.crash_point().map_err(|e| Failure::Engine {
+            what: format!("crash image: {e}"),
+        })?;
+        // Few pending writes (a writeback's last steps, a table growth's
+        // header switch): every whole-write state, instead of a draw that
+        // misses the one a missing flush between two of them spoils.
+        let extras: Vec<_> = if point.pending().len() <= EXHAUSTIVE_PENDING_AT_FLUSH {
+            point
+                .states_by_write(1 << EXHAUSTIVE_PENDING_AT_FLUSH)
+                .collect()
+        } else {
+            (0..EXTRA_STATES_AT_FLUSH)
+                .map(|_| point.sample(&mut self.crash_rng))
+                .collect()
+        };
+        for (k, extra) in (1..).zip(extras) {
             if !dirty_bit(&extra.content) {
                 let label = format!("crash-{} (extra state {k})", self.crashes);
                 // A failure's dump diff is against the disk as the power

@@ -189,6 +189,10 @@ pub struct RunStats {
     /// Of those, crashes at the moment a flush reached the disk
     /// (`CrashOptions::at_flush_ppm`) rather than at a random time.
     pub crashes_at_flush: u64,
+    /// Of those, crashes at the flush after an armed guard's condition
+    /// arose (`CrashOptions::at_guards`), in a group with no crash of its
+    /// own.
+    pub crashes_at_guard: u64,
     /// Post-crash images reopened, checked and read whole.
     pub crash_states_checked: u64,
     /// Device writes of several sectors that a crash state kept in part
@@ -243,6 +247,9 @@ pub struct RunReport {
     /// mean the run went the same way.
     pub trace_hash: u64,
     pub stats: RunStats,
+    /// The requests the disks held (latency outliers), by rank: what
+    /// `OutlierOptions::held` names to hold the same ones again.
+    pub held: Vec<crate::disk::HeldRequest>,
 }
 
 impl RunStats {

@@ -9,7 +9,8 @@
 
 use super::Shrinker;
 use crate::case::Case;
-use crate::disk::{DiscardEffect, SupportOptions};
+use crate::disk::{DiscardEffect, OutlierOptions, SupportOptions};
+use crate::exec::SchedulePolicy;
 use crate::shrink::Progress;
 
 impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
@@ -44,6 +45,42 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
                 k += 1;
             }
         }
+    }
+
+    /// No request held long (latency outliers off); failing that, each
+    /// request held by rank dropped in turn (`shrink_failing` pins drawn
+    /// outliers to ranks first, see `pin_outliers`).
+    pub(super) fn quiet_outliers(&mut self) {
+        if !self.best.disk.latency.outliers.any() {
+            return;
+        }
+        let mut c = self.best.clone();
+        c.disk.latency.outliers = OutlierOptions::default();
+        if self.try_case("quiet_outliers", c) {
+            return;
+        }
+        let mut k = 0;
+        while k < self.best.disk.latency.outliers.held.len() && !self.out_of_runs() {
+            let mut c = self.best.clone();
+            c.disk.latency.outliers.held.remove(k);
+            if !self.try_case("quiet_outliers", c) {
+                k += 1;
+            }
+        }
+    }
+
+    /// The plainest timing of crashes and tasks the failure allows: the
+    /// uniform schedule, crashes at a drawn time rather than at a flush,
+    /// no guard armed to crash.
+    pub(super) fn plain_timing(&mut self) {
+        self.try_edits(
+            "plain_timing",
+            &[
+                &|c| c.schedule = SchedulePolicy::Random,
+                &|c| c.disk.crash.at_flush_ppm = 0,
+                &|c| c.disk.crash.at_guards.clear(),
+            ],
+        );
     }
 
     /// Latencies without spread (each kind of request always takes its

@@ -10,7 +10,12 @@
 //!    (earliest crash first); `move_crashes`: a crash into the group
 //!    before it (a failure seen at an earlier crash);
 //! 2. `quiet_faults`: injected I/O faults off, then each kind of fault
-//!    alone; `steady_device`: latencies without spread (every request of
+//!    alone; `quiet_outliers`: no request held long, else each held
+//!    request dropped in turn (before the passes, [`shrink_failing`] pins
+//!    the requests the run held to their ranks, so that removing an
+//!    operation does not redraw which are held); `plain_timing`: the
+//!    uniform schedule, crashes at a drawn time rather than at a flush, no
+//!    guard armed; `steady_device`: latencies without spread (every request of
 //!    a kind takes its mean), then no seek, no extension cost, free
 //!    transfers, unlimited channels, 512-byte sectors, default support.
 //!    These come before the workload passes because they are few runs and
@@ -210,8 +215,36 @@ pub fn shrink_failing(
         .first()
         .map(FailureKind::of)
         .ok_or(ShrinkError::Passes)?;
-    let shrunk = shrink_with(case, options, |c| kind.in_report(&run_guarded(c)), progress)?;
+    let start = pin_outliers(case, &first, &kind);
+    let shrunk = shrink_with(
+        &start,
+        options,
+        |c| kind.in_report(&run_guarded(c)),
+        progress,
+    )?;
     Ok((shrunk, kind))
+}
+
+/// `case` with the requests its run `report` held long pinned by rank
+/// (`OutlierOptions::held`, every rate 0), if it still fails so: removing
+/// an operation then leaves the other held requests held, where under
+/// rates every later draw would shift. Else `case` itself.
+fn pin_outliers(case: &Case, report: &RunReport, kind: &FailureKind) -> Case {
+    let o = &case.disk.latency.outliers;
+    if !o.any() || (o.image.is_none() && o.data_file.is_none() && o.backing.is_none()) {
+        return case.clone();
+    }
+    let mut pinned = case.clone();
+    let o = &mut pinned.disk.latency.outliers;
+    o.image = Default::default();
+    o.data_file = Default::default();
+    o.backing = Default::default();
+    o.held = report.held.clone();
+    if pinned.validate().is_ok() && kind.in_report(&run_guarded(&pinned)) {
+        pinned
+    } else {
+        case.clone()
+    }
 }
 
 /// Shrinks `case` under any predicate: `fails(c)` says whether candidate
@@ -240,6 +273,8 @@ pub fn shrink_with(
         s.cut_after_crash();
         s.move_crashes();
         s.quiet_faults();
+        s.quiet_outliers();
+        s.plain_timing();
         s.steady_device();
         s.drop_groups();
         s.drop_ops();

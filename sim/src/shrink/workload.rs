@@ -322,6 +322,11 @@ pub(super) fn with_length(op: Op, n: u64) -> Op {
     match op {
         Op::Write { sector, .. } => Op::Write { sector, sectors: n },
         Op::Read { sector, .. } => Op::Read { sector, sectors: n },
+        Op::BackgroundRead { sector, hold, .. } => Op::BackgroundRead {
+            sector,
+            sectors: n,
+            hold,
+        },
         Op::WriteZeroes { sector, unmap, .. } => Op::WriteZeroes {
             sector,
             sectors: n,
@@ -337,6 +342,11 @@ pub(super) fn at_sector(op: Op, sector: u64) -> Op {
     match op {
         Op::Write { sectors, .. } => Op::Write { sector, sectors },
         Op::Read { sectors, .. } => Op::Read { sector, sectors },
+        Op::BackgroundRead { sectors, hold, .. } => Op::BackgroundRead {
+            sector,
+            sectors,
+            hold,
+        },
         Op::WriteZeroes { sectors, unmap, .. } => Op::WriteZeroes {
             sector,
             sectors,

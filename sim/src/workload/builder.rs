@@ -93,7 +93,7 @@ impl Builder {
         self.groups
             .iter()
             .flatten()
-            .filter(|op| !matches!(op, Op::Read { .. }))
+            .filter(|op| !op.is_read())
             .filter_map(Op::range)
             .flat_map(|(s, n)| s / cs..(s + n).div_ceil(cs))
             .collect()

@@ -24,6 +24,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::builder::{pick, Builder, Geometry};
 use crate::case::{Op, MAX_OP_SECTORS};
+use crate::disk::MAX_OUTLIER_FACTOR;
 
 /// Share of generated cases given hazard cycles.
 pub(super) const HAZARD_PROBABILITY: f64 = 0.5;
@@ -44,7 +45,20 @@ pub(super) struct Hazards {
     /// the caches, where 64 KiB clusters map a whole case's disk with one
     /// table.
     pub small_clusters: Option<u64>,
+    /// Whether the case's disks also hold many guest reads long (see
+    /// `HELD_READS_PPM`): a read of a cluster held past its free, the
+    /// flush that applies it and the reuse of its host cluster is the
+    /// interleaving the wait for in-flight I/O before a free exists for.
+    pub held_reads: bool,
 }
+
+/// The read outlier rate of a case with `Hazards::held_reads`, in parts
+/// per million: one read in ten.
+pub(super) const HELD_READS_PPM: u32 = 100_000;
+
+/// The least factor a held read's latency is multiplied by then, so that
+/// it outlives a writeback.
+pub(super) const HELD_READS_FACTOR_MIN: u32 = 100;
 
 impl Hazards {
     /// With [`HAZARD_PROBABILITY`], the cycles of a case.
@@ -58,6 +72,7 @@ impl Hazards {
             small_clusters: rng
                 .gen_bool(0.5)
                 .then(|| pick(rng, &[1u64 << 10, 1 << 10, 4 << 10])),
+            held_reads: rng.gen_bool(0.5),
         })
     }
 
@@ -94,10 +109,11 @@ impl Hazards {
             let (c, d) = (other(rng), other(rng));
             let crash = crashes < MAX_HAZARD_CRASHES && rng.gen_bool(0.7);
             crashes += u32::from(crash);
-            match rng.gen_range(0..4) {
+            match rng.gen_range(0..5) {
                 0 => reuse(rng, b, &geom, a, c, crash),
                 1 => long_group(rng, b, &geom, a, [c, d], crash),
                 2 => flush_in_flight(rng, b, &geom, a, c, crash),
+                3 => outlived_read(rng, b, &geom, a, c, crash),
                 _ => spread(rng, b, &geom, crash),
             }
         }
@@ -169,7 +185,7 @@ fn reuse(rng: &mut ChaCha8Rng, b: &mut Builder, geom: &Geometry, a: u64, c: u64,
     }
 }
 
-/// One group holding a whole cycle over cluster `a` (read and partial
+/// One group holding a whole cycle over cluster `a` (reads and a partial
 /// write of it in flight, its free, a flush, new data elsewhere that may
 /// take its host cluster, another flush, new data for it), so that a held
 /// request outlives all of it; preceded by the write and flush that give
@@ -184,7 +200,9 @@ fn long_group(
 ) {
     b.one(write_whole(geom, a));
     b.one(Op::Flush);
-    let mut ops = vec![read_whole(geom, a)];
+    // One to four reads of it, each a chance for the disk to hold one
+    // (a latency outlier) past the rest of the cycle.
+    let mut ops = vec![read_whole(geom, a); rng.gen_range(1..=4)];
     if rng.gen_bool(0.5) {
         ops.push(partial(geom, a));
     }
@@ -204,6 +222,51 @@ fn long_group(
         ops.push(Op::Crash);
     }
     b.group(ops);
+}
+
+/// `W(a) F`, then background reads of `a` (one to four: each a chance for
+/// the disk to hold one long) that the groups after them do not wait for:
+/// `free(a) F W(c) F R(a) [crash]`, each step on its own. A held read
+/// outlives the free of its cluster, the flush whose writeback applies it
+/// and the write that may take the host cluster for `c`: the free must
+/// wait for the read, or the read returns `c`'s data.
+fn outlived_read(
+    rng: &mut ChaCha8Rng,
+    b: &mut Builder,
+    geom: &Geometry,
+    a: u64,
+    c: u64,
+    crash: bool,
+) {
+    b.one(write_whole(geom, a));
+    b.one(Op::Flush);
+    let (s, n) = whole(geom, a);
+    // Half the time the first of them asks to be held long itself; else
+    // only the disk's outliers hold one.
+    let mut reads = vec![
+        Op::BackgroundRead {
+            sector: s,
+            sectors: n,
+            hold: 0,
+        };
+        rng.gen_range(1..=4)
+    ];
+    if rng.gen_bool(0.5) {
+        reads[0] = Op::BackgroundRead {
+            sector: s,
+            sectors: n,
+            hold: rng.gen_range(HELD_READS_FACTOR_MIN..=MAX_OUTLIER_FACTOR),
+        };
+    }
+    b.group(reads);
+    b.one(free(rng, geom, a));
+    b.one(Op::Flush);
+    b.one(write_whole(geom, c));
+    b.one(Op::Flush);
+    b.one(read_whole(geom, a));
+    if crash {
+        b.one(Op::Crash);
+    }
 }
 
 /// `W(a) F` then new data and a flush in flight together, crashing (when

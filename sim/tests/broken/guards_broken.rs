@@ -9,10 +9,11 @@
 //! its seed passes and this fails: rerun the campaign and update the seed
 //! only if the new first failing seed is still below 500.
 //!
-//! The variants not in `FIRST_FAILING` are those no seed of 0..500
-//! catches yet (`NOT_CAUGHT_YET`, with why in ARCHITECTURE.md, "Guards");
-//! the crash at a flush that reaches one of them is pinned by a saved case
-//! below.
+//! The two refcount table guards are caught by crashes armed at them
+//! (`CrashOptions::at_guards`), the wait for in-flight I/O before a free
+//! by a background read held across the free (`Op::BackgroundRead`): tests
+//! below check that their seeds fail that way. A crash at a flush that
+//! reaches the first of them is also pinned by a saved case.
 //!
 //! The figures (failing seeds of 500, first failing seed) are in
 //! ARCHITECTURE.md's guard table.
@@ -20,35 +21,42 @@
 use engine::options::Broken;
 use engine::Guard;
 use sim::campaign::{case_for, run_guarded, CampaignPlan, SwitchPlan};
-use sim::case::Case;
+use sim::case::{Case, Op};
 use sim::runner::{enumerate_crash_states_at, CrashAt, EnumerateOptions, Granularity};
 use sim::workload::Profile;
 
-/// Each variant the default campaign catches and the first seed of 0..500
-/// that catches it.
-const FIRST_FAILING: [(Broken, u64); 18] = [
-    (Broken::LinkBeforeData, 1),
-    (Broken::SkipRefcountFlush, 17),
-    (Broken::DropPartialCow, 7),
-    (Broken::ReuseBeforeDurable, 3),
-    (Broken::DoubleAlloc, 4),
-    (Broken::GrowthForgetsNewBlocks, 1),
-    (Broken::EvictWithoutFlush, 15),
+/// Each variant and the first seed of 0..500 that catches it.
+const FIRST_FAILING: [(Broken, u64); 20] = [
+    (Broken::LinkBeforeData, 5),
     (Broken::SkipDataFlushBeforeL2, 20),
-    (Broken::SkipL2Flush, 55),
+    (Broken::SkipRefcountFlush, 1),
+    (Broken::SkipReftableFlush, 11),
+    (Broken::SkipL2Flush, 50),
     (Broken::FlushSkipsWhenClean, 0),
-    (Broken::FreeIgnoresInflightIo, 211),
+    (Broken::ReuseBeforeDurable, 1),
+    (Broken::FreeIgnoresInflightIo, 1),
     (Broken::NoDirtyBit, 3),
+    (Broken::EvictWithoutFlush, 15),
     (Broken::SkipDataFileFlush, 7),
+    (Broken::HeaderBeforeReftable, 38),
+    (Broken::GrowthForgetsNewBlocks, 1),
     (Broken::RefblockForgetsItself, 1),
-    (Broken::FreshIgnoresReuse, 47),
+    (Broken::FreshIgnoresReuse, 15),
+    (Broken::DoubleAlloc, 4),
     (Broken::NoCutAtAlloc, 4),
-    (Broken::CommitIgnoresWriters, 6),
+    (Broken::CommitIgnoresWriters, 4),
     (Broken::ReadIgnoresAllocs, 9),
+    (Broken::DropPartialCow, 5),
 ];
 
-/// The variants no seed of 0..500 catches yet.
-const NOT_CAUGHT_YET: [Broken; 2] = [Broken::SkipReftableFlush, Broken::HeaderBeforeReftable];
+/// The first failing seed of `b`.
+fn seed_of(b: Broken) -> u64 {
+    FIRST_FAILING
+        .iter()
+        .find(|(v, _)| *v == b)
+        .map(|(_, s)| *s)
+        .expect("every variant has a first failing seed")
+}
 
 /// The default campaign's plan, with `broken`.
 fn plan(broken: Option<Broken>) -> CampaignPlan {
@@ -73,11 +81,10 @@ fn guard_of(b: Broken) -> Guard {
 }
 
 #[test]
-fn every_variant_is_in_one_table() {
+fn every_variant_is_in_the_table_once() {
     for b in Broken::ALL {
-        let caught = FIRST_FAILING.iter().filter(|(v, _)| *v == b).count();
-        let not_yet = NOT_CAUGHT_YET.iter().filter(|v| **v == b).count();
-        assert_eq!(caught + not_yet, 1, "{b:?} must be in exactly one table");
+        let n = FIRST_FAILING.iter().filter(|(v, _)| *v == b).count();
+        assert_eq!(n, 1, "{b:?} must be in the table exactly once");
         assert_eq!(b.name().parse::<Broken>(), Ok(b));
     }
 }
@@ -121,13 +128,6 @@ fn each_variant_is_caught_by_its_first_failing_seed_of_500() {
 /// evict a dirty L2 table.
 #[test]
 fn the_rare_path_variants_seeds_reach_their_paths() {
-    let seed_of = |b: Broken| {
-        FIRST_FAILING
-            .iter()
-            .find(|(v, _)| *v == b)
-            .map(|(_, s)| *s)
-            .unwrap()
-    };
     let report = run_guarded(&case_for(
         &plan(None),
         seed_of(Broken::GrowthForgetsNewBlocks),
@@ -171,4 +171,48 @@ fn a_skipped_reftable_flush_is_caught_at_the_writebacks_second_flush() {
     bad.engine.broken = Some(Broken::SkipReftableFlush);
     let r = enumerate_crash_states_at(&bad, at, &opts, &mut |_| true).unwrap();
     assert!(!r.failing.is_empty(), "{r:#?}");
+}
+
+/// The refcount table variants fail at the crash armed at their guard:
+/// without it no crash of the first 500 seeds lands in their window.
+#[test]
+fn the_table_variants_are_caught_at_a_crash_armed_at_their_guard() {
+    for b in [Broken::SkipReftableFlush, Broken::HeaderBeforeReftable] {
+        let seed = seed_of(b);
+        let case = case_for(&plan(Some(b)), seed);
+        assert!(
+            case.disk.crash.at_guards.contains(&guard_of(b)),
+            "{b:?}: seed {seed} does not arm {}",
+            guard_of(b).name()
+        );
+        let report = run_guarded(&case);
+        assert!(!report.passed(), "{b:?}: seed {seed} passes");
+        assert!(
+            report.stats.crashes_at_guard > 0,
+            "{b:?}: no crash at a guard"
+        );
+        let mut unarmed = case.clone();
+        unarmed.disk.crash.at_guards.clear();
+        assert!(
+            run_guarded(&unarmed).passed(),
+            "{b:?}: seed {seed} fails without the armed crash too"
+        );
+    }
+}
+
+/// The free that ignores in-flight I/O is caught through a background read
+/// of the freed cluster that a disk held long.
+#[test]
+fn the_free_ignoring_inflight_io_is_caught_through_a_background_read() {
+    let b = Broken::FreeIgnoresInflightIo;
+    let seed = seed_of(b);
+    let case = case_for(&plan(Some(b)), seed);
+    assert!(case
+        .workload
+        .iter()
+        .flatten()
+        .any(|op| matches!(op, Op::BackgroundRead { .. })));
+    let report = run_guarded(&case);
+    assert!(!report.passed(), "seed {seed} passes");
+    assert!(report.stats.held_requests > 0);
 }

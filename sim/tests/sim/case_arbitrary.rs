@@ -53,7 +53,7 @@ fn random_bytes_decode_to_valid_bounded_cases() {
             }
             kinds[match op {
                 Op::Write { .. } => 0,
-                Op::Read { .. } => 1,
+                Op::Read { .. } | Op::BackgroundRead { .. } => 1,
                 Op::WriteZeroes { .. } => 2,
                 Op::Discard { .. } => 3,
                 Op::Flush => 4,

@@ -134,7 +134,10 @@ fn run(case: &Case) -> Result<Outcome, String> {
                         model.borrow_mut().write_completed(id, status(&r));
                     });
                 }
-                Op::Read { sector, sectors } => {
+                Op::Read { sector, sectors }
+                | Op::BackgroundRead {
+                    sector, sectors, ..
+                } => {
                     model
                         .borrow_mut()
                         .read_issued(id, SectorRange::new(sector, sectors));

@@ -138,7 +138,10 @@ fn run(case: &Case) -> u64 {
                         }),
                     ));
                 }
-                Op::Read { sector, sectors } => {
+                Op::Read { sector, sectors }
+                | Op::BackgroundRead {
+                    sector, sectors, ..
+                } => {
                     model.read_issued(id, SectorRange::new(sector, sectors));
                     tasks.push((
                         id,

@@ -92,7 +92,7 @@ fn mixed_covers_every_profile_and_options_vary() {
         for op in c.workload.iter().flatten() {
             k[match op {
                 Op::Write { .. } => 0,
-                Op::Read { .. } => 1,
+                Op::Read { .. } | Op::BackgroundRead { .. } => 1,
                 Op::WriteZeroes { .. } => 2,
                 Op::Discard { .. } => 3,
                 Op::Flush => 4,

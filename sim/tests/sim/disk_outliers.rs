@@ -6,10 +6,10 @@
 
 use std::future::Future;
 
-use engine::dev::{BlockDev, WriteFlags};
+use engine::dev::{BlockDev, IoOp, WriteFlags};
 use sim::disk::{
-    DeviceRole, DiskOptions, LatencyOptions, OutlierOptions, OutlierRates, SimDisk, SparseStore,
-    MAX_OUTLIER_FACTOR, PPM,
+    DeviceRole, DiskOptions, HeldRequest, LatencyOptions, OutlierOptions, OutlierRates, SimDisk,
+    SparseStore, MAX_HELD_REQUESTS, MAX_OUTLIER_FACTOR, PPM,
 };
 use sim::exec::Sim;
 
@@ -272,4 +272,80 @@ fn swarm_outliers_mix_none_rare_and_common() {
         d.latency.outliers = o.clone();
         d.validate().unwrap();
     }
+}
+
+#[test]
+fn a_request_held_by_rank_is_held_without_a_draw_and_listed() {
+    // The third write of the disk, held 50 times its latency; no rate.
+    let rank = |n| OutlierOptions {
+        held: vec![HeldRequest {
+            device: 0,
+            op: IoOp::Write,
+            n,
+            factor: 50,
+        }],
+        ..OutlierOptions::default()
+    };
+    let none = completions(OutlierOptions::default());
+    let held = completions(rank(3));
+    // The writes are awaited one by one: the third ends 49 latencies late
+    // and every later one with it; the first two are untouched.
+    assert_eq!(held[..2], none[..2]);
+    assert!(held[2] > none[2], "{held:?}");
+    assert_eq!(held[3] - held[2], none[3] - none[2]);
+    // Another disk's rank, or a rank past the last request: nothing held.
+    let mut other = rank(3);
+    other.held[0].device = 1;
+    assert_eq!(completions(other), none);
+    assert_eq!(completions(rank(51)), none);
+    // What a disk held by rate it lists by rank, and held so it runs alike.
+    let sim = Sim::new(3);
+    let disk = sim.disk(fixed(1_000, 1_000, writes_held(20))).unwrap();
+    let d = disk.clone();
+    block_on(&sim, async move {
+        for i in 0..4u64 {
+            d.write(i * 512, &[1; 512], WriteFlags::default())
+                .await
+                .unwrap();
+        }
+    });
+    let list = disk.held_list();
+    assert_eq!(list.len(), 4);
+    assert_eq!(
+        list.iter()
+            .map(|h| (h.op, h.n, h.factor))
+            .collect::<Vec<_>>(),
+        (1..=4).map(|n| (IoOp::Write, n, 20)).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn requests_held_by_rank_are_validated() {
+    let bad = |h: HeldRequest| {
+        let mut o = DiskOptions::default();
+        o.latency.outliers.held = vec![h];
+        o.validate().unwrap_err().to_string()
+    };
+    let ok = HeldRequest {
+        device: 0,
+        op: IoOp::Read,
+        n: 1,
+        factor: 10,
+    };
+    let e = bad(HeldRequest { n: 0, ..ok });
+    assert!(e.contains("held") && e.contains("count from 1"), "{e}");
+    let e = bad(HeldRequest {
+        factor: MAX_OUTLIER_FACTOR + 1,
+        ..ok
+    });
+    assert!(e.contains("factor"), "{e}");
+    let e = bad(HeldRequest {
+        op: IoOp::Truncate,
+        ..ok
+    });
+    assert!(e.contains("truncate"), "{e}");
+    let mut o = DiskOptions::default();
+    o.latency.outliers.held = vec![ok; MAX_HELD_REQUESTS + 1];
+    let e = o.validate().unwrap_err().to_string();
+    assert!(e.contains("more than"), "{e}");
 }

@@ -22,6 +22,7 @@ mod enumerate_states;
 mod excused_errors;
 mod exec_sched;
 mod exhaust_slice;
+mod guard_crashes;
 mod post_crash_pins;
 mod robustness;
 mod scale;
