@@ -103,10 +103,9 @@ impl Case {
             }
         }
         // Guest data in a data file has no refcounts, so such an image
-        // cannot outgrow its refcount table, nor need new refcount blocks
-        // under its L2 tables: a shape aimed at those keeps its data in
-        // the image.
-        let data_file_ok = rare.is_none_or(|r| !r.outgrows && !r.sparse_first);
+        // cannot outgrow its refcount table: a shape aimed at that keeps
+        // its data in the image.
+        let data_file_ok = rare.is_none_or(|r| !r.outgrows);
         if image.create.compat == Compat::V3 {
             let mut r = stream(seed, Stream::Workload, WORKLOAD_DATA_FILE);
             if r.gen_bool(DATA_FILE_PROBABILITY) && data_file_ok {
@@ -144,21 +143,12 @@ impl Case {
             ),
             ..engine_options(&mut stream(seed, Stream::EngineConfig, 0))
         };
-        if let Some(rare) = &rare {
+        if rare.is_some() {
             // Caches of 2 to 4 tables, so the many small tables of a
             // rare-path image are evicted, dirty ones too, under pressure.
             let mut r = stream(seed, Stream::EngineConfig, ENGINE_RARE_CACHES);
             engine.l2_cache_tables = r.gen_range(2..=4);
             engine.refcount_cache_tables = r.gen_range(2..=4);
-            if rare.sparse_first {
-                // Caches that hold every table of the fill instead, so that
-                // new refcount blocks, the table entries naming them and
-                // the linked L2 tables pointing into them are written by
-                // one writeback, not each by its own eviction (where the
-                // table is written before any L2 table relies on it).
-                engine.l2_cache_tables = SPARSE_FIRST_CACHE_TABLES;
-                engine.refcount_cache_tables = SPARSE_FIRST_CACHE_TABLES;
-            }
         }
         if hazards.is_some_and(|h| h.small_caches) {
             // The fewest tables a cache may hold: the hazard cycles' spread
@@ -203,10 +193,6 @@ impl Case {
     }
 }
 
-/// Cache sizes of a rare-path shape that writes sparsely first (see
-/// `RareShape::sparse_first`): 1,024 tables of 512 bytes to 1 KiB.
-const SPARSE_FIRST_CACHE_TABLES: usize = 1024;
-
 /// How a case is shaped to reach the engine's rare paths: small clusters
 /// and wide refcounts, so that one refcount block counts few clusters and
 /// the refcount table the image was created with (one cluster) is outgrown
@@ -230,13 +216,6 @@ struct RareShape {
     /// growth. Half the outgrowing shapes go without, so the growth (and
     /// what follows it) surely runs; the other half meet faults in it.
     faultless: bool,
-    /// Before the fill, one sector in each L2 table's span of it, then a
-    /// flush (a file system's metadata before its data): the fill's data
-    /// then lands in L2 tables an L1 entry already points at durably, so a
-    /// new refcount block's table entry lost under them is harm, not a
-    /// leak. Without it nearly every new table entry comes with new L2
-    /// tables that nothing links yet.
-    sparse_first: bool,
 }
 
 impl RareShape {
@@ -288,7 +267,6 @@ impl RareShape {
             fill_start,
             outgrows,
             faultless: outgrows && rng.gen_bool(0.5),
-            sparse_first: rng.gen_bool(0.5),
         })
     }
 
@@ -300,20 +278,6 @@ impl RareShape {
         let chunk = pick(rng, &[128u64, 512, 1024, 4096]);
         let depth = rng.gen_range(1..=4usize);
         let end = self.fill_start + self.fill_sectors;
-        if self.sparse_first {
-            // An L2 table maps cluster_size / 8 clusters.
-            let span = b.geom.cluster_sectors * b.geom.cluster_sectors * SECTOR_SIZE as u64 / 8;
-            let mut at = self.fill_start.next_multiple_of(span);
-            while at < end {
-                let mut ops = Vec::new();
-                while ops.len() < depth && at < end {
-                    ops.push(b.geom.write(at, 1));
-                    at += span;
-                }
-                b.group(ops);
-            }
-            b.one(Op::Flush);
-        }
         let mut at = self.fill_start;
         while at < end {
             let mut ops = Vec::new();
