@@ -28,8 +28,8 @@ const MOVED_BY: [(Profile, Broken); 7] = [
     (Profile::Mixed, Broken::SkipL2Flush),
     (Profile::Random, Broken::SkipL2Flush),
     (Profile::Sequential, Broken::LinkBeforeData),
-    (Profile::Iozone, Broken::SkipDataFlushBeforeL2),
-    (Profile::Bench, Broken::SkipL2Flush),
+    (Profile::Iozone, Broken::LinkBeforeData),
+    (Profile::Bench, Broken::LinkBeforeData),
     (Profile::Mkfs, Broken::SkipL2Flush),
     (Profile::Backing, Broken::SkipL2Flush),
 ];

@@ -24,8 +24,8 @@ pub const PINNED: [(Profile, &[u64]); 7] = [
     // 12 is the seed pinned before profiles were; 14 and 36 have 64 KiB
     // and 16 KiB clusters.
     (Profile::Sequential, &[14, 12, 36]),
-    (Profile::Iozone, &[7, 4, 20]),
-    (Profile::Bench, &[12, 20, 36]),
+    (Profile::Iozone, &[4, 7, 20]),
+    (Profile::Bench, &[36, 12, 20]),
     (Profile::Mkfs, &[5, 14, 6]),
     (Profile::Backing, &[15, 0, 35]),
 ];
