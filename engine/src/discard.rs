@@ -166,7 +166,7 @@ impl<D: BlockDev> Image<D> {
 
     /// Set the L2 entries of whole clusters [start, end) to zero clusters
     /// (`zero`) or unallocated, freeing what they pointed at.
-    async fn unmap_clusters(&self, start: u64, end: u64, zero: bool) -> Result<()> {
+    pub(crate) async fn unmap_clusters(&self, start: u64, end: u64, zero: bool) -> Result<()> {
         let end_guest = end.min(
             self.geo
                 .virtual_size

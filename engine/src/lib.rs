@@ -40,6 +40,7 @@ mod read;
 mod rebuild;
 mod refcount;
 mod reftable;
+mod resize;
 pub mod status;
 mod sync;
 mod write;

@@ -5,7 +5,7 @@
 //! (`qemu_args`), and the tools themselves as functions with typed errors
 //! and structured results: `qemu-img info` (`info`), `check` with repair
 //! (`check`), `convert` (`convert`), the qemu-io command parser and
-//! session (`io`), the metadata dump (`dump`), and qemu-img bench's job
+//! session (`io`), `qemu-img resize` (`resize`), the metadata dump (`dump`), and qemu-img bench's job
 //! through the engine, timed by the wall clock, with its flags and the
 //! `qemu-img bench` run it is compared with (`bench`).
 //!
@@ -23,3 +23,4 @@ pub mod info;
 pub mod io;
 pub mod map;
 pub mod qemu_args;
+pub mod resize;

@@ -10,6 +10,7 @@
 
 pub mod getopt;
 pub mod qemu_img;
+mod qemu_img_edit;
 pub mod qemu_io;
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! qemu-img's command line on qcsim's engine: `qcsim img ARGS` and qcsim
 //! invoked as `qemu-img`. The subcommands qcsim has (`create`, `check`,
-//! `info`, `map`, `compare`, `convert`) take qemu-img's options and print what qemu-img prints, with
+//! `info`, `map`, `compare`, `convert`, and in `qemu_img_edit` `resize`) take qemu-img's options and print what qemu-img prints, with
 //! its `qemu-img: ` prefix and exit codes (1 for usage errors and failures,
 //! check's 0/1/2/3, and 63 for a check of a format that has none); the
 //! others are refused with a message saying so.
@@ -22,9 +22,9 @@ use super::getopt::{getopt, long, Long, Parsed};
 const CHECK_NOT_SUPPORTED: i32 = 63;
 
 /// A failure: the message (after the `qemu-img: ` prefix) and exit code.
-struct Fail(String, i32);
+pub(super) struct Fail(pub(super) String, pub(super) i32);
 
-fn fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
+pub(super) fn fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
     Err(Fail(msg.into(), 1))
 }
 
@@ -42,9 +42,10 @@ pub fn main(prog: &str, args: &[String]) -> i32 {
         "map" => map_cmd(prog, rest),
         "compare" => compare(prog, rest),
         "convert" => convert_cmd(prog, rest),
+        "resize" => super::qemu_img_edit::resize(prog, rest),
         "-h" | "--help" => {
             println!(
-                "{prog}: qcsim's stand-in for qemu-img: create, check, info, map, compare, convert"
+                "{prog}: qcsim's stand-in for qemu-img: create, check, info, map, compare, convert, resize"
             );
             Ok(0)
         }
@@ -64,14 +65,19 @@ pub fn main(prog: &str, args: &[String]) -> i32 {
     }
 }
 
-fn scan(prog: &str, args: &[String], short: &str, longs: &[Long]) -> Result<Parsed, Fail> {
+pub(super) fn scan(
+    prog: &str,
+    args: &[String],
+    short: &str,
+    longs: &[Long],
+) -> Result<Parsed, Fail> {
     getopt(args, short, longs)
         .map_err(|e| Fail(format!("{e}\nTry '{prog} --help' for more information"), 1))
 }
 
 /// `--object` is accepted and ignored (qcsim has no secrets or other
 /// objects); `--image-opts` names the file by `filename=`.
-fn image_name(p: &Parsed, operand: &str) -> Result<(PathBuf, Option<String>), Fail> {
+pub(super) fn image_name(p: &Parsed, operand: &str) -> Result<(PathBuf, Option<String>), Fail> {
     if !p.has("image-opts") {
         return Ok((PathBuf::from(operand), None));
     }
@@ -414,7 +420,7 @@ fn map_error(file: &Path, e: &MapError) -> String {
     }
 }
 
-fn parse_format(f: Option<String>) -> Result<Option<Format>, Fail> {
+pub(super) fn parse_format(f: Option<String>) -> Result<Option<Format>, Fail> {
     f.map(|f| {
         f.parse::<Format>()
             .map_err(|_| Fail(format!("Unknown driver '{f}'"), 1))

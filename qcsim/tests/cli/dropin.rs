@@ -476,3 +476,77 @@ fn host_offsets_hidden(out: &Output) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+#[test]
+fn resize_matches_qemu_img() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "b.qcow2", "1M"],
+    );
+    t.same("qemu-io", &["-c", "write -P 0x11 0 1M", "b.qcow2"]);
+    t.same(
+        "qemu-img",
+        &[
+            "create", "-q", "-f", "qcow2", "-b", "b.qcow2", "-F", "qcow2", "t.qcow2",
+        ],
+    );
+    t.same("qemu-io", &["-c", "write -P 0x22 0 1M", "t.qcow2"]);
+    // Refusals first: each leaves the image as it was.
+    for size in ["512k", "-2M", "0", "+1x", "1000"] {
+        t.same("qemu-img", &["resize", "t.qcow2", size]);
+    }
+    t.same("qemu-img", &["resize", "--shrink", "t.qcow2", "1000"]);
+    t.same("qemu-img", &["resize", "t.qcow2"]);
+    t.same("qemu-img", &["resize", "missing.qcow2", "2M"]);
+    // Shrunk within a cluster, then grown over the longer backing file:
+    // the tail reads zeroes, not the backing file's 0x11.
+    t.same("qemu-img", &["resize", "--shrink", "t.qcow2", "520k"]);
+    t.same("qemu-img", &["resize", "t.qcow2", "567k"]);
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "read -P 0x22 0 520k",
+            "-c",
+            "read -P 0 520k 47k",
+            "t.qcow2",
+        ],
+    );
+    t.same("qemu-img", &["resize", "-q", "t.qcow2", "+64M"]);
+    t.same(
+        "qemu-img",
+        &["resize", "-f", "qcow2", "t.qcow2", "--", "-1M"],
+    );
+    // The file's length differs: qcsim's first L2 table lies after the
+    // data clusters it maps (QEMU's before them), so it stays in use at
+    // the end of the file where QEMU's shrink cuts the file short.
+    let (theirs, ours) = t.both("qemu-img", &["info", "t.qcow2"]);
+    let layout = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| {
+                let l = l.trim_start();
+                !l.starts_with("disk size: ") && !l.starts_with("file length: ")
+            })
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    };
+    assert_eq!(layout(&ours), layout(&theirs));
+    assert!(
+        layout(&ours).contains("virtual size: 64.6 MiB (67689472 bytes)"),
+        "{}",
+        layout(&ours)
+    );
+    // QEMU finds the image qcsim resized clean.
+    let check = exec("qemu-img", &["check", "t.qcow2"], &t.ours);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        crate::support::text(&check)
+    );
+    // Where the clusters landed differs: host offsets hidden.
+    let (theirs, ours) = t.both("qemu-img", &["map", "t.qcow2"]);
+    assert_eq!(host_offsets_hidden(&ours), host_offsets_hidden(&theirs));
+}

@@ -11,3 +11,4 @@ mod create;
 mod dump;
 mod info;
 mod io;
+mod resize;
