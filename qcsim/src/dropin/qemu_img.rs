@@ -1,6 +1,6 @@
 //! qemu-img's command line on qcsim's engine: `qcsim img ARGS` and qcsim
 //! invoked as `qemu-img`. The subcommands qcsim has (`create`, `check`,
-//! `info`, `map`, `compare`, `convert`, and in `qemu_img_edit` `resize`) take qemu-img's options and print what qemu-img prints, with
+//! `info`, `map`, `compare`, `convert`, and in `qemu_img_edit` `resize`, `rebase`, `commit`) take qemu-img's options and print what qemu-img prints, with
 //! its `qemu-img: ` prefix and exit codes (1 for usage errors and failures,
 //! check's 0/1/2/3, and 63 for a check of a format that has none); the
 //! others are refused with a message saying so.
@@ -43,9 +43,11 @@ pub fn main(prog: &str, args: &[String]) -> i32 {
         "compare" => compare(prog, rest),
         "convert" => convert_cmd(prog, rest),
         "resize" => super::qemu_img_edit::resize(prog, rest),
+        "rebase" => super::qemu_img_edit::rebase(prog, rest),
+        "commit" => super::qemu_img_edit::commit(prog, rest),
         "-h" | "--help" => {
             println!(
-                "{prog}: qcsim's stand-in for qemu-img: create, check, info, map, compare, convert, resize"
+                "{prog}: qcsim's stand-in for qemu-img: create, check, info, map, compare, convert, resize, rebase, commit"
             );
             Ok(0)
         }
@@ -321,10 +323,11 @@ fn info_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
         if output == "json" {
             return fail("info --backing-chain --output=json is not supported by qcsim");
         }
-        // Each image of the chain, top first, a blank line between.
+        // Each image of the chain, top first, a blank line between; a
+        // loop is found before anything is printed, as qemu-img does.
         let mut seen = Vec::new();
         let mut next = Some((file, opts.format));
-        let mut first = true;
+        let mut reports = Vec::new();
         while let Some((f, format)) = next.take() {
             let id = std::fs::canonicalize(&f).unwrap_or_else(|_| f.clone());
             if seen.contains(&id) {
@@ -339,11 +342,6 @@ fn info_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
                 force_share: p.has("U"),
             };
             let report = info(&f, &o).map_err(|e| Fail(info_error(&f, &e), 1))?;
-            if !first {
-                println!();
-            }
-            first = false;
-            print!("{}", report.human());
             if let Some(b) = &report.full_backing_filename {
                 let format = report
                     .backing_filename_format
@@ -352,7 +350,9 @@ fn info_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
                     .unwrap_or(None);
                 next = Some((PathBuf::from(b), format));
             }
+            reports.push(report.human());
         }
+        print!("{}", reports.join("\n"));
         return Ok(0);
     }
     let report = info(&file, &opts).map_err(|e| Fail(info_error(&file, &e), 1))?;

@@ -1,10 +1,12 @@
 //! qemu-img's subcommands that change an existing image in place, on the
-//! command line as qemu-img takes them: `resize`. The work is `tools`'
-//! (`tools::resize`); this module owns the syntax, wording and exit codes.
+//! command line as qemu-img takes them: `resize`, `rebase`, `commit`. The
+//! work is `tools`' (`tools::resize`, `tools::rebase`, `tools::commit`); this module owns the syntax, wording and exit codes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use tools::commit::{commit_image, CommitError};
 use tools::files::OpenOptions;
+use tools::rebase::{rebase_image, RebaseError, RebaseOptions};
 use tools::resize::{resize_image, ResizeError, SizeChange};
 
 use super::getopt::long;
@@ -85,4 +87,86 @@ fn resize_error(prog: &str, file: &Path, e: &ResizeError) -> String {
         ResizeError::NeedsShrink => format!("{e}\n{prog}: {SHRINK_WARNING}"),
         other => super::chain(other),
     }
+}
+
+/// `rebase [-f FMT] [-u] [-q] [-p] -b BACKING [-F FMT] FILE`: nothing is
+/// printed on success.
+pub(super) fn rebase(prog: &str, args: &[String]) -> Result<i32, Fail> {
+    let longs = [
+        long("help", false, Some('h')),
+        long("object", true, None),
+        long("image-opts", false, None),
+        long("force-share", false, Some('U')),
+        long("compress", false, Some('c')),
+    ];
+    let p = scan(prog, args, "hf:F:b:upt:T:qUc", &longs)?;
+    let [operand] = p.operands.as_slice() else {
+        return fail("Expecting one image file name");
+    };
+    if p.has("c") {
+        return fail("rebase -c (compressed writes) is not supported by qcsim");
+    }
+    let Some(backing) = p.value("b") else {
+        return fail(format!(
+            "Must specify backing file (-b) or use unsafe mode (-u)\nTry '{prog} rebase --help' for more info"
+        ));
+    };
+    let (file, driver) = image_name(&p, operand)?;
+    let opts = OpenOptions {
+        format: parse_format(p.value("f").map(str::to_owned).or(driver))?,
+        ..OpenOptions::default()
+    };
+    let r = RebaseOptions {
+        backing: Some(backing.to_owned()),
+        backing_format: parse_format(p.value("F").map(str::to_owned))?,
+        unsafe_mode: p.has("u"),
+    };
+    futures::executor::block_on(rebase_image(&file, &opts, &r)).map_err(|e| {
+        let msg = match &e {
+            RebaseError::Open(o) => format!(
+                "Could not open '{}': {}",
+                file.display(),
+                super::open_error_text(&file, o)
+            ),
+            other => super::chain(other),
+        };
+        Fail(msg, 1)
+    })?;
+    Ok(0)
+}
+
+/// `commit [-f FMT] [-b BASE] [-d] [-q] [-p] FILE`: "Image committed."
+pub(super) fn commit(prog: &str, args: &[String]) -> Result<i32, Fail> {
+    let longs = [
+        long("help", false, Some('h')),
+        long("object", true, None),
+        long("image-opts", false, None),
+    ];
+    let p = scan(prog, args, "ht:b:dpqf:r:", &longs)?;
+    let [operand] = p.operands.as_slice() else {
+        return fail("Expecting one image file name");
+    };
+    let (file, driver) = image_name(&p, operand)?;
+    let opts = OpenOptions {
+        format: parse_format(p.value("f").map(str::to_owned).or(driver))?,
+        ..OpenOptions::default()
+    };
+    let base = p.value("b").map(PathBuf::from);
+    futures::executor::block_on(commit_image(&file, &opts, base.as_deref(), p.has("d"))).map_err(
+        |e| {
+            let msg = match &e {
+                CommitError::Open(o) => format!(
+                    "Could not open '{}': {}",
+                    file.display(),
+                    super::open_error_text(&file, o)
+                ),
+                other => super::chain(other),
+            };
+            Fail(msg, 1)
+        },
+    )?;
+    if !p.has("q") {
+        println!("Image committed.");
+    }
+    Ok(0)
 }
