@@ -543,9 +543,8 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
         long("force-share", false, Some('U')),
         long("target-is-zero", false, None),
     ];
-    let p = scan(prog, args, "hf:O:B:Cco:l:S:pt:T:qnm:WUr:", &longs)?;
+    let p = scan(prog, args, "hf:O:B:F:Cco:l:S:pt:T:qnm:WUr:", &longs)?;
     for (flag, what) in [
-        ("B", "-B (a backing file for the target)"),
         ("c", "-c (compressed output)"),
         ("l", "-l (snapshots)"),
         ("C", "-C (copy offloading)"),
@@ -596,6 +595,25 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
         ))
         .map(|()| 0);
     }
+    let backing_option = options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .any(|kv| kv.starts_with("backing_file="));
+    if p.has("B") || backing_option {
+        if p.has("n") {
+            return fail("-B and -n cannot be used together");
+        }
+        return convert_onto_backing(
+            &src,
+            source_format,
+            &dst,
+            output_format,
+            options,
+            p.value("B"),
+            p.value("F"),
+            p.has("U"),
+        );
+    }
     let opts = tools::convert::ConvertOptions {
         source_format,
         output_format,
@@ -607,6 +625,98 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
     futures::executor::block_on(tools::convert::convert(&src, &dst, &opts))
         .map_err(|e| Fail(super::chain(&e), 1))?;
     Ok(0)
+}
+
+/// `convert -B BACKING` (or `-o backing_file=`): the target is created
+/// with that backing file, and only what differs from it is written, so
+/// that clusters equal to the backing file's stay unallocated.
+#[allow(clippy::too_many_arguments)]
+fn convert_onto_backing(
+    src: &Path,
+    src_format: Option<Format>,
+    dst: &Path,
+    dst_format: Format,
+    options: Vec<String>,
+    backing: Option<&str>,
+    backing_format: Option<&str>,
+    force_share: bool,
+) -> Result<i32, Fail> {
+    let open_err = |file: &Path, e: tools::files::OpenError| {
+        Fail(
+            format!(
+                "Could not open '{}': {}",
+                file.display(),
+                super::open_error_text(file, &e)
+            ),
+            1,
+        )
+    };
+    futures::executor::block_on(async {
+        let s = open_image(
+            src,
+            &OpenOptions {
+                format: src_format,
+                read_only: true,
+                force_share,
+                ..OpenOptions::default()
+            },
+        )
+        .await
+        .map_err(|e| open_err(src, e))?;
+        let size = s.virtual_size();
+        let opts = CreateImageOptions {
+            format: dst_format,
+            options,
+            size: Some(size.to_string()),
+            backing: backing.map(str::to_owned),
+            backing_format: backing_format.map(str::to_owned),
+            unsafe_backing: false,
+        };
+        let file = dst.display().to_string();
+        prepare_image(dst, &opts)
+            .await
+            .map_err(|e| Fail(create_error(&file, &e), 1))?
+            .write()
+            .await
+            .map_err(|e| Fail(create_error(&file, &e), 1))?;
+        let d = open_image(
+            dst,
+            &OpenOptions {
+                format: Some(dst_format),
+                ..OpenOptions::default()
+            },
+        )
+        .await
+        .map_err(|e| open_err(dst, e))?;
+        let io_err = |what: &str, e: engine::Error| Fail(format!("error while {what}: {e}"), 1);
+        let cs = d.qcow2().map_or(CHUNK, |i| i.cluster_size()).min(CHUNK);
+        let mut want = vec![0u8; cs as usize];
+        let mut have = vec![0u8; cs as usize];
+        let mut pos = 0;
+        // Cluster by cluster: the target reads through to its backing
+        // file where nothing is written, so an equal cluster is skipped.
+        while pos < size {
+            let n = (size - pos).min(cs) as usize;
+            s.read(pos, &mut want[..n])
+                .await
+                .map_err(|e| io_err("reading", e))?;
+            d.read(pos, &mut have[..n])
+                .await
+                .map_err(|e| io_err("reading", e))?;
+            if want[..n] != have[..n] {
+                let r = if want[..n].iter().all(|&b| b == 0) {
+                    d.write_zeroes(pos, n as u64, false).await
+                } else {
+                    d.write(pos, &want[..n]).await
+                };
+                r.map_err(|e| io_err("writing", e))?;
+            }
+            pos += n as u64;
+        }
+        drop(s);
+        d.close().await.map_err(|e| io_err("closing", e))?;
+        Ok(0)
+    })
 }
 
 /// `convert -n`: the source's guest data into the existing destination.

@@ -669,11 +669,7 @@ fn rebase_and_commit_match_qemu_img() {
     t.same("qemu-img", &["commit", "top.qcow2"]);
     for img in ["top.qcow2", "itmd.qcow2"] {
         let (theirs, ours) = t.both("qemu-img", &["map", "--output=json", img]);
-        assert_eq!(
-            host_offsets_hidden(&ours),
-            host_offsets_hidden(&theirs),
-            "{img}"
-        );
+        assert_eq!(extents_merged(&ours), extents_merged(&theirs), "{img}");
         let check = exec("qemu-img", &["check", img], &t.ours);
         assert_eq!(
             check.status.code(),
@@ -689,4 +685,66 @@ fn rebase_and_commit_match_qemu_img() {
     io(&["read -P 4 768k 64k", "read -P 2 256k 256k"], "base.qcow2");
     io(&["read -P 4 768k 64k"], "top.qcow2");
     t.same("qemu-img", &["commit", "base.qcow2"]);
+}
+
+#[test]
+fn convert_onto_a_backing_file_matches_qemu_img() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "base.qcow2", "1M"],
+    );
+    t.same("qemu-io", &["-c", "write -P 1 0 512k", "base.qcow2"]);
+    t.same(
+        "qemu-img",
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-b",
+            "base.qcow2",
+            "-F",
+            "qcow2",
+            "src.qcow2",
+        ],
+    );
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "write -P 2 128k 64k",
+            "-c",
+            "write -z 256k 64k",
+            "src.qcow2",
+        ],
+    );
+    // Both spellings: only the clusters that differ from the backing
+    // file are the target's own.
+    for (target, args) in [
+        (
+            "b.qcow2",
+            &["-B", "base.qcow2", "-o", "backing_fmt=qcow2"][..],
+        ),
+        (
+            "o.qcow2",
+            &["-o", "backing_file=base.qcow2,backing_fmt=qcow2"],
+        ),
+    ] {
+        let mut cmd = vec!["convert", "-f", "qcow2", "-O", "qcow2"];
+        cmd.extend(args);
+        cmd.extend(["src.qcow2", target]);
+        t.same("qemu-img", &cmd);
+        let (theirs, ours) = t.both("qemu-img", &["map", "--output=json", target]);
+        assert_eq!(extents_merged(&ours), extents_merged(&theirs), "{target}");
+        assert!(
+            extents_merged(&ours)
+                .iter()
+                .any(|e| e.2.starts_with("depth 1")),
+            "{target}: some clusters come from the backing file"
+        );
+        t.same("qemu-img", &["compare", "src.qcow2", target]);
+        let (theirs, ours) = t.both("qemu-img", &["info", target]);
+        assert_eq!(info_layout(&ours), info_layout(&theirs));
+    }
 }
