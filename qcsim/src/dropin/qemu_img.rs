@@ -81,7 +81,7 @@ pub(super) fn scan(
 /// objects); `--image-opts` names the file by `filename=`.
 pub(super) fn image_name(p: &Parsed, operand: &str) -> Result<(PathBuf, Option<String>), Fail> {
     if !p.has("image-opts") {
-        return Ok((PathBuf::from(operand), None));
+        return Ok((super::plain_file_name(operand), None));
     }
     let mut file = None;
     let mut driver = None;
@@ -143,13 +143,19 @@ fn create(prog: &str, args: &[String]) -> Result<i32, Fail> {
         backing_format: p.value("F").map(str::to_owned),
         unsafe_backing: p.has("u"),
     };
-    let path = PathBuf::from(&file);
+    let path = super::plain_file_name(&file);
     futures::executor::block_on(async {
         let prepared = prepare_image(&path, &opts)
             .await
             .map_err(|e| Fail(create_error(&file, &e), 1))?;
         if !p.has("q") {
-            println!("{}", prepared.formatting_line());
+            // The file named as it was given, prefix and all.
+            let line = prepared.formatting_line();
+            let as_opened = format!("Formatting '{}'", path.display());
+            match line.strip_prefix(&as_opened) {
+                Some(rest) => println!("Formatting '{file}'{rest}"),
+                None => println!("{line}"),
+            }
         }
         prepared
             .write()
@@ -460,7 +466,7 @@ fn compare(prog: &str, args: &[String]) -> Result<i32, Fail> {
             force_share: p.has("U"),
             ..OpenOptions::default()
         };
-        let file = PathBuf::from(file);
+        let file = super::plain_file_name(file);
         async move {
             open_image(&file, &opts).await.map_err(|e| {
                 Fail(
@@ -561,7 +567,7 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
         return Ok(0);
     }
     let (src, dst) = match p.operands.as_slice() {
-        [s, d] => (PathBuf::from(s), PathBuf::from(d)),
+        [s, d] => (super::plain_file_name(s), super::plain_file_name(d)),
         [_] | [] => return fail("Expecting image file name"),
         _ => return fail("Only one source image is supported by qcsim"),
     };

@@ -748,3 +748,37 @@ fn convert_onto_a_backing_file_matches_qemu_img() {
         assert_eq!(info_layout(&ours), info_layout(&theirs));
     }
 }
+
+#[test]
+fn a_file_prefix_names_the_plain_file() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-f", "qcow2", "file:a:b.qcow2", "1M"],
+    );
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "base.qcow2", "1M"],
+    );
+    t.same(
+        "qemu-img",
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-b",
+            "base.qcow2",
+            "-F",
+            "qcow2",
+            "file:image:top.qcow2",
+        ],
+    );
+    let (theirs, ours) = t.both("qemu-img", &["info", "file:image:top.qcow2"]);
+    assert_eq!(info_layout(&ours), info_layout(&theirs));
+    assert!(info_layout(&ours).contains("image: ./image:top.qcow2"));
+    t.same(
+        "qemu-io",
+        &["-c", "write -P 7 0 64k", "file:image:top.qcow2"],
+    );
+    t.same("qemu-io", &["-c", "read -P 7 0 64k", "./image:top.qcow2"]);
+}
