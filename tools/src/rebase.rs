@@ -101,6 +101,11 @@ async fn copy_differences(
     let cs = img.cluster_size();
     let chunk = CHUNK.max(cs);
     let new_size = new.map_or(0, Disk::virtual_size);
+    let old_size = match img.backing() {
+        None => 0,
+        Some(engine::Backing::Raw(d)) => engine::dev::BlockDev::len(d),
+        Some(engine::Backing::Qcow2(i)) => i.virtual_size(),
+    };
     let mut old_buf = vec![0u8; chunk as usize];
     let mut new_buf = vec![0u8; chunk as usize];
     let mut pos = 0;
@@ -126,9 +131,10 @@ async fn copy_differences(
                 }
             }
             if old_buf[..len] != new_buf[..len] {
-                if old_buf[..len].iter().all(|&b| b == 0) {
-                    // Zeroes over the new backing file's data: a zero
-                    // cluster, as QEMU writes it, not a data cluster.
+                if c >= old_size {
+                    // Past the old backing file's end, what the image
+                    // showed is zeroes: a zero cluster, as QEMU writes
+                    // it, not a data cluster.
                     img.write_zeroes(c, len as u64, false).await?;
                 } else {
                     img.write(c, &old_buf[..len]).await?;
