@@ -408,9 +408,8 @@ fn map_and_compare_match_qemu_img() {
             "t.qcow2",
         ],
     );
-    // Where the clusters landed differs (qcsim places them its own way,
-    // see ARCHITECTURE.md), so host offsets are filtered, as the iotests'
-    // map filter does; the runs, layers and flags must agree.
+    // Host offsets are filtered, as the iotests' map filter does; the
+    // runs, layers and flags must agree.
     for args in [
         &["map", "t.qcow2"][..],
         &["map", "--output=json", "t.qcow2"],
@@ -518,9 +517,9 @@ fn resize_matches_qemu_img() {
         "qemu-img",
         &["resize", "-f", "qcow2", "t.qcow2", "--", "-1M"],
     );
-    // The file's length differs: qcsim's first L2 table lies after the
-    // data clusters it maps (QEMU's before them), so it stays in use at
-    // the end of the file where QEMU's shrink cuts the file short.
+    // Alike but for the space on disk, which is the file system's (the
+    // file's length included: QEMU's shrink cuts the file, and so does
+    // qcsim's, but the comparison should not hang on it).
     let (theirs, ours) = t.both("qemu-img", &["info", "t.qcow2"]);
     let layout = |o: &Output| {
         String::from_utf8_lossy(&o.stdout)
