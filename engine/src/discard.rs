@@ -1,4 +1,4 @@
-//! Guest discard and write_zeroes. Discard and zeroing of whole
+//! Guest discard and write_zeroes, and emptying the whole image. Discard and zeroing of whole
 //! clusters change L2 entries (to zero clusters on version 3) and free the
 //! old host clusters once that change is durable; partial clusters are
 //! written with zeroes (write_zeroes) or left alone (discard, a hint).
@@ -32,6 +32,22 @@ impl<D: BlockDev> Image<D> {
         }
         let zero = self.geo.version >= 3;
         self.unmap_clusters(start, end, zero).await
+    }
+
+    /// Drop every cluster of the image (`qemu-img commit` empties the
+    /// image it committed): each L2 entry becomes unallocated, so the
+    /// image reads as its backing file (or zeroes), and the clusters are
+    /// freed once that is durable.
+    pub async fn make_empty(&self) -> Result<()> {
+        self.check_writable()?;
+        let end = self
+            .geo
+            .virtual_size
+            .next_multiple_of(self.geo.cluster_size);
+        if end > 0 {
+            self.unmap_clusters(0, end, false).await?;
+        }
+        self.flush_internal(false).await
     }
 
     /// Make the range read as zeroes. With `unmap` (and always, here) whole
@@ -166,7 +182,7 @@ impl<D: BlockDev> Image<D> {
 
     /// Set the L2 entries of whole clusters [start, end) to zero clusters
     /// (`zero`) or unallocated, freeing what they pointed at.
-    async fn unmap_clusters(&self, start: u64, end: u64, zero: bool) -> Result<()> {
+    pub(crate) async fn unmap_clusters(&self, start: u64, end: u64, zero: bool) -> Result<()> {
         let end_guest = end.min(
             self.geo
                 .virtual_size

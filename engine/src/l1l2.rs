@@ -59,6 +59,17 @@ impl L1L2 {
         self.l1_dirty.insert(i);
     }
 
+    /// The image now uses `l1`, a longer table already on disk as it is
+    /// (resize): nothing of it is dirty.
+    pub(crate) fn replace_l1(&mut self, l1: Vec<u64>) {
+        debug_assert!(
+            self.l1_dirty.is_empty(),
+            "L1 replaced with entries unwritten"
+        );
+        self.l1 = l1;
+        self.l1_dirty.clear();
+    }
+
     pub(crate) fn l1_has_dirty(&self) -> bool {
         !self.l1_dirty.is_empty()
     }

@@ -13,6 +13,7 @@
 mod alloc_wait;
 mod allocator;
 mod allocs;
+mod backing_file;
 mod broken;
 mod cache;
 mod compress;
@@ -40,6 +41,7 @@ mod read;
 mod rebuild;
 mod refcount;
 mod reftable;
+mod resize;
 pub mod status;
 mod sync;
 mod write;

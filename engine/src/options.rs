@@ -279,6 +279,14 @@ pub struct EngineOptions {
     /// option existed reads it as 0, so that it replays as it ran.
     #[serde(default)]
     pub grow_ahead: u64,
+    /// A write that needs a new L2 table allocates it before its data
+    /// clusters, as QEMU does, so that clusters land where QEMU puts them
+    /// (the real-file tools turn it on, for outputs that show host
+    /// offsets). Off, the table is allocated when the data is linked,
+    /// after the data clusters: the order the simulation's campaigns and
+    /// pinned seeds were measured with. Left out of the JSON when off.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub l2_before_data: bool,
     /// A broken variant to run instead of the correct engine. Left out of
     /// the JSON when unset, so cases replay in builds without the feature.
     #[cfg(feature = "broken")]
@@ -295,6 +303,7 @@ impl Default for EngineOptions {
             metadata_memory_limit: 256 << 20,
             read_only: false,
             grow_ahead: DEFAULT_GROW_AHEAD,
+            l2_before_data: false,
             #[cfg(feature = "broken")]
             broken: None,
         }

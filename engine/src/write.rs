@@ -272,6 +272,23 @@ impl<D: BlockDev> Image<D> {
     /// found unallocated, zero, compressed or shared), write the data and
     /// the COW areas, and link them. With extended L2 entries, see
     /// [`Image::subcluster_alloc`]: the step may write less than `data`.
+    /// `EngineOptions::l2_before_data`: allocate the L2 tables that guest
+    /// range `[start, end)` lacks now, before its data clusters, as QEMU
+    /// orders them. The tables are linked into the L1 table in memory and
+    /// written back in the usual order; linking the data later finds them.
+    async fn alloc_missing_l2_tables(&self, start: u64, end: u64) -> Result<()> {
+        let span = self.geo.l2_span();
+        let mut g = start;
+        while g < end {
+            let l1i = self.geo.offset_to_l1_index(g);
+            if self.meta.borrow().tables.l1_entry(l1i).l2_offset() == 0 {
+                self.l2_table_for_write(g).await?;
+            }
+            g = (l1i as u64 + 1) * span;
+        }
+        Ok(())
+    }
+
     async fn handle_alloc(
         &self,
         guard: crate::sync::CoMutexGuard<'_>,
@@ -306,7 +323,12 @@ impl<D: BlockDev> Image<D> {
                 self.check_data_clusters(h, nclusters * cs)?;
                 (h, false)
             }
-            None => self.alloc_data_clusters(gstart, nclusters).await?,
+            None => {
+                if self.opts.l2_before_data {
+                    self.alloc_missing_l2_tables(gstart, gend).await?;
+                }
+                self.alloc_data_clusters(gstart, nclusters).await?
+            }
         };
         let mut cow_areas = Vec::new();
         if off > cover_start {

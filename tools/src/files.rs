@@ -170,7 +170,12 @@ impl Default for OpenOptions {
             read_only: false,
             direct: false,
             backing: true,
-            engine: EngineOptions::default(),
+            // Clusters placed as QEMU places them: outputs that show host
+            // offsets (map, check) then match QEMU's.
+            engine: EngineOptions {
+                l2_before_data: true,
+                ..EngineOptions::default()
+            },
             threads: DEFAULT_IO_THREADS,
             force_share: false,
         }

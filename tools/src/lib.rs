@@ -5,7 +5,8 @@
 //! (`qemu_args`), and the tools themselves as functions with typed errors
 //! and structured results: `qemu-img info` (`info`), `check` with repair
 //! (`check`), `convert` (`convert`), the qemu-io command parser and
-//! session (`io`), the metadata dump (`dump`), and qemu-img bench's job
+//! session (`io`), `qemu-img resize` (`resize`), `rebase` (`rebase`), `commit`
+//! (`commit`), the metadata dump (`dump`), and qemu-img bench's job
 //! through the engine, timed by the wall clock, with its flags and the
 //! `qemu-img bench` run it is compared with (`bench`).
 //!
@@ -15,6 +16,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod commit;
 pub mod convert;
 pub mod create;
 pub mod dump;
@@ -23,3 +25,5 @@ pub mod info;
 pub mod io;
 pub mod map;
 pub mod qemu_args;
+pub mod rebase;
+pub mod resize;

@@ -10,6 +10,7 @@
 
 pub mod getopt;
 pub mod qemu_img;
+mod qemu_img_edit;
 pub mod qemu_io;
 
 use std::path::{Path, PathBuf};
@@ -65,6 +66,21 @@ impl CacheMode {
             writethrough,
         })
     }
+}
+
+/// The file a filename on the command line names: a `file:` protocol
+/// prefix is dropped, as QEMU's file driver drops it. What is left may
+/// itself look like a protocol prefix (a colon in its first component);
+/// QEMU then names it with a leading `./`, and so does this.
+pub fn plain_file_name(name: &str) -> PathBuf {
+    let Some(rest) = name.strip_prefix("file:") else {
+        return PathBuf::from(name);
+    };
+    let first = rest.split('/').next().unwrap_or("");
+    if !rest.starts_with('/') && first.contains(':') {
+        return PathBuf::from(format!("./{rest}"));
+    }
+    PathBuf::from(rest)
 }
 
 /// An error and its sources, joined by ": ".
@@ -136,6 +152,20 @@ mod tests {
         assert_eq!(tool_of_argv0("qemu-io"), Some(Tool::Io));
         assert_eq!(tool_of_argv0("./target/release/qcsim"), None);
         assert_eq!(tool_of_argv0("qemu-img-old"), None);
+    }
+
+    #[test]
+    fn a_file_prefix_is_dropped() {
+        assert_eq!(
+            plain_file_name("file:/tmp/a:b.qcow2"),
+            PathBuf::from("/tmp/a:b.qcow2")
+        );
+        assert_eq!(
+            plain_file_name("file:image:top.qcow2"),
+            PathBuf::from("./image:top.qcow2")
+        );
+        assert_eq!(plain_file_name("file:t.qcow2"), PathBuf::from("t.qcow2"));
+        assert_eq!(plain_file_name("t.qcow2"), PathBuf::from("t.qcow2"));
     }
 
     #[test]

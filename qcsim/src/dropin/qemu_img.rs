@@ -1,6 +1,6 @@
 //! qemu-img's command line on qcsim's engine: `qcsim img ARGS` and qcsim
 //! invoked as `qemu-img`. The subcommands qcsim has (`create`, `check`,
-//! `info`, `map`, `compare`, `convert`) take qemu-img's options and print what qemu-img prints, with
+//! `info`, `map`, `compare`, `convert`, and in `qemu_img_edit` `resize`, `rebase`, `commit`) take qemu-img's options and print what qemu-img prints, with
 //! its `qemu-img: ` prefix and exit codes (1 for usage errors and failures,
 //! check's 0/1/2/3, and 63 for a check of a format that has none); the
 //! others are refused with a message saying so.
@@ -22,9 +22,9 @@ use super::getopt::{getopt, long, Long, Parsed};
 const CHECK_NOT_SUPPORTED: i32 = 63;
 
 /// A failure: the message (after the `qemu-img: ` prefix) and exit code.
-struct Fail(String, i32);
+pub(super) struct Fail(pub(super) String, pub(super) i32);
 
-fn fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
+pub(super) fn fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
     Err(Fail(msg.into(), 1))
 }
 
@@ -42,9 +42,12 @@ pub fn main(prog: &str, args: &[String]) -> i32 {
         "map" => map_cmd(prog, rest),
         "compare" => compare(prog, rest),
         "convert" => convert_cmd(prog, rest),
+        "resize" => super::qemu_img_edit::resize(prog, rest),
+        "rebase" => super::qemu_img_edit::rebase(prog, rest),
+        "commit" => super::qemu_img_edit::commit(prog, rest),
         "-h" | "--help" => {
             println!(
-                "{prog}: qcsim's stand-in for qemu-img: create, check, info, map, compare, convert"
+                "{prog}: qcsim's stand-in for qemu-img: create, check, info, map, compare, convert, resize, rebase, commit"
             );
             Ok(0)
         }
@@ -64,16 +67,21 @@ pub fn main(prog: &str, args: &[String]) -> i32 {
     }
 }
 
-fn scan(prog: &str, args: &[String], short: &str, longs: &[Long]) -> Result<Parsed, Fail> {
+pub(super) fn scan(
+    prog: &str,
+    args: &[String],
+    short: &str,
+    longs: &[Long],
+) -> Result<Parsed, Fail> {
     getopt(args, short, longs)
         .map_err(|e| Fail(format!("{e}\nTry '{prog} --help' for more information"), 1))
 }
 
 /// `--object` is accepted and ignored (qcsim has no secrets or other
 /// objects); `--image-opts` names the file by `filename=`.
-fn image_name(p: &Parsed, operand: &str) -> Result<(PathBuf, Option<String>), Fail> {
+pub(super) fn image_name(p: &Parsed, operand: &str) -> Result<(PathBuf, Option<String>), Fail> {
     if !p.has("image-opts") {
-        return Ok((PathBuf::from(operand), None));
+        return Ok((super::plain_file_name(operand), None));
     }
     let mut file = None;
     let mut driver = None;
@@ -135,13 +143,19 @@ fn create(prog: &str, args: &[String]) -> Result<i32, Fail> {
         backing_format: p.value("F").map(str::to_owned),
         unsafe_backing: p.has("u"),
     };
-    let path = PathBuf::from(&file);
+    let path = super::plain_file_name(&file);
     futures::executor::block_on(async {
         let prepared = prepare_image(&path, &opts)
             .await
             .map_err(|e| Fail(create_error(&file, &e), 1))?;
         if !p.has("q") {
-            println!("{}", prepared.formatting_line());
+            // The file named as it was given, prefix and all.
+            let line = prepared.formatting_line();
+            let as_opened = format!("Formatting '{}'", path.display());
+            match line.strip_prefix(&as_opened) {
+                Some(rest) => println!("Formatting '{file}'{rest}"),
+                None => println!("{line}"),
+            }
         }
         prepared
             .write()
@@ -315,10 +329,11 @@ fn info_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
         if output == "json" {
             return fail("info --backing-chain --output=json is not supported by qcsim");
         }
-        // Each image of the chain, top first, a blank line between.
+        // Each image of the chain, top first, a blank line between; a
+        // loop is found before anything is printed, as qemu-img does.
         let mut seen = Vec::new();
         let mut next = Some((file, opts.format));
-        let mut first = true;
+        let mut reports = Vec::new();
         while let Some((f, format)) = next.take() {
             let id = std::fs::canonicalize(&f).unwrap_or_else(|_| f.clone());
             if seen.contains(&id) {
@@ -333,11 +348,6 @@ fn info_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
                 force_share: p.has("U"),
             };
             let report = info(&f, &o).map_err(|e| Fail(info_error(&f, &e), 1))?;
-            if !first {
-                println!();
-            }
-            first = false;
-            print!("{}", report.human());
             if let Some(b) = &report.full_backing_filename {
                 let format = report
                     .backing_filename_format
@@ -346,7 +356,9 @@ fn info_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
                     .unwrap_or(None);
                 next = Some((PathBuf::from(b), format));
             }
+            reports.push(report.human());
         }
+        print!("{}", reports.join("\n"));
         return Ok(0);
     }
     let report = info(&file, &opts).map_err(|e| Fail(info_error(&file, &e), 1))?;
@@ -414,7 +426,7 @@ fn map_error(file: &Path, e: &MapError) -> String {
     }
 }
 
-fn parse_format(f: Option<String>) -> Result<Option<Format>, Fail> {
+pub(super) fn parse_format(f: Option<String>) -> Result<Option<Format>, Fail> {
     f.map(|f| {
         f.parse::<Format>()
             .map_err(|_| Fail(format!("Unknown driver '{f}'"), 1))
@@ -454,7 +466,7 @@ fn compare(prog: &str, args: &[String]) -> Result<i32, Fail> {
             force_share: p.has("U"),
             ..OpenOptions::default()
         };
-        let file = PathBuf::from(file);
+        let file = super::plain_file_name(file);
         async move {
             open_image(&file, &opts).await.map_err(|e| {
                 Fail(
@@ -537,9 +549,8 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
         long("force-share", false, Some('U')),
         long("target-is-zero", false, None),
     ];
-    let p = scan(prog, args, "hf:O:B:Cco:l:S:pt:T:qnm:WUr:", &longs)?;
+    let p = scan(prog, args, "hf:O:B:F:Cco:l:S:pt:T:qnm:WUr:", &longs)?;
     for (flag, what) in [
-        ("B", "-B (a backing file for the target)"),
         ("c", "-c (compressed output)"),
         ("l", "-l (snapshots)"),
         ("C", "-C (copy offloading)"),
@@ -556,7 +567,7 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
         return Ok(0);
     }
     let (src, dst) = match p.operands.as_slice() {
-        [s, d] => (PathBuf::from(s), PathBuf::from(d)),
+        [s, d] => (super::plain_file_name(s), super::plain_file_name(d)),
         [_] | [] => return fail("Expecting image file name"),
         _ => return fail("Only one source image is supported by qcsim"),
     };
@@ -590,6 +601,25 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
         ))
         .map(|()| 0);
     }
+    let backing_option = options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .any(|kv| kv.starts_with("backing_file="));
+    if p.has("B") || backing_option {
+        if p.has("n") {
+            return fail("-B and -n cannot be used together");
+        }
+        return convert_onto_backing(
+            &src,
+            source_format,
+            &dst,
+            output_format,
+            options,
+            p.value("B"),
+            p.value("F"),
+            p.has("U"),
+        );
+    }
     let opts = tools::convert::ConvertOptions {
         source_format,
         output_format,
@@ -601,6 +631,98 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
     futures::executor::block_on(tools::convert::convert(&src, &dst, &opts))
         .map_err(|e| Fail(super::chain(&e), 1))?;
     Ok(0)
+}
+
+/// `convert -B BACKING` (or `-o backing_file=`): the target is created
+/// with that backing file, and only what differs from it is written, so
+/// that clusters equal to the backing file's stay unallocated.
+#[allow(clippy::too_many_arguments)]
+fn convert_onto_backing(
+    src: &Path,
+    src_format: Option<Format>,
+    dst: &Path,
+    dst_format: Format,
+    options: Vec<String>,
+    backing: Option<&str>,
+    backing_format: Option<&str>,
+    force_share: bool,
+) -> Result<i32, Fail> {
+    let open_err = |file: &Path, e: tools::files::OpenError| {
+        Fail(
+            format!(
+                "Could not open '{}': {}",
+                file.display(),
+                super::open_error_text(file, &e)
+            ),
+            1,
+        )
+    };
+    futures::executor::block_on(async {
+        let s = open_image(
+            src,
+            &OpenOptions {
+                format: src_format,
+                read_only: true,
+                force_share,
+                ..OpenOptions::default()
+            },
+        )
+        .await
+        .map_err(|e| open_err(src, e))?;
+        let size = s.virtual_size();
+        let opts = CreateImageOptions {
+            format: dst_format,
+            options,
+            size: Some(size.to_string()),
+            backing: backing.map(str::to_owned),
+            backing_format: backing_format.map(str::to_owned),
+            unsafe_backing: false,
+        };
+        let file = dst.display().to_string();
+        prepare_image(dst, &opts)
+            .await
+            .map_err(|e| Fail(create_error(&file, &e), 1))?
+            .write()
+            .await
+            .map_err(|e| Fail(create_error(&file, &e), 1))?;
+        let d = open_image(
+            dst,
+            &OpenOptions {
+                format: Some(dst_format),
+                ..OpenOptions::default()
+            },
+        )
+        .await
+        .map_err(|e| open_err(dst, e))?;
+        let io_err = |what: &str, e: engine::Error| Fail(format!("error while {what}: {e}"), 1);
+        let cs = d.qcow2().map_or(CHUNK, |i| i.cluster_size()).min(CHUNK);
+        let mut want = vec![0u8; cs as usize];
+        let mut have = vec![0u8; cs as usize];
+        let mut pos = 0;
+        // Cluster by cluster: the target reads through to its backing
+        // file where nothing is written, so an equal cluster is skipped.
+        while pos < size {
+            let n = (size - pos).min(cs) as usize;
+            s.read(pos, &mut want[..n])
+                .await
+                .map_err(|e| io_err("reading", e))?;
+            d.read(pos, &mut have[..n])
+                .await
+                .map_err(|e| io_err("reading", e))?;
+            if want[..n] != have[..n] {
+                let r = if want[..n].iter().all(|&b| b == 0) {
+                    d.write_zeroes(pos, n as u64, false).await
+                } else {
+                    d.write(pos, &want[..n]).await
+                };
+                r.map_err(|e| io_err("writing", e))?;
+            }
+            pos += n as u64;
+        }
+        drop(s);
+        d.close().await.map_err(|e| io_err("closing", e))?;
+        Ok(0)
+    })
 }
 
 /// `convert -n`: the source's guest data into the existing destination.

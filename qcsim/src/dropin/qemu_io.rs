@@ -158,7 +158,7 @@ fn run(prog: &str, args: &[String]) -> Result<i32, String> {
                 format = driver;
                 (file, String::new())
             } else {
-                (PathBuf::from(name), format!(" device {name}"))
+                (super::plain_file_name(name), format!(" device {name}"))
             };
             let spec = OpenSpec { format, ..spec };
             match open(&file, &spec).await {
@@ -268,7 +268,7 @@ async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &O
                     }
                 }
             }
-            return match open(Path::new(file), &s).await {
+            return match open(&super::plain_file_name(file), &s).await {
                 Ok(c) => {
                     *current = Some(c);
                     Step::Next(true)

@@ -408,9 +408,8 @@ fn map_and_compare_match_qemu_img() {
             "t.qcow2",
         ],
     );
-    // Where the clusters landed differs (qcsim places them its own way,
-    // see ARCHITECTURE.md), so host offsets are filtered, as the iotests'
-    // map filter does; the runs, layers and flags must agree.
+    // Host offsets are filtered, as the iotests' map filter does; the
+    // runs, layers and flags must agree.
     for args in [
         &["map", "t.qcow2"][..],
         &["map", "--output=json", "t.qcow2"],
@@ -475,4 +474,310 @@ fn host_offsets_hidden(out: &Output) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[test]
+fn resize_matches_qemu_img() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "b.qcow2", "1M"],
+    );
+    t.same("qemu-io", &["-c", "write -P 0x11 0 1M", "b.qcow2"]);
+    t.same(
+        "qemu-img",
+        &[
+            "create", "-q", "-f", "qcow2", "-b", "b.qcow2", "-F", "qcow2", "t.qcow2",
+        ],
+    );
+    t.same("qemu-io", &["-c", "write -P 0x22 0 1M", "t.qcow2"]);
+    // Refusals first: each leaves the image as it was.
+    for size in ["512k", "-2M", "0", "+1x", "1000"] {
+        t.same("qemu-img", &["resize", "t.qcow2", size]);
+    }
+    t.same("qemu-img", &["resize", "--shrink", "t.qcow2", "1000"]);
+    t.same("qemu-img", &["resize", "t.qcow2"]);
+    t.same("qemu-img", &["resize", "missing.qcow2", "2M"]);
+    // Shrunk within a cluster, then grown over the longer backing file:
+    // the tail reads zeroes, not the backing file's 0x11.
+    t.same("qemu-img", &["resize", "--shrink", "t.qcow2", "520k"]);
+    t.same("qemu-img", &["resize", "t.qcow2", "567k"]);
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "read -P 0x22 0 520k",
+            "-c",
+            "read -P 0 520k 47k",
+            "t.qcow2",
+        ],
+    );
+    t.same("qemu-img", &["resize", "-q", "t.qcow2", "+64M"]);
+    t.same(
+        "qemu-img",
+        &["resize", "-f", "qcow2", "t.qcow2", "--", "-1M"],
+    );
+    // Alike but for the space on disk, which is the file system's (the
+    // file's length included: QEMU's shrink cuts the file, and so does
+    // qcsim's, but the comparison should not hang on it).
+    let (theirs, ours) = t.both("qemu-img", &["info", "t.qcow2"]);
+    let layout = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| {
+                let l = l.trim_start();
+                !l.starts_with("disk size: ") && !l.starts_with("file length: ")
+            })
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    };
+    assert_eq!(layout(&ours), layout(&theirs));
+    assert!(
+        layout(&ours).contains("virtual size: 64.6 MiB (67689472 bytes)"),
+        "{}",
+        layout(&ours)
+    );
+    // QEMU finds the image qcsim resized clean.
+    let check = exec("qemu-img", &["check", "t.qcow2"], &t.ours);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        crate::support::text(&check)
+    );
+    // Where the clusters landed differs: host offsets hidden.
+    let (theirs, ours) = t.both("qemu-img", &["map", "t.qcow2"]);
+    assert_eq!(host_offsets_hidden(&ours), host_offsets_hidden(&theirs));
+}
+
+/// A JSON map's extents with host offsets dropped and neighbours that
+/// then agree (same depth and flags) merged: which guest ranges hold
+/// what, whatever the host placement split.
+fn extents_merged(out: &Output) -> Vec<(u64, u64, String)> {
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("map's JSON");
+    let mut merged: Vec<(u64, u64, String)> = vec![];
+    for e in v.as_array().expect("an array") {
+        let (start, len) = (e["start"].as_u64().unwrap(), e["length"].as_u64().unwrap());
+        let kind = format!(
+            "depth {} present {} zero {} data {}",
+            e["depth"], e["present"], e["zero"], e["data"]
+        );
+        match merged.last_mut() {
+            Some((s, l, k)) if *k == kind && *s + *l == start => *l += len,
+            _ => merged.push((start, len, kind)),
+        }
+    }
+    merged
+}
+
+/// `info` without the lines that depend on where clusters landed or on
+/// the file system (the sizes on disk and the file's length).
+fn info_layout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| {
+            let l = l.trim_start();
+            !l.starts_with("disk size: ") && !l.starts_with("file length: ")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn rebase_and_commit_match_qemu_img() {
+    let t = Twins::new();
+    let io = |cmds: &[&str], img: &str| {
+        let mut args = vec![];
+        for c in cmds {
+            args.extend(["-c", *c]);
+        }
+        args.push(img);
+        t.same("qemu-io", &args);
+    };
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "base.qcow2", "1M"],
+    );
+    io(&["write -P 1 0 1M"], "base.qcow2");
+    for (img, under) in [("itmd.qcow2", "base.qcow2"), ("top.qcow2", "itmd.qcow2")] {
+        t.same(
+            "qemu-img",
+            &[
+                "create", "-q", "-f", "qcow2", "-b", under, "-F", "qcow2", img,
+            ],
+        );
+    }
+    io(&["write -P 2 256k 256k"], "itmd.qcow2");
+    io(&["write -P 3 512k 64k", "write -z 0 64k"], "top.qcow2");
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "new.qcow2", "1M"],
+    );
+    io(&["write -P 2 256k 128k"], "new.qcow2");
+
+    // Safe rebase onto a file that agrees in part: the guest sees the same.
+    t.same(
+        "qemu-img",
+        &["rebase", "-b", "new.qcow2", "-F", "qcow2", "top.qcow2"],
+    );
+    io(
+        &[
+            "read -P 0 0 64k",
+            "read -P 1 64k 192k",
+            "read -P 2 256k 256k",
+            "read -P 3 512k 64k",
+            "read -P 1 576k 448k",
+        ],
+        "top.qcow2",
+    );
+    let (theirs, ours) = t.both("qemu-img", &["info", "--backing-chain", "top.qcow2"]);
+    assert_eq!(info_layout(&ours), info_layout(&theirs));
+    assert!(info_layout(&ours).contains("backing file: new.qcow2"));
+    let check = exec("qemu-img", &["check", "top.qcow2"], &t.ours);
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        crate::support::text(&check)
+    );
+    // Which ranges are the image's own and which the new backing file's.
+    let (theirs, ours) = t.both("qemu-img", &["map", "--output=json", "top.qcow2"]);
+    assert_eq!(host_offsets_hidden(&ours), host_offsets_hidden(&theirs));
+
+    // Unsafe: the header only, back onto the old chain.
+    t.same(
+        "qemu-img",
+        &[
+            "rebase",
+            "-u",
+            "-b",
+            "itmd.qcow2",
+            "-F",
+            "qcow2",
+            "top.qcow2",
+        ],
+    );
+    let (theirs, ours) = t.both("qemu-img", &["info", "top.qcow2"]);
+    assert_eq!(info_layout(&ours), info_layout(&theirs));
+    t.same("qemu-img", &["rebase", "top.qcow2"]);
+
+    // Commit into the backing file; the image is emptied (not with -d).
+    t.same("qemu-img", &["commit", "-d", "top.qcow2"]);
+    let (theirs, ours) = t.both("qemu-img", &["map", "--output=json", "top.qcow2"]);
+    assert_eq!(extents_merged(&ours), extents_merged(&theirs));
+    t.same("qemu-img", &["commit", "top.qcow2"]);
+    for img in ["top.qcow2", "itmd.qcow2"] {
+        let (theirs, ours) = t.both("qemu-img", &["map", "--output=json", img]);
+        assert_eq!(extents_merged(&ours), extents_merged(&theirs), "{img}");
+        let check = exec("qemu-img", &["check", img], &t.ours);
+        assert_eq!(
+            check.status.code(),
+            Some(0),
+            "{}",
+            crate::support::text(&check)
+        );
+    }
+    io(&["read -P 0 0 64k", "read -P 3 512k 64k"], "itmd.qcow2");
+    // Into a deeper base: the images above are kept.
+    io(&["write -P 4 768k 64k"], "top.qcow2");
+    t.same("qemu-img", &["commit", "-b", "base.qcow2", "top.qcow2"]);
+    io(&["read -P 4 768k 64k", "read -P 2 256k 256k"], "base.qcow2");
+    io(&["read -P 4 768k 64k"], "top.qcow2");
+    t.same("qemu-img", &["commit", "base.qcow2"]);
+}
+
+#[test]
+fn convert_onto_a_backing_file_matches_qemu_img() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "base.qcow2", "1M"],
+    );
+    t.same("qemu-io", &["-c", "write -P 1 0 512k", "base.qcow2"]);
+    t.same(
+        "qemu-img",
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-b",
+            "base.qcow2",
+            "-F",
+            "qcow2",
+            "src.qcow2",
+        ],
+    );
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "write -P 2 128k 64k",
+            "-c",
+            "write -z 256k 64k",
+            "src.qcow2",
+        ],
+    );
+    // Both spellings: only the clusters that differ from the backing
+    // file are the target's own.
+    for (target, args) in [
+        (
+            "b.qcow2",
+            &["-B", "base.qcow2", "-o", "backing_fmt=qcow2"][..],
+        ),
+        (
+            "o.qcow2",
+            &["-o", "backing_file=base.qcow2,backing_fmt=qcow2"],
+        ),
+    ] {
+        let mut cmd = vec!["convert", "-f", "qcow2", "-O", "qcow2"];
+        cmd.extend(args);
+        cmd.extend(["src.qcow2", target]);
+        t.same("qemu-img", &cmd);
+        let (theirs, ours) = t.both("qemu-img", &["map", "--output=json", target]);
+        assert_eq!(extents_merged(&ours), extents_merged(&theirs), "{target}");
+        assert!(
+            extents_merged(&ours)
+                .iter()
+                .any(|e| e.2.starts_with("depth 1")),
+            "{target}: some clusters come from the backing file"
+        );
+        t.same("qemu-img", &["compare", "src.qcow2", target]);
+        let (theirs, ours) = t.both("qemu-img", &["info", target]);
+        assert_eq!(info_layout(&ours), info_layout(&theirs));
+    }
+}
+
+#[test]
+fn a_file_prefix_names_the_plain_file() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-f", "qcow2", "file:a:b.qcow2", "1M"],
+    );
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "base.qcow2", "1M"],
+    );
+    t.same(
+        "qemu-img",
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-b",
+            "base.qcow2",
+            "-F",
+            "qcow2",
+            "file:image:top.qcow2",
+        ],
+    );
+    let (theirs, ours) = t.both("qemu-img", &["info", "file:image:top.qcow2"]);
+    assert_eq!(info_layout(&ours), info_layout(&theirs));
+    assert!(info_layout(&ours).contains("image: ./image:top.qcow2"));
+    t.same(
+        "qemu-io",
+        &["-c", "write -P 7 0 64k", "file:image:top.qcow2"],
+    );
+    t.same("qemu-io", &["-c", "read -P 7 0 64k", "./image:top.qcow2"]);
 }

@@ -11,3 +11,5 @@ mod create;
 mod dump;
 mod info;
 mod io;
+mod rebase_commit;
+mod resize;

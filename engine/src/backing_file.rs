@@ -1,0 +1,69 @@
+//! Changing the backing file the header names (`Image::set_backing_file`),
+//! what `qemu-img rebase` does last, and all `qemu-img rebase -u` does.
+//! The guest data is the caller's business: a safe rebase first copies
+//! into the image every cluster where the old and new backing files
+//! differ, and only then switches the header.
+//!
+//! The change is one write of the header cluster after everything pending
+//! is durable, and a flush: a crash leaves the old name or the new one.
+
+use crate::dev::BlockDev;
+use crate::error::{Error, Result};
+use crate::format::header::{ext, Extension, MAX_BACKING_FILE_NAME};
+use crate::format::Header;
+use crate::image::Image;
+
+impl<D: BlockDev> Image<D> {
+    /// Name `name` (format `format`) as the backing file in the header, or
+    /// no backing file at all. The backing file attached is detached: the
+    /// caller attaches the new one if it still reads through the image.
+    pub async fn set_backing_file(
+        &mut self,
+        name: Option<&str>,
+        format: Option<&str>,
+    ) -> Result<()> {
+        self.check_writable()?;
+        if let Some(n) = name {
+            if n.len() > MAX_BACKING_FILE_NAME as usize {
+                return Err(Error::InvalidOption {
+                    name: "backing_file".into(),
+                    reason: format!("the name is longer than {MAX_BACKING_FILE_NAME} bytes"),
+                });
+            }
+        }
+        self.flush_internal(false).await?;
+        let _g = self.meta_lock.lock().await;
+        let mut h = self.meta.borrow().header.clone();
+        h.backing_file = name.map(str::to_owned);
+        let fmt = name.and(format);
+        match (
+            h.extensions
+                .iter()
+                .position(|e| e.kind == ext::BACKING_FORMAT),
+            fmt,
+        ) {
+            (Some(i), Some(f)) => h.extensions[i].data = f.as_bytes().to_vec(),
+            (Some(i), None) => {
+                h.extensions.remove(i);
+            }
+            // First, where QEMU writes it.
+            (None, Some(f)) => h.extensions.insert(
+                0,
+                Extension {
+                    kind: ext::BACKING_FORMAT,
+                    data: f.as_bytes().to_vec(),
+                },
+            ),
+            (None, None) => {}
+        }
+        // Refused before anything is written if it does not fit; parsed
+        // back so that the fields placing the name are the ones written.
+        let h = Header::parse(&h.serialize()?)?;
+        self.meta.borrow_mut().header = h;
+        self.write_header().await?;
+        self.device_flush().await?;
+        drop(_g);
+        self.backing = None;
+        Ok(())
+    }
+}

@@ -1,0 +1,165 @@
+//! Changing the virtual size (`Image::resize`, what `qemu-img resize`
+//! does to a qcow2 image).
+//!
+//! Growing may need a larger L1 table. It is never extended in place: a
+//! new table is allocated, written with the old entries and zeroes after
+//! them, and made durable together with the refcounts that count it; only
+//! then does the header point at it (and carry the new size), and only
+//! once that header is durable is the old table freed. A crash at any
+//! point leaves either the old header, table and size (the new table a
+//! leak) or the new ones (the old table a leak), never a header naming a
+//! table that is not on disk. This is the order `refcount::grow_reftable`
+//! keeps for the refcount table.
+//!
+//! Shrinking drops every cluster past the new end (their L2 entries become
+//! unallocated and the clusters are freed once that is durable), then the
+//! L2 tables no longer needed (L1 entries cleared and durable first), then
+//! writes the new size. The L1 table keeps its length, as QEMU's does:
+//! a table longer than the size needs is valid.
+//!
+//! Growing an image whose backing file is longer than the old size makes
+//! the new range read as zeroes rather than the backing file's data (the
+//! partial cluster at the old end written with zeroes, whole clusters made
+//! zero clusters), as QEMU does; without a backing file the new range
+//! already reads as zeroes, except what a partial last cluster kept, which
+//! QEMU leaves too.
+//!
+//! Resizing takes `&mut self`: no guest request can be in flight, and
+//! the geometry changes with the size.
+
+use crate::dev::BlockDev;
+use crate::error::{Error, Result};
+use crate::format::{be64_bytes, L1Entry};
+use crate::image::{Backing, Image, MAX_L1_BYTES};
+
+impl<D: BlockDev> Image<D> {
+    /// Set the virtual size to `new_size` bytes (a multiple of 512).
+    /// Shrinking discards the guest data past the new end.
+    pub async fn resize(&mut self, new_size: u64) -> Result<()> {
+        self.check_writable()?;
+        if !new_size.is_multiple_of(512) {
+            return Err(Error::InvalidOption {
+                name: "size".into(),
+                reason: "the new size must be a multiple of 512".into(),
+            });
+        }
+        if self.meta.borrow().header.nb_snapshots > 0 {
+            return Err(Error::Unsupported(
+                "cannot resize an image that has internal snapshots".into(),
+            ));
+        }
+        if self.has_data_file() {
+            return Err(Error::Unsupported(
+                "resizing an image with an external data file".into(),
+            ));
+        }
+        let old_size = self.geo.virtual_size;
+        // Everything pending first: the tables below are then the disk's.
+        self.flush_internal(false).await?;
+        if new_size < old_size {
+            self.shrink_tables(new_size).await?;
+        }
+        self.set_size(new_size).await?;
+        if new_size > old_size {
+            self.zero_grown_range(old_size, new_size).await?;
+        }
+        Ok(())
+    }
+
+    /// Drop the clusters and L2 tables past `new_size`.
+    async fn shrink_tables(&self, new_size: u64) -> Result<()> {
+        let cs = self.geo.cluster_size;
+        let old_end = self.geo.virtual_size.next_multiple_of(cs);
+        let start = new_size.next_multiple_of(cs);
+        if start < old_end {
+            self.unmap_clusters(start, old_end, false).await?;
+        }
+        let _g = self.meta_lock.lock().await;
+        // The L2 entries just cleared are durable (and their clusters
+        // freed) before an L1 entry stops pointing at their table.
+        self.writeback_all().await?;
+        let keep = self.geo.l1_entries_for(new_size) as usize;
+        let l1_len = self.meta.borrow().tables.l1().len();
+        for i in keep..l1_len {
+            let l2 = self.meta.borrow().tables.l1_entry(i).l2_offset();
+            if l2 == 0 {
+                continue;
+            }
+            let mut m = self.meta.borrow_mut();
+            m.tables.set_l1_entry(i, L1Entry(0));
+            // Nothing references the table once the entry is written: its
+            // cached copy must never be written back over a reused cluster.
+            m.tables.remove_l2(l2);
+            drop(m);
+            self.queue_free(l2 / cs);
+        }
+        // The cleared L1 entries durable, then the tables freed.
+        self.writeback_all().await
+    }
+
+    /// Point the header at an L1 table long enough for `new_size` (a new
+    /// one if the current one is too short) and record the size.
+    async fn set_size(&mut self, new_size: u64) -> Result<()> {
+        let cs = self.geo.cluster_size;
+        let needed = self.geo.l1_entries_for(new_size);
+        if needed * 8 > MAX_L1_BYTES {
+            return Err(Error::MetadataLimit {
+                what: format!("an L1 table for {new_size} bytes"),
+                needed: needed * 8,
+                limit: MAX_L1_BYTES,
+            });
+        }
+        let _g = self.meta_lock.lock().await;
+        let (old_off, old_len) = {
+            let h = &self.meta.borrow().header;
+            (h.l1_table_offset, h.l1_size as u64)
+        };
+        if needed > old_len {
+            let clusters = (needed * 8).div_ceil(cs);
+            let new_off = self.alloc_clusters(clusters).await?;
+            let mut table = self.meta.borrow().tables.l1().to_vec();
+            table.resize((clusters * cs / 8) as usize, 0);
+            self.write_meta(new_off, &be64_bytes(&table)).await?;
+            // The new table and the refcounts that count it are durable
+            // before the header names it.
+            self.write_dirty_refblocks().await?;
+            self.device_flush().await?;
+            table.truncate(needed as usize);
+            let mut m = self.meta.borrow_mut();
+            m.header.l1_table_offset = new_off;
+            m.header.l1_size = needed as u32;
+            m.header.size = new_size;
+            m.tables.replace_l1(table);
+        } else {
+            self.meta.borrow_mut().header.size = new_size;
+        }
+        self.write_header().await?;
+        self.device_flush().await?;
+        if needed > old_len && old_off != 0 {
+            // No header on disk names the old table any more.
+            for c in old_off / cs..(old_off + old_len * 8).div_ceil(cs) {
+                self.queue_free(c);
+            }
+            self.writeback_all().await?;
+        }
+        drop(_g);
+        self.geo.virtual_size = new_size;
+        Ok(())
+    }
+
+    /// After growing from `old_size`: where a backing file longer than the
+    /// old size would show through, make the new range read as zeroes.
+    async fn zero_grown_range(&self, old_size: u64, new_size: u64) -> Result<()> {
+        let backing_len = match &self.backing {
+            None => return Ok(()),
+            Some(Backing::Raw(d)) => d.len(),
+            Some(Backing::Qcow2(i)) => i.virtual_size(),
+        };
+        if backing_len <= old_size {
+            return Ok(());
+        }
+        self.write_zeroes(old_size, new_size - old_size, false)
+            .await?;
+        self.flush_internal(false).await
+    }
+}

@@ -1,0 +1,149 @@
+//! `qemu-img rebase`: give a qcow2 image another backing file (or none).
+//! Unsafe mode (`-u`) only rewrites the name in the header. Safe mode
+//! keeps what the guest sees: every cluster the image does not allocate
+//! and where the old backing chain and the new one differ is first copied
+//! into the image (the old chain's data, whole clusters), and only then
+//! does the header name the new backing file.
+
+use std::path::Path;
+
+use engine::Status;
+
+use crate::files::{
+    open_image, probe_path, resolve_backing_path, Disk, Format, OpenError, OpenOptions, Probed,
+};
+
+/// Bytes compared at a time (whole clusters of any size up to it).
+const CHUNK: u64 = 1 << 20;
+
+/// What to rebase onto.
+#[derive(Debug, Clone, Default)]
+pub struct RebaseOptions {
+    /// The new backing file's name as it is to be stored; `None` or empty
+    /// for no backing file.
+    pub backing: Option<String>,
+    /// Its format; probed when `None` (safe mode) or left out (`-u`).
+    pub backing_format: Option<Format>,
+    /// `-u`: the header only.
+    pub unsafe_mode: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RebaseError {
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The new backing file could not be opened (safe mode).
+    #[error("Could not open new backing file '{name}': {error}")]
+    NewBacking { name: String, error: OpenError },
+    #[error("{0}: rebase needs a qcow2 image")]
+    NotQcow2(String),
+    #[error(transparent)]
+    Engine(#[from] engine::Error),
+}
+
+/// Rebase the image at `path` (opened with `opts`, made writable).
+pub async fn rebase_image(
+    path: &Path,
+    opts: &OpenOptions,
+    r: &RebaseOptions,
+) -> Result<(), RebaseError> {
+    let name = r.backing.as_deref().filter(|n| !n.is_empty());
+    let open = OpenOptions {
+        read_only: false,
+        backing: !r.unsafe_mode,
+        ..opts.clone()
+    };
+    let mut disk = open_image(path, &open).await?;
+    let Disk::Qcow2(img) = &mut disk else {
+        return Err(RebaseError::NotQcow2(path.display().to_string()));
+    };
+    let mut format = r.backing_format;
+    if !r.unsafe_mode {
+        let new = match name {
+            None => None,
+            Some(n) => {
+                let p = resolve_backing_path(path, n);
+                let new_err = |error| RebaseError::NewBacking {
+                    name: n.to_owned(),
+                    error,
+                };
+                if format.is_none() {
+                    format = match probe_path(&p).map_err(new_err)? {
+                        Probed::Format(f) => Some(f),
+                        Probed::Foreign(_) => None,
+                    };
+                }
+                let ro = OpenOptions {
+                    read_only: true,
+                    format,
+                    ..opts.clone()
+                };
+                Some(open_image(&p, &ro).await.map_err(new_err)?)
+            }
+        };
+        copy_differences(img, new.as_ref()).await?;
+        if let Some(n) = new {
+            n.close().await?;
+        }
+    }
+    img.set_backing_file(name, format.map(Format::name)).await?;
+    disk.close().await?;
+    Ok(())
+}
+
+/// Copy into `img` every cluster it does not allocate where its current
+/// chain and `new` (zeroes where `None` or past its end) differ.
+async fn copy_differences(
+    img: &engine::Image<engine::dev::FileDev>,
+    new: Option<&Disk>,
+) -> Result<(), RebaseError> {
+    let size = img.virtual_size();
+    let cs = img.cluster_size();
+    let chunk = CHUNK.max(cs);
+    let new_size = new.map_or(0, Disk::virtual_size);
+    let old_size = match img.backing() {
+        None => 0,
+        Some(engine::Backing::Raw(d)) => engine::dev::BlockDev::len(d),
+        Some(engine::Backing::Qcow2(i)) => i.virtual_size(),
+    };
+    let mut old_buf = vec![0u8; chunk as usize];
+    let mut new_buf = vec![0u8; chunk as usize];
+    let mut pos = 0;
+    while pos < size {
+        let (status, n) = img.block_status(pos, (size - pos).min(chunk)).await?;
+        let end = pos + n;
+        if matches!(status, Status::Data | Status::Zero) {
+            pos = end;
+            continue;
+        }
+        // Cluster by cluster, so that a difference is copied as a whole
+        // cluster (no partial-cluster copy-on-write in the image).
+        let mut c = pos;
+        while c < end {
+            let ce = (c - c % cs + cs).min(end);
+            let len = (ce - c) as usize;
+            img.read(c, &mut old_buf[..len]).await?;
+            new_buf[..len].fill(0);
+            if let Some(d) = new {
+                if c < new_size {
+                    let l = (new_size - c).min(len as u64) as usize;
+                    d.read(c, &mut new_buf[..l]).await?;
+                }
+            }
+            if old_buf[..len] != new_buf[..len] {
+                if c >= old_size {
+                    // Past the old backing file's end, what the image
+                    // showed is zeroes: a zero cluster, as QEMU writes
+                    // it, not a data cluster.
+                    img.write_zeroes(c, len as u64, false).await?;
+                } else {
+                    img.write(c, &old_buf[..len]).await?;
+                }
+            }
+            c = ce;
+        }
+        pos = end;
+    }
+    img.flush().await?;
+    Ok(())
+}
