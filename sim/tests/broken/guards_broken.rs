@@ -27,18 +27,18 @@ use sim::workload::Profile;
 
 /// Each variant and the first seed of 0..500 that catches it.
 const FIRST_FAILING: [(Broken, u64); 20] = [
-    (Broken::LinkBeforeData, 5),
+    (Broken::LinkBeforeData, 1),
     (Broken::SkipDataFlushBeforeL2, 20),
     (Broken::SkipRefcountFlush, 1),
     (Broken::SkipReftableFlush, 11),
-    (Broken::SkipL2Flush, 50),
+    (Broken::SkipL2Flush, 82),
     (Broken::FlushSkipsWhenClean, 0),
     (Broken::ReuseBeforeDurable, 1),
     (Broken::FreeIgnoresInflightIo, 1),
     (Broken::NoDirtyBit, 3),
     (Broken::EvictWithoutFlush, 15),
     (Broken::SkipDataFileFlush, 7),
-    (Broken::HeaderBeforeReftable, 38),
+    (Broken::HeaderBeforeReftable, 44),
     (Broken::GrowthForgetsNewBlocks, 1),
     (Broken::RefblockForgetsItself, 1),
     (Broken::FreshIgnoresReuse, 15),
