@@ -539,7 +539,12 @@ fn run_op(
             model.flush_completed(id, status(&r));
             r?;
         }
-        Op::Read { sector, sectors } => {
+        // One request at a time: a background read is sent as a read (the
+        // driver has no groups running beside it to outlive).
+        Op::Read { sector, sectors }
+        | Op::BackgroundRead {
+            sector, sectors, ..
+        } => {
             let mut buf = vec![0u8; (sectors * ss) as usize];
             model.read_issued(id, SectorRange::new(sector, sectors));
             match client.read(sector * ss, &mut buf) {
