@@ -98,16 +98,18 @@ fn a_campaign_on_qemus_driver_passes() {
 /// `--driver imago`: the imago library over the same simulated disk (its
 /// storage an NBD client of it) passes a case, and fails it on a disk
 /// that ignores flushes; a version 2 image is skipped (imago refuses
-/// discards there).
+/// discards there). Seed 3: seed 1's case, since the hazard cycles'
+/// background reads and armed guards, is one imago fails (its L1 and L2
+/// writes reach the disk before the refcount blocks are flushed).
 #[test]
 fn a_case_on_imago_passes_and_fails_on_a_disk_that_ignores_flush() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let out = qcsim(
-        &["run", "--seed", "1", "--driver", "imago", "--corpus", "c"],
+        &["run", "--seed", "3", "--driver", "imago", "--corpus", "c"],
         d,
     );
-    assert!(out.contains("seed 1 (imago): PASS"), "{out}");
+    assert!(out.contains("seed 3 (imago): PASS"), "{out}");
     assert!(number_before(&out, "crash states") > 0, "{out}");
     assert!(number_before(&out, "flushes from imago") > 0, "{out}");
     let broken = exec(
@@ -115,7 +117,7 @@ fn a_case_on_imago_passes_and_fails_on_a_disk_that_ignores_flush() {
         &[
             "run",
             "--seed",
-            "1",
+            "3",
             "--driver",
             "imago",
             "--disk-ignores-flush",
@@ -125,7 +127,7 @@ fn a_case_on_imago_passes_and_fails_on_a_disk_that_ignores_flush() {
         d,
     );
     assert_eq!(broken.status.code(), Some(1), "{}", text(&broken));
-    assert!(d.join("c/imago-seed-1/case.json").is_file());
+    assert!(d.join("c/imago-seed-3/case.json").is_file());
     let v2 = qcsim(
         &["run", "--seed", "0", "--driver", "imago", "--corpus", "c"],
         d,
