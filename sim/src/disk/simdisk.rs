@@ -223,6 +223,12 @@ impl SimDisk {
         self.inner.state.borrow().counters
     }
 
+    /// Flushes issued so far (`counters().flushes` without copying every
+    /// count: runs that crash at a flush read it after every step).
+    pub fn flushes(&self) -> u64 {
+        self.inner.state.borrow().counters.flushes
+    }
+
     /// Every fault injected so far, in issue order.
     pub fn injected_faults(&self) -> Vec<InjectedFault> {
         self.inner.state.borrow().injected.clone()

@@ -257,13 +257,13 @@ impl<'a> Run<'a> {
             self.spawn_op(img, id, op);
         }
         let disk = self.disk.clone();
-        let before = disk.counters().flushes;
+        let before = disk.flushes();
         let target = before.saturating_add(n);
-        match self.sim.run_until(|| disk.counters().flushes >= target) {
-            Ok(_) if disk.counters().flushes >= target => Ok(true),
+        match self.sim.run_until(|| disk.flushes() >= target) {
+            Ok(_) if disk.flushes() >= target => Ok(true),
             Ok(_) => Err(EnumerateError::NoSuchFlush {
                 group: g,
-                issued: disk.counters().flushes - before,
+                issued: disk.flushes() - before,
                 wanted: n,
             }),
             Err(e) => {

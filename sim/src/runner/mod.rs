@@ -185,6 +185,11 @@ fn dirty_bit(store: &SparseStore) -> bool {
     u64::from_be_bytes(b) & 1 != 0
 }
 
+/// Flushes issued on `disks` so far, together.
+fn flushes_on(disks: &[SimDisk]) -> u64 {
+    disks.iter().map(SimDisk::flushes).sum()
+}
+
 /// What a group waits for: its operations but background reads, and the
 /// start of those.
 struct Foreground {
@@ -491,11 +496,10 @@ impl<'a> Run<'a> {
                 // the later steps of a writeback.
                 let n = self.crash_rng.gen_range(1..=AT_FLUSH_MAX);
                 let disks = self.crashing_disks();
-                let flushes = |d: &[SimDisk]| d.iter().map(|d| d.counters().flushes).sum::<u64>();
-                let mut seen = flushes(&disks);
+                let mut seen = flushes_on(&disks);
                 let rng = &mut self.crash_rng;
                 let end = self.sim.run_until(|| {
-                    let now = flushes(&disks);
+                    let now = flushes_on(&disks);
                     while seen < now {
                         seen += 1;
                         if rng.gen_ratio(1, n) {
@@ -558,7 +562,6 @@ impl<'a> Run<'a> {
     /// guarded flush issued in the same step as its guard is the one.
     fn run_to_guard(&mut self, img: &Rc<Img>, fg: &Foreground) -> Result<Option<Guard>, ExecError> {
         let disks = self.crashing_disks();
-        let flushes = |d: &[SimDisk]| d.iter().map(|d| d.counters().flushes).sum::<u64>();
         // Each armed guard's count as last seen.
         let mut seen: Vec<(Guard, u64)> = self
             .armed
@@ -567,10 +570,10 @@ impl<'a> Run<'a> {
             .collect();
         let one_in = self.case.disk.crash.at_guard_one_in.max(1);
         let rng = &mut self.guard_rng;
-        let mut before = flushes(&disks);
+        let mut before = flushes_on(&disks);
         let mut arose: Option<(Guard, u64)> = None;
         let end = self.sim.run_until(|| {
-            let now = flushes(&disks);
+            let now = flushes_on(&disks);
             for (g, n) in seen.iter_mut() {
                 let count = img.guard_count(*g);
                 while arose.is_none() && *n < count {
@@ -585,7 +588,7 @@ impl<'a> Run<'a> {
             matches!(arose, Some((_, at)) if now > at) || fg.done()
         })?;
         Ok(match (end, arose) {
-            (RunEnd::Stopped, Some((g, at))) if flushes(&disks) > at => Some(g),
+            (RunEnd::Stopped, Some((g, at))) if flushes_on(&disks) > at => Some(g),
             // The group ended with the guard's flush never issued (a
             // failed write poisoned the image): the guard stays armed.
             _ => None,
@@ -608,13 +611,13 @@ impl<'a> Run<'a> {
             progress(g, groups.len());
             let live = img.take().expect("an open image between groups");
             let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
-            let flushes_before = self.disk.counters().flushes;
+            let flushes_before = self.disk.flushes();
             let end = self.run_group_armed(&live, g, ops, crash, !crash);
             if end == GroupEnd::Hung {
                 return;
             }
             self.group_flushes
-                .push(self.disk.counters().flushes - flushes_before);
+                .push(self.disk.flushes() - flushes_before);
             if crash || end == GroupEnd::GuardCrash {
                 self.sim.abort_all();
                 self.background.clear();

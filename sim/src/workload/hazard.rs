@@ -153,6 +153,13 @@ fn write_whole(geom: &Geometry, c: u64) -> Op {
     geom.write(s, n)
 }
 
+/// `W(c) F`, each on its own: cluster `c` gets a host cluster, durably,
+/// before a cycle over it.
+fn written_and_flushed(b: &mut Builder, geom: &Geometry, c: u64) {
+    b.one(write_whole(geom, c));
+    b.one(Op::Flush);
+}
+
 fn read_whole(geom: &Geometry, c: u64) -> Op {
     let (s, n) = whole(geom, c);
     geom.read(s, n)
@@ -161,8 +168,7 @@ fn read_whole(geom: &Geometry, c: u64) -> Op {
 /// `W(a) F free(a) [F] W(b) [crash]`, step by step: the host cluster of
 /// `a` is reused for `b`, before the free is durable or after.
 fn reuse(rng: &mut ChaCha8Rng, b: &mut Builder, geom: &Geometry, a: u64, c: u64, crash: bool) {
-    b.one(write_whole(geom, a));
-    b.one(Op::Flush);
+    written_and_flushed(b, geom, a);
     b.one(free(rng, geom, a));
     if rng.gen_bool(0.5) {
         b.one(Op::Flush);
@@ -198,8 +204,7 @@ fn long_group(
     others: [u64; 2],
     crash: bool,
 ) {
-    b.one(write_whole(geom, a));
-    b.one(Op::Flush);
+    written_and_flushed(b, geom, a);
     // One to four reads of it, each a chance for the disk to hold one
     // (a latency outlier) past the rest of the cycle.
     let mut ops = vec![read_whole(geom, a); rng.gen_range(1..=4)];
@@ -238,8 +243,7 @@ fn outlived_read(
     c: u64,
     crash: bool,
 ) {
-    b.one(write_whole(geom, a));
-    b.one(Op::Flush);
+    written_and_flushed(b, geom, a);
     let (s, n) = whole(geom, a);
     // Half the time the first of them asks to be held long itself; else
     // only the disk's outliers hold one.
@@ -280,8 +284,7 @@ fn flush_in_flight(
     c: u64,
     crash: bool,
 ) {
-    b.one(write_whole(geom, a));
-    b.one(Op::Flush);
+    written_and_flushed(b, geom, a);
     let mut ops = vec![write_whole(geom, c), Op::Flush];
     if rng.gen_bool(0.5) {
         ops.push(partial(geom, a));
