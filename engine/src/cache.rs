@@ -90,6 +90,21 @@ impl TableCache {
         self.victim(&[keep])
     }
 
+    /// With the cache full, the least recently used clean table other
+    /// than `keep`. None while there is room or when every other table is
+    /// dirty: the cache then holds more than its capacity (see
+    /// `Image::write_meta`: a poisoned image writes nothing back).
+    pub fn clean_victim_if_full(&self, keep: u64) -> Option<u64> {
+        if !self.is_full() {
+            return None;
+        }
+        self.tables
+            .iter()
+            .filter(|(o, t)| **o != keep && !t.dirty)
+            .min_by_key(|(_, t)| t.last_use)
+            .map(|(o, _)| *o)
+    }
+
     /// A copy of the table at `offset`, if it is cached and dirty.
     pub fn dirty_table(&self, offset: u64) -> Option<Vec<u8>> {
         self.dirty_tables()

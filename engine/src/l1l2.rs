@@ -109,6 +109,11 @@ impl L1L2 {
         self.l2.victim_if_full(keep)
     }
 
+    /// The victim a poisoned image may evict: a clean one, or none.
+    pub(crate) fn clean_l2_victim(&self, keep: u64) -> Option<(u64, bool)> {
+        self.l2.clean_victim_if_full(keep).map(|o| (o, false))
+    }
+
     pub(crate) fn remove_l2(&mut self, off: u64) {
         self.l2.remove(off);
     }

@@ -85,7 +85,16 @@ impl<D: BlockDev> Image<D> {
 
     async fn make_room_l2(&self, keep: u64) -> Result<()> {
         loop {
-            let victim = self.meta.borrow().tables.l2_victim(keep);
+            let victim = {
+                // As make_room_rc: a poisoned image evicts only clean
+                // tables.
+                let m = self.meta.borrow();
+                if m.poisoned {
+                    m.tables.clean_l2_victim(keep)
+                } else {
+                    m.tables.l2_victim(keep)
+                }
+            };
             let Some((voff, dirty)) = victim else {
                 return Ok(());
             };

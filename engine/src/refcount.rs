@@ -45,7 +45,16 @@ impl<D: BlockDev> Image<D> {
 
     async fn make_room_rc(&self, keep: u64) -> Result<()> {
         loop {
-            let victim = self.meta.borrow().refs.block_victim(keep);
+            let victim = {
+                // A poisoned image writes nothing back: it evicts only
+                // clean blocks, and keeps dirty ones past the capacity.
+                let m = self.meta.borrow();
+                if m.poisoned {
+                    m.refs.clean_block_victim(keep)
+                } else {
+                    m.refs.block_victim(keep)
+                }
+            };
             let Some((voff, dirty)) = victim else {
                 return Ok(());
             };
@@ -58,6 +67,9 @@ impl<D: BlockDev> Image<D> {
                 let data = self.meta.borrow().refs.dirty_block(voff);
                 if let Some(data) = data {
                     self.write_meta(voff, &data).await?;
+                    // Not flushed here: the writeback's refcount step
+                    // flushes it before any table entry pointing at it.
+                    self.meta.borrow_mut().refs.note_block_written();
                     self.count(|c| c.refcount_writebacks += 1);
                 }
             }
@@ -65,8 +77,16 @@ impl<D: BlockDev> Image<D> {
         }
     }
 
-    /// A metadata write; an error poisons the image.
+    /// A metadata write; an error poisons the image. A poisoned image
+    /// writes no more metadata (fail-stop): after a failed write or flush
+    /// the disk may have dropped what it held (Linux may drop dirty pages
+    /// at a failed fsync), so a later write relying on it, in a task that
+    /// was already past its poison check, could make the image
+    /// inconsistent where stopping leaves it as a crash would.
     pub(crate) async fn write_meta(&self, off: u64, data: &[u8]) -> Result<()> {
+        if self.meta.borrow().poisoned {
+            return Err(Error::Poisoned);
+        }
         if let Err(e) = self.dev.write(off, data, WriteFlags::default()).await {
             self.meta.borrow_mut().poisoned = true;
             return Err(e.into());
@@ -391,7 +411,10 @@ impl<D: BlockDev> Image<D> {
         let dirty = self.meta.borrow().refs.dirty_blocks();
         for (off, data) in &dirty {
             self.write_meta(*off, data).await?;
-            self.meta.borrow_mut().refs.mark_block_clean(*off, data);
+            let mut m = self.meta.borrow_mut();
+            m.refs.mark_block_clean(*off, data);
+            m.refs.note_block_written();
+            drop(m);
             self.count(|c| c.refcount_writebacks += 1);
         }
         Ok(!dirty.is_empty())
@@ -400,6 +423,7 @@ impl<D: BlockDev> Image<D> {
     /// A device flush the engine needed, counted.
     pub(crate) async fn device_flush(&self) -> Result<()> {
         self.count(|c| c.device_flushes += 1);
+        let mark = self.meta.borrow().refs.flush_mark();
         // Guest data in a data file must be durable before the metadata
         // written after this flush can point at it.
         if let Some(data) = &self.data {
@@ -414,6 +438,7 @@ impl<D: BlockDev> Image<D> {
             self.meta.borrow_mut().poisoned = true;
             return Err(e.into());
         }
+        self.meta.borrow_mut().refs.note_flushed(mark);
         Ok(())
     }
 

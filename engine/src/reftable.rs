@@ -17,7 +17,11 @@
 //!   change to a refcount goes through `set`, which marks it;
 //! - every access that reads or changes a cached block counts as a use
 //!   for the LRU order: the order of calls here decides which block is
-//!   evicted next.
+//!   evicted next;
+//! - `written` counts completed refcount block writes and `durable` the
+//!   first that many of them a completed device flush covers, so
+//!   `written > durable` exactly when a block write (a writeback, or an
+//!   eviction, which writes without a flush) may still be volatile.
 //!
 //! Part of `Meta`, protected by `Image::meta_lock` like the rest of it.
 
@@ -34,6 +38,10 @@ pub(crate) struct RefTable {
     /// Lazy refcounts: refcount blocks are written only at close or
     /// eviction, under the dirty bit.
     lazy: bool,
+    /// Refcount block writes completed this session.
+    written: u64,
+    /// How many of those a completed device flush made durable.
+    durable: u64,
 }
 
 impl RefTable {
@@ -47,7 +55,31 @@ impl RefTable {
             blocks: TableCache::new(cache_blocks),
             bits,
             lazy,
+            written: 0,
+            durable: 0,
         }
+    }
+
+    /// A refcount block write completed.
+    pub(crate) fn note_block_written(&mut self) {
+        self.written += 1;
+    }
+
+    /// What a device flush issued now will cover: pass it to
+    /// [`RefTable::note_flushed`] when the flush completes. Writes
+    /// completing while it is in flight are not covered.
+    pub(crate) fn flush_mark(&self) -> u64 {
+        self.written
+    }
+
+    /// A device flush issued at `mark` completed.
+    pub(crate) fn note_flushed(&mut self, mark: u64) {
+        self.durable = self.durable.max(mark);
+    }
+
+    /// Some completed refcount block write may not be durable yet.
+    pub(crate) fn blocks_volatile(&self) -> bool {
+        self.written > self.durable
     }
 
     /// The refcount table.
@@ -119,6 +151,11 @@ impl RefTable {
     /// (offset, dirty).
     pub(crate) fn block_victim(&self, keep: u64) -> Option<(u64, bool)> {
         self.blocks.victim_if_full(keep)
+    }
+
+    /// The victim a poisoned image may evict: a clean one, or none.
+    pub(crate) fn clean_block_victim(&self, keep: u64) -> Option<(u64, bool)> {
+        self.blocks.clean_victim_if_full(keep).map(|o| (o, false))
     }
 
     pub(crate) fn remove_block(&mut self, off: u64) {

@@ -120,9 +120,12 @@ impl<D: BlockDev> Image<D> {
             let mut table = self.meta.borrow().tables.l1().to_vec();
             table.resize((clusters * cs / 8) as usize, 0);
             self.write_meta(new_off, &be64_bytes(&table)).await?;
-            // The new table and the refcounts that count it are durable
-            // before the header names it.
-            self.write_dirty_refblocks().await?;
+            // The new table and the refcounts that count it (with any
+            // refcount block, and table entry, the allocation created) are
+            // durable before the header names it; under lazy refcounts the
+            // dirty bit stands in for them.
+            self.ensure_dirty_bit().await?;
+            self.writeback_refcount_phase().await?;
             self.device_flush().await?;
             table.truncate(needed as usize);
             let mut m = self.meta.borrow_mut();

@@ -44,7 +44,11 @@ impl<D: BlockDev> Image<D> {
             return Ok(false);
         }
         let mut flushed = false;
-        if self.write_dirty_refblocks().await? {
+        self.write_dirty_refblocks().await?;
+        // Blocks written here, and blocks an eviction wrote since the last
+        // flush (`make_room_rc` writes without one): durable before the
+        // table entries and L2 entries that rely on them.
+        if self.meta.borrow().refs.blocks_volatile() {
             self.guard_arose(Guard::RefcountFlushBeforeL2);
             // The broken variant skips the flush but reports it done, so
             // that the caller's own ordering flush is skipped too.

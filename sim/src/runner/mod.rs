@@ -656,9 +656,12 @@ impl<'a> Run<'a> {
             .collect()
     }
 
+    /// Off, or back to what each disk's case options say (`true` never
+    /// turns on the faults of a case whose `faults.enabled` is false: the
+    /// shrinker's "no faults" step relies on it).
     fn set_faults_enabled(&self, on: bool) {
         for d in self.crashing_disks() {
-            d.set_faults_enabled(on);
+            d.set_faults_enabled(on && d.options().faults.enabled);
         }
     }
 

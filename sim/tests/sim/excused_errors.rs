@@ -37,3 +37,35 @@ fn every_failed_op_of_faulty_cases_is_counted_by_what_excused_it() {
     assert!(failed > 0, "no operation failed in {cases} faulty cases");
     assert!(by_fault > 0, "no error was excused by a fault in flight");
 }
+
+/// `faults.enabled: false` switches every fault off for the whole run,
+/// whatever the rates say: the runner turns faults off around its own
+/// steps (create, recovery) and must turn them back on only for a case
+/// that has them. The shrinker's "no faults" step is this one switch.
+#[test]
+fn a_case_with_faults_disabled_injects_none() {
+    let mut seen = 0;
+    for seed in 0..200 {
+        let mut case = Case::generate(seed, Profile::Random);
+        if !case.disk.faults.enabled {
+            continue;
+        }
+        let on = run_case(&case, &RunOptions::default());
+        if on.stats.faults_injected == 0 {
+            continue;
+        }
+        case.disk.faults.enabled = false;
+        let off = run_case(&case, &RunOptions::default());
+        assert!(off.passed(), "seed {seed}: {:#?}", off.failures);
+        assert_eq!(
+            off.stats.faults_injected, 0,
+            "seed {seed}: faults injected with faults.enabled false"
+        );
+        assert_eq!(off.stats.failed_ops, 0, "seed {seed}: ops failed");
+        seen += 1;
+        if seen == 6 {
+            break;
+        }
+    }
+    assert_eq!(seen, 6, "too few cases with injected faults in 200 seeds");
+}
