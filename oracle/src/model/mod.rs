@@ -13,5 +13,5 @@ mod types;
 mod violation;
 
 pub use state::{Model, Stats};
-pub use types::{OpId, SectorRange, Status, Value, WriteKind};
+pub use types::{DiscardContract, OpId, SectorRange, Status, Value, WriteKind};
 pub use violation::{summarize, Violation, When};

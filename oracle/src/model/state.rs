@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::history::{self, Entry, Put, Seq};
-use super::types::{OpId, SectorRange, Status, Value, WriteKind};
+use super::types::{DiscardContract, OpId, SectorRange, Status, Value, WriteKind};
 use super::violation::{Violation, When};
 use crate::data::{decode, BackingData, WriteId, SECTOR_SIZE};
 
@@ -79,6 +79,8 @@ pub struct Model {
     ids: BTreeSet<WriteId>,
     recovery: Option<Recovery>,
     stats: Stats,
+    /// What a discard promises ([`Model::with_discard_contract`]).
+    discard: DiscardContract,
 }
 
 impl Model {
@@ -100,7 +102,15 @@ impl Model {
             ids: BTreeSet::new(),
             recovery: None,
             stats: Stats::default(),
+            discard: DiscardContract::default(),
         }
+    }
+
+    /// The model holding discards to `contract` (the default is
+    /// [`DiscardContract::Advisory`], what qcsim's engine promises).
+    pub fn with_discard_contract(mut self, contract: DiscardContract) -> Model {
+        self.discard = contract;
+        self
     }
 
     pub fn sectors(&self) -> u64 {
@@ -173,7 +183,12 @@ impl Model {
         let put = match kind {
             WriteKind::Data(id) => Put::Value(Value::Data(id)),
             WriteKind::Zero => Put::Value(Value::Zero),
-            WriteKind::Discard => Put::Discard,
+            WriteKind::Discard => match self.discard {
+                DiscardContract::Advisory => Put::Discard,
+                // Anything from now on, whatever the sector held before
+                // (so it may hide older values like a write).
+                DiscardContract::Unspecified => Put::Value(Value::Unspecified),
+            },
         };
         let old = self.writes.insert(op, PendingWrite { range });
         assert!(old.is_none(), "{op} issued twice");
@@ -550,6 +565,10 @@ fn check_sector(
     violations: &mut Vec<Violation>,
 ) -> Option<Value> {
     let observed = decode(bytes);
+    if allowed.contains(&Value::Unspecified) {
+        // It stays anything until written again, in the next epoch too.
+        return Some(Value::Unspecified);
+    }
     let value = Value::of_content(observed, sector);
     if !value.is_some_and(|v| allowed.contains(&v)) {
         history::normalise(allowed);

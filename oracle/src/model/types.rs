@@ -68,6 +68,24 @@ pub enum Value {
     /// the next epoch so that the run can go on, already failed, without
     /// reporting the same sector again.
     Garbage,
+    /// Anything at all: a discarded sector under
+    /// [`DiscardContract::Unspecified`], until it is written again.
+    Unspecified,
+}
+
+/// What a discard promises about the sectors it covers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DiscardContract {
+    /// qcsim's engine: each sector reads as zeroes, the backing file's
+    /// data or its old value ([`WriteKind::Discard`]), also after a crash.
+    #[default]
+    Advisory,
+    /// The block layer's contract (NBD's TRIM, Linux's discard): nothing
+    /// may be assumed about the contents until they are written again.
+    /// A driver held to this may, after a crash, show there data the
+    /// guest wrote elsewhere after the discard (QEMU reuses a discarded
+    /// cluster before the L2 change unlinking it is durable).
+    Unspecified,
 }
 
 impl Value {
@@ -91,6 +109,7 @@ impl std::fmt::Display for Value {
             Value::Backing => write!(f, "backing data"),
             Value::Data(id) => write!(f, "{id}"),
             Value::Garbage => write!(f, "the garbage an earlier recovery found"),
+            Value::Unspecified => write!(f, "anything (discarded, the contract unspecified)"),
         }
     }
 }

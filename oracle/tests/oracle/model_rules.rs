@@ -5,7 +5,7 @@ use oracle::data::{
     fill_backing, fill_written, BackingData, BackingPattern, Content, WriteId, SECTOR_SIZE,
 };
 use oracle::model::{
-    summarize, Model, OpId, SectorRange, Status, Value, Violation, When, WriteKind,
+    summarize, DiscardContract, Model, OpId, SectorRange, Status, Value, Violation, When, WriteKind,
 };
 
 const DISK: u64 = 64;
@@ -232,6 +232,46 @@ fn discard_without_backing_allows_old_or_zero() {
     r.read(0, &[S::Zero]).unwrap();
     let v = only(r.read(0, &[S::Backing]));
     assert_eq!(v.allowed, vec![Value::Zero, Value::Data(WriteId(1))]);
+}
+
+/// The shape QEMU makes (a discarded cluster reused by a later write to
+/// another guest offset before the unlinking L2 change is durable): after
+/// the crash the discarded sector holds that write's data, meant for
+/// sector 9. The engine's contract calls it a violation; the block
+/// layer's contract (external drivers) allows anything until the sector
+/// is written again, in the next epoch too, and only there.
+#[test]
+fn discard_contract_unspecified_allows_anything_until_rewritten() {
+    let crash_after_reuse = |contract| {
+        let mut r = Run::new();
+        r.m = Model::new(DISK, None).with_discard_contract(contract);
+        r.write(1, 0, 1);
+        r.flush();
+        let d = r.issue(0, 1, WriteKind::Discard);
+        r.m.write_completed(d, Status::Ok);
+        r.write(2, 9, 1);
+        r.recover(0, &[S::Misplaced(2, 9)], S::Zero)
+    };
+    let v = only(crash_after_reuse(DiscardContract::Advisory));
+    assert_eq!(v.allowed, vec![Value::Zero, Value::Data(WriteId(1))]);
+
+    let mut r = Run::new();
+    r.m = Model::new(DISK, None).with_discard_contract(DiscardContract::Unspecified);
+    r.write(1, 0, 2);
+    r.flush();
+    let d = r.issue(0, 1, WriteKind::Discard);
+    r.m.write_completed(d, Status::Ok);
+    r.read(0, &[S::Junk]).unwrap();
+    r.read(0, &[S::Misplaced(1, 1)]).unwrap();
+    // Sector 1 was not discarded: still exact.
+    only(r.read(1, &[S::Zero]));
+    r.recover(0, &[S::Misplaced(1, 1), S::W(1)], S::Zero)
+        .unwrap();
+    // Still anything in the next epoch, until written again.
+    r.read(0, &[S::Junk]).unwrap();
+    r.write(3, 0, 1);
+    let v = only(r.read(0, &[S::Junk]));
+    assert_eq!(v.allowed, vec![Value::Data(WriteId(3))]);
 }
 
 #[test]

@@ -69,7 +69,9 @@ impl Device {
                 Value::Zero => {}
                 Value::Backing => fill_backing(chunk, s),
                 Value::Data(id) => fill_written(chunk, *id, s),
-                Value::Garbage => unreachable!("the device never makes garbage"),
+                Value::Garbage | Value::Unspecified => {
+                    unreachable!("the device never makes garbage; discards are advisory")
+                }
             }
         }
         buf

@@ -1297,7 +1297,7 @@ fn wrong_sector(
                     write_ids.push(id.0);
                     (Some(id.0), true)
                 }
-                Value::Garbage => (None, false),
+                Value::Garbage | Value::Unspecified => (None, false),
             };
             AllowedValue {
                 value: value.to_string(),
