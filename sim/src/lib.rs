@@ -13,6 +13,7 @@ pub mod bench;
 pub mod campaign;
 pub mod case;
 pub mod disk;
+pub mod driver;
 pub mod exec;
 pub mod exhaust;
 pub mod iotrace;

@@ -161,7 +161,7 @@ pub fn enumerate_crash_states_at(
         return Err(EnumerateError::DataFile);
     }
     let run_opts = RunOptions::default();
-    let mut first = Run::fresh(case, &run_opts);
+    let mut first = Run::fresh(case, &run_opts, &crate::driver::EngineDriver);
     let reached = first.run_to_crash(group, at)?;
     let mut report = EnumerateReport {
         group,
@@ -196,7 +196,7 @@ pub fn enumerate_crash_states_at(
         if !keep(&image) {
             continue;
         }
-        let mut run = Run::fresh(case, &run_opts);
+        let mut run = Run::fresh(case, &run_opts, &crate::driver::EngineDriver);
         run.run_to_crash(group, at)?;
         if run.sim.trace_hash() != prefix_hash {
             return Err(EnumerateError::Diverged { index });

@@ -37,7 +37,9 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use engine::dev::IoOp;
-use engine::{Guard, Image};
+use engine::Guard;
+
+use crate::driver::{Driver, DriverKind, EngineDriver};
 use oracle::check::FindingKind;
 use oracle::data::{fill_write_buffer, WriteId, SECTOR_SIZE};
 use oracle::model::{Model, OpId, SectorRange, Status, Violation, WriteKind};
@@ -71,7 +73,8 @@ const CRASH_HORIZON_NS: u64 = 3_000_000;
 /// Violations reported in full per check (the rest are counted).
 const VIOLATIONS_SHOWN: usize = 8;
 
-type Img = Image<SimDisk>;
+/// The image under test, behind the driver interface (`crate::driver`).
+type Img = Box<dyn Driver>;
 
 /// State shared by the op tasks of a run.
 struct Shared {
@@ -83,6 +86,8 @@ struct Shared {
 struct Run<'a> {
     case: &'a Case,
     opts: &'a RunOptions,
+    /// The driver under test.
+    driver: &'a dyn DriverKind,
     sim: Sim,
     /// The group running (0 during setup, the last one at the end): where
     /// a hang or livelock is reported.
@@ -341,7 +346,20 @@ pub fn run_case_measured(
     opts: &RunOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> (RunReport, Footprint) {
-    let mut run = Run::fresh(case, opts);
+    run_case_on(case, opts, &EngineDriver, progress)
+}
+
+/// [`run_case_measured`] with `driver` in place of qcsim's engine: the
+/// same workload, schedule, disks, crashes, model and checker, with the
+/// engine's own counters and guard counts at zero unless the driver
+/// reports them (`crate::driver`).
+pub fn run_case_on(
+    case: &Case,
+    opts: &RunOptions,
+    driver: &dyn DriverKind,
+    progress: &mut dyn FnMut(usize, usize),
+) -> (RunReport, Footprint) {
+    let mut run = Run::fresh(case, opts, driver);
     run.go(progress);
     let chunks = |s: SparseStore| s.allocated() / crate::disk::CHUNK;
     let footprint = Footprint {
@@ -358,7 +376,7 @@ pub fn run_case_measured(
 /// [`CrashAt::DeviceFlush`] can name in each group.
 pub fn run_case_counting_flushes(case: &Case) -> (RunReport, Vec<u64>) {
     let opts = RunOptions::default();
-    let mut run = Run::fresh(case, &opts);
+    let mut run = Run::fresh(case, &opts, &EngineDriver);
     run.go(&mut |_, _| {});
     let flushes = std::mem::take(&mut run.group_flushes);
     (run.report(), flushes)
@@ -409,7 +427,7 @@ impl Run<'_> {
 
 impl<'a> Run<'a> {
     /// A run of `case`, not yet started.
-    fn fresh(case: &'a Case, opts: &'a RunOptions) -> Run<'a> {
+    fn fresh(case: &'a Case, opts: &'a RunOptions, driver: &'a dyn DriverKind) -> Run<'a> {
         // The case's schedule policy (uniform for a case saved before
         // cases recorded one, as `Sim::new`), and budgets that no run that
         // stays within them can observe.
@@ -422,6 +440,7 @@ impl<'a> Run<'a> {
         Run {
             case,
             opts,
+            driver,
             disk: SimDisk::new(&sim, setup::quiet_disk()).expect("quiet disk options are valid"),
             sim,
             group: 0,
@@ -1402,7 +1421,7 @@ mod tests {
     fn a_request_that_never_completes_is_a_failure_not_a_panic() {
         let case = Case::generate(1, Profile::Mixed);
         let opts = RunOptions::default();
-        let run = Run::fresh(&case, &opts);
+        let run = Run::fresh(&case, &opts, &crate::driver::EngineDriver);
         match run.block("waiting forever", std::future::pending::<()>()) {
             Err(Failure::Hang { group: 0, message }) => {
                 assert!(message.starts_with("waiting forever: hang"), "{message}")

@@ -115,15 +115,15 @@ impl Run<'_> {
             self.data = Some(data);
         }
         self.set_faults_enabled(false);
-        let d = self.disk.clone();
-        let data = self.data.clone();
-        let co = case.image.create.clone();
-        self.block("create", async move {
-            Image::create_with_data(&d, data.as_ref(), &co).await
-        })?
-        .map_err(|e| Failure::Engine {
-            what: format!("create: {e}"),
-        })?;
+        let created = self.driver.create(
+            self.disk.clone(),
+            self.data.clone(),
+            case.image.create.clone(),
+        );
+        self.block("create", created)?
+            .map_err(|e| Failure::Engine {
+                what: format!("create: {e}"),
+            })?;
         let img = self
             .open_image("open after create")?
             .map_err(|e| Failure::Engine {
@@ -137,13 +137,12 @@ impl Run<'_> {
     /// disk, and attach the backing file. The outer error is a hang of the
     /// executor while doing `what`, the inner one the engine's.
     pub(super) fn open_image(&self, what: &str) -> Result<Result<Img, engine::Error>, Failure> {
-        let d = self.disk.clone();
-        let data = self.data.clone();
-        let eo = self.case.engine.clone();
-        let mut img = match self.block(
-            what,
-            async move { Image::open_with_data(d, data, eo).await },
-        )? {
+        let opened = self.driver.open(
+            self.disk.clone(),
+            self.data.clone(),
+            self.case.engine.clone(),
+        );
+        let mut img = match self.block(what, opened)? {
             Ok(img) => img,
             Err(e) => return Ok(Err(e)),
         };
@@ -163,7 +162,9 @@ impl Run<'_> {
                     Backing::Qcow2(Box::new(bimg))
                 }
             };
-            img.attach_backing(backing);
+            if let Err(e) = img.attach_backing(backing) {
+                return Ok(Err(e));
+            }
         }
         Ok(Ok(img))
     }

@@ -17,6 +17,7 @@ mod disk_engine;
 mod disk_faults;
 mod disk_outliers;
 mod disk_semantics;
+mod driver_interface;
 mod dump_snapshots;
 mod enumerate_states;
 mod excused_errors;

@@ -1,0 +1,154 @@
+//! The driver interface: what the runner needs of the qcow2 driver it
+//! tests in process on the simulated disks, so that a driver other than
+//! qcsim's engine plugs in with an adapter and runs under the same
+//! workloads, schedules, crashes, model and checker, deterministically.
+//!
+//! [`DriverKind`] makes and opens images on the simulated disks;
+//! [`Driver`] is an opened image as the runner drives it: the five guest
+//! requests and the clean close, plus what only the engine can say (its
+//! counters, how often each guard's condition arose, where a guest sector
+//! lives on the host), which other drivers leave at their defaults.
+//! [`EngineDriver`] is qcsim's engine behind both; [`crate::runner`]
+//! drives only these traits, and `run_case_on` takes the kind.
+//!
+//! Drivers run on the simulation's single-threaded executor: their
+//! futures need not be `Send`, and they must do their I/O through the
+//! `SimDisk`s they are given (any other clock, thread or I/O would make a
+//! run depend on more than its case). Errors are the engine's
+//! [`engine::Error`]: an adapter maps its own into it, I/O errors into
+//! `Error::Io` so that the runner can excuse those an injected fault
+//! explains. Drivers out of process (QEMU over NBD) have their own,
+//! synchronous interface, `qemu::run::Guest` in the `qcsim` crate.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use engine::{Backing, Counters, CreateOptions, EngineOptions, Error, Guard, Image};
+
+use crate::disk::SimDisk;
+
+/// A driver's request in flight.
+pub type DriverFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + 'a>>;
+
+/// An opened image, as the runner drives it.
+pub trait Driver {
+    /// Read `buf.len()` guest bytes at `offset`.
+    fn read<'a>(&'a self, offset: u64, buf: &'a mut [u8]) -> DriverFuture<'a, ()>;
+    /// Write `data` at guest `offset`.
+    fn write<'a>(&'a self, offset: u64, data: &'a [u8]) -> DriverFuture<'a, ()>;
+    /// Make `len` guest bytes at `offset` read as zeroes (`unmap`: the
+    /// clusters may be deallocated).
+    fn write_zeroes(&self, offset: u64, len: u64, unmap: bool) -> DriverFuture<'_, ()>;
+    /// Discard `len` guest bytes at `offset` (advisory).
+    fn discard(&self, offset: u64, len: u64) -> DriverFuture<'_, ()>;
+    /// Make every completed write durable.
+    fn flush(&self) -> DriverFuture<'_, ()>;
+    /// The clean close: write back everything, leave the image clean.
+    fn close(self: Box<Self>) -> DriverFuture<'static, ()>;
+
+    /// Read through `backing` where the image has no data (the runner
+    /// builds it: a raw disk, or the backing qcow2 opened read-only by the
+    /// engine). A driver without backing files refuses.
+    fn attach_backing(&mut self, backing: Backing<SimDisk>) -> Result<(), Error> {
+        drop(backing);
+        Err(Error::Unsupported(
+            "this driver does not take a backing file".into(),
+        ))
+    }
+    /// The engine's counters (zero for another driver).
+    fn counters(&self) -> Counters {
+        Counters::default()
+    }
+    /// How often `guard`'s condition arose (0 for another driver: armed
+    /// guard crashes then never fire).
+    fn guard_count(&self, guard: Guard) -> u64 {
+        let _ = guard;
+        0
+    }
+    /// The host offset guest byte `guest` maps to, if it maps to a data
+    /// cluster (for describing a wrong read; `None` when unknown).
+    fn host_offset(&self, guest: u64) -> DriverFuture<'_, Option<u64>> {
+        let _ = guest;
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// How a driver makes and opens images on the simulated disks.
+pub trait DriverKind {
+    /// Create an image with `options` on `disk` (its external data file,
+    /// if the options name one, on `data`).
+    fn create(
+        &self,
+        disk: SimDisk,
+        data: Option<SimDisk>,
+        options: CreateOptions,
+    ) -> DriverFuture<'static, ()>;
+    /// Open the image on `disk` (repairing it first if a crash left it
+    /// dirty, as opening must).
+    fn open(
+        &self,
+        disk: SimDisk,
+        data: Option<SimDisk>,
+        options: EngineOptions,
+    ) -> DriverFuture<'static, Box<dyn Driver>>;
+}
+
+/// qcsim's engine.
+pub struct EngineDriver;
+
+impl DriverKind for EngineDriver {
+    fn create(
+        &self,
+        disk: SimDisk,
+        data: Option<SimDisk>,
+        options: CreateOptions,
+    ) -> DriverFuture<'static, ()> {
+        Box::pin(async move { Image::create_with_data(&disk, data.as_ref(), &options).await })
+    }
+
+    fn open(
+        &self,
+        disk: SimDisk,
+        data: Option<SimDisk>,
+        options: EngineOptions,
+    ) -> DriverFuture<'static, Box<dyn Driver>> {
+        Box::pin(async move {
+            let img = Image::open_with_data(disk, data, options).await?;
+            Ok(Box::new(img) as Box<dyn Driver>)
+        })
+    }
+}
+
+impl Driver for Image<SimDisk> {
+    fn read<'a>(&'a self, offset: u64, buf: &'a mut [u8]) -> DriverFuture<'a, ()> {
+        Box::pin(Image::read(self, offset, buf))
+    }
+    fn write<'a>(&'a self, offset: u64, data: &'a [u8]) -> DriverFuture<'a, ()> {
+        Box::pin(Image::write(self, offset, data))
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, unmap: bool) -> DriverFuture<'_, ()> {
+        Box::pin(Image::write_zeroes(self, offset, len, unmap))
+    }
+    fn discard(&self, offset: u64, len: u64) -> DriverFuture<'_, ()> {
+        Box::pin(Image::discard(self, offset, len))
+    }
+    fn flush(&self) -> DriverFuture<'_, ()> {
+        Box::pin(Image::flush(self))
+    }
+    fn close(self: Box<Self>) -> DriverFuture<'static, ()> {
+        Box::pin(async move { Image::close(*self).await.map(|_| ()) })
+    }
+    fn attach_backing(&mut self, backing: Backing<SimDisk>) -> Result<(), Error> {
+        Image::attach_backing(self, backing);
+        Ok(())
+    }
+    fn counters(&self) -> Counters {
+        Image::counters(self)
+    }
+    fn guard_count(&self, guard: Guard) -> u64 {
+        Image::guard_count(self, guard)
+    }
+    fn host_offset(&self, guest: u64) -> DriverFuture<'_, Option<u64>> {
+        Box::pin(Image::host_offset(self, guest))
+    }
+}

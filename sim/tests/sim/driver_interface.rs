@@ -1,0 +1,154 @@
+//! The driver interface (`sim::driver`): a driver other than the engine
+//! plugs in with an adapter and runs under the same harness. An adapter
+//! that only forwards to the engine runs every case bit for bit as the
+//! engine does (same trace hash); one whose flush acknowledges without
+//! flushing is caught; one that reports nothing of the engine's internals
+//! still passes.
+
+use engine::{Backing, Counters, CreateOptions, EngineOptions, Error, Guard, Image};
+use sim::case::Case;
+use sim::disk::SimDisk;
+use sim::driver::{Driver, DriverFuture, DriverKind, EngineDriver};
+use sim::runner::{run_case, run_case_on, RunOptions};
+use sim::workload::Profile;
+
+/// How the adapter behaves.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// Forward everything, the engine's internals included.
+    Forward,
+    /// Forward the requests only: no counters, no guard counts, no
+    /// mappings, as a foreign driver would.
+    Opaque,
+    /// A guest flush is acknowledged and does nothing.
+    FlushDoesNothing,
+}
+
+struct Adapter {
+    img: Image<SimDisk>,
+    mode: Mode,
+}
+
+impl Driver for Adapter {
+    fn read<'a>(&'a self, offset: u64, buf: &'a mut [u8]) -> DriverFuture<'a, ()> {
+        Box::pin(self.img.read(offset, buf))
+    }
+    fn write<'a>(&'a self, offset: u64, data: &'a [u8]) -> DriverFuture<'a, ()> {
+        Box::pin(self.img.write(offset, data))
+    }
+    fn write_zeroes(&self, offset: u64, len: u64, unmap: bool) -> DriverFuture<'_, ()> {
+        Box::pin(self.img.write_zeroes(offset, len, unmap))
+    }
+    fn discard(&self, offset: u64, len: u64) -> DriverFuture<'_, ()> {
+        Box::pin(self.img.discard(offset, len))
+    }
+    fn flush(&self) -> DriverFuture<'_, ()> {
+        if self.mode == Mode::FlushDoesNothing {
+            return Box::pin(async { Ok(()) });
+        }
+        Box::pin(self.img.flush())
+    }
+    fn close(self: Box<Self>) -> DriverFuture<'static, ()> {
+        Box::pin(async move { self.img.close().await.map(|_| ()) })
+    }
+    fn attach_backing(&mut self, backing: Backing<SimDisk>) -> Result<(), Error> {
+        self.img.attach_backing(backing);
+        Ok(())
+    }
+    fn counters(&self) -> Counters {
+        match self.mode {
+            Mode::Forward => self.img.counters(),
+            _ => Counters::default(),
+        }
+    }
+    fn guard_count(&self, guard: Guard) -> u64 {
+        match self.mode {
+            Mode::Forward => self.img.guard_count(guard),
+            _ => 0,
+        }
+    }
+    fn host_offset(&self, guest: u64) -> DriverFuture<'_, Option<u64>> {
+        match self.mode {
+            Mode::Forward => Box::pin(self.img.host_offset(guest)),
+            _ => Box::pin(async { Ok(None) }),
+        }
+    }
+}
+
+struct AdapterKind(Mode);
+
+impl DriverKind for AdapterKind {
+    fn create(
+        &self,
+        disk: SimDisk,
+        data: Option<SimDisk>,
+        options: CreateOptions,
+    ) -> DriverFuture<'static, ()> {
+        EngineDriver.create(disk, data, options)
+    }
+    fn open(
+        &self,
+        disk: SimDisk,
+        data: Option<SimDisk>,
+        options: EngineOptions,
+    ) -> DriverFuture<'static, Box<dyn Driver>> {
+        let mode = self.0;
+        Box::pin(async move {
+            let img = Image::open_with_data(disk, data, options).await?;
+            Ok(Box::new(Adapter { img, mode }) as Box<dyn Driver>)
+        })
+    }
+}
+
+fn on(case: &Case, mode: Mode) -> sim::runner::RunReport {
+    run_case_on(
+        case,
+        &RunOptions::default(),
+        &AdapterKind(mode),
+        &mut |_, _| {},
+    )
+    .0
+}
+
+#[test]
+fn a_forwarding_adapter_runs_every_case_as_the_engine_does() {
+    for seed in 0..40 {
+        let profile = Profile::ALL[seed as usize % Profile::ALL.len()];
+        let case = Case::generate(seed, profile);
+        let engine = run_case(&case, &RunOptions::default());
+        let adapter = on(&case, Mode::Forward);
+        assert!(adapter.passed(), "seed {seed}: {:#?}", adapter.failures);
+        assert_eq!(
+            adapter.trace_hash, engine.trace_hash,
+            "seed {seed} ({profile:?}): the adapter changed the run"
+        );
+        assert_eq!(adapter.stats.engine, engine.stats.engine, "seed {seed}");
+    }
+}
+
+#[test]
+fn an_opaque_adapter_passes_and_reports_no_engine_internals() {
+    let mut ran = 0;
+    for seed in 0..40 {
+        let case = Case::generate(seed, Profile::Random);
+        let r = on(&case, Mode::Opaque);
+        assert!(r.passed(), "seed {seed}: {:#?}", r.failures);
+        assert_eq!(r.stats.engine, Counters::default(), "seed {seed}");
+        ran += u64::from(r.stats.guest_ops > 0);
+    }
+    assert_eq!(ran, 40);
+}
+
+#[test]
+fn a_driver_whose_flush_does_nothing_is_caught() {
+    let caught = (0..40)
+        .filter(|&seed| {
+            let case = Case::generate(seed, Profile::Random);
+            !on(&case, Mode::FlushDoesNothing).passed()
+        })
+        .count();
+    assert!(
+        caught >= 5,
+        "only {caught} of 40 cases caught a flush that does nothing"
+    );
+}
