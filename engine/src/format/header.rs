@@ -50,6 +50,24 @@ const OFF_COMPRESSION_TYPE: usize = V3_MIN_HEADER_LEN;
 /// padding to 8 bytes).
 pub const V3_HEADER_LEN: usize = OFF_COMPRESSION_TYPE + 8;
 
+/// Whether the header at the start of `bytes` (at least its first 80
+/// bytes) has the dirty bit set. Only a version 3 header has feature
+/// bits: in a version 2 image the bytes after the 72-byte header are
+/// whatever follows it (often the backing file's name), never a flag.
+pub fn dirty_in(bytes: &[u8]) -> bool {
+    let be32 = |at: usize| {
+        bytes
+            .get(at..at + 4)
+            .map(|b| u32::from_be_bytes(b.try_into().unwrap()))
+    };
+    let incompatible = bytes
+        .get(OFF_INCOMPATIBLE..OFF_INCOMPATIBLE + 8)
+        .map(|b| u64::from_be_bytes(b.try_into().unwrap()));
+    be32(OFF_MAGIC) == Some(MAGIC)
+        && be32(OFF_VERSION).is_some_and(|v| v >= 3)
+        && incompatible.is_some_and(|f| f & incompat::DIRTY != 0)
+}
+
 /// Incompatible feature bits.
 pub mod incompat {
     pub const DIRTY: u64 = 1 << 0;
@@ -532,4 +550,33 @@ fn parse_extensions(
         pos = data_start + len.div_ceil(8) * 8;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(version: u32, after: &[u8]) -> Vec<u8> {
+        let mut h = vec![0u8; V2_HEADER_LEN];
+        h[..4].copy_from_slice(&MAGIC.to_be_bytes());
+        h[4..8].copy_from_slice(&version.to_be_bytes());
+        h.extend_from_slice(after);
+        h
+    }
+
+    #[test]
+    fn the_dirty_bit_is_read_only_from_a_version_3_header() {
+        // A version 2 image's backing file name right after its header:
+        // byte 79 is '/' (0x2f), odd, which read as feature bits would be
+        // the dirty bit.
+        let name = b"/tmp/qb/corpus/backing.qcow2";
+        assert!(!dirty_in(&header(2, name)));
+        assert!(dirty_in(&header(3, &incompat::DIRTY.to_be_bytes())));
+        assert!(!dirty_in(&header(3, &0u64.to_be_bytes())));
+        // Too short, or not qcow2 at all.
+        assert!(!dirty_in(&header(3, &[])));
+        let mut other = header(3, &incompat::DIRTY.to_be_bytes());
+        other[0] ^= 0xff;
+        assert!(!dirty_in(&other));
+    }
 }

@@ -22,7 +22,7 @@ use engine::image::Compat;
 use oracle::data::{fill_write_buffer, WriteId, SECTOR_SIZE};
 use oracle::model::{summarize, DiscardContract, Model, OpId, SectorRange, Status, WriteKind};
 use serde::Serialize;
-use sim::case::{Case, Op};
+use sim::case::{BackingSpec, Case, Op};
 use sim::disk::DiskOptions;
 
 use super::disk::{DiskPlan, DiskThread, EndPlan};
@@ -60,13 +60,60 @@ impl QemuReport {
 
 /// Why a case cannot run on this driver, if it cannot.
 pub fn unsupported(case: &Case) -> Option<String> {
-    if case.image.backing.is_some() {
-        return Some("a backing file".into());
-    }
     if case.image.data_file.is_some() || case.image.create.data_file.is_some() {
         return Some("an external data file".into());
     }
     None
+}
+
+/// Write the case's backing file into `dir` as a real file (QEMU reads
+/// it there; it is never crashed, as in-process runs never crash it):
+/// raw, or converted to qcow2 by `qemu-img` with the case's cluster size.
+/// Returns its absolute path, which the overlay's header names so that
+/// QEMU finds it from an image whose own storage is an NBD export.
+fn write_backing(spec: &BackingSpec, dir: &Path) -> anyhow::Result<String> {
+    let data = spec.data();
+    let mut bytes = vec![0u8; (data.sectors * SECTOR_SIZE as u64) as usize];
+    data.fill(&mut bytes, 0);
+    let dir = std::fs::canonicalize(dir).with_context(|| format!("{}", dir.display()))?;
+    let path = dir.join(spec.file_name());
+    match *spec {
+        BackingSpec::Raw { .. } => std::fs::write(&path, &bytes)?,
+        BackingSpec::Qcow2 { cluster_size, .. } => {
+            let raw = dir.join("backing.source.raw");
+            std::fs::write(&raw, &bytes)?;
+            let (raw_s, path_s) = (utf8(&raw)?, utf8(&path)?);
+            let out = run_tool(
+                "qemu-img",
+                &[
+                    "convert",
+                    "-q",
+                    "-f",
+                    "raw",
+                    "-O",
+                    "qcow2",
+                    "-o",
+                    &format!("cluster_size={cluster_size}"),
+                    raw_s,
+                    path_s,
+                ],
+                &dir,
+            )?;
+            if !out.status.success() {
+                bail!(
+                    "qemu-img convert of the backing file: {}",
+                    output_text(&out)
+                );
+            }
+            std::fs::remove_file(&raw)?;
+        }
+    }
+    Ok(utf8(&path)?.to_owned())
+}
+
+fn utf8(p: &Path) -> anyhow::Result<&str> {
+    p.to_str()
+        .ok_or_else(|| anyhow!("a path that is not UTF-8: {}", p.display()))
 }
 
 /// The `qemu-img create -o` options of the case's image.
@@ -353,20 +400,18 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
     let base_str = base
         .to_str()
         .ok_or_else(|| anyhow!("a path that is not UTF-8"))?;
-    let created = run_tool(
-        "qemu-img",
-        &[
-            "create",
-            "-q",
-            "-f",
-            "qcow2",
-            "-o",
-            &create_options(case),
-            base_str,
-            &size.to_string(),
-        ],
-        dir,
-    )?;
+    let options = create_options(case);
+    let size_arg = size.to_string();
+    let mut args = vec!["create", "-q", "-f", "qcow2", "-o", &options];
+    let backing = match case.image.backing {
+        Some(spec) => Some((write_backing(&spec, dir)?, spec.format_name())),
+        None => None,
+    };
+    if let Some((path, format)) = &backing {
+        args.extend(["-b", path.as_str(), "-F", format]);
+    }
+    args.extend([base_str, size_arg.as_str()]);
+    let created = run_tool("qemu-img", &args, dir)?;
     if !created.status.success() {
         bail!("qemu-img create: {}", output_text(&created));
     }
@@ -382,8 +427,8 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
     // cluster a discard freed before the L2 change unlinking it is
     // durable, so after a crash the discarded range may show data the
     // guest wrote elsewhere afterwards (ARCHITECTURE.md, external drivers).
-    let mut model =
-        Model::new(case.sectors(), None).with_discard_contract(DiscardContract::Unspecified);
+    let mut model = Model::new(case.sectors(), case.backing_data())
+        .with_discard_contract(DiscardContract::Unspecified);
     let mut content = base;
     let options = disk_options(case);
     let all = epochs(case);
@@ -606,12 +651,9 @@ fn read_back(
 
 fn dirty(path: &Path) -> anyhow::Result<bool> {
     use std::io::Read;
-    let mut h = [0u8; 80];
-    let mut f = std::fs::File::open(path)?;
-    if f.read(&mut h)? < 80 {
-        return Ok(false);
-    }
-    Ok(u64::from_be_bytes(h[72..80].try_into().expect("8 bytes")) & 1 != 0)
+    let mut h = Vec::with_capacity(80);
+    std::fs::File::open(path)?.take(80).read_to_end(&mut h)?;
+    Ok(engine::format::header::dirty_in(&h))
 }
 
 /// `qemu-img check` and our checker on `image`: corruption fails; leaks

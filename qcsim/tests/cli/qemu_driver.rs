@@ -114,6 +114,22 @@ fn qemus_reuse_of_a_discarded_cluster_passes_under_the_block_layer_contract() {
     assert!(number_before(&out, "crash states") > 0, "{out}");
 }
 
+/// A case with a backing file runs on QEMU (the backing file a real
+/// file QEMU reads) and passes: a version 2 overlay of a qcow2 backing
+/// file, whose header the run once misread as dirty after a clean close.
+#[test]
+fn a_case_with_a_backing_file_runs_on_qemus_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../corpus/regressions/qemu-v2-backing-seed-17.json");
+    let out = qcsim(
+        &["replay", "--driver", "qemu", case.to_str().unwrap()],
+        dir.path(),
+    );
+    assert!(out.contains("seed 17 (qemu): PASS"), "{out}");
+    assert!(number_before(&out, "crash states") > 0, "{out}");
+}
+
 /// `--driver imago`: the imago library over the same simulated disk (its
 /// storage an NBD client of it) passes a case, and fails it on a disk
 /// that ignores flushes; a version 2 image is skipped (imago refuses

@@ -179,15 +179,13 @@ impl oracle::check::ImageSource for Padded<'_> {
     }
 }
 
-/// Whether the image in `store` has its dirty bit set (incompatible
-/// feature bit 0, header bytes 72..80).
+/// Whether the image in `store` has its dirty bit set (a version 3
+/// header's incompatible feature bit 0; `header::dirty_in`).
 fn dirty_bit(store: &SparseStore) -> bool {
-    if store.len() < 80 {
-        return false;
-    }
-    let mut b = [0u8; 8];
-    store.read(72, &mut b);
-    u64::from_be_bytes(b) & 1 != 0
+    let mut h = [0u8; 80];
+    let n = (store.len() as usize).min(h.len());
+    store.read(0, &mut h[..n]);
+    engine::format::header::dirty_in(&h[..n])
 }
 
 /// Flushes issued on `disks` so far, together.
