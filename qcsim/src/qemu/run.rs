@@ -381,6 +381,12 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
         report.skipped = Some(why);
         return Ok(report);
     }
+    if engine == Engine::Imago && case.image.backing.is_some() {
+        // imago resolves a backing file's name only on storage it opened
+        // from a path, and its storage here is an NBD client.
+        report.skipped = Some("a backing file (imago cannot resolve it over NBD storage)".into());
+        return Ok(report);
+    }
     if engine == Engine::Imago && case.image.create.compat == Compat::V2 {
         // imago refuses discards on them ("qcow2 version 3 required").
         report.skipped = Some("a version 2 image (imago discards only on version 3)".into());
