@@ -72,37 +72,20 @@ impl TableCache {
         self.tables.len() >= self.capacity
     }
 
-    /// The least recently used table other than `keep`: (offset, dirty).
-    pub fn victim(&self, keep: &[u64]) -> Option<(u64, bool)> {
+    /// With the cache full, the least recently used table other than
+    /// `keep`: (offset, dirty). None while there is room. With
+    /// `clean_only` (a poisoned image, which writes nothing back; see
+    /// `Image::write_meta`) only a clean table, or none when every other
+    /// one is dirty: the cache then holds more than its capacity.
+    pub fn victim_if_full(&self, keep: u64, clean_only: bool) -> Option<(u64, bool)> {
+        if !self.is_full() {
+            return None;
+        }
         self.tables
             .iter()
-            .filter(|(o, _)| !keep.contains(o))
+            .filter(|(o, t)| **o != keep && !(clean_only && t.dirty))
             .min_by_key(|(_, t)| t.last_use)
             .map(|(o, t)| (*o, t.dirty))
-    }
-
-    /// With the cache full, the least recently used table other than
-    /// `keep`: (offset, dirty). None while there is room.
-    pub fn victim_if_full(&self, keep: u64) -> Option<(u64, bool)> {
-        if !self.is_full() {
-            return None;
-        }
-        self.victim(&[keep])
-    }
-
-    /// With the cache full, the least recently used clean table other
-    /// than `keep`. None while there is room or when every other table is
-    /// dirty: the cache then holds more than its capacity (see
-    /// `Image::write_meta`: a poisoned image writes nothing back).
-    pub fn clean_victim_if_full(&self, keep: u64) -> Option<u64> {
-        if !self.is_full() {
-            return None;
-        }
-        self.tables
-            .iter()
-            .filter(|(o, t)| **o != keep && !t.dirty)
-            .min_by_key(|(_, t)| t.last_use)
-            .map(|(o, _)| *o)
     }
 
     /// A copy of the table at `offset`, if it is cached and dirty.

@@ -105,13 +105,8 @@ impl L1L2 {
 
     /// With the cache full, the table to evict before loading `keep`:
     /// (offset, dirty).
-    pub(crate) fn l2_victim(&self, keep: u64) -> Option<(u64, bool)> {
-        self.l2.victim_if_full(keep)
-    }
-
-    /// The victim a poisoned image may evict: a clean one, or none.
-    pub(crate) fn clean_l2_victim(&self, keep: u64) -> Option<(u64, bool)> {
-        self.l2.clean_victim_if_full(keep).map(|o| (o, false))
+    pub(crate) fn l2_victim(&self, keep: u64, clean_only: bool) -> Option<(u64, bool)> {
+        self.l2.victim_if_full(keep, clean_only)
     }
 
     pub(crate) fn remove_l2(&mut self, off: u64) {

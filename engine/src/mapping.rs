@@ -85,15 +85,10 @@ impl<D: BlockDev> Image<D> {
 
     async fn make_room_l2(&self, keep: u64) -> Result<()> {
         loop {
+            // As make_room_rc: a poisoned image evicts only clean tables.
             let victim = {
-                // As make_room_rc: a poisoned image evicts only clean
-                // tables.
                 let m = self.meta.borrow();
-                if m.poisoned {
-                    m.tables.clean_l2_victim(keep)
-                } else {
-                    m.tables.l2_victim(keep)
-                }
+                m.tables.l2_victim(keep, m.poisoned)
             };
             let Some((voff, dirty)) = victim else {
                 return Ok(());

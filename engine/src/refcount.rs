@@ -45,15 +45,11 @@ impl<D: BlockDev> Image<D> {
 
     async fn make_room_rc(&self, keep: u64) -> Result<()> {
         loop {
+            // A poisoned image writes nothing back: it evicts only clean
+            // blocks, and keeps dirty ones past the capacity.
             let victim = {
-                // A poisoned image writes nothing back: it evicts only
-                // clean blocks, and keeps dirty ones past the capacity.
                 let m = self.meta.borrow();
-                if m.poisoned {
-                    m.refs.clean_block_victim(keep)
-                } else {
-                    m.refs.block_victim(keep)
-                }
+                m.refs.block_victim(keep, m.poisoned)
             };
             let Some((voff, dirty)) = victim else {
                 return Ok(());

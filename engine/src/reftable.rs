@@ -149,13 +149,8 @@ impl RefTable {
 
     /// With the cache full, the block to evict before loading `keep`:
     /// (offset, dirty).
-    pub(crate) fn block_victim(&self, keep: u64) -> Option<(u64, bool)> {
-        self.blocks.victim_if_full(keep)
-    }
-
-    /// The victim a poisoned image may evict: a clean one, or none.
-    pub(crate) fn clean_block_victim(&self, keep: u64) -> Option<(u64, bool)> {
-        self.blocks.clean_victim_if_full(keep).map(|o| (o, false))
+    pub(crate) fn block_victim(&self, keep: u64, clean_only: bool) -> Option<(u64, bool)> {
+        self.blocks.victim_if_full(keep, clean_only)
     }
 
     pub(crate) fn remove_block(&mut self, off: u64) {
