@@ -339,6 +339,7 @@ pub fn run_guarded(case: &Case) -> RunReport {
                 trace_hash: 0,
                 stats: RunStats::default(),
                 held: Vec::new(),
+                failed: Vec::new(),
             }
         }
     }

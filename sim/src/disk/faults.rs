@@ -121,6 +121,10 @@ impl FaultCounts {
 pub struct InjectedFault {
     /// The request's number on its disk.
     pub request: u64,
+    /// Its rank among the disk's requests of its kind, counting from 1
+    /// (`NthRequest::n`: what fails the same request again).
+    #[serde(default)]
+    pub rank: u64,
     pub op: IoOp,
     pub offset: u64,
     pub len: u64,
@@ -156,6 +160,9 @@ const OPS: usize = IoOp::COUNT;
 pub(crate) struct FaultState {
     streams: Vec<ChaCha8Rng>,
     counts: [u64; OPS],
+    /// The disk's index on its simulation: what a rank fault scoped to one
+    /// disk (`NthRequest::device`) names.
+    device: u32,
 }
 
 impl FaultState {
@@ -168,7 +175,14 @@ impl FaultState {
         Self {
             streams,
             counts: [0; OPS],
+            device,
         }
+    }
+
+    /// The rank of the last request of kind `op` decided (its `n` in
+    /// `FaultOptions::error_at`).
+    pub(crate) fn rank(&self, op: IoOp) -> u64 {
+        self.counts[op.index()]
     }
 
     /// Decide the fate of a request (called once per request, at issue).
@@ -201,7 +215,10 @@ impl FaultState {
             }
         }
         let r = &mut self.streams[i];
-        let by_rank = opts.error_at.iter().any(|f| f.op == op && f.n == n);
+        let by_rank = opts
+            .error_at
+            .iter()
+            .any(|f| f.op == op && f.n == n && f.device.is_none_or(|d| d == self.device));
         let rate = match op {
             IoOp::Read => opts.read_error_ppm,
             IoOp::Write | IoOp::WriteZeroes | IoOp::Discard => opts.write_error_ppm,

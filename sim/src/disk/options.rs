@@ -485,6 +485,10 @@ pub struct NthRequest {
     pub op: IoOp,
     /// Which one, counting from 1 over the disk's life.
     pub n: u64,
+    /// Only on this disk (its index on the simulation, as
+    /// [`HeldRequest::device`]); on every disk of the case if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<u32>,
 }
 
 /// The faults the device injects. Faults never change the disk's pristine
@@ -940,6 +944,7 @@ impl FaultOptions {
             f.error_at.push(NthRequest {
                 op,
                 n: r.gen_range(1..=200),
+                device: None,
             });
         }
         if brutal && r.gen_range(0..4) == 0 {

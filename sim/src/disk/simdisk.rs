@@ -41,7 +41,8 @@ use super::durability::{Durability, Payload};
 use super::faults::{FaultKind, FaultState, InjectedFault};
 use super::log::{DiskCounters, LogEntry};
 use super::options::{
-    DeviceRole, DiscardEffect, DiskOptions, HeldRequest, OptionsError, MAX_OUTLIER_FACTOR, PPM,
+    DeviceRole, DiscardEffect, DiskOptions, HeldRequest, NthRequest, OptionsError,
+    MAX_OUTLIER_FACTOR, PPM,
 };
 use super::payload::Data;
 use super::store::SparseStore;
@@ -232,6 +233,29 @@ impl SimDisk {
     /// Every fault injected so far, in issue order.
     pub fn injected_faults(&self) -> Vec<InjectedFault> {
         self.inner.state.borrow().injected.clone()
+    }
+
+    /// The disk's index on its simulation, in the order disks were made:
+    /// what `HeldRequest::device` and `NthRequest::device` name.
+    pub fn index(&self) -> u32 {
+        self.inner.index
+    }
+
+    /// The requests that failed with EIO so far, by rank on this disk:
+    /// what `FaultOptions::error_at` names to fail the same ones again.
+    pub fn failed_by_rank(&self) -> Vec<NthRequest> {
+        self.inner
+            .state
+            .borrow()
+            .injected
+            .iter()
+            .filter(|f| matches!(f.kind, FaultKind::Io { .. }))
+            .map(|f| NthRequest {
+                op: f.op,
+                n: f.rank,
+                device: Some(self.index()),
+            })
+            .collect()
     }
 
     /// How many faults have been injected so far, without copying them:
@@ -460,6 +484,7 @@ impl SimDisk {
         if let Some(kind) = fault {
             st.injected.push(InjectedFault {
                 request: id,
+                rank: st.faults.rank(req.op),
                 op: req.op,
                 offset: req.offset,
                 len: req.len,

@@ -282,8 +282,7 @@ impl<'a> Run<'a> {
     fn check_state(&mut self, image: CrashImage) {
         self.crashes += 1;
         self.shared.model.borrow_mut().crash();
-        self.faults_before += self.disk.fault_count() as u64;
-        self.held_before.extend(self.disk.held_list());
+        self.gone.add(std::slice::from_ref(&self.disk));
         self.disk = self.disk.reopen(image.content);
         match self.recover(&format!("crash-{}", self.crashes)) {
             Ok(img) => self.finish(img),

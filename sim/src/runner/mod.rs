@@ -48,7 +48,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::case::{Case, Op, MAX_REQUEST_BYTES};
 use crate::disk::{
-    DiskCounters, FaultCounts, HeldRequest, SimDisk, SparseStore, AT_FLUSH_MAX, PPM,
+    DiskCounters, FaultCounts, HeldRequest, NthRequest, SimDisk, SparseStore, AT_FLUSH_MAX, PPM,
 };
 use crate::exec::{ExecError, ExecOptions, JoinHandle, Nanos, RunEnd, Sim};
 use crate::rng::{self, Stream};
@@ -103,16 +103,11 @@ struct Run<'a> {
     /// the image disk's crash states are drawn as without a data file.
     data_crash_rng: ChaCha8Rng,
     crashes: u32,
-    /// Faults injected on disks that are gone (before a crash).
-    faults_before: u64,
-    /// The same faults, by kind.
-    fault_kinds_before: FaultCounts,
+    /// What the disks replaced at a crash injected and held.
+    gone: GoneDisks,
     /// The image's disk as it was when the power went, until the crash
     /// state is judged: a failed check shows the metadata dump's diff.
     before_crash: Option<SimDisk>,
-    /// Requests held (latency outliers) on disks that are gone (before a
-    /// crash).
-    held_before: Vec<HeldRequest>,
     /// Clusters leaked after the last crash (by host offset), counting
     /// those past the crash image's end that a refcount still claims: a
     /// crash-free epoch must not leak any other.
@@ -390,17 +385,15 @@ impl Run<'_> {
         stats.read_sectors_checked = m.read_sectors;
         stats.recovered_sectors_checked = m.recovered_sectors;
         stats.crashes = m.crashes;
-        stats.faults_injected = self.faults_so_far();
-        stats.fault_kinds = self.fault_kinds_before;
-        stats
-            .fault_kinds
-            .add(&fault_kinds_on(&self.crashing_disks()));
-        let mut held = self.held_before.clone();
-        held.extend(self.crashing_disks().iter().flat_map(SimDisk::held_list));
+        let mut all = self.gone.clone();
+        all.add(&self.crashing_disks());
         if let Some(b) = &self.backing {
-            held.extend(b.disk().held_list());
+            all.held.extend(b.disk().held_list());
+            all.failed.extend(b.disk().failed_by_rank());
         }
-        stats.held_requests = held.len() as u64;
+        stats.faults_injected = all.faults();
+        stats.fault_kinds = all.fault_kinds;
+        stats.held_requests = all.held.len() as u64;
         stats.polls = self.sim.steps();
         let mut failures = self.shared.failures.take();
         if case.harsh() {
@@ -418,7 +411,8 @@ impl Run<'_> {
             failures,
             trace_hash,
             stats,
-            held,
+            held: all.held,
+            failed: all.failed,
         }
     }
 }
@@ -448,10 +442,8 @@ impl<'a> Run<'a> {
             crash_rng: rng::stream(case.seed, Stream::Crash),
             data_crash_rng: rng::substream(case.seed, Stream::Crash, DATA_CRASH_STREAM),
             crashes: 0,
-            faults_before: 0,
-            fault_kinds_before: FaultCounts::default(),
+            gone: GoneDisks::default(),
             before_crash: None,
-            held_before: Vec::new(),
             leaked_after_crash: BTreeSet::new(),
             epoch_start: DiskCounters::default(),
             group_flushes: Vec::new(),
@@ -690,7 +682,7 @@ impl<'a> Run<'a> {
     }
 
     fn faults_so_far(&self) -> u64 {
-        self.faults_before + faults_on(&self.crashing_disks())
+        self.gone.faults() + faults_on(&self.crashing_disks())
     }
 
     /// The disk guest data lives on: the data file's, or the image's.
@@ -716,7 +708,7 @@ impl<'a> Run<'a> {
         let shared = self.shared.clone();
         let disk = self.data_disk();
         let disks = self.crashing_disks();
-        let faults_before = self.faults_before;
+        let faults_before = self.gone.faults();
         let name = format!("op {n} {op:?}");
         self.sim.spawn_named(name, async move {
             if let Some(s) = started {
@@ -861,11 +853,7 @@ impl<'a> Run<'a> {
             + data_image.as_ref().map_or(0, |i| i.summary().torn_writes);
         self.shared.stats.borrow_mut().torn_writes += torn;
         self.shared.model.borrow_mut().crash();
-        self.faults_before += faults_on(&self.crashing_disks());
-        self.fault_kinds_before
-            .add(&fault_kinds_on(&self.crashing_disks()));
-        self.held_before
-            .extend(self.crashing_disks().iter().flat_map(SimDisk::held_list));
+        self.gone.add(&self.crashing_disks());
         let next = self.disk.reopen(image.content);
         self.before_crash = Some(std::mem::replace(&mut self.disk, next));
         if let (Some(d), Some(i)) = (&self.data, data_image) {
@@ -1168,6 +1156,33 @@ fn first_fault_since(disks: &[SimDisk], since: &[usize]) -> Option<IoOp> {
 /// Faults injected so far on `disks`.
 fn faults_on(disks: &[SimDisk]) -> u64 {
     disks.iter().map(|d| d.fault_count() as u64).sum()
+}
+
+/// What disks replaced at a crash injected and held, kept for the run's
+/// report (a crash replaces each crashing disk with a new one).
+#[derive(Debug, Clone, Default)]
+struct GoneDisks {
+    /// The faults injected, by kind.
+    fault_kinds: FaultCounts,
+    /// The requests held long (latency outliers), by rank.
+    held: Vec<HeldRequest>,
+    /// The requests failed with EIO, by rank.
+    failed: Vec<NthRequest>,
+}
+
+impl GoneDisks {
+    fn add(&mut self, disks: &[SimDisk]) {
+        self.fault_kinds.add(&fault_kinds_on(disks));
+        for d in disks {
+            self.held.extend(d.held_list());
+            self.failed.extend(d.failed_by_rank());
+        }
+    }
+
+    /// Every fault injected: each is counted under exactly one kind.
+    fn faults(&self) -> u64 {
+        self.fault_kinds.fields().iter().map(|(_, n)| n).sum()
+    }
 }
 
 /// The faults injected on `disks`, by kind.

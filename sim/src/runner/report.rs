@@ -250,6 +250,9 @@ pub struct RunReport {
     /// The requests the disks held (latency outliers), by rank: what
     /// `OutlierOptions::held` names to hold the same ones again.
     pub held: Vec<crate::disk::HeldRequest>,
+    /// The requests that failed with EIO, by rank on their disk: what
+    /// `FaultOptions::error_at` names to fail the same ones again.
+    pub failed: Vec<crate::disk::NthRequest>,
 }
 
 impl RunStats {

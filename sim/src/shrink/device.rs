@@ -47,9 +47,10 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
         }
     }
 
-    /// No request held long (latency outliers off); failing that, each
-    /// request held by rank dropped in turn (`shrink_failing` pins drawn
-    /// outliers to ranks first, see `pin_outliers`).
+    /// No request held long (latency outliers off); failing that, the
+    /// requests held by rank dropped in runs, down to one at a time
+    /// (`shrink_failing` pins drawn outliers to ranks first, see
+    /// `pin_outliers`).
     pub(super) fn quiet_outliers(&mut self) {
         if !self.best.disk.latency.outliers.any() {
             return;
@@ -59,13 +60,25 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
         if self.try_case("quiet_outliers", c) {
             return;
         }
-        let mut k = 0;
-        while k < self.best.disk.latency.outliers.held.len() && !self.out_of_runs() {
-            let mut c = self.best.clone();
-            c.disk.latency.outliers.held.remove(k);
-            if !self.try_case("quiet_outliers", c) {
-                k += 1;
+        // Runs of held requests, halving the run length down to one (a
+        // case pinned from a long run holds hundreds, most of them not
+        // needed: one at a time would spend a run on each).
+        let held = |c: &Case| c.disk.latency.outliers.held.len();
+        let mut chunk = held(&self.best).div_ceil(2);
+        while chunk >= 1 && !self.out_of_runs() {
+            let mut start = 0;
+            while start < held(&self.best) && !self.out_of_runs() {
+                let mut c = self.best.clone();
+                let h = &mut c.disk.latency.outliers.held;
+                h.drain(start..(start + chunk).min(h.len()));
+                if !self.try_case("quiet_outliers", c) {
+                    start += chunk;
+                }
             }
+            if chunk == 1 {
+                break;
+            }
+            chunk = chunk.div_ceil(2);
         }
     }
 
@@ -138,10 +151,12 @@ mod tests {
             NthRequest {
                 op: IoOp::Write,
                 n: 3,
+                device: None,
             },
             NthRequest {
                 op: IoOp::Flush,
                 n: 1,
+                device: None,
             },
         ];
         c.validate().unwrap();
@@ -167,7 +182,8 @@ mod tests {
             f.error_at,
             vec![NthRequest {
                 op: IoOp::Flush,
-                n: 1
+                n: 1,
+                device: None,
             }]
         );
     }

@@ -10,10 +10,11 @@
 //!    (earliest crash first); `move_crashes`: a crash into the group
 //!    before it (a failure seen at an earlier crash);
 //! 2. `quiet_faults`: injected I/O faults off, then each kind of fault
-//!    alone; `quiet_outliers`: no request held long, else each held
-//!    request dropped in turn (before the passes, [`shrink_failing`] pins
-//!    the requests the run held to their ranks, so that removing an
-//!    operation does not redraw which are held); `plain_timing`: the
+//!    alone; `quiet_outliers`: no request held long, else runs of held
+//!    requests dropped, halving down to one (before the passes,
+//!    [`shrink_failing`] pins the requests the run held, and those it
+//!    failed with EIO, to their ranks on their disks, so that removing an
+//!    operation does not redraw which are held or fail); `plain_timing`: the
 //!    uniform schedule, crashes at a drawn time rather than at a flush, no
 //!    guard armed; `steady_device`: latencies without spread (every request of
 //!    a kind takes its mean), then no seek, no extension cost, free
@@ -27,8 +28,11 @@
 //!    can go); groups left empty go;
 //! 5. `merge_groups`: two adjacent groups as one (fewer groups, and the
 //!    next round's `drop_ops` sees the operations side by side);
-//! 6. `shorten_ops`: each request down to its first or last sector, or
-//!    to its first or second half, while it still fails;
+//! 6. `coalesce_ops`: requests of one kind in one group as one request
+//!    spanning them (a failure that needs many clusters allocated needs
+//!    the allocations, not the requests); `shorten_ops`: each request down
+//!    to its first or last sector, or to its first or second half, while
+//!    it still fails;
 //! 7. `lower_offsets`: every request moved down together (relative places
 //!    kept), then each request toward sector 0: its cluster first, then
 //!    its place in the cluster;
@@ -38,7 +42,17 @@
 //!    sizes, growth, switches; never the broken variant);
 //! 9. `shrink_disk`: the virtual size cut to the clusters the requests
 //!    reach, else halved while every request still fits;
-//! 10. `reseed_drop_ops`, only in a round where nothing else shrank: each
+//! 10. `trim_ops`, only in a round where nothing else shrank: each
+//!     request's end, then its start, trimmed by a quarter down to a
+//!     sector;
+//! 11. `thin_groups`, likewise: each group's requests of one kind thinned
+//!     to one of them, each in turn (pinned rank faults of that kind moved
+//!     down by the number removed, or one more);
+//! 12. `rerank_drop_ops`, likewise: runs of operations removed (halving
+//!     down to one), with the requests failed by rank on a disk (pinned)
+//!     moved down by as many ranks as the run issued requests of their
+//!     kind, or one more;
+//! 13. `reseed_drop_ops`, likewise: each
 //!     operation removed under each of `ShrinkOptions::reseeds` seeds after
 //!     the case's own. Removing an operation shifts every random draw after
 //!     it (schedule, latencies, crash states), so a failure that hangs on
@@ -63,8 +77,11 @@ use crate::campaign::run_guarded;
 use crate::case::Case;
 use crate::runner::{Failure, RunReport};
 
-/// Runs allowed by default: enough for cases of a few hundred operations.
-pub const DEFAULT_MAX_RUNS: u64 = 2000;
+/// Runs allowed by default. A shrink usually stops at its fixed point long
+/// before; a case of a few hundred operations whose failure hangs on one
+/// interleaving (every removal shifts the draws after it) takes a few
+/// thousand runs to get small.
+pub const DEFAULT_MAX_RUNS: u64 = 10_000;
 
 /// Seeds `reseed_drop_ops` tries per operation by default.
 pub const DEFAULT_RESEEDS: u64 = 16;
@@ -216,6 +233,7 @@ pub fn shrink_failing(
         .map(FailureKind::of)
         .ok_or(ShrinkError::Passes)?;
     let start = pin_outliers(case, &first, &kind);
+    let start = pin_faults(&start, &kind);
     let shrunk = shrink_with(
         &start,
         options,
@@ -240,6 +258,31 @@ fn pin_outliers(case: &Case, report: &RunReport, kind: &FailureKind) -> Case {
     o.data_file = Default::default();
     o.backing = Default::default();
     o.held = report.held.clone();
+    if pinned.validate().is_ok() && kind.in_report(&run_guarded(&pinned)) {
+        pinned
+    } else {
+        case.clone()
+    }
+}
+
+/// `case` with the requests its run failed with EIO pinned by rank on
+/// their disk (`FaultOptions::error_at` with `NthRequest::device`, the
+/// EIO rates 0), if it still fails so: a failure that needed a fault
+/// drawn at a rate is lost as soon as a removed operation shifts which
+/// request the draw falls on (a removed flush before it moves the fault to
+/// the next flush, not off the flushes). Else `case` itself.
+fn pin_faults(case: &Case, kind: &FailureKind) -> Case {
+    let f = &case.disk.faults;
+    if !f.enabled || f.read_error_ppm + f.write_error_ppm + f.flush_error_ppm == 0 {
+        return case.clone();
+    }
+    let report = run_guarded(case);
+    let mut pinned = case.clone();
+    let f = &mut pinned.disk.faults;
+    f.read_error_ppm = 0;
+    f.write_error_ppm = 0;
+    f.flush_error_ppm = 0;
+    f.error_at = report.failed;
     if pinned.validate().is_ok() && kind.in_report(&run_guarded(&pinned)) {
         pinned
     } else {
@@ -279,13 +322,24 @@ pub fn shrink_with(
         s.drop_groups();
         s.drop_ops();
         s.merge_groups();
+        s.coalesce_ops();
         s.shorten_ops();
         s.lower_offsets();
         s.simplify_image();
         s.shrink_disk();
         if s.steps == before {
-            // Stalled: the last resort, then a new round if it found
-            // something (the cheaper passes may go on from there).
+            // Stalled: the fine trims, then the last resort, then a new
+            // round if either found something (the cheaper passes may go
+            // on from there).
+            s.trim_ops();
+        }
+        if s.steps == before {
+            s.thin_groups();
+        }
+        if s.steps == before {
+            s.rerank_drop_ops();
+        }
+        if s.steps == before {
             s.reseed_drop_ops(options.reseeds);
         }
         if s.steps == before || s.out_of_runs() {

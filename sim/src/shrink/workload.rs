@@ -6,8 +6,10 @@
 //! the functions are unit-tested on their own, and the passes under
 //! synthetic predicates (no engine runs).
 
+use engine::dev::IoOp;
+
 use super::Shrinker;
-use crate::case::{Case, Op, MAX_GROUP_OPS};
+use crate::case::{Case, Op, MAX_GROUP_OPS, MAX_OP_SECTORS};
 use crate::shrink::Progress;
 
 impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
@@ -117,6 +119,120 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
         }
     }
 
+    /// Runs of operations removed as `drop_ops` removes them (halving the
+    /// run length down to one), with the requests failed by rank on one
+    /// disk (`NthRequest::device`, as `pin_faults` leaves them) moved down
+    /// by as many ranks as the run held requests of their kind (or one
+    /// more), once nothing else shrinks: guest flushes removed before a
+    /// pinned flush fault move the fault to a later flush, and the one as
+    /// many flushes earlier usually does the same. Which removals keep the
+    /// failure is not monotonic (one flush fewer may shift the schedule
+    /// where four fewer do not), hence runs of every length.
+    pub(super) fn rerank_drop_ops(&mut self) {
+        let pinned = |c: &Case| c.disk.faults.error_at.iter().any(|f| f.device.is_some());
+        if !pinned(&self.best) {
+            return;
+        }
+        let total = |c: &Case| c.workload.iter().map(Vec::len).sum::<usize>();
+        let mut chunk = total(&self.best).div_ceil(2);
+        while chunk >= 1 {
+            let mut start = 0;
+            while start < total(&self.best) {
+                let removed: Vec<Op> = self
+                    .best
+                    .workload
+                    .iter()
+                    .flatten()
+                    .skip(start)
+                    .take(chunk)
+                    .copied()
+                    .collect();
+                let base = without_ops(&self.best, start, chunk);
+                let kept = (0..=1).any(|extra| {
+                    let mut c = base.clone();
+                    let mut moved = false;
+                    for f in &mut c.disk.faults.error_at {
+                        let count = removed
+                            .iter()
+                            .filter(|op| issued_kind(op) == Some(f.op))
+                            .count() as u64;
+                        let d = count + extra;
+                        if f.device.is_some() && count > 0 && f.n > d {
+                            f.n -= d;
+                            moved = true;
+                        }
+                    }
+                    moved && self.try_case("rerank_drop_ops", c)
+                });
+                if !kept {
+                    start += chunk;
+                }
+            }
+            if chunk == 1 {
+                break;
+            }
+            chunk = chunk.div_ceil(2);
+        }
+    }
+
+    /// Each group's requests of one kind thinned to one of them (each in
+    /// turn), the rest of the group kept, with pinned rank faults of that
+    /// kind moved down by the number removed (or one more), once nothing
+    /// else shrinks: the complement of `drop_ops`' runs, which never
+    /// remove the flushes on both sides of a write at once.
+    pub(super) fn thin_groups(&mut self) {
+        let mut g = 0;
+        while g < self.best.workload.len() {
+            let kinds: Vec<IoOp> = {
+                let mut k: Vec<IoOp> = self.best.workload[g]
+                    .iter()
+                    .filter_map(issued_kind)
+                    .collect();
+                k.sort_by_key(|op| op.index());
+                k.dedup();
+                k
+            };
+            for kind in kinds {
+                let of_kind: Vec<usize> = (0..self.best.workload[g].len())
+                    .filter(|&i| issued_kind(&self.best.workload[g][i]) == Some(kind))
+                    .collect();
+                if of_kind.len() < 2 {
+                    continue;
+                }
+                let removed = of_kind.len() as u64 - 1;
+                let pinned = self
+                    .best
+                    .disk
+                    .faults
+                    .error_at
+                    .iter()
+                    .any(|f| f.device.is_some() && f.op == kind);
+                let extras: &[u64] = if pinned { &[0, 1] } else { &[0] };
+                'keep: for &keep in &of_kind {
+                    for &extra in extras {
+                        let mut c = self.best.clone();
+                        let ops = std::mem::take(&mut c.workload[g]);
+                        c.workload[g] = ops
+                            .into_iter()
+                            .enumerate()
+                            .filter(|&(i, op)| i == keep || issued_kind(&op) != Some(kind))
+                            .map(|(_, op)| op)
+                            .collect();
+                        for f in &mut c.disk.faults.error_at {
+                            if f.device.is_some() && f.op == kind {
+                                f.n = f.n.saturating_sub(removed + extra).max(1);
+                            }
+                        }
+                        if self.try_case("thin_groups", c) {
+                            break 'keep;
+                        }
+                    }
+                }
+            }
+            g += 1;
+        }
+    }
+
     /// Each pair of adjacent groups as one; a merged group is tried with
     /// the next one too.
     pub(super) fn merge_groups(&mut self) {
@@ -126,6 +242,32 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
             if !c.is_some_and(|c| self.try_case("merge_groups", c)) {
                 g += 1;
             }
+        }
+    }
+
+    /// Operations of one kind in one group as one operation spanning them
+    /// (fewer operations, more sectors: `CaseSize` counts operations
+    /// first). A failure that needs many clusters allocated, a refcount
+    /// block filled or a refcount table grown, needs the allocations and
+    /// not the requests that made them; at small cluster sizes it takes
+    /// dozens of short writes, which no removal of one can shrink. Per
+    /// group: every run of requests that fits one request (nearest in
+    /// sector order, at most `MAX_OP_SECTORS`) merged at once, else each
+    /// request with its nearest neighbour of the same kind.
+    pub(super) fn coalesce_ops(&mut self) {
+        let mut g = 0;
+        while g < self.best.workload.len() {
+            if let Some(c) = coalesced_group(&self.best, g) {
+                self.try_case("coalesce_ops", c);
+            }
+            let mut i = 0;
+            while g < self.best.workload.len() && i < self.best.workload[g].len() {
+                let c = coalesced_pair(&self.best, g, i);
+                if !c.is_some_and(|c| self.try_case("coalesce_ops", c)) {
+                    i += 1;
+                }
+            }
+            g += 1;
         }
     }
 
@@ -153,6 +295,34 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
                 });
                 // One sector is as short as it gets; a half may halve again.
                 if accepted.is_none_or(|k| k < 2) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Each request's end, then its start, trimmed by a quarter of its
+    /// length, an eighth, ... a sector, while it still fails: a request
+    /// coalesced from many, or one that must reach a cluster boundary,
+    /// needs most of its length, not all, and no half of it will do. Many
+    /// runs per request, so only in a round where nothing else shrank.
+    pub(super) fn trim_ops(&mut self) {
+        for (g, i) in positions(&self.best) {
+            while let Some((sector, n)) = self.best.workload[g][i].range() {
+                let trimmed = [false, true].into_iter().any(|from_start| {
+                    let mut d = n / 4;
+                    while d >= 1 {
+                        let s = if from_start { sector + d } else { sector };
+                        let mut c = self.best.clone();
+                        c.workload[g][i] = at_sector(with_length(c.workload[g][i], n - d), s);
+                        if self.try_case("trim_ops", c) {
+                            return true;
+                        }
+                        d /= 2;
+                    }
+                    false
+                });
+                if !trimmed {
                     break;
                 }
             }
@@ -317,6 +487,120 @@ fn l2_reach_sectors(case: &Case) -> u64 {
     c.cluster_size / entry * cluster_sectors(case)
 }
 
+/// The kind of device request a guest operation issues on the disk its
+/// data lives on (a write of zeroes may fall back to a write: the rank of
+/// zeroes is the one counted).
+fn issued_kind(op: &Op) -> Option<IoOp> {
+    match op {
+        Op::Write { .. } => Some(IoOp::Write),
+        Op::Read { .. } | Op::BackgroundRead { .. } => Some(IoOp::Read),
+        Op::WriteZeroes { .. } => Some(IoOp::WriteZeroes),
+        Op::Discard { .. } => Some(IoOp::Discard),
+        Op::Flush => Some(IoOp::Flush),
+        Op::Crash => None,
+    }
+}
+
+/// Whether `a` and `b` are requests one request of their kind can stand
+/// for: the same kind (and the same unmap flag for zeroes, the same hold
+/// for background reads).
+fn same_kind(a: &Op, b: &Op) -> bool {
+    match (a, b) {
+        (Op::Write { .. }, Op::Write { .. })
+        | (Op::Read { .. }, Op::Read { .. })
+        | (Op::Discard { .. }, Op::Discard { .. }) => true,
+        (Op::WriteZeroes { unmap: x, .. }, Op::WriteZeroes { unmap: y, .. }) => x == y,
+        (Op::BackgroundRead { hold: x, .. }, Op::BackgroundRead { hold: y, .. }) => x == y,
+        _ => false,
+    }
+}
+
+/// The request of `op`'s kind spanning `a` and `b`'s ranges, if it is no
+/// longer than `MAX_OP_SECTORS`.
+fn spanning(op: Op, a: (u64, u64), b: (u64, u64)) -> Option<Op> {
+    let start = a.0.min(b.0);
+    let end = (a.0 + a.1).max(b.0 + b.1);
+    (end - start <= MAX_OP_SECTORS).then(|| at_sector(with_length(op, end - start), start))
+}
+
+/// `case` with op (g, i) and the request of its kind in group `g` nearest
+/// to it in sector order (ties: the later one in the group) as one
+/// request in op i's place; None if there is none, or the span is too
+/// long.
+pub(super) fn coalesced_pair(case: &Case, g: usize, i: usize) -> Option<Case> {
+    let ops = &case.workload[g];
+    let a = ops[i].range()?;
+    let (j, b) = ops
+        .iter()
+        .enumerate()
+        .filter(|&(j, op)| j != i && same_kind(&ops[i], op))
+        .filter_map(|(j, op)| op.range().map(|r| (j, r)))
+        .min_by_key(|&(j, (s, n))| {
+            let gap = if s >= a.0 + a.1 {
+                s - (a.0 + a.1)
+            } else {
+                a.0.saturating_sub(s + n)
+            };
+            (gap, std::cmp::Reverse(j))
+        })?;
+    let op = spanning(ops[i], a, b)?;
+    let mut c = case.clone();
+    c.workload[g][i] = op;
+    c.workload[g].remove(j);
+    Some(c)
+}
+
+/// `case` with each kind's requests in group `g`, taken in sector order,
+/// merged into as few requests as fit `MAX_OP_SECTORS` each (a run takes
+/// the place of its first request in the group); None if no two merge.
+pub(super) fn coalesced_group(case: &Case, g: usize) -> Option<Case> {
+    let ops = &case.workload[g];
+    let mut out: Vec<Option<Op>> = ops.iter().copied().map(Some).collect();
+    let mut placed = vec![false; ops.len()];
+    let mut merged_any = false;
+    for i in 0..ops.len() {
+        if placed[i] || ops[i].range().is_none() {
+            continue;
+        }
+        // This kind's requests not yet placed, in sector order.
+        let mut kind: Vec<(u64, usize)> = (i..ops.len())
+            .filter(|&j| !placed[j] && same_kind(&ops[i], &ops[j]))
+            .filter_map(|j| ops[j].range().map(|(s, _)| (s, j)))
+            .collect();
+        kind.sort_unstable();
+        // Runs of them, each as long as one request may be.
+        let mut runs: Vec<(Op, Vec<usize>)> = Vec::new();
+        for (_, j) in kind {
+            placed[j] = true;
+            let r = ops[j].range().expect("a request");
+            let grown = runs
+                .last()
+                .and_then(|(op, _)| spanning(*op, op.range().expect("a request"), r));
+            match (grown, runs.last_mut()) {
+                (Some(op), Some(run)) => {
+                    run.0 = op;
+                    run.1.push(j);
+                }
+                _ => runs.push((ops[j], vec![j])),
+            }
+        }
+        for (op, members) in runs.into_iter().filter(|(_, m)| m.len() > 1) {
+            merged_any = true;
+            let first = *members.iter().min().expect("two members");
+            for k in members {
+                out[k] = None;
+            }
+            out[first] = Some(op);
+        }
+    }
+    if !merged_any {
+        return None;
+    }
+    let mut c = case.clone();
+    c.workload[g] = out.into_iter().flatten().collect();
+    Some(c)
+}
+
 /// `op` covering `n` sectors from the same first sector.
 pub(super) fn with_length(op: Op, n: u64) -> Op {
     match op {
@@ -367,6 +651,89 @@ mod tests {
         shrink_with(case, &ShrinkOptions::default(), fails, |_| {})
             .expect("the case fails")
             .case
+    }
+
+    #[test]
+    fn coalescing_spans_requests_of_one_kind_in_a_group() {
+        let z = |sector, sectors| Op::WriteZeroes {
+            sector,
+            sectors,
+            unmap: false,
+        };
+        let c = with_groups(vec![
+            vec![w(40, 2), Op::Flush, z(0, 1), w(8, 1), w(20, 4)],
+            vec![w(100, 1)],
+        ]);
+        // The whole group: the writes as one in the first write's place,
+        // the zeroes (another kind) and the flush untouched, the next
+        // group too.
+        let m = coalesced_group(&c, 0).unwrap();
+        assert_eq!(
+            m.workload,
+            vec![vec![w(8, 34), Op::Flush, z(0, 1)], vec![w(100, 1)]]
+        );
+        assert!(
+            coalesced_group(&c, 1).is_none(),
+            "one request: nothing to merge"
+        );
+        // A pair: the write at 40 and its nearest neighbour, at 20.
+        let p = coalesced_pair(&c, 0, 0).unwrap();
+        assert_eq!(p.workload[0], vec![w(20, 22), Op::Flush, z(0, 1), w(8, 1)]);
+        assert!(coalesced_pair(&c, 0, 2).is_none(), "no other zeroes");
+        // Runs never grow past the longest request a case may hold.
+        let far = with_groups(vec![vec![w(0, 1), w(MAX_OP_SECTORS + 1, 1), w(1, 1)]]);
+        let m = coalesced_group(&far, 0).unwrap();
+        assert_eq!(m.workload, vec![vec![w(0, 2), w(MAX_OP_SECTORS + 1, 1)]]);
+        assert!(coalesced_pair(&far, 0, 1).is_none());
+    }
+
+    /// Fails iff writes cover at least 64 sectors in all: no single write
+    /// can go, but the writes can become one.
+    #[test]
+    fn coalescing_shrinks_what_needs_many_sectors_written() {
+        let groups = vec![(0..16).map(|k| w(k * 8, 4)).collect::<Vec<_>>()];
+        let c = with_groups(groups);
+        let written = |c: &Case| {
+            c.workload
+                .iter()
+                .flatten()
+                .filter(|op| matches!(op, Op::Write { .. }))
+                .filter_map(|op| op.range())
+                .map(|(_, n)| n)
+                .sum::<u64>()
+                >= 64
+        };
+        assert!(written(&c));
+        let s = shrink(&c, written);
+        assert_eq!(ops(&s), vec![w(0, 64)]);
+    }
+
+    /// Fails iff a flush fault pinned on disk 0 falls on the last flush
+    /// (its rank is the number of flushes) and a write is there: removing
+    /// any flush loses it unless the fault moves down a rank with it.
+    #[test]
+    fn reranking_moves_a_pinned_fault_with_the_flush_removed() {
+        use crate::disk::NthRequest;
+        let mut c = with_groups(vec![vec![Op::Flush, Op::Flush, Op::Flush], vec![w(0, 1)]]);
+        c.disk.faults.enabled = true;
+        c.disk.faults.error_at = vec![NthRequest {
+            op: IoOp::Flush,
+            n: 3,
+            device: Some(0),
+        }];
+        let fails = |c: &Case| {
+            let flushes = ops(c).iter().filter(|op| matches!(op, Op::Flush)).count() as u64;
+            let fault = c.disk.faults.error_at.first().map(|f| f.n);
+            c.disk.faults.enabled && fault == Some(flushes) && ops(c).contains(&w(0, 1))
+        };
+        assert!(fails(&c));
+        let s = shrink(&c, fails);
+        assert_eq!(ops(&s), vec![Op::Flush, w(0, 1)]);
+        assert_eq!(s.disk.faults.error_at[0].n, 1);
+        // A fault on every disk (no device) is not the shrinker's to move.
+        c.disk.faults.error_at[0].device = None;
+        let s = shrink(&c, fails);
+        assert_eq!(ops(&s).len(), 4, "{:?}", s.workload);
     }
 
     #[test]

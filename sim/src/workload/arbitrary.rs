@@ -205,6 +205,7 @@ fn disk(u: &mut Unstructured<'_>) -> arbitrary::Result<DiskOptions> {
             vec![NthRequest {
                 op: *u.choose(&[IoOp::Read, IoOp::Write, IoOp::WriteZeroes, IoOp::Flush])?,
                 n: u.int_in_range(1..=200)?,
+                device: None,
             }]
         } else {
             Vec::new()

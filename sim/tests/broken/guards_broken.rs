@@ -216,3 +216,47 @@ fn the_free_ignoring_inflight_io_is_caught_through_a_background_read() {
     assert!(!report.passed(), "seed {seed} passes");
     assert!(report.stats.held_requests > 0);
 }
+
+/// Shrinks `broken`'s first failing case with the default options; its
+/// size after.
+fn shrunk_ops(broken: Broken) -> usize {
+    use sim::shrink::{shrink_failing, CaseSize, ShrinkOptions};
+    let case = case_for(&plan(Some(broken)), seed_of(broken));
+    let (shrunk, kind) =
+        shrink_failing(&case, &ShrinkOptions::default(), |_| {}).expect("the seed fails");
+    let after = CaseSize::of(&shrunk.case);
+    println!(
+        "{broken:?} seed {}: {} -> {after} ({kind}) in {} runs",
+        case.seed,
+        CaseSize::of(&case),
+        shrunk.runs
+    );
+    // The shrunk case still fails so, and passes without the variant.
+    assert!(kind.in_report(&run_guarded(&shrunk.case)));
+    let mut fixed = shrunk.case.clone();
+    fixed.engine.broken = None;
+    assert!(
+        run_guarded(&fixed).passed(),
+        "{broken:?}: {:?}",
+        fixed.workload
+    );
+    after.ops
+}
+
+/// Three of the table's shrinks that stalled far above 8 operations
+/// before the shrinker coalesced requests and pinned faults by rank:
+/// dozens of short writes filling refcount blocks or growing the refcount
+/// table (`coalesce_ops` makes them one), and a failure that needed a
+/// flush fault drawn at a rate among 33 concurrent flushes (`pin_faults`,
+/// then `thin_groups` removes the flushes with the fault's rank).
+#[test]
+fn the_tables_hardest_shrinks_reach_eight_operations() {
+    for broken in [
+        Broken::SkipDataFlushBeforeL2,
+        Broken::HeaderBeforeReftable,
+        Broken::RefblockForgetsItself,
+    ] {
+        let ops = shrunk_ops(broken);
+        assert!(ops <= 8, "{broken:?} shrinks to {ops} operations");
+    }
+}

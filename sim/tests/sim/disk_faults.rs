@@ -48,10 +48,12 @@ fn eio_at_the_nth_request_of_a_kind() {
                 NthRequest {
                     op: IoOp::Write,
                     n: 3,
+                    device: None,
                 },
                 NthRequest {
                     op: IoOp::Read,
                     n: 5,
+                    device: None,
                 },
             ],
             ..FaultOptions::default()
@@ -95,6 +97,7 @@ fn failed_flush_makes_nothing_durable() {
             error_at: vec![NthRequest {
                 op: IoOp::Flush,
                 n: 1,
+                device: None,
             }],
             ..FaultOptions::default()
         }))
@@ -120,6 +123,51 @@ fn failed_flush_makes_nothing_durable() {
     assert!(durable_after_first.is_empty());
     assert_eq!(second, Ok(()));
     assert_eq!(disk.durable().to_bytes(), vec![1u8; 512]);
+}
+
+/// A rank fault scoped to one disk fails that disk's request only, and
+/// the disk lists it by rank (what the shrinker pins); unscoped, every
+/// disk's request of that rank fails.
+#[test]
+fn a_rank_fault_scoped_to_a_disk_fails_only_there() {
+    let sim = Sim::new(4);
+    let first = sim.disk(with_faults(FaultOptions::default())).unwrap();
+    let scoped = |device| FaultOptions {
+        error_at: vec![NthRequest {
+            op: IoOp::Flush,
+            n: 2,
+            device,
+        }],
+        ..FaultOptions::default()
+    };
+    let index = first.index();
+    let a = sim.disk(with_faults(scoped(Some(index + 1)))).unwrap();
+    let b = sim.disk(with_faults(scoped(Some(index + 7)))).unwrap();
+    let c = sim.disk(with_faults(scoped(None))).unwrap();
+    let disks = [a.clone(), b.clone(), c.clone()];
+    let h = sim.spawn(async move {
+        let mut out = Vec::new();
+        for d in &disks {
+            out.push((d.flush().await.is_ok(), d.flush().await.is_ok()));
+        }
+        out
+    });
+    sim.run().unwrap();
+    assert_eq!(
+        h.take().unwrap(),
+        vec![(true, false), (true, true), (true, false)]
+    );
+    let pinned = a.failed_by_rank();
+    assert_eq!(
+        pinned,
+        vec![NthRequest {
+            op: IoOp::Flush,
+            n: 2,
+            device: Some(index + 1),
+        }]
+    );
+    assert_eq!(a.injected_faults()[0].rank, 2);
+    assert!(b.failed_by_rank().is_empty());
 }
 
 #[test]
@@ -200,6 +248,7 @@ fn a_failed_write_lands_a_prefix_or_nothing() {
                 error_at: vec![NthRequest {
                     op: IoOp::Write,
                     n: 1,
+                    device: None,
                 }],
                 ..FaultOptions::default()
             }))
