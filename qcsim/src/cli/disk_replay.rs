@@ -36,6 +36,10 @@ pub struct Args {
     /// The seed of --samples (the case's seed plus the epoch's number).
     #[arg(long, value_name = "S", default_value_t = 0, requires = "samples")]
     pub crash_seed: u64,
+    /// The substream of --crash-seed's crash stream --samples draws from:
+    /// 0 for the image's disk, 1 for an external data file's.
+    #[arg(long, value_name = "I", default_value_t = 0, requires = "samples")]
+    pub crash_stream: u32,
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
@@ -77,15 +81,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("{}: cannot make the directory", dir.display()))?;
         if let Some(samples) = args.samples {
-            let states = crate::qemu::disk::crash_states(disk, samples, args.crash_seed)?;
+            let states =
+                crate::qemu::disk::crash_states(disk, samples, args.crash_seed, args.crash_stream)?;
             for (k, state) in states.iter().enumerate() {
                 store(&dir.join(format!("crash-{k}.raw")), state)?;
             }
             println!(
-                "{} crash states written to {} (the all-durable one, then {samples} drawn from seed {})",
+                "{} crash states written to {} (the all-durable one, then {samples} drawn from seed {}, crash stream {})",
                 states.len(),
                 dir.display(),
-                args.crash_seed
+                args.crash_seed,
+                args.crash_stream
             );
             return Ok(0);
         }

@@ -95,7 +95,12 @@ pub fn print_qemu_report(r: &QemuReport, engine: Engine) {
         r.guest_ops, r.read_sectors, r.crash_states, r.recovered_sectors
     );
     println!(
-        "  the simulated disk saw {} writes ({} FUA) and {} flushes from {}",
+        "  the simulated {} saw {} writes ({} FUA) and {} flushes from {}",
+        if r.data_file {
+            "disks (image and data file)"
+        } else {
+            "disk"
+        },
         r.device_writes,
         r.device_fua_writes,
         r.device_flushes,
@@ -118,11 +123,19 @@ pub fn print_qemu_report(r: &QemuReport, engine: Engine) {
         }
     }
     if !r.passed() {
+        let samples = crate::qemu::run::SAMPLES;
         println!(
-            "  kept in {}: case.json, and per epoch requests.log (replay its crash states without QEMU: qcsim disk-replay epoch-K/requests.log --samples {} --crash-seed SEED+K --crash-dir DIR)",
+            "  kept in {}: case.json, and per epoch requests.log (replay its crash states without QEMU: qcsim disk-replay epoch-K/requests.log --samples {samples} --crash-seed SEED+K --crash-dir DIR)",
             r.dir.display(),
-            crate::qemu::run::SAMPLES
         );
+        if r.data_file {
+            // The data file's disk draws its samples from a crash stream
+            // of its own, as in-process runs do.
+            println!(
+                "  and the data file's disk, epoch-K/data-requests.log (qcsim disk-replay epoch-K/data-requests.log --samples {samples} --crash-seed SEED+K --crash-stream {} --crash-dir DIR: its data-crash-K.raw as crash-K.raw)",
+                sim::runner::DATA_CRASH_STREAM
+            );
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! One epoch's simulated disk for the QEMU driver: a thread that serves a
+//! One epoch's simulated disk for the QEMU driver (the image's, or an
+//! external data file's): a thread that serves a
 //! `sim::served::ServedDisk` over NBD on a Unix socket (the disk and its
 //! simulation are `!Send`, so they live and die on that thread), records
 //! its request log, and at the end builds what the caller asks for from
@@ -33,12 +34,15 @@ pub struct DiskPlan {
 pub enum EndPlan {
     /// A clean end: the content (every completed write) to `out`.
     Clean { out: PathBuf },
-    /// A crash: crash states to `dir` as `crash-K.raw` (see
-    /// [`crash_states`]).
+    /// A crash: crash states to `dir` as `{name}-K.raw` (see
+    /// [`crash_states`]), drawn from substream `stream` of the crash
+    /// stream of `crash_seed`.
     Crash {
         dir: PathBuf,
+        name: &'static str,
         samples: u32,
         crash_seed: u64,
+        stream: u32,
     },
 }
 
@@ -56,13 +60,17 @@ pub struct DiskThread {
 }
 
 /// The crash states a crash of `disk` is judged by: the all-durable state
-/// (every pending write lost) first, then `samples` drawn from the crash
-/// stream of `crash_seed`. `qcsim disk-replay LOG --samples N --crash-seed
-/// S` builds the same ones from the epoch's request log.
+/// (every pending write lost) first, then `samples` drawn from substream
+/// `stream` of the crash stream of `crash_seed` (0 for the image's disk,
+/// `sim::runner::DATA_CRASH_STREAM` for a data file's, as in-process runs
+/// draw them, so that the two disks' choices are independent). `qcsim
+/// disk-replay LOG --samples N --crash-seed S --crash-stream I` builds the
+/// same ones from the epoch's request log.
 pub fn crash_states(
     disk: &sim::disk::SimDisk,
     samples: u32,
     crash_seed: u64,
+    stream: u32,
 ) -> anyhow::Result<Vec<sim::disk::SparseStore>> {
     let mut out = Vec::new();
     let first = disk
@@ -71,7 +79,7 @@ pub fn crash_states(
         .next()
         .ok_or_else(|| anyhow!("no crash state"))?;
     out.push(first.content);
-    let mut rng = substream(crash_seed, Stream::Crash, 0);
+    let mut rng = substream(crash_seed, Stream::Crash, stream);
     for _ in 0..samples {
         out.push(disk.crash_image(&mut rng).context("a crash state")?.content);
     }
@@ -173,11 +181,16 @@ fn serve(
         }
         EndPlan::Crash {
             dir,
+            name,
             samples,
             crash_seed,
+            stream,
         } => {
-            for (k, state) in crash_states(d, samples, crash_seed)?.iter().enumerate() {
-                let path = dir.join(format!("crash-{k}.raw"));
+            for (k, state) in crash_states(d, samples, crash_seed, stream)?
+                .iter()
+                .enumerate()
+            {
+                let path = dir.join(format!("{name}-{k}.raw"));
                 store(&path, state)?;
                 files.push(path);
             }

@@ -10,11 +10,12 @@
 //! workload, the disk's latencies and the crash states drawn, not QEMU's
 //! interleaving; the operations of a concurrency group are sent one after
 //! another (the client keeps one request in flight); a crash comes between
-//! two operations; faults are not injected (no error from QEMU is excused)
-//! and cases with a backing file or an external data file are not run.
-//! Each epoch's request log is kept, so a failing case's crash states are
-//! rebuilt bit for bit without QEMU (`qcsim disk-replay`).
-
+//! two operations; faults are not injected (no error from QEMU is
+//! excused). A backing file is a real file beside the image, never
+//! crashed; an external data file is a second simulated disk, losing
+//! power with the image's. Each epoch's request logs (one per disk) are
+//! kept, so a failing case's crash states are rebuilt bit for bit without
+//! QEMU (`qcsim disk-replay`).
 //!
 //! `--driver imago` runs the same way with the imago library in place of
 //! `qemu-nbd` (`qemu::imago`): its storage is an NBD client of the same

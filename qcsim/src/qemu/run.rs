@@ -2,15 +2,17 @@
 //! `Guest` trait): the image made by `qemu-img
 //! create` with the case's options, then epoch by epoch (the operations up
 //! to a crash point, or to the end) a simulated disk serving it
-//! (`qemu::disk`), `qemu-nbd` serving its guest view, and our NBD client
+//! (`qemu::disk`), and a second one serving its external data file if it
+//! has one, `qemu-nbd` serving its guest view, and our NBD client
 //! sending the operations; reads are checked by the model as they return.
-//! At a crash `qemu-nbd` is killed with SIGKILL and every crash state
-//! built is judged: `qemu-img check` (after QEMU's own repair of an image
-//! left dirty by lazy refcounts) and our checker must find no corruption,
-//! and the guest view `qemu-img convert` reads must be what the model
-//! allows; the next epoch starts from the first sampled state. At the end
-//! the whole disk is read back through QEMU, the client hangs up, and the
-//! image `qemu-nbd` closed must be clean.
+//! At a crash `qemu-nbd` is killed with SIGKILL, both disks lose power
+//! together, and every crash state built (a pair: the image's state and
+//! the data file's) is judged: `qemu-img check` (after QEMU's own repair
+//! of an image left dirty by lazy refcounts) and our checker must find no
+//! corruption, and the guest view `qemu-img convert` reads must be what
+//! the model allows; the next epoch starts from the first sampled state.
+//! At the end the whole disk is read back through QEMU, the client hangs
+//! up, and the image `qemu-nbd` closed must be clean.
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -25,7 +27,7 @@ use serde::Serialize;
 use sim::case::{BackingSpec, Case, Op};
 use sim::disk::DiskOptions;
 
-use super::disk::{DiskPlan, DiskThread, EndPlan};
+use super::disk::{DiskEnd, DiskPlan, DiskThread, EndPlan};
 
 /// Crash states sampled per crash, besides the all-durable one.
 pub const SAMPLES: u32 = 2;
@@ -44,6 +46,8 @@ pub struct QemuReport {
     pub read_sectors: u64,
     pub crash_states: u64,
     pub recovered_sectors: u64,
+    /// The case has an external data file, on a simulated disk of its own.
+    pub data_file: bool,
     /// Device requests the simulated disks saw.
     pub device_writes: u64,
     pub device_flushes: u64,
@@ -58,12 +62,63 @@ impl QemuReport {
     }
 }
 
-/// Why a case cannot run on this driver, if it cannot.
-pub fn unsupported(case: &Case) -> Option<String> {
-    if case.image.data_file.is_some() || case.image.create.data_file.is_some() {
-        return Some("an external data file".into());
+/// Why a case cannot run on `engine`, if it cannot. QEMU runs every case.
+pub fn unsupported(case: &Case, engine: Engine) -> Option<String> {
+    if engine != Engine::Imago {
+        return None;
+    }
+    if case.image.data_file.is_some() {
+        // imago's open builder takes a data file's storage
+        // (`Qcow2OpenBuilder::data_file`), but `qemu::imago` gives it only
+        // the image's NBD storage, and its gate refuses to open the name
+        // the header stores (which names no simulated disk anyway).
+        return Some("an external data file (imago is given no storage for it)".into());
+    }
+    if case.image.backing.is_some() {
+        // imago resolves a backing file's name only on storage it opened
+        // from a path, and its storage here is an NBD client.
+        return Some("a backing file (imago cannot resolve it over NBD storage)".into());
+    }
+    if case.image.create.compat == Compat::V2 {
+        // imago refuses discards on them ("qcow2 version 3 required").
+        return Some("a version 2 image (imago discards only on version 3)".into());
     }
     None
+}
+
+/// The seed of the data file's simulated disk in an epoch whose image
+/// disk has `image_seed` (the case's seed plus the epoch's number): the
+/// same seed with this constant (ASCII "datafile") mixed in, so that the
+/// two disks' latency and outlier streams are independent yet both fixed
+/// by the case's seed. The request log's header records it, so a replay
+/// needs nothing but the log.
+const DATA_DISK_SEED_MIX: u64 = 0x6461_7461_6669_6c65;
+
+fn data_disk_seed(image_seed: u64) -> u64 {
+    image_seed ^ DATA_DISK_SEED_MIX
+}
+
+/// A value in QEMU's `key=value,...` option syntax: a comma is doubled.
+fn opt_value(path: &Path) -> anyhow::Result<String> {
+    Ok(utf8(path)?.replace(',', ",,"))
+}
+
+/// The qemu-img arguments naming the qcow2 image in file `image`: with a
+/// data file, `--image-opts` with the data file's path given, since the
+/// name the header stores is not where the data file's state is.
+fn image_args(image: &Path, data: Option<&Path>) -> anyhow::Result<Vec<String>> {
+    Ok(match data {
+        None => vec!["-f".into(), "qcow2".into(), utf8(image)?.to_owned()],
+        Some(data) => vec![
+            "--image-opts".into(),
+            format!(
+                "driver=qcow2,file.driver=file,file.filename={},\
+                 data-file.driver=file,data-file.filename={}",
+                opt_value(image)?,
+                opt_value(data)?
+            ),
+        ],
+    })
 }
 
 /// Write the case's backing file into `dir` as a real file (QEMU reads
@@ -116,7 +171,10 @@ fn utf8(p: &Path) -> anyhow::Result<&str> {
         .ok_or_else(|| anyhow!("a path that is not UTF-8: {}", p.display()))
 }
 
-/// The `qemu-img create -o` options of the case's image.
+/// The `qemu-img create -o` options of the case's image. A data file gets
+/// the name the case's header gives it (qemu-img creates it in the
+/// directory it runs in; the run moves it where the epoch's data disk
+/// reads it from, and tells QEMU where that is at every open).
 fn create_options(case: &Case) -> String {
     let c = &case.image.create;
     let on = |b: bool| if b { "on" } else { "off" };
@@ -137,6 +195,13 @@ fn create_options(case: &Case) -> String {
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_else(|| "zlib".into());
         o.push_str(&format!(",compression_type={ct}"));
+    }
+    if let Some(name) = &c.data_file {
+        o.push_str(&format!(
+            ",data_file={},data_file_raw={}",
+            name.replace(',', ",,"),
+            on(c.data_file_raw)
+        ));
     }
     o
 }
@@ -220,8 +285,13 @@ struct QemuGuest {
 }
 
 impl QemuGuest {
-    fn start(disk_socket: &Path, guest_socket: &Path, dir: &Path) -> anyhow::Result<QemuGuest> {
-        let qemu = QemuNbd::start(disk_socket, guest_socket, dir)?;
+    fn start(
+        disk_socket: &Path,
+        data_socket: Option<&Path>,
+        guest_socket: &Path,
+        dir: &Path,
+    ) -> anyhow::Result<QemuGuest> {
+        let qemu = QemuNbd::start(disk_socket, data_socket, guest_socket, dir)?;
         let stream = connect(guest_socket)?;
         stream.set_read_timeout(Some(Duration::from_secs(120)))?;
         let client = nbd::Client::connect(stream).context("connecting to qemu-nbd")?;
@@ -265,11 +335,25 @@ struct QemuNbd {
 }
 
 impl QemuNbd {
-    fn start(disk_socket: &Path, guest_socket: &Path, dir: &Path) -> anyhow::Result<QemuNbd> {
-        let opts = format!(
+    /// Serve the image on `disk_socket` (its data file on `data_socket`,
+    /// given explicitly so that QEMU never opens the name the header
+    /// stores) as the guest view on `guest_socket`.
+    fn start(
+        disk_socket: &Path,
+        data_socket: Option<&Path>,
+        guest_socket: &Path,
+        dir: &Path,
+    ) -> anyhow::Result<QemuNbd> {
+        let mut opts = format!(
             "driver=qcow2,file.driver=nbd,file.server.type=unix,file.server.path={}",
-            disk_socket.display()
+            opt_value(disk_socket)?
         );
+        if let Some(data) = data_socket {
+            opts.push_str(&format!(
+                ",data-file.driver=nbd,data-file.server.type=unix,data-file.server.path={}",
+                opt_value(data)?
+            ));
+        }
         let child = Command::new("qemu-nbd")
             .args([
                 "--image-opts",
@@ -370,26 +454,151 @@ fn epochs(case: &Case) -> Vec<(Vec<(u64, Op)>, bool)> {
     out
 }
 
+/// One epoch's simulated disks: the image's and, with an external data
+/// file, the data file's. They lose power together: both are finished
+/// after `qemu-nbd` is gone, so neither sees a request the other missed.
+struct Disks {
+    image: DiskThread,
+    data: Option<DiskThread>,
+}
+
+/// What an epoch's disks built: the image's files and the data file's,
+/// pair by pair.
+type Built = Vec<(PathBuf, Option<PathBuf>)>;
+
+impl Disks {
+    /// Start the epoch's disks, the image's holding `content`, the data
+    /// file's (if any) `data_content`, with latency seed `seed`.
+    fn start(
+        edir: &Path,
+        content: &Path,
+        data_content: Option<&Path>,
+        seed: u64,
+        options: &DiskOptions,
+    ) -> anyhow::Result<Disks> {
+        let plan = |content: &Path, seed: u64, socket: &str, log: &str| {
+            let socket = edir.join(socket);
+            let _ = std::fs::remove_file(&socket);
+            DiskPlan {
+                content: content.to_owned(),
+                seed,
+                options: options.clone(),
+                socket,
+                log: edir.join(log),
+            }
+        };
+        let image = DiskThread::start(plan(content, seed, "disk.sock", "requests.log"))?;
+        let data = match data_content {
+            None => None,
+            Some(c) => {
+                let p = plan(c, data_disk_seed(seed), "data.sock", "data-requests.log");
+                match DiskThread::start(p) {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        let _ = image.finish(EndPlan::Clean {
+                            out: edir.join("content.raw"),
+                        });
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        Ok(Disks { image, data })
+    }
+
+    fn image_socket(edir: &Path) -> PathBuf {
+        edir.join("disk.sock")
+    }
+
+    fn data_socket(&self, edir: &Path) -> Option<PathBuf> {
+        self.data.as_ref().map(|_| edir.join("data.sock"))
+    }
+
+    /// A clean end: each disk's content to `dir/{name}.raw` (the data
+    /// file's to `dir/data-{name}.raw`).
+    fn clean(self, dir: &Path, name: &str, report: &mut QemuReport) -> anyhow::Result<Built> {
+        let image = self.image.finish(EndPlan::Clean {
+            out: dir.join(format!("{name}.raw")),
+        });
+        let data = self.data.map(|d| {
+            d.finish(EndPlan::Clean {
+                out: dir.join(format!("data-{name}.raw")),
+            })
+        });
+        pairs(image, data, report)
+    }
+
+    /// The power cut: each disk's crash states to `dir`, the image's as
+    /// `crash-K.raw` from crash substream 0 of `crash_seed`, the data
+    /// file's as `data-crash-K.raw` from substream
+    /// `sim::runner::DATA_CRASH_STREAM` (as in-process runs draw them).
+    fn crash(self, dir: &Path, crash_seed: u64, report: &mut QemuReport) -> anyhow::Result<Built> {
+        let image = self.image.finish(EndPlan::Crash {
+            dir: dir.to_owned(),
+            name: "crash",
+            samples: SAMPLES,
+            crash_seed,
+            stream: 0,
+        });
+        let data = self.data.map(|d| {
+            d.finish(EndPlan::Crash {
+                dir: dir.to_owned(),
+                name: "data-crash",
+                samples: SAMPLES,
+                crash_seed,
+                stream: sim::runner::DATA_CRASH_STREAM,
+            })
+        });
+        pairs(image, data, report)
+    }
+}
+
+/// The files both disks built, paired in order, their counters added to
+/// `report`.
+fn pairs(
+    image: anyhow::Result<DiskEnd>,
+    data: Option<anyhow::Result<DiskEnd>>,
+    report: &mut QemuReport,
+) -> anyhow::Result<Built> {
+    let image = image?;
+    add_counters(report, &image.counters);
+    let data = match data {
+        None => None,
+        Some(d) => {
+            let d = d.context("the data file's disk")?;
+            add_counters(report, &d.counters);
+            Some(d.files)
+        }
+    };
+    Ok(match data {
+        None => image.files.into_iter().map(|f| (f, None)).collect(),
+        Some(data) => {
+            if data.len() != image.files.len() {
+                bail!(
+                    "{} states of the image and {} of the data file",
+                    image.files.len(),
+                    data.len()
+                );
+            }
+            image
+                .files
+                .into_iter()
+                .zip(data.into_iter().map(Some))
+                .collect()
+        }
+    })
+}
+
 /// Run `case` on `engine` in `dir` (made if absent).
 pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<QemuReport> {
     let mut report = QemuReport {
         seed: case.seed,
+        data_file: case.image.data_file.is_some(),
         dir: dir.to_owned(),
         ..QemuReport::default()
     };
-    if let Some(why) = unsupported(case) {
+    if let Some(why) = unsupported(case, engine) {
         report.skipped = Some(why);
-        return Ok(report);
-    }
-    if engine == Engine::Imago && case.image.backing.is_some() {
-        // imago resolves a backing file's name only on storage it opened
-        // from a path, and its storage here is an NBD client.
-        report.skipped = Some("a backing file (imago cannot resolve it over NBD storage)".into());
-        return Ok(report);
-    }
-    if engine == Engine::Imago && case.image.create.compat == Compat::V2 {
-        // imago refuses discards on them ("qcow2 version 3 required").
-        report.skipped = Some("a version 2 image (imago discards only on version 3)".into());
         return Ok(report);
     }
     std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
@@ -427,6 +636,25 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
         .write(true)
         .open(&base)?
         .set_len(disk_size)?;
+    // The data file qemu-img made in `dir` under the header's name becomes
+    // the first epoch's data disk. QEMU maps a guest cluster to the same
+    // offset in a data file, so the guest's size is all it needs; the
+    // export cannot grow, so it gets that size, rounded up to 1 MiB (a
+    // whole number of the disk's sectors), whatever qemu-img left it.
+    let data_base = match &case.image.create.data_file {
+        None => None,
+        Some(name) => {
+            let made = dir.join(name);
+            let data_base = dir.join("epoch-0.data.raw");
+            std::fs::rename(&made, &data_base)
+                .with_context(|| format!("the data file qemu-img made ({})", made.display()))?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&data_base)?
+                .set_len(size.next_multiple_of(1 << 20))?;
+            Some(data_base)
+        }
+    };
 
     // A driver other than qcsim's engine is held to the block layer's
     // discard contract, not the engine's stricter one: QEMU reuses a
@@ -436,26 +664,24 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
     let mut model = Model::new(case.sectors(), case.backing_data())
         .with_discard_contract(DiscardContract::Unspecified);
     let mut content = base;
+    let mut data_content = data_base;
     let options = disk_options(case);
     let all = epochs(case);
     let last = all.len() - 1;
     for (e, (ops, crash)) in all.into_iter().enumerate() {
         let edir = dir.join(format!("epoch-{e}"));
         std::fs::create_dir_all(&edir)?;
-        let disk_socket = edir.join("disk.sock");
         let guest_socket = edir.join("guest.sock");
-        let _ = std::fs::remove_file(&disk_socket);
         let _ = std::fs::remove_file(&guest_socket);
-        let disk = DiskThread::start(DiskPlan {
-            content: content.clone(),
-            seed: case.seed.wrapping_add(e as u64),
-            options: options.clone(),
-            socket: disk_socket.clone(),
-            log: edir.join("requests.log"),
-        })?;
+        let seed = case.seed.wrapping_add(e as u64);
+        let disks = Disks::start(&edir, &content, data_content.as_deref(), seed, &options)?;
+        let disk_socket = Disks::image_socket(&edir);
+        let data_socket = disks.data_socket(&edir);
         let started: anyhow::Result<Box<dyn Guest>> = match engine {
-            Engine::Qemu => QemuGuest::start(&disk_socket, &guest_socket, &edir)
-                .map(|g| Box::new(g) as Box<dyn Guest>),
+            Engine::Qemu => {
+                QemuGuest::start(&disk_socket, data_socket.as_deref(), &guest_socket, &edir)
+                    .map(|g| Box::new(g) as Box<dyn Guest>)
+            }
             Engine::Imago => {
                 super::imago::ImagoGuest::start(&disk_socket).map(|g| Box::new(g) as Box<dyn Guest>)
             }
@@ -463,9 +689,7 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
         let mut guest = match started {
             Ok(g) => g,
             Err(err) => {
-                let _ = disk.finish(EndPlan::Clean {
-                    out: edir.join("content.raw"),
-                });
+                let _ = disks.clean(&edir, "content", &mut report);
                 // The image as created: a driver that cannot open it does
                 // not run this case; after a crash, it is a failure.
                 if e == 0 && engine == Engine::Imago {
@@ -487,34 +711,33 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
         if let Some(f) = failed_op {
             report.failures.push(f);
             guest.crash();
-            let _ = disk.finish(EndPlan::Clean {
-                out: edir.join("content.raw"),
-            });
+            let _ = disks.clean(&edir, "content", &mut report);
             return Ok(report);
         }
         if crash && e < last {
             guest.crash();
-            let end = disk.finish(EndPlan::Crash {
-                dir: edir.clone(),
-                samples: SAMPLES,
-                crash_seed: case.seed.wrapping_add(e as u64),
-            })?;
-            add_counters(&mut report, &end.counters);
-            let mut states = end.files.into_iter();
+            let mut states = disks.crash(&edir, seed, &mut report)?.into_iter();
             let all_durable = states.next().expect("the all-durable state");
             let go_on = states.next();
             // The model judges the state the run goes on from; the others
             // are judged by the checkers alone.
-            for s in std::iter::once(&all_durable).chain(states.as_slice()) {
-                judge_state(s, &edir, &mut report, None)?;
+            for (s, d) in std::iter::once(&all_durable).chain(states.as_slice()) {
+                judge_state(s, d.as_deref(), &edir, &mut report, None)?;
             }
-            let go_on = go_on.unwrap_or(all_durable);
+            let (go_on, go_on_data) = go_on.unwrap_or(all_durable);
             model.crash();
-            judge_state(&go_on, &edir, &mut report, Some(&mut model))?;
+            judge_state(
+                &go_on,
+                go_on_data.as_deref(),
+                &edir,
+                &mut report,
+                Some(&mut model),
+            )?;
             if !report.passed() {
                 return Ok(report);
             }
             content = go_on;
+            data_content = go_on_data;
         } else {
             // The end: everything read back through QEMU, then a clean
             // close, which must leave the image clean.
@@ -526,11 +749,10 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
             if let Err(e) = guest.close() {
                 report.failures.push(format!("the clean close: {e:#}"));
             }
-            let out = edir.join("final.raw");
-            let end = disk.finish(EndPlan::Clean { out: out.clone() })?;
-            add_counters(&mut report, &end.counters);
+            let mut built = disks.clean(&edir, "final", &mut report)?;
+            let (out, data_out) = built.pop().expect("the final content");
             let leaks_allowed = e > 0;
-            judge_final(&out, &edir, leaks_allowed, &mut report)?;
+            judge_final(&out, data_out.as_deref(), &edir, leaks_allowed, &mut report)?;
         }
     }
     Ok(report)
@@ -662,20 +884,22 @@ fn dirty(path: &Path) -> anyhow::Result<bool> {
     Ok(engine::format::header::dirty_in(&h))
 }
 
-/// `qemu-img check` and our checker on `image`: corruption fails; leaks
-/// are counted (a crash may leak clusters), unless `leaks_allowed` is
-/// false.
+/// `qemu-img check` and our checker on `image` (its data file's state
+/// `data`, which qemu-img opens with it): corruption fails; leaks are
+/// counted (a crash may leak clusters), unless `leaks_allowed` is false.
+/// Our checker reads the image file alone, as `qcsim check` does: the
+/// metadata is all there, and a data file's clusters are not refcounted.
 fn check_image(
     image: &Path,
+    data: Option<&Path>,
     label: &str,
     dir: &Path,
     leaks_allowed: bool,
     report: &mut QemuReport,
 ) -> anyhow::Result<bool> {
-    let path = image
-        .to_str()
-        .ok_or_else(|| anyhow!("a path that is not UTF-8"))?;
-    let out = run_tool("qemu-img", &["check", "-f", "qcow2", path], dir)?;
+    let mut args = vec!["check".to_owned()];
+    args.extend(image_args(image, data)?);
+    let out = run_tool("qemu-img", &strs(&args), dir)?;
     let code = out.status.code();
     let qemu_ok = code == Some(0) || (leaks_allowed && code == Some(3));
     if !qemu_ok {
@@ -702,38 +926,61 @@ fn check_image(
     Ok(qemu_ok && ours_ok)
 }
 
-/// Judge one crash state: repaired by QEMU first if lazy refcounts left
-/// it dirty (as opening it would), then checked; with `model`, its guest
-/// view as QEMU reads it must be what the model allows.
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+fn file_label(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Judge one crash state, the image's `state` with its data file's
+/// `data` (the same moment's): repaired by QEMU first if lazy refcounts
+/// left it dirty (as opening it would), then checked; with `model`, its
+/// guest view as QEMU reads it must be what the model allows.
 fn judge_state(
     state: &Path,
+    data: Option<&Path>,
     dir: &Path,
     report: &mut QemuReport,
     model: Option<&mut Model>,
 ) -> anyhow::Result<()> {
     report.crash_states += 1;
-    let label = state
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // A dirty state is repaired in a copy: the state as built stays, for
-    // `qcsim disk-replay` to be compared with.
-    let repaired = dir.join(format!("{label}.repaired"));
-    let state = if dirty(state)? {
-        std::fs::copy(state, &repaired)?;
-        repaired.as_path()
-    } else {
-        state
+    let image_label = file_label(state);
+    let label = match data {
+        None => image_label.clone(),
+        Some(d) => format!("{image_label} with {}", file_label(d)),
     };
-    let path = state
-        .to_str()
-        .ok_or_else(|| anyhow!("a path that is not UTF-8"))?;
-    if state == repaired.as_path() {
-        let out = run_tool(
-            "qemu-img",
-            &["check", "-q", "-r", "all", "-f", "qcow2", path],
-            dir,
-        )?;
+    // A dirty state is repaired in a copy: the state as built stays, for
+    // `qcsim disk-replay` to be compared with. The data file's state is
+    // copied too, since the repair opens it for writing.
+    let repaired = dir.join(format!("{image_label}.repaired"));
+    let data_repaired = data.map(|d| dir.join(format!("{}.repaired", file_label(d))));
+    let is_dirty = dirty(state)?;
+    let (state, data) = if is_dirty {
+        std::fs::copy(state, &repaired)?;
+        if let (Some(d), Some(r)) = (data, &data_repaired) {
+            std::fs::copy(d, r)?;
+        }
+        (repaired.as_path(), data_repaired.as_deref())
+    } else {
+        (state, data)
+    };
+    let remove_copies = || {
+        let _ = std::fs::remove_file(&repaired);
+        if let Some(r) = &data_repaired {
+            let _ = std::fs::remove_file(r);
+        }
+    };
+    if is_dirty {
+        let mut args = vec!["check", "-q", "-r", "all"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+        args.extend(image_args(state, data)?);
+        let out = run_tool("qemu-img", &strs(&args), dir)?;
         if !matches!(out.status.code(), Some(0) | Some(3)) {
             report.failures.push(format!(
                 "QEMU's repair of {label} (exit {:?}): {}",
@@ -743,29 +990,18 @@ fn judge_state(
             return Ok(());
         }
     }
-    let checked = check_image(state, &label, dir, true, report)?;
+    let checked = check_image(state, data, &label, dir, true, report)?;
     let Some(model) = model else {
         return Ok(());
     };
     if !checked {
         return Ok(());
     }
-    let guest = dir.join(format!("{label}.guest"));
-    let out = run_tool(
-        "qemu-img",
-        &[
-            "convert",
-            "-f",
-            "qcow2",
-            "-O",
-            "raw",
-            path,
-            guest
-                .to_str()
-                .ok_or_else(|| anyhow!("a path that is not UTF-8"))?,
-        ],
-        dir,
-    )?;
+    let guest = dir.join(format!("{image_label}.guest"));
+    let mut args = vec!["convert".to_owned()];
+    args.extend(image_args(state, data)?);
+    args.extend(["-O".into(), "raw".into(), utf8(&guest)?.to_owned()]);
+    let out = run_tool("qemu-img", &strs(&args), dir)?;
     if !out.status.success() {
         report.failures.push(format!(
             "qemu-img convert of {label}: {}",
@@ -775,7 +1011,7 @@ fn judge_state(
     }
     let bytes = std::fs::read(&guest)?;
     let _ = std::fs::remove_file(&guest);
-    let _ = std::fs::remove_file(&repaired);
+    remove_copies();
     report.recovered_sectors += (bytes.len() / SECTOR_SIZE) as u64;
     if let Err(vs) = model.after_crash_check(&bytes) {
         report.failures.push(format!(
@@ -788,6 +1024,7 @@ fn judge_state(
 
 fn judge_final(
     image: &Path,
+    data: Option<&Path>,
     dir: &Path,
     leaks_allowed: bool,
     report: &mut QemuReport,
@@ -797,6 +1034,10 @@ fn judge_final(
             .failures
             .push("the image is left dirty after a clean close".into());
     }
-    check_image(image, "the final image", dir, leaks_allowed, report)?;
+    let label = match data {
+        None => "the final image".to_owned(),
+        Some(d) => format!("the final image with {}", file_label(d)),
+    };
+    check_image(image, data, &label, dir, leaks_allowed, report)?;
     Ok(())
 }

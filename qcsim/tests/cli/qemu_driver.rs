@@ -2,7 +2,10 @@
 //! driver (qemu-nbd, its storage the simulated disk over NBD) passes; on
 //! a disk that ignores flushes it fails, and the failing case's kept
 //! request log rebuilds its crash states bit for bit without QEMU; a small
-//! campaign passes; the imago library passes and fails the same way.
+//! campaign passes; cases with an external data file run (a second
+//! simulated disk), fail on disks that ignore flushes with their data
+//! file's states replayable, and pin what they found in QEMU; the imago
+//! library passes and fails the same way.
 
 use crate::support::{exec, qcsim, text, QCSIM};
 
@@ -168,4 +171,124 @@ fn a_case_on_imago_passes_and_fails_on_a_disk_that_ignores_flush() {
         d,
     );
     assert!(v2.contains("SKIPPED") && v2.contains("version 2"), "{v2}");
+}
+
+/// `qcsim run --seed N --save case.json` on `driver`: the output, after
+/// checking that the case saved has an external data file, raw or not as
+/// `raw` says (the seeds are the default campaign's; if the generator
+/// stops giving them a data file, this says so rather than testing
+/// nothing).
+fn run_data_file_seed(seed: u64, raw: bool, extra: &[&str], d: &std::path::Path) -> String {
+    let seed_s = seed.to_string();
+    let save = format!("case-{seed}.json");
+    let mut args = vec![
+        "run", "--seed", &seed_s, "--driver", "qemu", "--corpus", "c", "--save", &save,
+    ];
+    args.extend(extra);
+    let out = exec(QCSIM, &args, d);
+    let case: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join(&save)).unwrap()).unwrap();
+    assert_eq!(
+        case["image"]["data_file"]["raw"],
+        serde_json::Value::Bool(raw),
+        "seed {seed}'s case: {}",
+        case["image"]
+    );
+    text(&out)
+}
+
+/// Cases with an external data file run on QEMU: the data file on a
+/// simulated disk of its own, losing power with the image's, each crash
+/// state a pair of the two disks' states. Seed 7's data file holds
+/// allocated clusters (`data_file_raw=off`), seed 10's is kept a raw
+/// image of the guest disk.
+#[test]
+fn cases_with_a_data_file_run_on_qemus_driver() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (seed, raw) in [(7, false), (10, true)] {
+        let out = run_data_file_seed(seed, raw, &[], d);
+        assert!(out.contains(&format!("seed {seed} (qemu): PASS")), "{out}");
+        assert!(number_before(&out, "crash states") > 0, "{out}");
+        assert!(number_before(&out, "recovered sectors") > 0, "{out}");
+        assert!(out.contains("disks (image and data file)"), "{out}");
+    }
+}
+
+/// On disks that ignore flushes a data-file case fails, and what is lost
+/// is in the data file: seed 18's data file is raw, so the image maps
+/// every guest cluster to it from creation and a completed, flushed write
+/// read back as zeroes after the crash is one the data file's disk
+/// dropped. The data file's crash states replay bit for bit from its own
+/// request log, drawn from its own crash stream (`--crash-stream 1`).
+#[test]
+fn a_data_file_case_fails_on_disks_that_ignore_flush_and_its_states_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = run_data_file_seed(18, true, &["--disk-ignores-flush"], d);
+    assert!(out.contains("seed 18 (qemu): FAIL"), "{out}");
+    assert!(
+        out.contains("model violation after the crash (crash-1.raw with data-crash-1.raw)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("held zeroes, but the model allowed only write #"),
+        "{out}"
+    );
+    assert!(out.contains("--crash-stream 1"), "{out}");
+    let epoch = d.join("c/qemu-seed-18/epoch-0");
+    qcsim(
+        &[
+            "disk-replay",
+            epoch.join("data-requests.log").to_str().unwrap(),
+            "--samples",
+            "2",
+            "--crash-seed",
+            "18",
+            "--crash-stream",
+            "1",
+            "--crash-dir",
+            "again",
+        ],
+        d,
+    );
+    for k in 0..3 {
+        let (a, b) = (
+            std::fs::read(epoch.join(format!("data-crash-{k}.raw"))).unwrap(),
+            std::fs::read(d.join(format!("again/crash-{k}.raw"))).unwrap(),
+        );
+        assert!(a == b, "data-crash-{k}.raw differs when replayed");
+    }
+}
+
+/// What the data-file runs found in QEMU 10.0: with a backing file and an
+/// external data file, an allocating write's cluster (its untouched part
+/// copied from the backing file) goes to the data file, then allocating
+/// an L2 table for a later write makes QEMU write the first write's L2
+/// entry to the image and flush the image's disk, never the data file's.
+/// A power cut before the next guest flush leaves the image mapping a
+/// cluster whose data never became durable: a sector the guest never
+/// wrote reads zeroes instead of the backing data. Nothing in the block
+/// layer's contract allows losing data the guest did not write, so this
+/// is a failure; the engine flushes the data file first
+/// (`data_file_flush_first`) and passes the same case in process
+/// (`verify_corpus`).
+#[test]
+fn qemus_l2_entry_outruns_its_data_files_cow_and_loses_backing_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../corpus/regressions/qemu-data-file-cow-lost-seed-55.json");
+    let out = exec(
+        QCSIM,
+        &["replay", "--driver", "qemu", case.to_str().unwrap()],
+        dir.path(),
+    );
+    let out = text(&out);
+    assert!(out.contains("seed 55 (qemu): FAIL"), "{out}");
+    assert!(
+        out.contains(
+            "guest sector 1408 (byte 0xb0000) held zeroes, but the model allowed only backing data"
+        ),
+        "{out}"
+    );
 }

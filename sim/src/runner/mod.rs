@@ -201,8 +201,9 @@ impl Foreground {
     }
 }
 
-/// The crash substream of the data file's disk.
-const DATA_CRASH_STREAM: u32 = 1;
+/// The crash substream of the data file's disk (the image disk's is 0);
+/// `--driver qemu` draws its data file's crash states from it too.
+pub const DATA_CRASH_STREAM: u32 = 1;
 /// The substream of the crash stream that draws crashes at armed guards.
 const GUARD_CRASH_STREAM: u32 = 2;
 
