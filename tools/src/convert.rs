@@ -12,12 +12,19 @@
 //! once (`parallel`, default 8, as qemu-img's coroutines). Every check (the
 //! options, the destination against every file the source chain reads) is
 //! made before the destination is touched (`create::prepare`).
+//!
+//! With a progress callback ([`convert_reporting`]), the copy also reports
+//! qemu-img's `-p` percentages: [`progress_plan`] cuts the source into the
+//! requests qemu-img would copy it in, and each request's percentage is
+//! reported once every chunk up to its end is copied, so the sequence is
+//! the same whichever chunks finish first.
 
 use std::cell::Cell;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use engine::dev::{BlockDev, DevError, FileDev, FileOptions};
-use engine::{EngineOptions, Image, Status};
+use engine::{Backing, EngineOptions, Image, Status};
 use futures::stream::{FuturesUnordered, StreamExt};
 
 use crate::create::{check_create_options, prepare, CreateError, Wanted};
@@ -25,6 +32,7 @@ use crate::files::{
     file_id_of_path, open_image_with_files, resolve_data_file_path, Disk, FirstOpen, Format,
     OpenError, OpenOptions,
 };
+use crate::progress::{ConvertPlan, CONVERT_BUFFER, MAX_STATUS_REQUEST};
 use crate::qemu_args::{ArgError, ImageOpts};
 
 /// Bytes copied per chunk at least; a multiple of every cluster size up to
@@ -299,9 +307,82 @@ fn copy_err(
     }
 }
 
+/// The status at `pos` (at most `len` bytes) as qemu-img's block status
+/// answers it, which its progress follows: down the backing chain unless
+/// `top_only`, and a data run only as far as its clusters follow one
+/// another in the image file (a compressed cluster alone) and stay within
+/// one L2 table, since that is where QEMU's qcow2 driver ends a run.
+async fn request_status(
+    src: &Disk,
+    pos: u64,
+    len: u64,
+    top_only: bool,
+) -> engine::Result<(Status, u64)> {
+    let Some(mut image) = src.qcow2() else {
+        return Ok((Status::Data, len));
+    };
+    let mut len = len;
+    loop {
+        let (status, n) = image.block_status(pos, len).await?;
+        match (status, image.backing()) {
+            (Status::Backing, Some(Backing::Qcow2(lower))) if !top_only => {
+                image = lower;
+                len = n;
+            }
+            (Status::Backing, Some(Backing::Raw(_))) if !top_only => return Ok((Status::Data, n)),
+            (Status::Data, _) => {
+                let cluster = image.cluster_size();
+                let entry = if image.header().extended_l2() { 16 } else { 8 };
+                let table = cluster / entry * cluster;
+                let end = (pos + n).min((pos / table + 1) * table);
+                let mut at = (pos / cluster + 1) * cluster;
+                let mut host = image.host_offset(pos).await?;
+                while at < end {
+                    let next = image.host_offset(at).await?;
+                    match (host, next) {
+                        (Some(h), Some(x)) if x == h - h % cluster + cluster => host = next,
+                        _ => break,
+                    }
+                    at += cluster;
+                }
+                return Ok((Status::Data, at.min(end) - pos));
+            }
+            _ => return Ok((status, n)),
+        }
+    }
+}
+
+/// qemu-img convert's progress plan for `src` (see [`ConvertPlan`]),
+/// copied in requests of at most `buffer` bytes. With `top_only` (the
+/// destination has a backing file, which stands for the source's), only
+/// what the top image holds as data counts; otherwise whatever reads as
+/// data from anywhere in the chain. A raw source is data throughout here,
+/// where qemu-img would skip the holes its file system reports.
+pub async fn progress_plan(src: &Disk, top_only: bool, buffer: u64) -> engine::Result<ConvertPlan> {
+    let size = src.virtual_size();
+    let align = src.qcow2().map_or(512, |i| i.cluster_size());
+    let mut plan = ConvertPlan::new();
+    let mut pos = 0;
+    while pos < size {
+        let len = (size - pos).min(MAX_STATUS_REQUEST);
+        let (status, n) = request_status(src, pos, len, top_only).await?;
+        // qemu-img counts whole sectors, and ends a run on a cluster
+        // boundary of the source when that leaves something of it.
+        let mut n = n.div_ceil(512) * 512;
+        let tail = (pos + n) % align;
+        if n > tail {
+            n -= tail;
+        }
+        let n = n.min(size - pos);
+        plan.add_run(pos, n, status == Status::Data, buffer);
+        pos += n;
+    }
+    Ok(plan)
+}
+
 /// Copy chunk `index` (of `chunk` bytes) of the source to the target:
 /// only the ranges that hold data are read, and of them the blocks of
-/// `granule` bytes that are not all zero are written.
+/// `granule` bytes that are not all zero are written. Returns `index`.
 async fn copy_chunk(
     ends: &Ends<'_>,
     index: u64,
@@ -309,7 +390,7 @@ async fn copy_chunk(
     size: u64,
     granule: usize,
     counted: &Counted,
-) -> Result<(), ConvertError> {
+) -> Result<u64, ConvertError> {
     let start = index * chunk;
     let end = start + (size - start).min(chunk);
     let mut pos = start;
@@ -338,7 +419,7 @@ async fn copy_chunk(
         }
         pos += n;
     }
-    Ok(())
+    Ok(index)
 }
 
 /// The destination's image options from `opts`, checked against the
@@ -371,6 +452,18 @@ pub async fn convert(
     source: &Path,
     destination: &Path,
     opts: &ConvertOptions,
+) -> Result<ConvertStats, ConvertError> {
+    convert_reporting(source, destination, opts, None).await
+}
+
+/// [`convert`], calling `progress` with each percentage of qemu-img's
+/// progress plan as the copy passes it (not the 0 before nor the 100
+/// after, which qemu-img reports around the whole command).
+pub async fn convert_reporting(
+    source: &Path,
+    destination: &Path,
+    opts: &ConvertOptions,
+    mut progress: Option<&mut dyn FnMut(f32)>,
 ) -> Result<ConvertStats, ConvertError> {
     let image_opts = image_options(opts)?;
     let src_opts = OpenOptions {
@@ -473,7 +566,19 @@ pub async fn convert(
         dst: &target,
         dst_path: destination,
     };
+    let mut plan = match progress {
+        Some(_) => Some(
+            progress_plan(&src, false, CONVERT_BUFFER.max(granule as u64))
+                .await
+                .map_err(copy_err(CopyStep::Status, source, 0))?,
+        ),
+        None => None,
+    };
     let mut next = 0u64;
+    // Chunks finished beyond the first unfinished one, whose number is
+    // `copied`: progress moves only as that prefix grows.
+    let mut finished = BTreeSet::new();
+    let mut copied = 0u64;
     let mut in_flight = FuturesUnordered::new();
     while next < chunks || !in_flight.is_empty() {
         while next < chunks && in_flight.len() < opts.parallel {
@@ -481,7 +586,15 @@ pub async fn convert(
             next += 1;
         }
         if let Some(result) = in_flight.next().await {
-            result?;
+            finished.insert(result?);
+            while finished.remove(&copied) {
+                copied += 1;
+            }
+            if let (Some(plan), Some(report)) = (plan.as_mut(), progress.as_mut()) {
+                for p in plan.reached((copied * chunk).min(size)) {
+                    report(p);
+                }
+            }
         }
     }
     drop(in_flight);

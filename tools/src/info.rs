@@ -308,6 +308,13 @@ impl InfoReport {
     }
 }
 
+/// The JSON of `qemu-img info --backing-chain --output json`: one array
+/// of the chain's reports, top first, laid out as [`InfoReport::json`]
+/// lays out one report (no final newline).
+pub fn chain_json(reports: &[InfoReport]) -> String {
+    pretty_json(&reports)
+}
+
 /// `value` as JSON laid out as qemu-img lays it out (QEMU's
 /// `qobject_to_json_pretty`): four-space indentation, `": "` after a key,
 /// an empty array or object still broken over two lines (`[` newline,

@@ -4,7 +4,8 @@
 //! (`create`), the argument syntax shared with qemu-img and qemu-io
 //! (`qemu_args`), and the tools themselves as functions with typed errors
 //! and structured results: `qemu-img info` (`info`), `check` with repair
-//! (`check`), `convert` (`convert`), the qemu-io command parser and
+//! (`check`), `convert` (`convert`) and its `-p` progress lines
+//! (`progress`), the qemu-io command parser and
 //! session (`io`), `qemu-img resize` (`resize`), `rebase` (`rebase`), `commit`
 //! (`commit`), the metadata dump (`dump`), and qemu-img bench's job
 //! through the engine, timed by the wall clock, with its flags and the
@@ -24,6 +25,7 @@ pub mod files;
 pub mod info;
 pub mod io;
 pub mod map;
+pub mod progress;
 pub mod qemu_args;
 pub mod rebase;
 pub mod resize;

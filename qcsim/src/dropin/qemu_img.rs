@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use tools::check::{check_file, CheckOptions, RepairMode};
 use tools::create::{prepare_image, CreateImageError, CreateImageOptions};
 use tools::files::{open_image, probe_path, Format, OpenOptions, Probed};
-use tools::info::{info, InfoOptions};
+use tools::info::{info, InfoOptions, InfoReport};
 use tools::map::{map_image, MapError};
+use tools::progress::{ConvertPlan, Progress, CONVERT_BUFFER};
 use tools::qemu_args::{option_help, wants_help, ArgError};
 
 use super::getopt::{getopt, long, Long, Parsed};
@@ -326,11 +327,9 @@ fn info_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
         force_share: p.has("U"),
     };
     if p.has("backing-chain") {
-        if output == "json" {
-            return fail("info --backing-chain --output=json is not supported by qcsim");
-        }
-        // Each image of the chain, top first, a blank line between; a
-        // loop is found before anything is printed, as qemu-img does.
+        // Each image of the chain, top first: in human form a blank line
+        // between them, in JSON one array of their objects. A loop is
+        // found before anything is printed, as qemu-img does.
         let mut seen = Vec::new();
         let mut next = Some((file, opts.format));
         let mut reports = Vec::new();
@@ -356,9 +355,14 @@ fn info_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
                     .unwrap_or(None);
                 next = Some((PathBuf::from(b), format));
             }
-            reports.push(report.human());
+            reports.push(report);
         }
-        print!("{}", reports.join("\n"));
+        if output == "json" {
+            println!("{}", tools::info::chain_json(&reports));
+        } else {
+            let human: Vec<String> = reports.iter().map(InfoReport::human).collect();
+            print!("{}", human.join("\n"));
+        }
         return Ok(0);
     }
     let report = info(&file, &opts).map_err(|e| Fail(info_error(&file, &e), 1))?;
@@ -539,7 +543,10 @@ fn compare(prog: &str, args: &[String]) -> Result<i32, Fail> {
 /// `convert [-f FMT] [-O FMT] [-o OPTS] [-n] [-q] [-p] [-m N] [-W] SRC DST`.
 /// Without `-n`, `tools::convert` creates the destination; with it, the
 /// guest data is copied into the existing destination, zeroes written as
-/// zeroes.
+/// zeroes. `-p` (unless `-q`) prints qemu-img's progress lines on standard
+/// output: 0 once the options are read, the percentages of
+/// `tools::progress::ConvertPlan` as the copy goes, 100 when it is done,
+/// and the final newline after any error message, where qemu-img prints it.
 fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
     let longs = [
         long("help", false, Some('h')),
@@ -550,6 +557,32 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
         long("target-is-zero", false, None),
     ];
     let p = scan(prog, args, "hf:O:B:F:Cco:l:S:pt:T:qnm:WUr:", &longs)?;
+    let mut progress = None;
+    let result = convert_steps(&p, &mut progress);
+    let Some(mut progress) = progress else {
+        return result;
+    };
+    match result {
+        Ok(code) => {
+            let _ = progress.set(100.0);
+            let _ = progress.end();
+            Ok(code)
+        }
+        Err(Fail(msg, code)) => {
+            let _ = crate::output::stdout().flush();
+            eprintln!("{prog}: {msg}");
+            let _ = progress.end();
+            Ok(code)
+        }
+    }
+}
+
+/// qemu-img's progress report on standard output.
+type Report = Progress<crate::output::Stdout>;
+
+/// `convert` once its options are scanned; starts `progress` when `-p`
+/// asks for it (after the checks qemu-img makes before its own report).
+fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail> {
     for (flag, what) in [
         ("c", "-c (compressed output)"),
         ("l", "-l (snapshots)"),
@@ -588,16 +621,22 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
             ),
         },
     };
+    if p.has("n") && !options.is_empty() {
+        return fail("-o has no effect when skipping image creation");
+    }
+    if p.has("p") && !p.has("q") {
+        let mut report = Progress::new(crate::output::stdout(), 1.0);
+        let _ = report.set(0.0);
+        *progress = Some(report);
+    }
     if p.has("n") {
-        if !options.is_empty() {
-            return fail("-o has no effect when skipping image creation");
-        }
         return futures::executor::block_on(copy_into(
             &src,
             source_format,
             &dst,
             output_format,
             p.has("U"),
+            progress.as_mut(),
         ))
         .map(|()| 0);
     }
@@ -618,6 +657,7 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
             p.value("B"),
             p.value("F"),
             p.has("U"),
+            progress.as_mut(),
         );
     }
     let opts = tools::convert::ConvertOptions {
@@ -628,8 +668,20 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
         nocache,
         force_share: p.has("U"),
     };
-    futures::executor::block_on(tools::convert::convert(&src, &dst, &opts))
-        .map_err(|e| Fail(super::chain(&e), 1))?;
+    let wanted = progress.is_some();
+    let mut report = |percent: f32| {
+        if let Some(r) = progress.as_mut() {
+            let _ = r.set(percent);
+        }
+    };
+    let on_progress: Option<&mut dyn FnMut(f32)> = if wanted { Some(&mut report) } else { None };
+    futures::executor::block_on(tools::convert::convert_reporting(
+        &src,
+        &dst,
+        &opts,
+        on_progress,
+    ))
+    .map_err(|e| Fail(super::chain(&e), 1))?;
     Ok(0)
 }
 
@@ -646,6 +698,7 @@ fn convert_onto_backing(
     backing: Option<&str>,
     backing_format: Option<&str>,
     force_share: bool,
+    mut progress: Option<&mut Report>,
 ) -> Result<i32, Fail> {
     let open_err = |file: &Path, e: tools::files::OpenError| {
         Fail(
@@ -696,6 +749,9 @@ fn convert_onto_backing(
         .map_err(|e| open_err(dst, e))?;
         let io_err = |what: &str, e: engine::Error| Fail(format!("error while {what}: {e}"), 1);
         let cs = d.qcow2().map_or(CHUNK, |i| i.cluster_size()).min(CHUNK);
+        // qemu-img counts only what the source's top image holds: the
+        // rest is taken to be in the new backing file.
+        let mut plan = progress_plan_for(&s, true, progress.is_some(), &d).await?;
         let mut want = vec![0u8; cs as usize];
         let mut have = vec![0u8; cs as usize];
         let mut pos = 0;
@@ -718,6 +774,7 @@ fn convert_onto_backing(
                 r.map_err(|e| io_err("writing", e))?;
             }
             pos += n as u64;
+            report_reached(&mut plan, &mut progress, pos);
         }
         drop(s);
         d.close().await.map_err(|e| io_err("closing", e))?;
@@ -732,6 +789,7 @@ async fn copy_into(
     dst: &Path,
     dst_format: Format,
     force_share: bool,
+    mut progress: Option<&mut Report>,
 ) -> Result<(), Fail> {
     let open_err = |file: &Path, e: tools::files::OpenError| {
         Fail(
@@ -767,6 +825,7 @@ async fn copy_into(
     if d.virtual_size() < size {
         return fail("error while converting: the target image is smaller than the source");
     }
+    let mut plan = progress_plan_for(&s, false, progress.is_some(), &d).await?;
     let mut buf = vec![0u8; CHUNK as usize];
     let mut pos = 0;
     let io_err = |what: &str, e: engine::Error| Fail(format!("error while {what}: {e}"), 1);
@@ -782,7 +841,37 @@ async fn copy_into(
         };
         r.map_err(|e| io_err("writing", e))?;
         pos += n as u64;
+        report_reached(&mut plan, &mut progress, pos);
     }
     drop(s);
     d.close().await.map_err(|e| io_err("closing", e))
+}
+
+/// The progress plan of copying `src` onto `dst` (copy requests of the
+/// buffer size, or `dst`'s cluster size when larger), when `wanted`.
+async fn progress_plan_for(
+    src: &tools::files::Disk,
+    top_only: bool,
+    wanted: bool,
+    dst: &tools::files::Disk,
+) -> Result<Option<ConvertPlan>, Fail> {
+    if !wanted {
+        return Ok(None);
+    }
+    let buffer = dst
+        .qcow2()
+        .map_or(CONVERT_BUFFER, |i| i.cluster_size().max(CONVERT_BUFFER));
+    tools::convert::progress_plan(src, top_only, buffer)
+        .await
+        .map(Some)
+        .map_err(|e| Fail(format!("error while reading block status: {e}"), 1))
+}
+
+/// Print the percentages of `plan` the copy has passed at `pos`.
+fn report_reached(plan: &mut Option<ConvertPlan>, progress: &mut Option<&mut Report>, pos: u64) {
+    if let (Some(plan), Some(report)) = (plan.as_mut(), progress.as_mut()) {
+        for percent in plan.reached(pos) {
+            let _ = report.set(percent);
+        }
+    }
 }

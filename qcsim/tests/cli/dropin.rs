@@ -781,3 +781,165 @@ fn a_file_prefix_names_the_plain_file() {
     );
     t.same("qemu-io", &["-c", "read -P 7 0 64k", "./image:top.qcow2"]);
 }
+
+#[test]
+fn convert_progress_matches_qemu_img() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "s.qcow2", "128M"],
+    );
+    // iotest 086's four 1 MiB writes; then 48M and 49M, contiguous on
+    // the guest but not in the file (64M's cluster lies between them), so
+    // two requests for qemu-img, not one; a run longer than convert's
+    // 2 MiB requests; and a zero range, which counts for nothing.
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "write 0 1M",
+            "-c",
+            "write 2M 1M",
+            "-c",
+            "write 4M 1M",
+            "-c",
+            "write 32M 1M",
+            "-c",
+            "write 48M 64k",
+            "-c",
+            "write 64M 64k",
+            "-c",
+            "write 48.0625M 192k",
+            "-c",
+            "write 80M 5M",
+            "-c",
+            "write -z 90M 1M",
+            "s.qcow2",
+        ],
+    );
+    t.same(
+        "qemu-img",
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-b",
+            "s.qcow2",
+            "-F",
+            "qcow2",
+            "top.qcow2",
+        ],
+    );
+    t.same("qemu-io", &["-c", "write 2.5M 3M", "top.qcow2"]);
+    let runs: [&[&str]; 6] = [
+        &["-O", "qcow2", "-f", "qcow2", "s.qcow2", "a.qcow2"],
+        &["-O", "raw", "s.qcow2", "a.raw"],
+        &["-O", "qcow2", "top.qcow2", "b.qcow2"],
+        &[
+            "-O",
+            "qcow2",
+            "-B",
+            "s.qcow2",
+            "-F",
+            "qcow2",
+            "top.qcow2",
+            "c.qcow2",
+        ],
+        &["-n", "-O", "qcow2", "s.qcow2", "b.qcow2"],
+        &["-q", "-O", "qcow2", "s.qcow2", "d.qcow2"],
+    ];
+    for args in runs {
+        let mut cmd = vec!["convert", "-p"];
+        cmd.extend(args);
+        let (theirs, ours) = t.both("qemu-img", &cmd);
+        // Byte for byte: the carriage returns and the final newline too.
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stdout),
+            String::from_utf8_lossy(&theirs.stdout),
+            "qemu-img {cmd:?}"
+        );
+        assert_same("qemu-img", &cmd, &theirs, &ours);
+    }
+    // The same input, the same lines: nothing depends on timing.
+    let again = |dst: &str| {
+        exec(
+            t.bin.join("qemu-img").to_str().unwrap(),
+            &["convert", "-p", "-O", "qcow2", "s.qcow2", dst],
+            &t.ours,
+        )
+        .stdout
+    };
+    let first = again("e.qcow2");
+    assert_eq!(again("f.qcow2"), first);
+    // Whatever both tools print, it opens at 0 and closes at 100 twice
+    // (the last request, then the end), as in 086's reference output.
+    let text = String::from_utf8(first).unwrap();
+    assert!(text.starts_with("    (0.00/100%)\r"), "{text:?}");
+    assert!(
+        text.ends_with("    (100.00/100%)\r    (100.00/100%)\r\n"),
+        "{text:?}"
+    );
+    assert!(
+        text.lines().next().unwrap().matches('\r').count() > 5,
+        "{text:?}"
+    );
+}
+
+#[test]
+fn info_backing_chain_json_matches_qemu_img() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "t.qcow2.1.base", "128M"],
+    );
+    for (image, backing) in [
+        ("t.qcow2.2.base", "t.qcow2.1.base"),
+        ("t.qcow2", "t.qcow2.2.base"),
+    ] {
+        t.same(
+            "qemu-img",
+            &[
+                "create", "-q", "-f", "qcow2", "-b", backing, "-F", "qcow2", image,
+            ],
+        );
+    }
+    t.same("qemu-io", &["-c", "write 0 64k", "t.qcow2"]);
+    let args = ["info", "--backing-chain", "--output=json", "t.qcow2"];
+    // On the files QEMU made, qcsim prints what qemu-img prints, byte for
+    // byte (the space the files take on disk included).
+    let theirs = exec("qemu-img", &args, &t.qemu);
+    let ours = exec(t.bin.join("qemu-img").to_str().unwrap(), &args, &t.qemu);
+    assert_same("qemu-img", &args, &theirs, &ours);
+    let json = String::from_utf8(ours.stdout).unwrap();
+    assert!(json.starts_with("[\n    {\n"), "{json}");
+    assert!(json.ends_with("    }\n]\n"), "{json}");
+    assert_eq!(json.matches("\"format\": \"qcow2\"").count(), 3, "{json}");
+    // On each tool's own files, alike but for the space on disk and the
+    // length of each file (its "file" child's size): how long a new image
+    // file is, is each creator's layout.
+    let (theirs, ours) = t.both("qemu-img", &args);
+    let layout = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.contains("\"actual-size\": "))
+            .filter(|l| !l.starts_with(&format!("{}\"virtual-size\": ", " ".repeat(20))))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    };
+    assert_eq!(layout(&ours), layout(&theirs));
+    // A loop is still refused before anything is printed.
+    t.same(
+        "qemu-img",
+        &[
+            "rebase",
+            "-u",
+            "-b",
+            "t.qcow2",
+            "-F",
+            "qcow2",
+            "t.qcow2.1.base",
+        ],
+    );
+    t.same("qemu-img", &args);
+}
