@@ -269,6 +269,13 @@ impl BackingData {
         sector < self.sectors && self.pattern.has_data(sector)
     }
 
+    /// The whole backing file's bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = vec![0u8; (self.sectors * SECTOR_SIZE as u64) as usize];
+        self.fill(&mut bytes, 0);
+        bytes
+    }
+
     /// Fills `buf` (a whole number of sectors) with the backing file's bytes
     /// for the sectors starting at `first_sector`.
     pub fn fill(&self, buf: &mut [u8], first_sector: u64) {

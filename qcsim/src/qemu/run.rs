@@ -127,9 +127,7 @@ fn image_args(image: &Path, data: Option<&Path>) -> anyhow::Result<Vec<String>> 
 /// Returns its absolute path, which the overlay's header names so that
 /// QEMU finds it from an image whose own storage is an NBD export.
 fn write_backing(spec: &BackingSpec, dir: &Path) -> anyhow::Result<String> {
-    let data = spec.data();
-    let mut bytes = vec![0u8; (data.sectors * SECTOR_SIZE as u64) as usize];
-    data.fill(&mut bytes, 0);
+    let bytes = spec.data().to_bytes();
     let dir = std::fs::canonicalize(dir).with_context(|| format!("{}", dir.display()))?;
     let path = dir.join(spec.file_name());
     match *spec {

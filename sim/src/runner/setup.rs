@@ -4,7 +4,6 @@
 //! with its data file and backing file attached.
 
 use engine::{Backing, CreateOptions, EngineOptions, Image};
-use oracle::data::SECTOR_SIZE;
 
 use super::{Failure, Img, Run};
 use crate::case::{BackingSpec, Case};
@@ -47,10 +46,8 @@ impl Run<'_> {
     pub(super) fn setup(&mut self) -> Result<Img, Failure> {
         let case = self.case;
         if let Some(spec) = case.image.backing {
-            let data = spec.data();
-            let len = data.sectors * SECTOR_SIZE as u64;
-            let mut bytes = vec![0u8; len as usize];
-            data.fill(&mut bytes, 0);
+            let bytes = spec.data().to_bytes();
+            let len = bytes.len() as u64;
             let role = DeviceRole::Backing;
             let disk = match spec {
                 BackingSpec::Raw { .. } => SimDisk::with_role(

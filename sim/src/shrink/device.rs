@@ -63,23 +63,15 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
         // Runs of held requests, halving the run length down to one (a
         // case pinned from a long run holds hundreds, most of them not
         // needed: one at a time would spend a run on each).
-        let held = |c: &Case| c.disk.latency.outliers.held.len();
-        let mut chunk = held(&self.best).div_ceil(2);
-        while chunk >= 1 && !self.out_of_runs() {
-            let mut start = 0;
-            while start < held(&self.best) && !self.out_of_runs() {
-                let mut c = self.best.clone();
+        self.halving_runs(
+            |c| c.disk.latency.outliers.held.len(),
+            |s, start, chunk| {
+                let mut c = s.best.clone();
                 let h = &mut c.disk.latency.outliers.held;
                 h.drain(start..(start + chunk).min(h.len()));
-                if !self.try_case("quiet_outliers", c) {
-                    start += chunk;
-                }
-            }
-            if chunk == 1 {
-                break;
-            }
-            chunk = chunk.div_ceil(2);
-        }
+                s.try_case("quiet_outliers", c)
+            },
+        );
     }
 
     /// The plainest timing of crashes and tasks the failure allows: the

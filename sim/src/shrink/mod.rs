@@ -232,8 +232,8 @@ pub fn shrink_failing(
         .first()
         .map(FailureKind::of)
         .ok_or(ShrinkError::Passes)?;
-    let start = pin_outliers(case, &first, &kind);
-    let start = pin_faults(&start, &kind);
+    let (start, report) = pin_outliers(case, first, &kind);
+    let start = pin_faults(start, &report, &kind);
     let shrunk = shrink_with(
         &start,
         options,
@@ -246,11 +246,12 @@ pub fn shrink_failing(
 /// `case` with the requests its run `report` held long pinned by rank
 /// (`OutlierOptions::held`, every rate 0), if it still fails so: removing
 /// an operation then leaves the other held requests held, where under
-/// rates every later draw would shift. Else `case` itself.
-fn pin_outliers(case: &Case, report: &RunReport, kind: &FailureKind) -> Case {
+/// rates every later draw would shift. Else `case` itself. Either way
+/// with the report of the case returned.
+fn pin_outliers(case: &Case, report: RunReport, kind: &FailureKind) -> (Case, RunReport) {
     let o = &case.disk.latency.outliers;
     if o.image.is_none() && o.data_file.is_none() && o.backing.is_none() {
-        return case.clone();
+        return (case.clone(), report);
     }
     let mut pinned = case.clone();
     let o = &mut pinned.disk.latency.outliers;
@@ -258,35 +259,36 @@ fn pin_outliers(case: &Case, report: &RunReport, kind: &FailureKind) -> Case {
     o.data_file = Default::default();
     o.backing = Default::default();
     o.held = report.held.clone();
-    if pinned.validate().is_ok() && kind.in_report(&run_guarded(&pinned)) {
-        pinned
-    } else {
-        case.clone()
+    if pinned.validate().is_ok() {
+        let again = run_guarded(&pinned);
+        if kind.in_report(&again) {
+            return (pinned, again);
+        }
     }
+    (case.clone(), report)
 }
 
-/// `case` with the requests its run failed with EIO pinned by rank on
+/// `case` with the requests its run (`report`) failed with EIO pinned by rank on
 /// their disk (`FaultOptions::error_at` with `NthRequest::device`, the
 /// EIO rates 0), if it still fails so: a failure that needed a fault
 /// drawn at a rate is lost as soon as a removed operation shifts which
 /// request the draw falls on (a removed flush before it moves the fault to
 /// the next flush, not off the flushes). Else `case` itself.
-fn pin_faults(case: &Case, kind: &FailureKind) -> Case {
+fn pin_faults(case: Case, report: &RunReport, kind: &FailureKind) -> Case {
     let f = &case.disk.faults;
     if !f.enabled || f.read_error_ppm + f.write_error_ppm + f.flush_error_ppm == 0 {
-        return case.clone();
+        return case;
     }
-    let report = run_guarded(case);
     let mut pinned = case.clone();
     let f = &mut pinned.disk.faults;
     f.read_error_ppm = 0;
     f.write_error_ppm = 0;
     f.flush_error_ppm = 0;
-    f.error_at = report.failed;
+    f.error_at = report.failed.clone();
     if pinned.validate().is_ok() && kind.in_report(&run_guarded(&pinned)) {
         pinned
     } else {
-        case.clone()
+        case
     }
 }
 
@@ -385,6 +387,31 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
             size: CaseSize::of(&self.best),
         });
         true
+    }
+
+    /// ddmin's removal loop over a list `len` measures in the case (groups,
+    /// operations, held requests): runs of half its length, then halving
+    /// down to one, from each start; `try_run(self, start, len)` builds
+    /// and tries the candidate without that run, and when it is kept the
+    /// next run has moved into the same start.
+    fn halving_runs(
+        &mut self,
+        len: impl Fn(&Case) -> usize,
+        mut try_run: impl FnMut(&mut Self, usize, usize) -> bool,
+    ) {
+        let mut chunk = len(&self.best).div_ceil(2);
+        while chunk >= 1 && !self.out_of_runs() {
+            let mut start = 0;
+            while start < len(&self.best) && !self.out_of_runs() {
+                if !try_run(self, start, chunk) {
+                    start += chunk;
+                }
+            }
+            if chunk == 1 {
+                break;
+            }
+            chunk = chunk.div_ceil(2);
+        }
     }
 
     /// Tries each edit on the case as it stands when its turn comes, in

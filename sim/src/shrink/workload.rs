@@ -55,43 +55,25 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
 
     /// Runs of whole groups, halving the run length (ddmin).
     pub(super) fn drop_groups(&mut self) {
-        let mut chunk = self.best.workload.len().div_ceil(2);
-        while chunk >= 1 {
-            let mut start = 0;
-            while start < self.best.workload.len() {
-                let mut c = self.best.clone();
+        self.halving_runs(
+            |c| c.workload.len(),
+            |s, start, chunk| {
+                let mut c = s.best.clone();
                 let end = (start + chunk).min(c.workload.len());
                 c.workload.drain(start..end);
-                if !self.try_case("drop_groups", c) {
-                    start += chunk;
-                }
-            }
-            if chunk == 1 {
-                break;
-            }
-            chunk = chunk.div_ceil(2);
-        }
+                s.try_case("drop_groups", c)
+            },
+        );
     }
 
     /// Runs of operations across groups, halving the run length down to
     /// one operation at a time, so that no single operation (a flush
     /// included) can go once a round ends.
     pub(super) fn drop_ops(&mut self) {
-        let total = |c: &Case| c.workload.iter().map(Vec::len).sum::<usize>();
-        let mut chunk = total(&self.best).div_ceil(2);
-        while chunk >= 1 {
-            let mut start = 0;
-            while start < total(&self.best) {
-                let c = without_ops(&self.best, start, chunk);
-                if !self.try_case("drop_ops", c) {
-                    start += chunk;
-                }
-            }
-            if chunk == 1 {
-                break;
-            }
-            chunk = chunk.div_ceil(2);
-        }
+        self.halving_runs(total_ops, |s, start, chunk| {
+            let c = without_ops(&s.best, start, chunk);
+            s.try_case("drop_ops", c)
+        });
     }
 
     /// Each operation alone, under each of the `reseeds` seeds after the
@@ -105,7 +87,7 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
     /// replays as it is, its seed included.
     pub(super) fn reseed_drop_ops(&mut self, reseeds: u64) {
         let mut k = 0;
-        while k < self.best.workload.iter().map(Vec::len).sum::<usize>() {
+        while k < total_ops(&self.best) {
             let base = without_ops(&self.best, k, 1);
             let seed = self.best.seed;
             let kept = (1..=reseeds).any(|d| {
@@ -133,46 +115,34 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
         if !pinned(&self.best) {
             return;
         }
-        let total = |c: &Case| c.workload.iter().map(Vec::len).sum::<usize>();
-        let mut chunk = total(&self.best).div_ceil(2);
-        while chunk >= 1 {
-            let mut start = 0;
-            while start < total(&self.best) {
-                let removed: Vec<Op> = self
-                    .best
-                    .workload
-                    .iter()
-                    .flatten()
-                    .skip(start)
-                    .take(chunk)
-                    .copied()
-                    .collect();
-                let base = without_ops(&self.best, start, chunk);
-                let kept = (0..=1).any(|extra| {
-                    let mut c = base.clone();
-                    let mut moved = false;
-                    for f in &mut c.disk.faults.error_at {
-                        let count = removed
-                            .iter()
-                            .filter(|op| issued_kind(op) == Some(f.op))
-                            .count() as u64;
-                        let d = count + extra;
-                        if f.device.is_some() && count > 0 && f.n > d {
-                            f.n -= d;
-                            moved = true;
-                        }
+        self.halving_runs(total_ops, |s, start, chunk| {
+            let removed: Vec<Op> = s
+                .best
+                .workload
+                .iter()
+                .flatten()
+                .skip(start)
+                .take(chunk)
+                .copied()
+                .collect();
+            let base = without_ops(&s.best, start, chunk);
+            (0..=1).any(|extra| {
+                let mut c = base.clone();
+                let mut moved = false;
+                for f in &mut c.disk.faults.error_at {
+                    let count = removed
+                        .iter()
+                        .filter(|op| issued_kind(op) == Some(f.op))
+                        .count() as u64;
+                    let d = count + extra;
+                    if f.device.is_some() && count > 0 && f.n > d {
+                        f.n -= d;
+                        moved = true;
                     }
-                    moved && self.try_case("rerank_drop_ops", c)
-                });
-                if !kept {
-                    start += chunk;
                 }
-            }
-            if chunk == 1 {
-                break;
-            }
-            chunk = chunk.div_ceil(2);
-        }
+                moved && s.try_case("rerank_drop_ops", c)
+            })
+        });
     }
 
     /// Each group's requests of one kind thinned to one of them (each in
@@ -394,6 +364,11 @@ pub(super) fn crash_positions(case: &Case) -> Vec<(usize, usize)> {
         .into_iter()
         .filter(|&(g, i)| matches!(case.workload[g][i], Op::Crash))
         .collect()
+}
+
+/// How many operations `case` holds, across its groups.
+fn total_ops(case: &Case) -> usize {
+    case.workload.iter().map(Vec::len).sum()
 }
 
 /// `case` without the `count` operations from flat position `start`;
