@@ -33,8 +33,8 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use engine::dev::{
-    BlockDev, CountingDev, DevCounts, FileDev, FileId, FileOpenError, FileOptions, LockError,
-    LockRequest, WriteFlags,
+    BlockDev, CountingDev, DevCounts, FileDev, FileId, FileOpenError, FileOptions, IoBuf,
+    LockError, LockRequest, WriteFlags,
 };
 use engine::{Backing, Counters, EngineOptions, Image, Switches};
 use futures::future::LocalBoxFuture;
@@ -777,7 +777,7 @@ impl Target {
 /// A finished piece of the job.
 enum Done {
     /// A request; reads give their buffer back for reuse.
-    Request(Option<Vec<u8>>),
+    Request(Option<IoBuf>),
     /// A flush; `drained` if the queue was drained for it.
     Flush { drained: bool },
 }
@@ -996,13 +996,11 @@ async fn run_requests(
 ) -> Result<(Duration, u64), FileBenchError> {
     let size = target.size();
     let bs = o.buffer_size as usize;
-    let write_buf = if o.write {
-        vec![o.pattern.unwrap_or(0); bs]
-    } else {
-        Vec::new()
-    };
-    let write_buf = &write_buf;
-    let mut spare: Vec<Vec<u8>> = Vec::new();
+    // Aligned as qemu-img bench aligns its buffers, so that O_DIRECT can
+    // use them as they are.
+    let write_buf = IoBuf::aligned_filled(if o.write { bs } else { 0 }, o.pattern.unwrap_or(0));
+    let write_buf = write_buf.as_slice();
+    let mut spare: Vec<IoBuf> = Vec::new();
     let mut set: FuturesUnordered<LocalBoxFuture<'_, Result<Done, FileBenchError>>> =
         FuturesUnordered::new();
     let (mut submitted, mut completed, mut in_flight) = (0u64, 0u64, 0u64);
@@ -1028,20 +1026,20 @@ async fn run_requests(
                     Ok(Done::Request(None))
                 }));
             } else {
-                let mut buf = spare.pop().unwrap_or_else(|| vec![0u8; bs]);
+                let mut buf = spare.pop().unwrap_or_else(|| IoBuf::aligned_zeroed(bs));
                 let pattern = o.pattern;
                 set.push(Box::pin(async move {
                     target
-                        .read(off, &mut buf)
+                        .read(off, buf.as_mut_slice())
                         .await
                         .map_err(|error| request_error(path, "read", off, error))?;
                     if let Some(p) = pattern {
-                        if let Some(at) = buf.iter().position(|&b| b != p) {
+                        if let Some(at) = buf.as_slice().iter().position(|&b| b != p) {
                             return Err(FileBenchError::Mismatch {
                                 path: path.to_owned(),
                                 offset: off,
                                 at,
-                                found: buf[at],
+                                found: buf.as_slice()[at],
                                 pattern: p,
                             });
                         }

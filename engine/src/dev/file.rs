@@ -26,18 +26,15 @@
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
-use std::future::Future;
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::task::{Context, Poll, Waker};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 
 use super::lock::{self, Held, LockError, LockRequest};
+use super::pool::{Abandoned, IoPool};
 use super::{BlockDev, DevError, IoOp, WriteFlags, ZeroFlags};
 
 /// Alignment of offset, length and memory that O_DIRECT requests use. 4096
@@ -120,189 +117,26 @@ impl FileId {
     }
 }
 
-type Job = Box<dyn FnOnce() + Send + 'static>;
-
-/// Worker threads that run blocking file syscalls. Cheap to clone; the
-/// threads stop when the last clone (and every device using it) is gone.
-/// Several files, such as the images of one backing chain, can share a pool.
-#[derive(Clone)]
-pub struct IoPool {
-    inner: Arc<PoolInner>,
-}
-
-struct PoolInner {
-    /// `None` only while dropping, so that the workers see the channel close.
-    tx: Option<mpsc::Sender<Job>>,
-    workers: Vec<JoinHandle<()>>,
-}
-
-impl fmt::Debug for IoPool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IoPool")
-            .field("threads", &self.inner.workers.len())
-            .finish()
-    }
-}
-
-impl IoPool {
-    /// Start a pool of `threads` workers (at least 1).
-    pub fn new(threads: usize) -> io::Result<IoPool> {
-        assert!(threads >= 1, "an I/O pool needs at least one thread");
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        let mut workers = Vec::with_capacity(threads);
-        for i in 0..threads {
-            let rx = Arc::clone(&rx);
-            let handle = std::thread::Builder::new()
-                .name(format!("qcsim-io-{i}"))
-                .spawn(move || worker_loop(&rx))?;
-            workers.push(handle);
-        }
-        Ok(IoPool {
-            inner: Arc::new(PoolInner {
-                tx: Some(tx),
-                workers,
-            }),
-        })
-    }
-
-    /// The number of worker threads.
-    pub fn threads(&self) -> usize {
-        self.inner.workers.len()
-    }
-
-    /// Run `job` on a worker; the returned future resolves to its result.
-    fn submit<T, F>(&self, job: F) -> Completion<T>
-    where
-        T: Send + 'static,
-        F: FnOnce() -> T + Send + 'static,
-    {
-        let slot = Arc::new(Mutex::new(SlotState::Waiting(None)));
-        let promise = Promise {
-            slot: Some(Arc::clone(&slot)),
-        };
-        let boxed: Job = Box::new(move || promise.fulfil(job()));
-        let tx = self.inner.tx.as_ref().expect("pool used while dropping");
-        // The receiver lives as long as any worker; if all workers are gone,
-        // the job (and so the promise) is dropped here, which abandons the
-        // slot and the future reports the failure instead of hanging.
-        let _ = tx.send(boxed);
-        Completion { slot }
-    }
-}
-
-impl Drop for PoolInner {
-    fn drop(&mut self) {
-        drop(self.tx.take());
-        for w in self.workers.drain(..) {
-            let _ = w.join();
-        }
-    }
-}
-
-fn worker_loop(rx: &Mutex<mpsc::Receiver<Job>>) {
-    loop {
-        // The lock is held only while waiting for the next job, never while
-        // running it. A poisoned lock cannot happen (nothing panics while
-        // holding it), but recovering keeps the pool alive regardless.
-        let job = {
-            let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-            rx.recv()
-        };
-        match job {
-            // A panicking job drops its promise during unwinding, which
-            // abandons the slot; catching the panic keeps the worker alive.
-            Ok(job) => {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-            }
-            Err(mpsc::RecvError) => return,
-        }
-    }
-}
-
-enum SlotState<T> {
-    /// Not done yet; the waker of the task awaiting it, once polled.
-    Waiting(Option<Waker>),
-    Done(T),
-    /// The worker dropped the job without a result (it panicked, or the pool
-    /// was gone).
-    Abandoned,
-    /// The result was taken by the future.
-    Taken,
-}
-
-/// The worker's half of a one-shot completion.
-struct Promise<T> {
-    slot: Option<Arc<Mutex<SlotState<T>>>>,
-}
-
-impl<T> Promise<T> {
-    fn fulfil(mut self, value: T) {
-        let slot = self.slot.take().expect("promise fulfilled twice");
-        settle(&slot, SlotState::Done(value));
-    }
-}
-
-impl<T> Drop for Promise<T> {
-    fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            settle(&slot, SlotState::Abandoned);
-        }
-    }
-}
-
-fn settle<T>(slot: &Mutex<SlotState<T>>, new: SlotState<T>) {
-    let waker = {
-        let mut state = slot.lock().unwrap_or_else(|p| p.into_inner());
-        match std::mem::replace(&mut *state, new) {
-            SlotState::Waiting(w) => w,
-            _ => unreachable!("a completion slot is settled once"),
-        }
-    };
-    // Wake outside the lock: the woken task may poll on another thread.
-    if let Some(w) = waker {
-        w.wake();
-    }
-}
-
-/// The awaiting half of a one-shot completion. Dropping it early is fine:
-/// the worker still finishes the syscall and its result is discarded.
-struct Completion<T> {
-    slot: Arc<Mutex<SlotState<T>>>,
-}
-
-/// The worker died without answering.
-struct Abandoned;
-
-impl<T> Future for Completion<T> {
-    type Output = Result<T, Abandoned>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut state = self.slot.lock().unwrap_or_else(|p| p.into_inner());
-        match std::mem::replace(&mut *state, SlotState::Taken) {
-            SlotState::Waiting(_) => {
-                *state = SlotState::Waiting(Some(cx.waker().clone()));
-                Poll::Pending
-            }
-            SlotState::Done(v) => Poll::Ready(Ok(v)),
-            SlotState::Abandoned => Poll::Ready(Err(Abandoned)),
-            SlotState::Taken => panic!("completion polled after it was ready"),
-        }
-    }
-}
-
-/// An owned I/O buffer handed to a worker. For O_DIRECT its usable part
-/// starts at a [`DIRECT_ALIGN`] boundary; it is carved out of a plain `Vec`
-/// so that no unsafe allocation code is needed.
-struct IoBuf {
+/// An owned I/O buffer, as handed to a worker. For O_DIRECT its usable
+/// part starts at a [`DIRECT_ALIGN`] boundary; it is carved out of a plain
+/// `Vec` so that no unsafe allocation code is needed. A caller that keeps
+/// its data in an aligned one (as qemu-img bench aligns its buffers) lets a
+/// request running alone go to the file without a copy.
+pub struct IoBuf {
     storage: Vec<u8>,
     start: usize,
     len: usize,
 }
 
 impl IoBuf {
-    fn aligned_zeroed(len: usize) -> IoBuf {
-        let storage = vec![0u8; len + DIRECT_ALIGN];
+    /// `len` zero bytes at a [`DIRECT_ALIGN`] boundary.
+    pub fn aligned_zeroed(len: usize) -> IoBuf {
+        IoBuf::aligned_filled(len, 0)
+    }
+
+    /// `len` bytes of `byte` at a [`DIRECT_ALIGN`] boundary.
+    pub fn aligned_filled(len: usize, byte: u8) -> IoBuf {
+        let storage = vec![byte; len + DIRECT_ALIGN];
         let start = storage.as_ptr().align_offset(DIRECT_ALIGN);
         // For byte pointers align_offset is exact at run time; the assert
         // guards the slicing below against the documented escape hatch.
@@ -356,11 +190,11 @@ impl IoBuf {
         }
     }
 
-    fn as_slice(&self) -> &[u8] {
+    pub fn as_slice(&self) -> &[u8] {
         &self.storage[self.start..self.start + self.len]
     }
 
-    fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
     }
 }
@@ -708,6 +542,21 @@ fn pread_full(file: &File, mut offset: u64, mut buf: &mut [u8], direct: bool) ->
     Ok(done)
 }
 
+/// Whether O_DIRECT can use `buf`'s memory as it is.
+fn is_direct_aligned(buf: &[u8]) -> bool {
+    (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN)
+}
+
+/// The blocking body of a write: `data` at `offset` through `file` (one of
+/// `fds`), then with FUA the data synced.
+fn write_at(fds: &Fds, file: &File, data: &[u8], offset: u64, flags: WriteFlags) -> io::Result<()> {
+    file.write_all_at(data, offset)?;
+    if flags.fua {
+        fds.file.sync_data()?;
+    }
+    Ok(())
+}
+
 /// `fallocate(2)` on `file`; `Ok(false)` when the file system does not
 /// support `mode`.
 fn fallocate(file: &File, mode: libc::c_int, offset: u64, len: u64) -> io::Result<bool> {
@@ -797,6 +646,18 @@ impl BlockDev for FileDev {
             return Ok(());
         }
         checked_end(IoOp::Read, offset, len as u64)?;
+        if let Some(_alone) = self.pool.alone().await {
+            let (file, direct) = self.fds.for_range(offset, len);
+            let read = if direct && !is_direct_aligned(buf) {
+                let mut b = IoBuf::aligned_zeroed(len);
+                pread_full(file, offset, b.as_mut_slice(), direct)
+                    .map(|_| buf.copy_from_slice(b.as_slice()))
+            } else {
+                // Bytes past the end of the file read as zeroes.
+                pread_full(file, offset, buf, direct).map(|n| buf[n..].fill(0))
+            };
+            return read.map_err(|e| dev_error(IoOp::Read, offset, len as u64, e));
+        }
         let data = self
             .run(IoOp::Read, offset, move |fds| {
                 let (file, direct) = fds.for_range(offset, len);
@@ -818,6 +679,14 @@ impl BlockDev for FileDev {
             return Ok(());
         }
         let end = checked_end(IoOp::Write, offset, len as u64)?;
+        if let Some(_alone) = self.pool.alone().await {
+            self.len.fetch_max(end, Ordering::Relaxed);
+            let (file, direct) = self.fds.for_range(offset, len);
+            let bounce = (direct && !is_direct_aligned(buf)).then(|| IoBuf::aligned_copy(buf));
+            let data = bounce.as_ref().map_or(buf, IoBuf::as_slice);
+            return write_at(&self.fds, file, data, offset, flags)
+                .map_err(|e| dev_error(IoOp::Write, offset, len as u64, e));
+        }
         let direct = self.fds.for_range(offset, len).1;
         let owned = if direct {
             IoBuf::aligned_copy(buf)
@@ -827,11 +696,7 @@ impl BlockDev for FileDev {
         self.len.fetch_max(end, Ordering::Relaxed);
         self.run(IoOp::Write, offset, move |fds| {
             let (file, _) = fds.for_range(offset, len);
-            file.write_all_at(owned.as_slice(), offset)?;
-            if flags.fua {
-                fds.file.sync_data()?;
-            }
-            Ok(())
+            write_at(fds, file, owned.as_slice(), offset, flags)
         })
         .await?
         .map_err(|e| dev_error(IoOp::Write, offset, len as u64, e))
@@ -958,18 +823,6 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn a_panicking_job_is_reported_not_hung_and_the_pool_survives() {
-        let pool = IoPool::new(1).unwrap();
-        let panicked = futures::executor::block_on(pool.submit(|| -> u32 {
-            panic!("deliberate panic in an I/O job");
-        }));
-        assert!(matches!(panicked, Err(Abandoned)));
-        // The single worker is still there to run the next job.
-        let ok = futures::executor::block_on(pool.submit(|| 42u32));
-        assert!(matches!(ok, Ok(42)));
     }
 
     /// A file whose `ftruncate` fails: a memfd sealed against growing,

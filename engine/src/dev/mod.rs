@@ -6,10 +6,12 @@
 
 mod file;
 pub mod lock;
+mod pool;
 
 pub use blockdev::{
     BlockDev, CountingDev, DevCounts, DevError, Faulty, Injected, IoOp, MemDev, Recorder, Request,
     RequestLog, WriteFlags, YieldDev, YieldN, ZeroFlags,
 };
-pub use file::{FileDev, FileId, FileOpenError, FileOptions, IoPool, DIRECT_ALIGN};
+pub use file::{FileDev, FileId, FileOpenError, FileOptions, IoBuf, DIRECT_ALIGN};
 pub use lock::{LockError, LockRequest, Perms};
+pub use pool::IoPool;

@@ -1,10 +1,13 @@
 //! `FileDev` on real temporary files: data round trips, reads past the end,
 //! zeroing with and without fallocate, discard, truncate, flush, read-only
-//! refusal, O_DIRECT, and many requests in flight at once through one pool.
+//! refusal, O_DIRECT, many requests in flight at once through one pool, and
+//! a request alone running on the caller's thread.
 
 use std::os::unix::fs::MetadataExt;
 
-use engine::dev::{BlockDev, DevError, FileDev, FileOptions, IoOp, IoPool, WriteFlags, ZeroFlags};
+use engine::dev::{
+    BlockDev, DevError, FileDev, FileOptions, IoBuf, IoOp, IoPool, WriteFlags, ZeroFlags,
+};
 use futures::executor::block_on;
 use futures::future::join_all;
 use rand::{Rng, SeedableRng};
@@ -28,6 +31,23 @@ fn assert_same(got: &[u8], want: &[u8], what: &str) {
             "{what}: byte {i} is {:#04x}, expected {:#04x}",
             got[i], want[i]
         );
+    }
+}
+
+/// A device opened with O_DIRECT, or `None` on a file system without it
+/// (tmpfs), whose refusal must still name O_DIRECT.
+fn direct_dev(dir: &tempfile::TempDir, name: &str) -> Option<FileDev> {
+    let opts = FileOptions {
+        direct: true,
+        ..FileOptions::default()
+    };
+    match FileDev::create(dir.path().join(name), &opts) {
+        Ok(d) => Some(d),
+        Err(e @ engine::dev::FileOpenError::DirectUnsupported { .. }) => {
+            assert!(e.to_string().contains("O_DIRECT"), "{e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
     }
 }
 
@@ -344,19 +364,8 @@ fn many_concurrent_requests_match_a_model() {
 #[test]
 fn direct_mode_mixes_aligned_and_unaligned_requests() {
     let dir = tempfile::tempdir().unwrap();
-    let opts = FileOptions {
-        direct: true,
-        ..FileOptions::default()
-    };
-    let dev = match FileDev::create(dir.path().join("d"), &opts) {
-        Ok(d) => d,
-        Err(engine::dev::FileOpenError::DirectUnsupported { path }) => {
-            // The error must still say which file and what to do.
-            let msg = engine::dev::FileOpenError::DirectUnsupported { path }.to_string();
-            assert!(msg.contains("O_DIRECT"), "{msg}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(dev) = direct_dev(&dir, "d") else {
+        return;
     };
     assert!(dev.is_direct());
     let aligned = pattern(4, 64 << 10);
@@ -386,6 +395,65 @@ fn direct_mode_mixes_aligned_and_unaligned_requests() {
         got[5000..].iter().all(|&b| b == 0),
         "past the unaligned end"
     );
+}
+
+/// A request with nothing else in flight runs on the caller's thread: from
+/// and into the caller's memory when O_DIRECT can use it (an `IoBuf`),
+/// through a bounce buffer when not; requests issued together go to the
+/// workers. Each way reads back what the others wrote, and zeroes past
+/// the end of the file.
+#[test]
+fn a_request_alone_runs_on_the_callers_thread_and_requests_together_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    // tmpfs: the buffered descriptor alone still takes both ways.
+    let dev = direct_dev(&dir, "d").unwrap_or_else(|| new_dev(&dir, "d", &FileOptions::default()));
+    let alone = |dev: &FileDev| dev.pool().alone_runs();
+    let before = alone(&dev);
+    let mut aligned = IoBuf::aligned_filled(8192, 0xa5);
+    block_on(dev.write(4096, aligned.as_slice(), WriteFlags::default())).unwrap();
+    // Aligned offset and length, memory one byte off alignment.
+    let odd = pattern(7, 4097);
+    block_on(dev.write(12288, &odd[1..], WriteFlags { fua: true })).unwrap();
+    block_on(dev.write(100, &[0x3c; 50], WriteFlags::default())).unwrap();
+    assert_eq!(alone(&dev) - before, 3, "three requests, each alone");
+    let mut model = vec![0u8; 16384];
+    model[100..150].fill(0x3c);
+    model[4096..12288].fill(0xa5);
+    model[12288..].copy_from_slice(&odd[1..]);
+    // Into aligned memory, across the end of the file.
+    let mut back = IoBuf::aligned_filled(20480, 0xee);
+    block_on(dev.read(0, back.as_mut_slice())).unwrap();
+    assert_same(&back.as_slice()[..16384], &model, "aligned read");
+    assert!(
+        back.as_slice()[16384..].iter().all(|&b| b == 0),
+        "past the end"
+    );
+    assert_same(
+        &read_vec(&dev, 4096, 12288),
+        &model[4096..],
+        "unaligned memory",
+    );
+    assert_eq!(alone(&dev) - before, 5);
+
+    // Eight writes issued together: the first to decide sees seven others
+    // deciding and hands its job to a worker, and so on; at most the last
+    // ones can find the pool idle.
+    let datas: Vec<Vec<u8>> = (0..8).map(|i| pattern(20 + i, 4096)).collect();
+    let at = |i: usize| 65536 + 4096 * i as u64;
+    let before = alone(&dev);
+    let results = block_on(join_all(
+        datas
+            .iter()
+            .enumerate()
+            .map(|(i, d)| dev.write(at(i), d, WriteFlags::default())),
+    ));
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert!(alone(&dev) - before < 8, "all eight ran alone");
+    aligned.as_mut_slice().fill(0);
+    for (i, d) in datas.iter().enumerate() {
+        block_on(dev.read(at(i), &mut aligned.as_mut_slice()[..4096])).unwrap();
+        assert_same(&aligned.as_slice()[..4096], d, "written together");
+    }
 }
 
 /// The engine on a real file at queue depth 64: completions now arrive on

@@ -12,14 +12,11 @@
 
 use std::cell::RefCell;
 use std::fs::File;
-use std::future::Future;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use anyhow::{bail, Context as _};
-use engine::dev::{DevError, ZeroFlags};
+use engine::dev::{DevError, YieldN, ZeroFlags};
 use nbd::{Export, ExportError, ExportInfo, ExportResult, Extent, ZeroRequest};
 use sim::disk::{DiskCounters, DiskOptions, SparseStore, CHUNK};
 use sim::served::{DiskRequest, ServedDisk, ServedError};
@@ -62,7 +59,7 @@ impl SimExport {
             .borrow_mut()
             .submit(req)
             .map_err(|e| self.fail(e))?;
-        YieldOnce(false).await;
+        YieldN(1).await;
         let reply = self
             .disk
             .borrow_mut()
@@ -75,22 +72,6 @@ impl SimExport {
         let why = e.to_string();
         self.broken.borrow_mut().get_or_insert_with(|| why.clone());
         ExportError::Io(why)
-    }
-}
-
-/// A future that is pending once (waking itself), so that the other tasks
-/// ready on the server's executor run first.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            return Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
     }
 }
 
