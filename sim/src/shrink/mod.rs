@@ -10,8 +10,10 @@
 //!    (earliest crash first); `move_crashes`: a crash into the group
 //!    before it (a failure seen at an earlier crash);
 //! 2. `quiet_faults`: injected I/O faults off, then each kind of fault
-//!    alone; `quiet_outliers`: no request held long, else runs of held
-//!    requests dropped, halving down to one (before the passes,
+//!    alone; `quiet_outliers`: no request held long, else only the
+//!    background reads, each by its own `hold` (a hold that moves with
+//!    no removal), else runs of held requests dropped, halving down to
+//!    one (before the passes,
 //!    [`shrink_failing`] pins the requests the run held, and those it
 //!    failed with EIO, to their ranks on their disks, so that removing an
 //!    operation does not redraw which are held or fail); `plain_timing`: the

@@ -243,18 +243,22 @@ fn shrunk_ops(broken: Broken) -> usize {
     after.ops
 }
 
-/// Three of the table's shrinks that stalled far above 8 operations
-/// before the shrinker coalesced requests and pinned faults by rank:
-/// dozens of short writes filling refcount blocks or growing the refcount
-/// table (`coalesce_ops` makes them one), and a failure that needed a
-/// flush fault drawn at a rate among 33 concurrent flushes (`pin_faults`,
-/// then `thin_groups` removes the flushes with the fault's rank).
+/// Four of the table's shrinks that stalled far above 8 operations: three
+/// before the shrinker coalesced requests and pinned faults by rank
+/// (dozens of short writes filling refcount blocks or growing the refcount
+/// table, which `coalesce_ops` makes one, and a failure that needed a
+/// flush fault drawn at a rate among 33 concurrent flushes: `pin_faults`,
+/// then `thin_groups` removes the flushes with the fault's rank), and the
+/// free that ignores in-flight I/O, which stopped at 250 operations until
+/// `quiet_outliers` gave the background read its own hold instead of a
+/// hold pinned to its rank among the disk's reads.
 #[test]
 fn the_tables_hardest_shrinks_reach_eight_operations() {
     for broken in [
         Broken::SkipDataFlushBeforeL2,
         Broken::HeaderBeforeReftable,
         Broken::RefblockForgetsItself,
+        Broken::FreeIgnoresInflightIo,
     ] {
         let ops = shrunk_ops(broken);
         assert!(ops <= 8, "{broken:?} shrinks to {ops} operations");
