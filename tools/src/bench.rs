@@ -418,6 +418,9 @@ pub struct FileBenchReport {
     pub device: DevCounts,
     /// The device during the run and the close.
     pub device_with_close: DevCounts,
+    /// Requests of the run that ran on the bench's own thread, as the
+    /// pool's only request, rather than on a worker.
+    pub alone_runs: u64,
     /// The engine's counters during the run (qcow2 only).
     pub engine: Option<Counters>,
 }
@@ -732,6 +735,16 @@ impl Target {
         }
     }
 
+    /// Requests that ran on the bench's own thread so far
+    /// (`IoPool::alone_runs`, over the image's pool: its backing chain's
+    /// files share it).
+    fn alone_runs(&self) -> u64 {
+        match self {
+            Target::Raw(d) => d.inner().pool().alone_runs(),
+            Target::Qcow2(i) => i.device().inner().pool().alone_runs(),
+        }
+    }
+
     fn engine_counters(&self) -> Option<Counters> {
         match self {
             Target::Raw(_) => None,
@@ -957,8 +970,10 @@ pub fn run_file_bench(
     }
     let before = target.counts();
     let engine_before = target.engine_counters();
+    let alone_before = target.alone_runs();
     let (elapsed, guest_flushes) = futures::executor::block_on(run_requests(path, &target, o))?;
     let device = target.counts().since(&before);
+    let alone_runs = target.alone_runs() - alone_before;
     let engine = match (target.engine_counters(), engine_before) {
         (Some(after), Some(b)) => Some(after.since(&b)),
         _ => None,
@@ -983,6 +998,7 @@ pub fn run_file_bench(
         guest_flushes,
         device,
         device_with_close: total.since(&before),
+        alone_runs,
         engine,
     })
 }

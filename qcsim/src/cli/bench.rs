@@ -276,7 +276,7 @@ fn print_report(r: &FileBenchReport) {
     );
     let d = &r.device;
     println!(
-        "Device during the run: {} requests ({} reads, {} writes, {} write_zeroes, {} discards, {} flushes); {} bytes read, {} written, {} zeroed",
+        "Device during the run: {} requests ({} reads, {} writes, {} write_zeroes, {} discards, {} flushes); {} bytes read, {} written, {} zeroed; {} of the requests ran alone on the bench's thread, the rest on I/O workers",
         d.requests(),
         d.reads,
         d.writes,
@@ -285,7 +285,8 @@ fn print_report(r: &FileBenchReport) {
         d.flushes,
         d.bytes_read,
         d.bytes_written,
-        d.bytes_zeroed
+        d.bytes_zeroed,
+        r.alone_runs
     );
     let c = &r.device_with_close;
     println!(

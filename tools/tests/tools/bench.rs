@@ -133,6 +133,46 @@ fn a_write_then_a_read_run_do_their_jobs_requests() {
     );
 }
 
+/// At queue depth 1 every request is the pool's only one and runs on the
+/// bench's thread; at depth 16 the first sixteen, issued together, go to
+/// the workers, and so does every request issued while others are in
+/// flight.
+#[test]
+fn requests_run_alone_at_depth_1_and_on_workers_at_depth_16() {
+    let _serial = crate::support::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.raw");
+    std::fs::File::create(&path).unwrap().set_len(SIZE).unwrap();
+    let depth1 = FileBenchOptions {
+        count: 40,
+        depth: 1,
+        write: true,
+        pattern: Some(0x33),
+        format: Some(Format::Raw),
+        ..FileBenchOptions::default()
+    };
+    let report = FileBench::new(&path, &depth1, false)
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!(report.device.writes, 40);
+    assert_eq!(report.alone_runs, 40, "depth 1: every request alone");
+    let depth16 = FileBenchOptions {
+        depth: 16,
+        ..depth1
+    };
+    let report = FileBench::new(&path, &depth16, false)
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!(report.device.writes, 40);
+    assert!(
+        report.alone_runs <= 40 - 16,
+        "depth 16: {} of 40 ran alone",
+        report.alone_runs
+    );
+}
+
 #[test]
 fn a_raw_file_is_read_directly() {
     let _serial = crate::support::serial();
