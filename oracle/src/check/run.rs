@@ -170,7 +170,6 @@ fn check_refcounts(pass: &mut Pass<'_, '_>) -> Result<u64, Abort> {
     let fix = pass.fix;
     pass.calculate(&mut imrt, &mut rebuild)?;
     let pre_compare = pass.res;
-    let pre_findings = pass.findings.len();
     let mut highest = pass.compare(&imrt, Fix::default(), &mut rebuild);
 
     if rebuild && fix.errors {
@@ -220,8 +219,10 @@ fn check_refcounts(pass: &mut Pass<'_, '_>) -> Result<u64, Abort> {
             return Err(Abort("ERROR need to rebuild refcount structures".into()));
         }
         if pass.res.leaks != 0 || pass.res.corruptions != 0 {
+            // Compared again, fixing: the counts start over, but what the
+            // first comparison found stays reported, as QEMU prints it
+            // ("Leaked cluster 4 ..." before "Repairing cluster 4 ...").
             pass.res = pre_compare;
-            pass.findings.truncate(pre_findings);
             highest = pass.compare(&imrt, fix, &mut rebuild);
         }
     }
