@@ -20,6 +20,12 @@ pub enum Error {
     /// The image uses a feature this engine cannot handle.
     #[error("unsupported image: {0}")]
     Unsupported(String),
+    /// The header sets incompatible feature bits this engine does not
+    /// know, worded as QEMU words it: `names` are what the image's feature
+    /// name table calls them, in the table's order, and `unnamed` the
+    /// mask of those it does not name.
+    #[error("Unsupported qcow2 feature(s): {}", feature_list(.names, *.unnamed))]
+    UnsupportedFeatures { names: Vec<String>, unnamed: u64 },
     /// Corruption found while running: metadata that points where it must
     /// not. The image is marked corrupt (when writable) and refuses writes.
     #[error("corrupt image: {what} (offset {offset:#x})")]
@@ -50,6 +56,16 @@ pub enum Error {
     /// writes until it is reopened.
     #[error("image failed after an earlier metadata error; reopen it")]
     Poisoned,
+}
+
+/// `names` and then, if any bit is left, the mask of the unnamed ones:
+/// `test1, Unknown incompatible feature: 8000000000000000`.
+fn feature_list(names: &[String], unnamed: u64) -> String {
+    let mut parts = names.to_vec();
+    if unnamed != 0 {
+        parts.push(format!("Unknown incompatible feature: {unnamed:x}"));
+    }
+    parts.join(", ")
 }
 
 impl Error {

@@ -386,11 +386,8 @@ impl<D: BlockDev> Image<D> {
     fn check_features(h: &Header, read_only: bool) -> Result<()> {
         let unknown = h.incompatible_features & !incompat::KNOWN;
         if unknown != 0 {
-            let bit = unknown.trailing_zeros();
-            let name = h.feature_name(0, bit).unwrap_or_else(|| "unknown".into());
-            return Err(Error::Unsupported(format!(
-                "incompatible feature bit {bit} ({name}) is set"
-            )));
+            let (names, unnamed) = h.incompatible_feature_names(unknown);
+            return Err(Error::UnsupportedFeatures { names, unnamed });
         }
         if h.is_corrupt() && !read_only {
             return Err(Error::Unsupported(

@@ -499,16 +499,51 @@ impl Header {
         }
     }
 
-    /// The name the image's own feature table gives an incompatible bit.
-    pub fn feature_name(&self, ty: u8, bit: u32) -> Option<String> {
-        let t = self.extension(ext::FEATURE_TABLE)?;
-        t.data.chunks_exact(48).find_map(|e| {
-            (e[0] == ty && e[1] as u32 == bit).then(|| {
-                let end = e[2..].iter().position(|&c| c == 0).map_or(46, |p| p);
-                String::from_utf8_lossy(&e[2..2 + end]).into_owned()
-            })
-        })
+    /// The names the feature name table gives the incompatible bits of
+    /// `mask`, in the table's order (a bit named twice counts once), and
+    /// the bits of `mask` it does not name.
+    pub fn incompatible_feature_names(&self, mut mask: u64) -> (Vec<String>, u64) {
+        let mut names = Vec::new();
+        for e in self.feature_entries() {
+            let bit = u32::from(e[1]);
+            if e[0] == 0 && bit < 64 && mask & (1 << bit) != 0 {
+                mask &= !(1 << bit);
+                names.push(table_name(&e));
+            }
+        }
+        (names, mask)
     }
+
+    /// The name the image's own feature table gives bit `bit` of feature
+    /// type `ty` (0 incompatible, 1 compatible, 2 autoclear).
+    pub fn feature_name(&self, ty: u8, bit: u32) -> Option<String> {
+        self.feature_entries()
+            .find_map(|e| (e[0] == ty && u32::from(e[1]) == bit).then(|| table_name(&e)))
+    }
+
+    /// The feature name table's 48-byte entries, as QEMU reads them: a
+    /// last entry cut short is padded with zeroes, and an entry with an
+    /// empty name ends the table.
+    fn feature_entries(&self) -> impl Iterator<Item = [u8; 48]> + '_ {
+        let data = self
+            .extension(ext::FEATURE_TABLE)
+            .map_or(&[][..], |t| &t.data[..]);
+        data.chunks(48)
+            .map(|c| {
+                let mut e = [0u8; 48];
+                e[..c.len()].copy_from_slice(c);
+                e
+            })
+            .take_while(|e| e[2] != 0)
+    }
+}
+
+/// The name of a 48-byte feature name table entry: up to 46 bytes, ended
+/// by a NUL where shorter.
+fn table_name(entry: &[u8]) -> String {
+    let name = &entry[2..48];
+    let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+    String::from_utf8_lossy(&name[..end]).into_owned()
 }
 
 fn parse_extensions(

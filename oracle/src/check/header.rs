@@ -59,6 +59,8 @@ pub(crate) const INCOMPAT_COMPRESSION: u64 = 1 << 3;
 pub(crate) const INCOMPAT_EXTL2: u64 = 1 << 4;
 const INCOMPAT_KNOWN: u64 = 0x1f;
 pub(crate) const AUTOCLEAR_BITMAPS: u64 = 1 << 0;
+/// Autoclear bit 1: the external data file is a valid raw image.
+pub(crate) const AUTOCLEAR_RAW_DATA: u64 = 1 << 1;
 
 const EXT_END: u32 = 0;
 const EXT_CRYPTO: u32 = 0x0537_be77;

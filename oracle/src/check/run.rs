@@ -3,7 +3,10 @@
 //! check (and fix) the COPIED flags, mark the image clean, and after a
 //! repair check the repaired image again.
 
-use super::header::{INCOMPAT_CORRUPT, INCOMPAT_DIRTY, OFF_INCOMPATIBLE};
+use super::header::{
+    AUTOCLEAR_BITMAPS, AUTOCLEAR_RAW_DATA, INCOMPAT_CORRUPT, INCOMPAT_DIRTY, OFF_AUTOCLEAR,
+    OFF_INCOMPATIBLE,
+};
 use super::image::{Io, OpenImage};
 use super::pass::{Abort, Counts, Fix, Pass};
 use super::refcounts::{Imrt, MAX_CLUSTERS};
@@ -72,6 +75,23 @@ pub fn repair(img: &mut dyn ImageSink, mode: RepairMode) -> Result<CheckReport, 
     Ok(again)
 }
 
+/// A read-write open (a repair) clears the autoclear bits of features
+/// QEMU does not maintain, all but bitmaps and raw external data, as
+/// QEMU's own read-write open does before `qemu-img check -r` checks:
+/// whatever they vouched for, the writes that follow may break.
+fn clear_unkept_autoclear(img: &mut OpenImage<'_>) -> std::io::Result<()> {
+    let keep = img.h.autoclear & (AUTOCLEAR_BITMAPS | AUTOCLEAR_RAW_DATA);
+    if img.h.version < 3 || keep == img.h.autoclear {
+        return Ok(());
+    }
+    let Ok(sink) = img.io.sink() else {
+        return Ok(());
+    };
+    sink.write_at(OFF_AUTOCLEAR, &keep.to_be_bytes())?;
+    img.h.autoclear = keep;
+    Ok(())
+}
+
 fn to_u64(v: i64) -> u64 {
     v.max(0) as u64
 }
@@ -88,6 +108,10 @@ fn run(io: Io<'_>, fix: Fix) -> CheckReport {
             return report;
         }
     };
+    if let Err(e) = clear_unkept_autoclear(&mut img) {
+        report.failure = Some(format!("Could not update the header: {e}"));
+        return report;
+    }
     let snapshots = match snapshot::read(img.io.src(), &img.h) {
         Ok(t) => t,
         Err(e) => {

@@ -998,3 +998,63 @@ fn repairing_check_reports_what_it_found_and_what_it_fixed() {
         t.same("qemu-img", &["check", name]);
     }
 }
+
+/// The offset of the data of `file`'s header extension `kind`.
+fn header_extension(file: &Path, kind: u32) -> u64 {
+    let mut at = peek_be(file, 100) >> 32;
+    loop {
+        let head = peek_be(file, at);
+        let (k, len) = ((head >> 32) as u32, head & 0xffff_ffff);
+        assert_ne!(k, 0, "no header extension {kind:#x}");
+        if k == kind {
+            return at + 8;
+        }
+        at += 8 + len.next_multiple_of(8);
+    }
+}
+
+/// Unknown feature bits as QEMU treats them: an image with incompatible
+/// bits it does not know is refused with the names its own feature name
+/// table gives them, then the mask of the rest; a repairing check (a
+/// read-write open) clears the autoclear bits of features QEMU does not
+/// maintain. Both tools on twin images QEMU made.
+#[test]
+fn unknown_feature_bits_are_named_and_cleared_as_qemu_does() {
+    let t = Twins::new();
+    for dir in [&t.qemu, &t.ours] {
+        for name in ["incompat.qcow2", "autoclear.qcow2"] {
+            let out = exec(
+                "qemu-img",
+                &["create", "-q", "-f", "qcow2", name, "1M"],
+                dir,
+            );
+            assert!(out.status.success(), "{out:?}");
+        }
+        // The feature name table's first two entries renamed: incompatible
+        // bits 61 "test1" and 62 "test2"; bit 63 stays unnamed.
+        let img = dir.join("incompat.qcow2");
+        let table = header_extension(&img, 0x6803_f857);
+        for (i, (bit, name)) in [(61u8, "test1"), (62, "test2")].into_iter().enumerate() {
+            let mut entry = [0u8; 48];
+            entry[1] = bit;
+            entry[2..2 + name.len()].copy_from_slice(name.as_bytes());
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+            f.write_all_at(&entry, table + 48 * i as u64).unwrap();
+        }
+        poke_be(&img, 72, 8, 0xe000_0000_0000_0000);
+        poke_be(&dir.join("autoclear.qcow2"), 88, 8, 1 << 63);
+    }
+    let out = t.same("qemu-img", &["info", "incompat.qcow2"]);
+    assert!(out.is_empty(), "{out}");
+    let (_, ours) = t.both("qemu-img", &["info", "incompat.qcow2"]);
+    let err = String::from_utf8_lossy(&ours.stderr);
+    assert!(
+        err.contains("Unsupported qcow2 feature(s): test1, test2, Unknown incompatible feature: 8000000000000000"),
+        "{err}"
+    );
+    t.same("qemu-img", &["check", "-r", "all", "autoclear.qcow2"]);
+    for dir in [&t.qemu, &t.ours] {
+        assert_eq!(peek_be(&dir.join("autoclear.qcow2"), 88), 0, "{dir:?}");
+    }
+}
