@@ -47,7 +47,18 @@ pub struct CheckReport {
     pub findings: Vec<Finding>,
 }
 
+/// How [`CheckReport::failure`] begins when the image could not be
+/// opened at all.
+pub(crate) const OPEN_FAILED: &str = "Could not open image: ";
+
 impl CheckReport {
+    /// Why the image could not be opened, when that is why the check
+    /// failed (qemu-img reports it as any open failure, without "Check
+    /// failed").
+    pub fn open_failure(&self) -> Option<&str> {
+        self.failure.as_deref()?.strip_prefix(OPEN_FAILED)
+    }
+
     /// `qemu-img check`'s exit code: 0 clean, 1 check errors or a failed
     /// check, 2 corruptions, 3 leaks only.
     pub fn exit_code(&self) -> i32 {

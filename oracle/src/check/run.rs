@@ -10,7 +10,7 @@ use super::header::{
 use super::image::{Io, OpenImage};
 use super::pass::{Abort, Counts, Fix, Pass};
 use super::refcounts::{Imrt, MAX_CLUSTERS};
-use super::report::{CheckReport, Finding, FindingKind};
+use super::report::{CheckReport, Finding, FindingKind, OPEN_FAILED};
 use super::snapshot;
 use super::source::{ImageSink, ImageSource};
 
@@ -56,9 +56,9 @@ pub fn repair(img: &mut dyn ImageSink, mode: RepairMode) -> Result<CheckReport, 
     if let Err(e) = img.flush() {
         first.failure.get_or_insert(format!("flush failed: {e}"));
     }
-    if let Some(msg) = &first.failure {
-        if msg.starts_with("Could not open") {
-            return Err(RepairError::Open(msg.clone()));
+    if first.failure.is_some() {
+        if let Some(reason) = first.open_failure() {
+            return Err(RepairError::Open(reason.to_owned()));
         }
         // A failed repair reports the failure only, as qemu-img does.
         return Ok(first);
@@ -104,7 +104,7 @@ fn run(io: Io<'_>, fix: Fix) -> CheckReport {
     let mut img = match OpenImage::open(io) {
         Ok(i) => i,
         Err(e) => {
-            report.failure = Some(format!("Could not open image: {e}"));
+            report.failure = Some(format!("{OPEN_FAILED}{e}"));
             return report;
         }
     };

@@ -272,10 +272,19 @@ fn check(prog: &str, args: &[String]) -> Result<i32, Fail> {
             ),
             1,
         ),
+        tools::check::CheckError::Repair {
+            path,
+            error: oracle::check::RepairError::Open(reason),
+        } => Fail(format!("Could not open '{}': {reason}", path.display()), 1),
         other => Fail(other.to_string(), 1),
     })?;
     for message in outcome.finding_messages() {
         eprintln!("{message}");
+    }
+    if let Some(reason) = outcome.report.open_failure() {
+        // qemu-img's open failed: said as any open failure is.
+        eprintln!("{prog}: Could not open '{}': {reason}", file.display());
+        return Ok(1);
     }
     if let Some(msg) = outcome.failure() {
         eprintln!("{prog}: {msg}");

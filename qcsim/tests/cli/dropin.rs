@@ -1058,3 +1058,22 @@ fn unknown_feature_bits_are_named_and_cleared_as_qemu_does() {
         assert_eq!(peek_be(&dir.join("autoclear.qcow2"), 88), 0, "{dir:?}");
     }
 }
+
+/// An image the check cannot open (a header claiming 1 EiB, as iotest 054
+/// makes it) is an open failure, worded and ended as qemu-img ends one,
+/// with or without repair.
+#[test]
+fn a_check_that_cannot_open_the_image_says_so_as_qemu_img_does() {
+    let t = Twins::new();
+    for dir in [&t.qemu, &t.ours] {
+        let out = exec(
+            "qemu-img",
+            &["create", "-q", "-f", "qcow2", "t.qcow2", "4G"],
+            dir,
+        );
+        assert!(out.status.success(), "{out:?}");
+        poke_be(&dir.join("t.qcow2"), 24, 8, 1 << 60);
+    }
+    t.same("qemu-img", &["check", "t.qcow2"]);
+    t.same("qemu-img", &["check", "-r", "all", "t.qcow2"]);
+}
