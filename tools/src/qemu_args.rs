@@ -4,7 +4,7 @@
 //! and messages.
 
 use engine::format::header::CompressionType;
-use engine::{Compat, CreateOptions};
+use engine::{Compat, CreateOptions, Preallocation};
 
 /// Why a size, switch or option list was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -152,6 +152,7 @@ pub struct ImageOpts {
     /// External data file name, stored as given.
     pub data_file: Option<String>,
     pub data_file_raw: Option<bool>,
+    pub preallocation: Option<Preallocation>,
 }
 
 /// The `-o` names accepted for qcow2, with a line of help each.
@@ -174,7 +175,10 @@ pub const QCOW2_OPTION_HELP: [(&str, &str); 12] = [
     ),
     ("extended_l2", "extended L2 tables (on/off)"),
     ("lazy_refcounts", "postpone refcount updates (on/off)"),
-    ("preallocation", "preallocation mode (off only)"),
+    (
+        "preallocation",
+        "preallocation mode (off, metadata, falloc, full)",
+    ),
     ("refcount_bits", "width of a reference count entry in bits"),
     ("size", "virtual disk size"),
 ];
@@ -261,8 +265,8 @@ impl ImageOpts {
             }
             "data_file" => self.data_file = Some(value.to_owned()),
             "data_file_raw" => self.data_file_raw = Some(parse_switch(key, value)?),
-            "preallocation" if value != "off" => {
-                return Err(bad("only preallocation=off is supported"));
+            "preallocation" => {
+                self.preallocation = Some(value.parse().map_err(|e: String| bad(&e))?)
             }
             _ => {}
         }
@@ -285,6 +289,7 @@ impl ImageOpts {
             compression_type: self.compression_type.unwrap_or_default(),
             data_file: self.data_file.clone(),
             data_file_raw: self.data_file_raw.unwrap_or(false),
+            preallocation: self.preallocation.unwrap_or_default(),
         };
         let conflict = |msg: &str| Err(ArgError::Conflict(msg.to_owned()));
         if opts.compat == Compat::V2 {
@@ -315,6 +320,14 @@ impl ImageOpts {
         }
         if opts.data_file_raw && opts.backing_file.is_some() {
             return conflict("Backing file and data-file-raw cannot be used at the same time");
+        }
+        if opts.preallocation != Preallocation::Off
+            && opts.backing_file.is_some()
+            && !opts.extended_l2
+        {
+            return conflict(
+                "Backing file and preallocation can only be used at the same time if extended_l2 is on",
+            );
         }
         Ok(opts)
     }
@@ -401,6 +414,13 @@ mod tests {
         assert_eq!(c.compat, Compat::V3);
         assert_eq!(c.backing_file.as_deref(), Some("b.raw"));
         assert_eq!(c.backing_format.as_deref(), Some("raw"));
+        assert_eq!(c.preallocation, Preallocation::Off);
+        for mode in ["off", "metadata", "falloc", "full"] {
+            let mut o = ImageOpts::default();
+            o.apply_list(&format!("preallocation={mode}")).unwrap();
+            let c = o.to_create_options(1 << 20).unwrap();
+            assert_eq!(c.preallocation.name(), mode);
+        }
         // Unset options keep the engine's defaults.
         let c = ImageOpts::default().to_create_options(1 << 20).unwrap();
         assert_eq!(
@@ -427,7 +447,7 @@ mod tests {
             ("size", "needs a value"),
             ("compression_type=lz4", "zlib or zstd"),
             ("data_file_raw=maybe", "'on' or 'off'"),
-            ("preallocation=full", "off"),
+            ("preallocation=sparse", "does not accept value 'sparse'"),
         ];
         for (list, needle) in cases {
             let err = ImageOpts::default().apply_list(list).unwrap_err();
@@ -449,6 +469,10 @@ mod tests {
             (
                 "data_file=d.raw,data_file_raw=on,backing_file=b,backing_fmt=raw",
                 "cannot be used at the same time",
+            ),
+            (
+                "preallocation=metadata,backing_file=b,backing_fmt=raw",
+                "if extended_l2 is on",
             ),
         ];
         for (list, needle) in cases {
