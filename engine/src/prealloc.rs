@@ -625,6 +625,27 @@ impl Plan {
     }
 }
 
+impl<D: BlockDev> crate::Image<D> {
+    /// Whether the image looks metadata-preallocated, as QEMU decides it
+    /// (`qcow2_detect_metadata_preallocation`): among the first `clusters`
+    /// host clusters (the file's length), at least `allocated * 10 / 9`
+    /// and `allocated + 2` have a refcount, `allocated` being the clusters'
+    /// worth of space the file really takes. Data clusters of such an
+    /// image may be holes in the file, which then read as zeroes.
+    pub async fn looks_preallocated(&self, clusters: u64, allocated: u64) -> Result<bool> {
+        let threshold = (allocated * 10 / 9).max(allocated + 2);
+        let _g = self.meta_lock.lock().await;
+        let mut counted = 0;
+        for c in 0..clusters {
+            if counted >= threshold {
+                break;
+            }
+            counted += u64::from(self.refcount(c).await? != 0);
+        }
+        Ok(counted >= threshold)
+    }
+}
+
 /// Give `[off, off + len)` of `dev` zeroes that take space: written as
 /// zero buffers (`written`, preallocation=full), or reserved with an
 /// efficient zeroing that does not unmap (fallocate, preallocation=falloc),

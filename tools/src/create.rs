@@ -336,6 +336,16 @@ pub enum CreateImageError {
         #[source]
         error: ArgError,
     },
+    /// The qcow2 driver refuses the options (their combination, or a
+    /// value out of its range); qemu-img reports it after printing
+    /// `formatting_line`.
+    #[error("{path}")]
+    Driver {
+        path: PathBuf,
+        formatting_line: String,
+        #[source]
+        error: ArgError,
+    },
     /// The size argument does not parse.
     #[error("invalid image size")]
     Size {
@@ -653,12 +663,20 @@ async fn prepare_qcow2(
     let size = checked_size(file, opts.size)?;
     // QEMU's qcow2 disks are whole sectors: a size that is not is rounded
     // up (the "Formatting" line still shows the size asked for).
-    let create = opts
-        .to_create_options(size.next_multiple_of(512))
-        .map_err(|error| CreateImageError::Options {
-            path: file.to_owned(),
-            error,
-        })?;
+    let create = opts.unchecked_create_options(size.next_multiple_of(512));
+    let line = formatting_line(
+        file,
+        &create,
+        size,
+        opts.compat_name.as_deref(),
+        opts.data_file_raw,
+        opts.preallocation,
+    );
+    ImageOpts::check_create_options(&create).map_err(|error| CreateImageError::Driver {
+        path: file.to_owned(),
+        formatting_line: line.clone(),
+        error,
+    })?;
     // Everything the engine would refuse, refused before any file is
     // touched (the engine's create empties its files first thing).
     check_create_options(&create)
@@ -714,14 +732,7 @@ async fn prepare_qcow2(
     let data = devs.next();
     Ok(PreparedImage {
         path: file.to_owned(),
-        formatting_line: formatting_line(
-            file,
-            &create,
-            size,
-            opts.compat_name.as_deref(),
-            opts.data_file_raw,
-            opts.preallocation,
-        ),
+        formatting_line: line,
         files: PreparedFiles::Qcow2 {
             dev,
             data,

@@ -228,15 +228,9 @@ impl ImageOpts {
         };
         match key {
             "size" => self.size = Some(parse_size(value)?),
-            "cluster_size" => {
-                let v = parse_size(value)?;
-                if !v.is_power_of_two() || !(512..=2 << 20).contains(&v) {
-                    return Err(bad(
-                        "cluster size must be a power of two between 512 and 2048k",
-                    ));
-                }
-                self.cluster_size = Some(v);
-            }
+            // Its range is the driver's check (`to_create_options`),
+            // which qemu-img makes after its "Formatting" line.
+            "cluster_size" => self.cluster_size = Some(parse_size(value)?),
             "refcount_bits" => {
                 let v: u32 = value
                     .parse()
@@ -276,8 +270,16 @@ impl ImageOpts {
     /// The engine's create options, after the checks qemu-img makes on the
     /// combination. `size` must be known by now.
     pub fn to_create_options(&self, size: u64) -> Result<CreateOptions, ArgError> {
+        let opts = self.unchecked_create_options(size);
+        Self::check_create_options(&opts)?;
+        Ok(opts)
+    }
+
+    /// The engine's create options as given, unset ones at their
+    /// defaults, none of their checks made yet.
+    pub fn unchecked_create_options(&self, size: u64) -> CreateOptions {
         let defaults = CreateOptions::default();
-        let opts = CreateOptions {
+        CreateOptions {
             size,
             cluster_size: self.cluster_size.unwrap_or(defaults.cluster_size),
             refcount_bits: self.refcount_bits.unwrap_or(defaults.refcount_bits),
@@ -290,7 +292,18 @@ impl ImageOpts {
             data_file: self.data_file.clone(),
             data_file_raw: self.data_file_raw.unwrap_or(false),
             preallocation: self.preallocation.unwrap_or_default(),
-        };
+        }
+    }
+
+    /// The checks qemu-img's qcow2 driver makes on the options, once it
+    /// has printed its "Formatting" line.
+    pub fn check_create_options(opts: &CreateOptions) -> Result<(), ArgError> {
+        if !opts.cluster_size.is_power_of_two() || !(512..=2 << 20).contains(&opts.cluster_size) {
+            return Err(ArgError::BadValue {
+                key: "cluster_size".into(),
+                reason: "cluster size must be a power of two between 512 and 2048k".into(),
+            });
+        }
         let conflict = |msg: &str| Err(ArgError::Conflict(msg.to_owned()));
         if opts.compat == Compat::V2 {
             if opts.refcount_bits != 16 {
@@ -329,7 +342,7 @@ impl ImageOpts {
                 "Backing file and preallocation can only be used at the same time if extended_l2 is on",
             );
         }
-        Ok(opts)
+        Ok(())
     }
 }
 
@@ -436,9 +449,6 @@ mod tests {
     fn bad_qcow2_options_are_refused() {
         let cases = [
             ("bogus=1", "'bogus'"),
-            ("cluster_size=3000", "power of two"),
-            ("cluster_size=4M", "power of two"),
-            ("cluster_size=256", "power of two"),
             ("refcount_bits=3", "power of two"),
             ("refcount_bits=128", "at most 64"),
             ("refcount_bits=x", "not a number"),
@@ -458,6 +468,9 @@ mod tests {
     #[test]
     fn impossible_combinations_are_refused() {
         let cases = [
+            ("cluster_size=3000", "power of two"),
+            ("cluster_size=4M", "power of two"),
+            ("cluster_size=256", "power of two"),
             ("compat=0.10,refcount_bits=8", "16 bits"),
             ("compat=0.10,lazy_refcounts=on", "lazy"),
             ("compat=v2,extended_l2=on", "extended"),
