@@ -358,7 +358,12 @@ pub enum CreateImageError {
     RawOptions { path: PathBuf },
     /// A raw file has no metadata to preallocate (QEMU's wording).
     #[error("{path}: Unsupported preallocation mode: {}", .mode.name())]
-    RawPreallocation { path: PathBuf, mode: Preallocation },
+    /// Reported after `formatting_line`, as qemu-img's raw driver does.
+    RawPreallocation {
+        path: PathBuf,
+        mode: Preallocation,
+        formatting_line: String,
+    },
     /// No size, and no backing file opened to take it from.
     #[error("image creation needs a size parameter")]
     NoSize,
@@ -580,14 +585,22 @@ async fn prepare_raw(path: &Path, opts: &ImageOpts) -> Result<PreparedImage, Cre
             path: path.to_owned(),
         });
     }
+    let size = checked_size(path, opts.size)?;
+    let formatting_line = format!(
+        "Formatting '{}', fmt=raw size={size}{}",
+        path.display(),
+        opts.preallocation
+            .map(|p| format!(" preallocation={}", p.name()))
+            .unwrap_or_default()
+    );
     let preallocation = opts.preallocation.unwrap_or_default();
     if preallocation == Preallocation::Metadata {
         return Err(CreateImageError::RawPreallocation {
             path: path.to_owned(),
             mode: preallocation,
+            formatting_line,
         });
     }
-    let size = checked_size(path, opts.size)?;
     // Opened, locked and shown to take the size before it is emptied.
     let wanted = [Wanted {
         path,
@@ -596,13 +609,7 @@ async fn prepare_raw(path: &Path, opts: &ImageOpts) -> Result<PreparedImage, Cre
     let dev = prepare(&wanted, &FileOptions::default()).await?.remove(0);
     Ok(PreparedImage {
         path: path.to_owned(),
-        formatting_line: format!(
-            "Formatting '{}', fmt=raw size={size}{}",
-            path.display(),
-            opts.preallocation
-                .map(|p| format!(" preallocation={}", p.name()))
-                .unwrap_or_default()
-        ),
+        formatting_line,
         files: PreparedFiles::Raw {
             dev,
             size,

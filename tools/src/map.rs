@@ -220,7 +220,9 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
                         // written) reads as zeroes, and the answer ends
                         // where the file's extent does.
                         let dev = image.data_device().unwrap_or(image.device());
-                        let extent = host.filter(|_| *asks_file).and_then(|h| dev.extent_at(h, n));
+                        let extent = host
+                            .filter(|_| *asks_file)
+                            .and_then(|h| dev.extent_at(h, n));
                         let (n, zero) = match extent {
                             Some((data, len)) if len > 0 => (len, !data),
                             _ => (n, false),

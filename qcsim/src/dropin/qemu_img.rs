@@ -160,7 +160,11 @@ fn create(prog: &str, args: &[String]) -> Result<i32, Fail> {
         let prepared = match prepare_image(&path, &opts).await {
             Ok(prepared) => prepared,
             Err(e) => {
+                // The errors qemu-img's drivers report after the line.
                 if let CreateImageError::Driver {
+                    formatting_line, ..
+                }
+                | CreateImageError::RawPreallocation {
                     formatting_line, ..
                 } = &e
                 {
