@@ -415,7 +415,7 @@ impl Plan {
                 // with extended L2 entries, of the last cluster otherwise.
                 let unit = if o.extended_l2 { cs / 32 } else { cs };
                 let last = plan.runs.last().map(|r| r.host + r.n - 1);
-                if let (Some(host), true) = (last, o.size % unit != 0) {
+                if let (Some(host), true) = (last, !o.size.is_multiple_of(unit)) {
                     let from = o.size % cs;
                     let to = from.next_multiple_of(unit);
                     plan.tail = Some((host * cs + from, to - from));
