@@ -1110,3 +1110,42 @@ fn writes_into_preallocated_clusters_read_back_across_tools() {
         t.on_both("qemu-img", &["map", "--output=json", "t.qcow2"]);
     }
 }
+
+/// A discard on a version 2 image with a backing file changes nothing, as
+/// QEMU's qcow2 driver declines it: the clusters keep their data.
+#[test]
+fn discard_on_a_v2_overlay_changes_nothing() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "b.qcow2", "128k"],
+    );
+    t.same("qemu-io", &["-c", "write -P 0xff 0 128k", "b.qcow2"]);
+    let overlay = [
+        "create",
+        "-q",
+        "-f",
+        "qcow2",
+        "-o",
+        "compat=0.10",
+        "-b",
+        "b.qcow2",
+        "-F",
+        "qcow2",
+        "t.qcow2",
+    ];
+    t.same("qemu-img", &overlay);
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "write -P 0x01 0 128k",
+            "-c",
+            "discard 0 128k",
+            "t.qcow2",
+        ],
+    );
+    let out = t.same("qemu-io", &["-c", "read -P 0x01 0 128k", "t.qcow2"]);
+    assert!(!out.contains("Pattern verification failed"), "{out}");
+    t.same("qemu-img", &["map", "--output=json", "t.qcow2"]);
+}
