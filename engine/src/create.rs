@@ -4,9 +4,11 @@
 //! the tables and then the header ([`Image::create_with_data`]).
 //!
 //! Layout: header, refcount table, refcount blocks, L1 table (and, with
-//! `data_file_raw`, one preallocated L2 table per L1 entry), each starting
-//! on a cluster. The header is written last, after a flush: until it is
-//! durable the device is not an image.
+//! `data_file_raw` or a preallocated image with a data file, one L2 table
+//! per L1 entry mapping every cluster to its own offset), each starting
+//! on a cluster. A preallocated image without a data file is laid out as
+//! QEMU lays it out instead (`prealloc`). The header is written last,
+//! after a flush: until it is durable the device is not an image.
 
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
@@ -16,6 +18,7 @@ use crate::format::{refcount, L1Entry};
 use crate::image::{
     Compat, CreateOptions, Image, MAX_L1_BYTES, MAX_REFTABLE_BYTES, MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
+use crate::prealloc::{fill_zeroes, Plan, Preallocation};
 
 fn bad(name: &str, reason: String) -> Error {
     Error::InvalidOption {
@@ -80,12 +83,28 @@ fn check_options(o: &CreateOptions, has_data: bool) -> Result<u32> {
         return Err(bad("backing_fmt", "given without a backing file".into()));
     }
     crate::data_file::check_create(o, has_data)?;
+    if o.preallocation != Preallocation::Off && o.backing_file.is_some() && !o.extended_l2 {
+        // Preallocated clusters would read as zeroes and hide the backing
+        // file; only extended L2 entries can leave them unallocated.
+        return Err(bad(
+            "preallocation",
+            "Backing file and preallocation can only be used at the same time if extended_l2 is on"
+                .into(),
+        ));
+    }
     if let Some(name) = &o.backing_file {
         if name.len() > header::MAX_BACKING_FILE_NAME as usize {
             return Err(bad("backing_file", "name longer than 1023 bytes".into()));
         }
     }
     Ok(version)
+}
+
+/// Whether every L2 table is written at create, each cluster mapped at its
+/// own guest offset in the data file: raw external data, or a data file
+/// with preallocation (QEMU preallocates only metadata in the image then).
+fn identity_tables(o: &CreateOptions) -> bool {
+    o.data_file.is_some() && (o.data_file_raw || o.preallocation != Preallocation::Off)
 }
 
 /// Where a new image's structures go, in clusters and bytes.
@@ -120,7 +139,7 @@ impl Layout {
             ));
         }
         let l1_clusters = (l1_entries * 8).div_ceil(cs);
-        let l2_tables = if o.data_file_raw { l1_entries } else { 0 };
+        let l2_tables = if identity_tables(o) { l1_entries } else { 0 };
         let rc_entries = cs * 8 / o.refcount_bits as u64;
         // Header, reftable (t) and refblocks (b) must count themselves:
         // iterate to the fixed point.
@@ -268,7 +287,17 @@ impl<D: BlockDev> Image<D> {
     /// written before every option has been checked and the header built.
     pub async fn create_with_data(dev: &D, data: Option<&D>, o: &CreateOptions) -> Result<()> {
         let version = check_options(o, data.is_some())?;
-        let layout = Layout::plan(o, version)?;
+        let mut layout = Layout::plan(o, version)?;
+        if o.preallocation != Preallocation::Off && data.is_none() {
+            let plan = Plan::new(o, layout.l1_entries)?;
+            layout.l1_off = plan.l1_offset();
+            layout.reftable_off = plan.reftable_offset();
+            layout.reftable_clusters = plan.reftable_clusters();
+            let hdr = layout.header(o)?;
+            dev.truncate(0).await?;
+            plan.write(dev, o, o.extended_l2).await?;
+            return write_header(dev, &hdr).await;
+        }
         let hdr = layout.header(o)?;
         let (reftable, blocks) = layout.refcounts(o.refcount_bits);
         let Layout {
@@ -295,7 +324,15 @@ impl<D: BlockDev> Image<D> {
             dev.write(l1_off, &be64_bytes(&l1), WriteFlags::default())
                 .await?;
             for i in 0..l2_tables {
-                let table = crate::data_file::identity_l2_table(cs, o.size, i, o.extended_l2);
+                // QEMU's preallocation leaves extended entries' bitmaps 0;
+                // raw external data keeps every subcluster allocated.
+                let table = crate::data_file::identity_l2_table(
+                    cs,
+                    o.size,
+                    i,
+                    o.extended_l2,
+                    o.data_file_raw,
+                );
                 dev.write(l2_off + i * cs, &table, WriteFlags::default())
                     .await?;
             }
@@ -305,13 +342,23 @@ impl<D: BlockDev> Image<D> {
         }
         if let Some(data) = data {
             data.truncate(0).await?;
+            match o.preallocation {
+                Preallocation::Falloc => fill_zeroes(data, 0, o.size, false).await?,
+                Preallocation::Full => fill_zeroes(data, 0, o.size, true).await?,
+                Preallocation::Off | Preallocation::Metadata => {}
+            }
             data.truncate(o.size).await?;
             data.flush().await?;
         }
-        dev.flush().await?;
-        // The header last: until it is durable the device is not an image.
-        dev.write(0, &hdr, WriteFlags::default()).await?;
-        dev.flush().await?;
-        Ok(())
+        write_header(dev, &hdr).await
     }
+}
+
+/// Flush what is written, then the header, then flush again: until the
+/// header is durable the device is not an image.
+async fn write_header<D: BlockDev>(dev: &D, hdr: &[u8]) -> Result<()> {
+    dev.flush().await?;
+    dev.write(0, hdr, WriteFlags::default()).await?;
+    dev.flush().await?;
+    Ok(())
 }

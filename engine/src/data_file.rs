@@ -87,11 +87,14 @@ pub(crate) fn maintained_autoclear(h: &Header) -> u64 {
 
 /// L2 table `index` of a preallocated image: each cluster inside the
 /// disk mapped at its own guest offset, with COPIED (offset 0 included).
+/// Extended entries get every subcluster allocated if `all_allocated`,
+/// none otherwise.
 pub(crate) fn identity_l2_table(
     cluster_size: u64,
     disk_size: u64,
     index: u64,
     extended: bool,
+    all_allocated: bool,
 ) -> Vec<u8> {
     let entry_size = if extended { 16 } else { 8 };
     let entries = cluster_size / entry_size;
@@ -105,7 +108,7 @@ pub(crate) fn identity_l2_table(
         let e = L2Entry::normal(guest, true);
         let at = (i * entry_size) as usize;
         t[at..at + 8].copy_from_slice(&e.word.to_be_bytes());
-        if extended {
+        if extended && all_allocated {
             t[at + 8..at + 16].copy_from_slice(&crate::format::entry::ALL_ALLOC.to_be_bytes());
         }
     }

@@ -17,6 +17,7 @@ use crate::inflight::InFlight;
 use crate::l1l2::L1L2;
 use crate::meta_clusters::MetaClusters;
 use crate::options::EngineOptions;
+use crate::prealloc::Preallocation;
 use crate::reftable::RefTable;
 use crate::sync::{CoMutex, WaitMap, WaitQueue};
 
@@ -59,6 +60,11 @@ pub struct CreateOptions {
     /// cluster is mapped at create, and zeroing reaches the data file.
     #[serde(skip_serializing_if = "is_default")]
     pub data_file_raw: bool,
+    /// What is allocated up front (`crate::prealloc`): with a data file,
+    /// the L2 tables map every cluster and the data file is sized as the
+    /// mode asks.
+    #[serde(skip_serializing_if = "is_default")]
+    pub preallocation: Preallocation,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -79,6 +85,7 @@ impl Default for CreateOptions {
             compression_type: CompressionType::Zlib,
             data_file: None,
             data_file_raw: false,
+            preallocation: Preallocation::Off,
         }
     }
 }

@@ -32,7 +32,7 @@ use engine::dev::{
     BlockDev, DevError, FileDev, FileId, FileOpenError, FileOptions, IoOp, LockError, LockRequest,
     WriteFlags, ZeroFlags,
 };
-use engine::{CreateOptions, Image};
+use engine::{fill_zeroes, CreateOptions, Image, Preallocation};
 
 use crate::files::{
     file_id_of_path, open_image_with_files, probe_path, resolve_backing_path,
@@ -336,14 +336,34 @@ pub enum CreateImageError {
         #[source]
         error: ArgError,
     },
+    /// The qcow2 driver refuses the options (their combination, or a
+    /// value out of its range); qemu-img reports it after printing
+    /// `formatting_line`.
+    #[error("{path}")]
+    Driver {
+        path: PathBuf,
+        formatting_line: String,
+        #[source]
+        error: ArgError,
+    },
     /// The size argument does not parse.
     #[error("invalid image size")]
     Size {
         #[source]
         error: ArgError,
     },
-    #[error("{path}: raw images take no options but size (no backing file either)")]
+    #[error(
+        "{path}: raw images take no options but size and preallocation (no backing file either)"
+    )]
     RawOptions { path: PathBuf },
+    /// A raw file has no metadata to preallocate (QEMU's wording).
+    #[error("{path}: Unsupported preallocation mode: {}", .mode.name())]
+    /// Reported after `formatting_line`, as qemu-img's raw driver does.
+    RawPreallocation {
+        path: PathBuf,
+        mode: Preallocation,
+        formatting_line: String,
+    },
     /// No size, and no backing file opened to take it from.
     #[error("image creation needs a size parameter")]
     NoSize,
@@ -443,6 +463,7 @@ enum PreparedFiles {
     Raw {
         dev: FileDev,
         size: u64,
+        preallocation: Preallocation,
     },
     Qcow2 {
         dev: FileDev,
@@ -470,8 +491,17 @@ impl PreparedImage {
     pub async fn write(self) -> Result<(), CreateImageError> {
         let path = self.path;
         match self.files {
-            PreparedFiles::Raw { dev, size } => async {
+            PreparedFiles::Raw {
+                dev,
+                size,
+                preallocation,
+            } => async {
                 dev.truncate(0).await?;
+                match preallocation {
+                    Preallocation::Falloc => fill_zeroes(&dev, 0, size, false).await?,
+                    Preallocation::Full => fill_zeroes(&dev, 0, size, true).await?,
+                    Preallocation::Off | Preallocation::Metadata => {}
+                }
                 dev.truncate(size).await?;
                 dev.flush().await
             }
@@ -547,6 +577,7 @@ fn checked_size(path: &Path, size: Option<u64>) -> Result<u64, CreateImageError>
 async fn prepare_raw(path: &Path, opts: &ImageOpts) -> Result<PreparedImage, CreateImageError> {
     let only_size = ImageOpts {
         size: opts.size,
+        preallocation: opts.preallocation,
         ..ImageOpts::default()
     };
     if *opts != only_size {
@@ -555,6 +586,21 @@ async fn prepare_raw(path: &Path, opts: &ImageOpts) -> Result<PreparedImage, Cre
         });
     }
     let size = checked_size(path, opts.size)?;
+    let formatting_line = format!(
+        "Formatting '{}', fmt=raw size={size}{}",
+        path.display(),
+        opts.preallocation
+            .map(|p| format!(" preallocation={}", p.name()))
+            .unwrap_or_default()
+    );
+    let preallocation = opts.preallocation.unwrap_or_default();
+    if preallocation == Preallocation::Metadata {
+        return Err(CreateImageError::RawPreallocation {
+            path: path.to_owned(),
+            mode: preallocation,
+            formatting_line,
+        });
+    }
     // Opened, locked and shown to take the size before it is emptied.
     let wanted = [Wanted {
         path,
@@ -563,8 +609,12 @@ async fn prepare_raw(path: &Path, opts: &ImageOpts) -> Result<PreparedImage, Cre
     let dev = prepare(&wanted, &FileOptions::default()).await?.remove(0);
     Ok(PreparedImage {
         path: path.to_owned(),
-        formatting_line: format!("Formatting '{}', fmt=raw size={size}", path.display()),
-        files: PreparedFiles::Raw { dev, size },
+        formatting_line,
+        files: PreparedFiles::Raw {
+            dev,
+            size,
+            preallocation,
+        },
     })
 }
 
@@ -620,12 +670,20 @@ async fn prepare_qcow2(
     let size = checked_size(file, opts.size)?;
     // QEMU's qcow2 disks are whole sectors: a size that is not is rounded
     // up (the "Formatting" line still shows the size asked for).
-    let create = opts
-        .to_create_options(size.next_multiple_of(512))
-        .map_err(|error| CreateImageError::Options {
-            path: file.to_owned(),
-            error,
-        })?;
+    let create = opts.unchecked_create_options(size.next_multiple_of(512));
+    let line = formatting_line(
+        file,
+        &create,
+        size,
+        opts.compat_name.as_deref(),
+        opts.data_file_raw,
+        opts.preallocation,
+    );
+    ImageOpts::check_create_options(&create).map_err(|error| CreateImageError::Driver {
+        path: file.to_owned(),
+        formatting_line: line.clone(),
+        error,
+    })?;
     // Everything the engine would refuse, refused before any file is
     // touched (the engine's create empties its files first thing).
     check_create_options(&create)
@@ -681,13 +739,7 @@ async fn prepare_qcow2(
     let data = devs.next();
     Ok(PreparedImage {
         path: file.to_owned(),
-        formatting_line: formatting_line(
-            file,
-            &create,
-            size,
-            opts.compat_name.as_deref(),
-            opts.data_file_raw,
-        ),
+        formatting_line: line,
         files: PreparedFiles::Qcow2 {
             dev,
             data,
@@ -698,23 +750,31 @@ async fn prepare_qcow2(
 
 /// The line qemu-img prints before creating a qcow2 image, in its order.
 /// `compat_name` is the `compat` option as given, if it was, and
-/// `data_file_raw` likewise; `size` is the size asked for.
+/// `data_file_raw` and `preallocation` likewise; `size` is the size
+/// asked for.
 fn formatting_line(
     file: &Path,
     c: &CreateOptions,
     size: u64,
     compat_name: Option<&str>,
     data_file_raw: Option<bool>,
+    preallocation: Option<Preallocation>,
 ) -> String {
     let onoff = |b: bool| if b { "on" } else { "off" };
     let mut s = format!(
-        "Formatting '{}', fmt=qcow2 cluster_size={} extended_l2={} compression_type={} size={}",
+        "Formatting '{}', fmt=qcow2 cluster_size={} extended_l2={}",
         file.display(),
         c.cluster_size,
         onoff(c.extended_l2),
+    );
+    if let Some(p) = preallocation {
+        s.push_str(&format!(" preallocation={}", p.name()));
+    }
+    s.push_str(&format!(
+        " compression_type={} size={}",
         c.compression_type.name(),
         size
-    );
+    ));
     if let Some(b) = &c.backing_file {
         s.push_str(&format!(" backing_file={b}"));
     }
@@ -899,7 +959,7 @@ mod tests {
             ..CreateOptions::default()
         };
         assert_eq!(
-            formatting_line(Path::new("top.qcow2"), &c, c.size, None, None),
+            formatting_line(Path::new("top.qcow2"), &c, c.size, None, None, None),
             "Formatting 'top.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
              compression_type=zlib size=1048576 backing_file=base.raw backing_fmt=raw \
              lazy_refcounts=off refcount_bits=16"
@@ -910,10 +970,17 @@ mod tests {
             ..CreateOptions::default()
         };
         assert_eq!(
-            formatting_line(Path::new("v2.qcow2"), &c, c.size, Some("0.10"), None),
+            formatting_line(
+                Path::new("v2.qcow2"),
+                &c,
+                c.size,
+                Some("0.10"),
+                None,
+                Some(Preallocation::Metadata)
+            ),
             "Formatting 'v2.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
-             compression_type=zlib size=1073741824 compat=0.10 lazy_refcounts=off \
-             refcount_bits=16"
+             preallocation=metadata compression_type=zlib size=1073741824 compat=0.10 \
+             lazy_refcounts=off refcount_bits=16"
         );
     }
 }

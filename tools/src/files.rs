@@ -325,6 +325,19 @@ impl Disk {
                 Self::check_raw_range(d, offset, len)?;
                 Ok(d.discard(offset, len).await?)
             }
+            // QEMU's qcow2 driver declines a discard on a version 2 image
+            // with a backing file (with no zero flag, the clusters could
+            // only show the backing data), and its block layer reports the
+            // discard done: nothing changes (iotest 290).
+            Disk::Qcow2(i)
+                if i.header().version < 3
+                    && i.backing().is_some()
+                    && offset
+                        .checked_add(len)
+                        .is_some_and(|end| end <= i.virtual_size()) =>
+            {
+                Ok(())
+            }
             Disk::Qcow2(i) => i.discard(offset, len).await,
         }
     }

@@ -73,8 +73,26 @@ pub enum MapError {
 
 /// The layers of the chain, top first, each with its file's name.
 enum Layer<'a> {
-    Qcow2(&'a Image<FileDev>, String),
+    /// With whether its data clusters' file extents are asked too (QEMU
+    /// asks only for an image that looks metadata-preallocated).
+    Qcow2(&'a Image<FileDev>, String, bool),
     Raw(u64, String),
+}
+
+/// Whether QEMU would ask the file under `image`'s data clusters for
+/// holes: only when far more clusters are in use than the file takes
+/// space for, as after `preallocation=metadata`.
+async fn asks_file(image: &Image<FileDev>) -> Result<bool, engine::Error> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = image.device();
+    let Ok(meta) = std::fs::metadata(dev.path()) else {
+        return Ok(false);
+    };
+    let cs = image.cluster_size();
+    let allocated = meta.blocks() * 512 / cs;
+    image
+        .looks_preallocated(dev.len().div_ceil(cs), allocated)
+        .await
 }
 
 fn layers<'a>(disk: &'a Disk, top: &Path) -> Vec<Layer<'a>> {
@@ -88,7 +106,7 @@ fn layers<'a>(disk: &'a Disk, top: &Path) -> Vec<Layer<'a>> {
         Disk::Qcow2(i) => i.as_ref(),
     };
     let mut path = top.to_owned();
-    out.push(Layer::Qcow2(image, name));
+    out.push(Layer::Qcow2(image, name, false));
     while let (Some(backing), Some((bname, _))) = (image.backing(), image.backing_spec()) {
         path = resolve_backing_path(&path, &bname);
         let name = path.display().to_string();
@@ -98,7 +116,7 @@ fn layers<'a>(disk: &'a Disk, top: &Path) -> Vec<Layer<'a>> {
                 break;
             }
             Backing::Qcow2(i) => {
-                out.push(Layer::Qcow2(i, name));
+                out.push(Layer::Qcow2(i, name, false));
                 image = i;
             }
         }
@@ -114,7 +132,15 @@ pub async fn map_image(path: &Path, opts: &OpenOptions) -> Result<Vec<MapEntry>,
         ..opts.clone()
     };
     let disk = open_image(path, &opts).await?;
-    let chain = layers(&disk, path);
+    let mut chain = layers(&disk, path);
+    for layer in &mut chain {
+        if let Layer::Qcow2(image, file, asks) = layer {
+            *asks = asks_file(image).await.map_err(|error| MapError::Status {
+                path: PathBuf::from(&*file),
+                error,
+            })?;
+        }
+    }
     let size = disk.virtual_size();
     let mut entries: Vec<MapEntry> = Vec::new();
     let mut pos = 0;
@@ -130,6 +156,9 @@ pub async fn map_image(path: &Path, opts: &OpenOptions) -> Result<Vec<MapEntry>,
     drop(disk);
     Ok(entries)
 }
+
+/// How many clusters one block status question covers at most.
+const STATUS_CLUSTERS: u64 = 1024;
 
 /// The run at `pos`, at most `max` bytes, from the first layer that has it.
 async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, MapError> {
@@ -152,11 +181,18 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
                     file: file.clone(),
                 });
             }
-            Layer::Qcow2(image, file) => {
+            Layer::Qcow2(image, file, asks_file) => {
                 if pos >= image.virtual_size() {
                     break;
                 }
-                let avail = len.min(image.virtual_size() - pos);
+                // A bounded question: data runs are answered a cluster at
+                // a time, and block status scans as far as it is asked,
+                // so an unbounded one would make a map quadratic in the
+                // size of a fully allocated (preallocated) image. The
+                // pieces merge back into the same runs.
+                let avail = len
+                    .min(image.virtual_size() - pos)
+                    .min(image.cluster_size() * STATUS_CLUSTERS);
                 let status_err = |error| MapError::Status {
                     path: PathBuf::from(file),
                     error,
@@ -179,8 +215,21 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
                         let cluster = image.cluster_size();
                         let n = n.min(cluster - pos % cluster);
                         let host = image.host_offset(pos).await.map_err(status_err)?;
+                        // As QEMU asks the file under a data cluster of a
+                        // preallocated image: a hole there (a cluster never
+                        // written) reads as zeroes, and the answer ends
+                        // where the file's extent does.
+                        let dev = image.data_device().unwrap_or(image.device());
+                        let extent = host
+                            .filter(|_| *asks_file)
+                            .and_then(|h| dev.extent_at(h, n));
+                        let (n, zero) = match extent {
+                            Some((data, len)) if len > 0 => (len, !data),
+                            _ => (n, false),
+                        };
                         return Ok(MapEntry {
                             length: n,
+                            zero,
                             data: true,
                             offset: host,
                             ..base
@@ -211,7 +260,7 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
     // Past the end of every lower layer: reads as zeroes.
     let depth = chain.len() - 1;
     let file = match &chain[depth] {
-        Layer::Qcow2(_, f) | Layer::Raw(_, f) => f.clone(),
+        Layer::Qcow2(_, f, _) | Layer::Raw(_, f) => f.clone(),
     };
     Ok(MapEntry {
         start: pos,
@@ -225,7 +274,8 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
     })
 }
 
-/// qemu-img map's human layout: the runs that hold data, where they are.
+/// qemu-img map's human layout: the runs that hold data other than
+/// zeroes, where they are.
 pub fn human(entries: &[MapEntry]) -> String {
     let hex = |v: u64| {
         if v == 0 {
@@ -239,7 +289,7 @@ pub fn human(entries: &[MapEntry]) -> String {
         "Offset", "Length", "Mapped to", "File"
     );
     for e in entries {
-        if let (true, Some(o)) = (e.data, e.offset) {
+        if let (true, false, Some(o)) = (e.data, e.zero, e.offset) {
             s.push_str(&format!(
                 "{:<16}{:<16}{:<16}{}\n",
                 hex(e.start),

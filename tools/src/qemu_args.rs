@@ -4,7 +4,7 @@
 //! and messages.
 
 use engine::format::header::CompressionType;
-use engine::{Compat, CreateOptions};
+use engine::{Compat, CreateOptions, Preallocation};
 
 /// Why a size, switch or option list was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -152,6 +152,7 @@ pub struct ImageOpts {
     /// External data file name, stored as given.
     pub data_file: Option<String>,
     pub data_file_raw: Option<bool>,
+    pub preallocation: Option<Preallocation>,
 }
 
 /// The `-o` names accepted for qcow2, with a line of help each.
@@ -174,7 +175,10 @@ pub const QCOW2_OPTION_HELP: [(&str, &str); 12] = [
     ),
     ("extended_l2", "extended L2 tables (on/off)"),
     ("lazy_refcounts", "postpone refcount updates (on/off)"),
-    ("preallocation", "preallocation mode (off only)"),
+    (
+        "preallocation",
+        "preallocation mode (off, metadata, falloc, full)",
+    ),
     ("refcount_bits", "width of a reference count entry in bits"),
     ("size", "virtual disk size"),
 ];
@@ -224,15 +228,9 @@ impl ImageOpts {
         };
         match key {
             "size" => self.size = Some(parse_size(value)?),
-            "cluster_size" => {
-                let v = parse_size(value)?;
-                if !v.is_power_of_two() || !(512..=2 << 20).contains(&v) {
-                    return Err(bad(
-                        "cluster size must be a power of two between 512 and 2048k",
-                    ));
-                }
-                self.cluster_size = Some(v);
-            }
+            // Its range is the driver's check (`to_create_options`),
+            // which qemu-img makes after its "Formatting" line.
+            "cluster_size" => self.cluster_size = Some(parse_size(value)?),
             "refcount_bits" => {
                 let v: u32 = value
                     .parse()
@@ -261,8 +259,8 @@ impl ImageOpts {
             }
             "data_file" => self.data_file = Some(value.to_owned()),
             "data_file_raw" => self.data_file_raw = Some(parse_switch(key, value)?),
-            "preallocation" if value != "off" => {
-                return Err(bad("only preallocation=off is supported"));
+            "preallocation" => {
+                self.preallocation = Some(value.parse().map_err(|e: String| bad(&e))?)
             }
             _ => {}
         }
@@ -272,8 +270,16 @@ impl ImageOpts {
     /// The engine's create options, after the checks qemu-img makes on the
     /// combination. `size` must be known by now.
     pub fn to_create_options(&self, size: u64) -> Result<CreateOptions, ArgError> {
+        let opts = self.unchecked_create_options(size);
+        Self::check_create_options(&opts)?;
+        Ok(opts)
+    }
+
+    /// The engine's create options as given, unset ones at their
+    /// defaults, none of their checks made yet.
+    pub fn unchecked_create_options(&self, size: u64) -> CreateOptions {
         let defaults = CreateOptions::default();
-        let opts = CreateOptions {
+        CreateOptions {
             size,
             cluster_size: self.cluster_size.unwrap_or(defaults.cluster_size),
             refcount_bits: self.refcount_bits.unwrap_or(defaults.refcount_bits),
@@ -285,7 +291,19 @@ impl ImageOpts {
             compression_type: self.compression_type.unwrap_or_default(),
             data_file: self.data_file.clone(),
             data_file_raw: self.data_file_raw.unwrap_or(false),
-        };
+            preallocation: self.preallocation.unwrap_or_default(),
+        }
+    }
+
+    /// The checks qemu-img's qcow2 driver makes on the options, once it
+    /// has printed its "Formatting" line.
+    pub fn check_create_options(opts: &CreateOptions) -> Result<(), ArgError> {
+        if !opts.cluster_size.is_power_of_two() || !(512..=2 << 20).contains(&opts.cluster_size) {
+            return Err(ArgError::BadValue {
+                key: "cluster_size".into(),
+                reason: "cluster size must be a power of two between 512 and 2048k".into(),
+            });
+        }
         let conflict = |msg: &str| Err(ArgError::Conflict(msg.to_owned()));
         if opts.compat == Compat::V2 {
             if opts.refcount_bits != 16 {
@@ -316,7 +334,15 @@ impl ImageOpts {
         if opts.data_file_raw && opts.backing_file.is_some() {
             return conflict("Backing file and data-file-raw cannot be used at the same time");
         }
-        Ok(opts)
+        if opts.preallocation != Preallocation::Off
+            && opts.backing_file.is_some()
+            && !opts.extended_l2
+        {
+            return conflict(
+                "Backing file and preallocation can only be used at the same time if extended_l2 is on",
+            );
+        }
+        Ok(())
     }
 }
 
@@ -401,6 +427,13 @@ mod tests {
         assert_eq!(c.compat, Compat::V3);
         assert_eq!(c.backing_file.as_deref(), Some("b.raw"));
         assert_eq!(c.backing_format.as_deref(), Some("raw"));
+        assert_eq!(c.preallocation, Preallocation::Off);
+        for mode in ["off", "metadata", "falloc", "full"] {
+            let mut o = ImageOpts::default();
+            o.apply_list(&format!("preallocation={mode}")).unwrap();
+            let c = o.to_create_options(1 << 20).unwrap();
+            assert_eq!(c.preallocation.name(), mode);
+        }
         // Unset options keep the engine's defaults.
         let c = ImageOpts::default().to_create_options(1 << 20).unwrap();
         assert_eq!(
@@ -416,9 +449,6 @@ mod tests {
     fn bad_qcow2_options_are_refused() {
         let cases = [
             ("bogus=1", "'bogus'"),
-            ("cluster_size=3000", "power of two"),
-            ("cluster_size=4M", "power of two"),
-            ("cluster_size=256", "power of two"),
             ("refcount_bits=3", "power of two"),
             ("refcount_bits=128", "at most 64"),
             ("refcount_bits=x", "not a number"),
@@ -427,7 +457,7 @@ mod tests {
             ("size", "needs a value"),
             ("compression_type=lz4", "zlib or zstd"),
             ("data_file_raw=maybe", "'on' or 'off'"),
-            ("preallocation=full", "off"),
+            ("preallocation=sparse", "does not accept value 'sparse'"),
         ];
         for (list, needle) in cases {
             let err = ImageOpts::default().apply_list(list).unwrap_err();
@@ -438,6 +468,9 @@ mod tests {
     #[test]
     fn impossible_combinations_are_refused() {
         let cases = [
+            ("cluster_size=3000", "power of two"),
+            ("cluster_size=4M", "power of two"),
+            ("cluster_size=256", "power of two"),
             ("compat=0.10,refcount_bits=8", "16 bits"),
             ("compat=0.10,lazy_refcounts=on", "lazy"),
             ("compat=v2,extended_l2=on", "extended"),
@@ -449,6 +482,10 @@ mod tests {
             (
                 "data_file=d.raw,data_file_raw=on,backing_file=b,backing_fmt=raw",
                 "cannot be used at the same time",
+            ),
+            (
+                "preallocation=metadata,backing_file=b,backing_fmt=raw",
+                "if extended_l2 is on",
             ),
         ];
         for (list, needle) in cases {

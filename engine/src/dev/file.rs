@@ -409,6 +409,35 @@ impl FileDev {
         })
     }
 
+    /// Whether the file holds data at `offset` (or a hole, which reads
+    /// as zeroes) and for how many bytes from there, at most `max`, as
+    /// `lseek` with `SEEK_DATA` and `SEEK_HOLE` tell it: what QEMU's file
+    /// driver answers for block status. `None` when the file system cannot
+    /// say. A blocking call, for the tools (not the guest paths).
+    pub fn extent_at(&self, offset: u64, max: u64) -> Option<(bool, u64)> {
+        use std::os::fd::AsRawFd;
+        let fd = self.fds.file.as_raw_fd();
+        let at = libc::off_t::try_from(offset).ok()?;
+        // SAFETY: lseek on a descriptor this device owns; it only moves
+        // the buffered descriptor's position, which no request uses
+        // (they are positional).
+        let data = unsafe { libc::lseek(fd, at, libc::SEEK_DATA) };
+        if data < 0 {
+            // ENXIO: a hole up to the end of the file (or past it).
+            let enxio = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO);
+            return enxio.then_some((false, max));
+        }
+        if data > at {
+            return Some((false, ((data - at) as u64).min(max)));
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, at, libc::SEEK_HOLE) };
+        if hole <= at {
+            return None;
+        }
+        Some((true, ((hole - at) as u64).min(max)))
+    }
+
     /// Which file this is, by device and inode (see [`FileId`]).
     pub fn file_id(&self) -> FileId {
         self.id

@@ -146,18 +146,34 @@ fn create(prog: &str, args: &[String]) -> Result<i32, Fail> {
     };
     let path = super::plain_file_name(&file);
     futures::executor::block_on(async {
-        let prepared = prepare_image(&path, &opts)
-            .await
-            .map_err(|e| Fail(create_error(&file, &e), 1))?;
-        if !p.has("q") {
-            // The file named as it was given, prefix and all.
-            let line = prepared.formatting_line();
+        // The file named as it was given, prefix and all.
+        let formatting = |line: &str| {
+            if p.has("q") {
+                return;
+            }
             let as_opened = format!("Formatting '{}'", path.display());
             match line.strip_prefix(&as_opened) {
                 Some(rest) => println!("Formatting '{file}'{rest}"),
                 None => println!("{line}"),
             }
-        }
+        };
+        let prepared = match prepare_image(&path, &opts).await {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                // The errors qemu-img's drivers report after the line.
+                if let CreateImageError::Driver {
+                    formatting_line, ..
+                }
+                | CreateImageError::RawPreallocation {
+                    formatting_line, ..
+                } = &e
+                {
+                    formatting(formatting_line);
+                }
+                return Err(Fail(create_error(&file, &e), 1));
+            }
+        };
+        formatting(prepared.formatting_line());
         prepared
             .write()
             .await
@@ -173,6 +189,10 @@ fn create_error(file: &str, e: &CreateImageError) -> String {
         CreateImageError::Options {
             error: ArgError::BadValue { reason, .. },
             ..
+        }
+        | CreateImageError::Driver {
+            error: ArgError::BadValue { reason, .. },
+            ..
         } => {
             let mut r = reason.clone();
             if let Some(first) = r.get(..1) {
@@ -180,7 +200,9 @@ fn create_error(file: &str, e: &CreateImageError) -> String {
             }
             format!("{file}: {r}")
         }
-        CreateImageError::Options { error, .. } => format!("{file}: {error}"),
+        CreateImageError::Options { error, .. } | CreateImageError::Driver { error, .. } => {
+            format!("{file}: {error}")
+        }
         CreateImageError::BackingOpen { error, .. } => format!(
             "{file}: {}\nCould not open backing image.",
             super::open_error_text(Path::new(file), error)

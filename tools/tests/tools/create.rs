@@ -61,7 +61,8 @@ fn bad_options_name_the_option_and_leave_the_file_untouched() {
     let v2_lazy = qcow2_opts(&["compat=0.10,lazy_refcounts=on"], Some("1M"));
     let err = block_on(create_image(&path, &v2_lazy)).unwrap_err();
     assert!(
-        matches!(&err, CreateImageError::Options { error: ArgError::Conflict(m), .. } if m.contains("lazy refcounts")),
+        matches!(&err, CreateImageError::Driver { error: ArgError::Conflict(m), formatting_line, .. }
+            if m.contains("lazy refcounts") && formatting_line.contains("compat=0.10")),
         "{err:?}"
     );
     let huge_l1 = qcow2_opts(&["cluster_size=512"], Some("1T"));
