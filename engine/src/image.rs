@@ -144,7 +144,7 @@ pub struct Image<D: BlockDev> {
 }
 
 /// Largest L1 table QEMU accepts (32 MiB).
-pub(crate) const MAX_L1_BYTES: u64 = 32 << 20;
+pub const MAX_L1_BYTES: u64 = 32 << 20;
 /// Smallest cluster size QEMU accepts with extended L2 entries: below it a
 /// subcluster would be smaller than a 512-byte sector.
 pub(crate) const MIN_EXTENDED_L2_CLUSTER_SIZE: u64 = 16 << 10;

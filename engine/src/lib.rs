@@ -51,7 +51,7 @@ mod writeback;
 pub use counters::{Counters, RarePaths};
 pub use error::{Error, Result};
 pub use guards::{Guard, GuardCounts};
-pub use image::{Backing, Compat, CreateOptions, Image};
+pub use image::{Backing, Compat, CreateOptions, Image, MAX_L1_BYTES};
 pub use options::{EngineOptions, Switches};
 pub use prealloc::{fill_zeroes, Preallocation};
 pub use status::Status;

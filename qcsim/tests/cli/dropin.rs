@@ -1283,3 +1283,27 @@ fn discard_on_a_v2_overlay_changes_nothing() {
     assert!(!out.contains("Pattern verification failed"), "{out}");
     t.same("qemu-img", &["map", "--output=json", "t.qcow2"]);
 }
+
+/// A size whose L1 table would pass QEMU's 32 MiB limit is the qcow2
+/// driver's error, after the Formatting line (iotest 054's 1 EiB), and a
+/// larger cluster size makes the same size fit.
+#[test]
+fn a_size_too_large_for_the_l1_table_is_refused_as_qemu_img_does() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-f", "qcow2", "t.qcow2", "1048576T"],
+    );
+    t.same(
+        "qemu-img",
+        &[
+            "create",
+            "-f",
+            "qcow2",
+            "-o",
+            "cluster_size=2M",
+            "u.qcow2",
+            "1048576T",
+        ],
+    );
+}
