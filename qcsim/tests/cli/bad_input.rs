@@ -160,7 +160,7 @@ fn create_errors_leave_existing_files_alone() {
                 "keep",
                 "1T",
             ],
-            &["L1 table"],
+            &["'size'", "too large for file format 'qcow2'"],
         ),
         (
             &["create", "-f", "qcow2", "-o", "bogus=1", "keep", "1M"],
@@ -227,7 +227,7 @@ fn create_errors_leave_existing_files_alone() {
                 "keep",
                 "1T",
             ],
-            &["L1 table"],
+            &["'size'", "too large for file format 'qcow2'"],
         ),
     ];
     for (args, needles) in cases {
@@ -280,7 +280,7 @@ fn convert_errors_leave_the_existing_destination_alone() {
                 "big.qcow2",
                 "keep",
             ],
-            &["L1 table"],
+            &["'size'", "too large for file format 'qcow2'"],
         ),
         (
             &[
@@ -292,7 +292,7 @@ fn convert_errors_leave_the_existing_destination_alone() {
                 "big.qcow2",
                 "keep",
             ],
-            &["L1 table"],
+            &["'size'", "too large for file format 'qcow2'"],
         ),
         (
             &[
