@@ -129,9 +129,7 @@ struct Layout {
 impl Layout {
     fn plan(o: &CreateOptions, version: u32) -> Result<Layout> {
         let cs = o.cluster_size;
-        let l2_entry_size = if o.extended_l2 { 16 } else { 8 };
-        let l2_span = cs * (cs / l2_entry_size);
-        let l1_entries = o.size.div_ceil(l2_span);
+        let l1_entries = o.l1_entries();
         if l1_entries * 8 > MAX_L1_BYTES {
             return Err(bad(
                 "size",

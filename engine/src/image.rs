@@ -71,6 +71,20 @@ fn is_default<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
 }
 
+impl CreateOptions {
+    /// Entries of one L2 table (8-byte entries, 16 with extended L2).
+    /// The options' cluster size must be valid.
+    pub fn l2_entries(&self) -> u64 {
+        self.cluster_size / if self.extended_l2 { 16 } else { 8 }
+    }
+
+    /// L1 entries the disk needs: what `Geometry::l1_entries_for` says
+    /// of an open image, for one not made yet.
+    pub fn l1_entries(&self) -> u64 {
+        self.size.div_ceil(self.cluster_size * self.l2_entries())
+    }
+}
+
 impl Default for CreateOptions {
     fn default() -> Self {
         CreateOptions {

@@ -406,7 +406,7 @@ impl Plan {
             data_end: 0,
             tail: None,
         };
-        let l2_entries = cs / if o.extended_l2 { 16 } else { 8 };
+        let l2_entries = o.l2_entries();
         match o.preallocation {
             crate::Preallocation::Off => {}
             crate::Preallocation::Metadata => {

@@ -345,9 +345,7 @@ impl ImageOpts {
         // The L1 table the size needs, against QEMU's 32 MiB limit (the
         // engine's too): too large is the driver's error, after the
         // Formatting line (iotest 054).
-        let l2_span =
-            opts.cluster_size * (opts.cluster_size / if opts.extended_l2 { 16 } else { 8 });
-        if opts.size.div_ceil(l2_span) * 8 > engine::MAX_L1_BYTES {
+        if opts.l1_entries() * 8 > engine::MAX_L1_BYTES {
             return Err(ArgError::BadValue {
                 key: "size".into(),
                 reason: "The image size is too large for file format 'qcow2' (try using a larger cluster size)".into(),
