@@ -8,6 +8,7 @@
 //! the tools' syntax, wording, prefixes and exit codes (`qemu_img`,
 //! `qemu_io`).
 
+mod blockopts;
 pub mod getopt;
 pub mod qemu_img;
 mod qemu_img_edit;
