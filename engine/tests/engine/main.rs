@@ -17,5 +17,6 @@ mod qemu_images;
 mod rare_paths;
 mod raw_subcluster_zero;
 mod roundtrip;
+mod snapshot;
 mod xl2_data_file;
 mod zstd_clusters;
