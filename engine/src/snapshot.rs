@@ -116,10 +116,12 @@ impl<D: BlockDev> Image<D> {
             self.write_meta(off, &be64_bytes(&copy)).await?;
             off
         };
+        // Every active cluster is about to be shared: COPIED goes, on disk
+        // before the refcounts say they are shared, so that no crash
+        // leaves a flag on a cluster counted twice.
+        self.clear_copied(&l1, true).await?;
+        self.writeback_all().await?;
         self.add_references(&refs).await?;
-        // Every active cluster is now shared: COPIED goes everywhere. The
-        // writeback puts the refcounts, then the tables, on disk.
-        self.recompute_copied().await?;
         self.writeback_all().await?;
         let sn = Snapshot {
             id: next_id(&table),
@@ -183,8 +185,12 @@ impl<D: BlockDev> Image<D> {
         let old_refs = self.l1_references(&old_l1).await?;
         let new_refs = self.l1_references(&sn_l1).await?;
         // What the new active table references is counted and durable
-        // before any table names it.
+        // before any table names it, and no entry of its L2 tables (shared
+        // with the snapshot) says COPIED: an image another tool wrote may
+        // have the flag in a snapshot's tables.
         self.add_references(&new_refs).await?;
+        self.clear_copied(&sn_l1, false).await?;
+        self.writeback_all().await?;
         let mut l1: Vec<u64> = sn_l1.iter().map(|e| e & !COPIED).collect();
         l1.resize(new_len as usize, 0);
         // A new active table in fresh clusters: a torn write cannot mix

@@ -163,6 +163,42 @@ impl<D: BlockDev> Image<D> {
         }
     }
 
+    /// Clear the COPIED flag of every entry of the L2 tables `l1` names
+    /// and, with `active` (`l1` is the active table), of the L1 entries
+    /// too. Clearing is the safe side of the flag (a write then copies a
+    /// cluster it could have written in place), so it may reach the disk
+    /// before the refcounts that make a cluster shared.
+    pub(crate) async fn clear_copied(&self, l1: &[u64], active: bool) -> Result<()> {
+        self.assert_meta_locked("clear_copied");
+        for (i, &e) in l1.iter().enumerate() {
+            let e = L1Entry(e);
+            let l2_off = e.l2_offset();
+            if l2_off == 0 {
+                continue;
+            }
+            if active && e.copied() {
+                self.meta
+                    .borrow_mut()
+                    .tables
+                    .set_l1_entry(i, L1Entry::new(l2_off, false));
+            }
+            self.load_l2(l2_off).await?;
+            for idx in 0..self.geo.l2_entries as usize {
+                let entry = self.meta.borrow_mut().tables.l2_entry(l2_off, idx);
+                if entry.word & COPIED != 0 {
+                    self.meta
+                        .borrow_mut()
+                        .tables
+                        .update_l2_entry(l2_off, idx, |e| L2Entry {
+                            word: e.word & !COPIED,
+                            ..e
+                        });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Set the COPIED flag of every active L1 entry and of every L2 entry
     /// naming a host cluster exactly where its refcount is 1 (QEMU's rule;
     /// compressed clusters never carry it). Only entries whose flag is
