@@ -163,7 +163,6 @@ impl<D: BlockDev> Image<D> {
     async fn apply_locked(&self, id_or_name: &str) -> Result<u64> {
         let (table, _) = self.read_snapshot_table().await?;
         let sn = table[find(&table, id_or_name)?].clone();
-        let cs = self.geo.cluster_size;
         let new_size = sn.disk_size.unwrap_or(self.geo.virtual_size);
         let sn_l1 = self
             .read_inactive_l1(sn.l1_table_offset, sn.l1_size)
@@ -193,29 +192,17 @@ impl<D: BlockDev> Image<D> {
         self.writeback_all().await?;
         let mut l1: Vec<u64> = sn_l1.iter().map(|e| e & !COPIED).collect();
         l1.resize(new_len as usize, 0);
-        // A new active table in fresh clusters: a torn write cannot mix
-        // the old table with the new, and the header switches table and
-        // size at once.
-        let new_off = if new_len == 0 {
-            0
+        let in_place =
+            new_len == old_l1.len() as u64 && new_size == self.geo.virtual_size && old_off != 0;
+        if in_place {
+            // The active table overwritten where it is, as QEMU does: a
+            // torn write mixing old and new entries is safe, both sets of
+            // references being counted until the write is durable.
+            self.write_meta(old_off, &be64_bytes(&l1)).await?;
+            self.device_flush().await?;
         } else {
-            let clusters = (new_len * 8).div_ceil(cs);
-            let off = self.alloc_clusters(clusters).await?;
-            let mut padded = l1.clone();
-            padded.resize((clusters * cs / 8) as usize, 0);
-            self.write_meta(off, &be64_bytes(&padded)).await?;
-            off
-        };
-        self.writeback_refcount_phase().await?;
-        self.device_flush().await?;
-        {
-            let mut m = self.meta.borrow_mut();
-            m.header.l1_table_offset = new_off;
-            m.header.l1_size = new_len as u32;
-            m.header.size = new_size;
+            self.switch_active_l1(&l1, new_size).await?;
         }
-        self.write_header().await?;
-        self.device_flush().await?;
         {
             let mut m = self.meta.borrow_mut();
             // Tables only the old L1 named may be freed and reused: their
@@ -235,11 +222,41 @@ impl<D: BlockDev> Image<D> {
             }
         }
         self.drop_references(&old_refs);
-        self.free_table_clusters(old_off, old_l1.len() as u64 * 8);
+        if !in_place {
+            self.free_table_clusters(old_off, old_l1.len() as u64 * 8);
+        }
         self.writeback_all().await?;
         self.recompute_copied().await?;
         self.writeback_all().await?;
         Ok(new_size)
+    }
+
+    /// A new active L1 table `l1` in fresh clusters, durable with its
+    /// refcounts before one header write switches the table and the
+    /// virtual size (`new_size`) at once: a crash leaves the old table and
+    /// size or the new ones.
+    async fn switch_active_l1(&self, l1: &[u64], new_size: u64) -> Result<()> {
+        let cs = self.geo.cluster_size;
+        let new_off = if l1.is_empty() {
+            0
+        } else {
+            let clusters = (l1.len() as u64 * 8).div_ceil(cs);
+            let off = self.alloc_clusters(clusters).await?;
+            let mut padded = l1.to_vec();
+            padded.resize((clusters * cs / 8) as usize, 0);
+            self.write_meta(off, &be64_bytes(&padded)).await?;
+            off
+        };
+        self.writeback_refcount_phase().await?;
+        self.device_flush().await?;
+        {
+            let mut m = self.meta.borrow_mut();
+            m.header.l1_table_offset = new_off;
+            m.header.l1_size = l1.len() as u32;
+            m.header.size = new_size;
+        }
+        self.write_header().await?;
+        self.device_flush().await
     }
 
     /// Write `table` to fresh clusters, make it and its refcounts durable,
