@@ -37,7 +37,7 @@ impl<D: BlockDev> Image<D> {
             return Ok(Vec::new());
         }
         let file_len = self.dev.len();
-        if off % cs != 0 || off < cs || off.saturating_add(bytes) > file_len {
+        if !off.is_multiple_of(cs) || off < cs || off.saturating_add(bytes) > file_len {
             return Err(Error::format(field, format!("offset {off:#x} is invalid")));
         }
         let mut raw = vec![0u8; bytes as usize];

@@ -250,3 +250,54 @@ fn narrow_refcounts_refuse_without_changing_anything() {
     let img = checked(img, "after the refusal");
     assert!(block_on(img.snapshots()).unwrap().is_empty());
 }
+
+/// An image with one snapshot, closed: its bytes and where the
+/// snapshot table starts.
+fn image_with_a_snapshot() -> (Vec<u8>, usize) {
+    let mut img = create(&options(MIB, 65536));
+    write(&img, 0, 0x11, 4096);
+    block_on(img.snapshot_create("s", 0, 0)).unwrap();
+    let at = img.header().snapshots_offset as usize;
+    (block_on(img.close()).unwrap().to_bytes(), at)
+}
+
+fn open_bytes(bytes: Vec<u8>) -> Image<MemDev> {
+    block_on(Image::open(
+        MemDev::from_bytes(bytes),
+        EngineOptions::default(),
+    ))
+    .unwrap()
+}
+
+#[test]
+fn a_hostile_snapshot_table_is_refused_not_obeyed() {
+    let (good, at) = image_with_a_snapshot();
+    let is_format = |r: engine::Result<()>| matches!(r, Err(Error::Format { .. }));
+    // A name running past the end of the file.
+    let mut b = good.clone();
+    b.truncate(at + 4096);
+    b[at + 14..at + 16].copy_from_slice(&u16::MAX.to_be_bytes());
+    let img = open_bytes(b);
+    assert!(is_format(block_on(img.snapshots()).map(|_| ())));
+    // Extra data above QEMU's 1 KiB limit.
+    let mut b = good.clone();
+    b[at + 36..at + 40].copy_from_slice(&4096u32.to_be_bytes());
+    let mut img = open_bytes(b);
+    assert!(is_format(block_on(img.snapshot_apply("s"))));
+    // A snapshot L1 table that is not cluster aligned, or too large.
+    for (field, value) in [(0..8, 0x10200u64), (8..12, 1 << 30)] {
+        let mut b = good.clone();
+        let len = field.len();
+        b[at + field.start..at + field.end].copy_from_slice(&value.to_be_bytes()[8 - len..]);
+        let mut img = open_bytes(b.clone());
+        assert!(is_format(block_on(img.snapshot_apply("s"))));
+        let mut img2 = open_bytes(b);
+        assert!(is_format(block_on(img2.snapshot_delete("s"))));
+        drop(img);
+    }
+    // More snapshots than the file holds (zeroes read as empty entries).
+    let mut b = good;
+    b[60..64].copy_from_slice(&65536u32.to_be_bytes());
+    let img = open_bytes(b);
+    assert!(is_format(block_on(img.snapshots()).map(|_| ())));
+}
