@@ -102,11 +102,15 @@ pub(super) fn snapshot(prog: &str, args: &[String]) -> Result<i32, Fail> {
         }
         Action::Apply(name) => {
             futures::executor::block_on(apply_snapshot(&file, &opts, &name)).map_err(|e| {
-                open_fail_or(&file, &e, || {
-                    format!(
+                open_fail_or(&file, &e, || match e {
+                    // The block layer answers before any driver is asked.
+                    SnapshotError::NotSupported => format!(
+                        "Could not apply snapshot '{name}': Block driver does not support snapshots"
+                    ),
+                    _ => format!(
                         "Could not apply snapshot '{name}': Failed to load snapshot: {}",
                         reason(&e)
-                    )
+                    ),
                 })
             })?;
         }

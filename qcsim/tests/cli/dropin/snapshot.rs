@@ -131,6 +131,8 @@ fn snapshot_commands_print_what_qemu_img_prints() {
         &["snapshot", "-U", "-c", "x", "a.qcow2"],
         &["snapshot", "-f", "raw", "-c", "x", "a.qcow2"],
         &["snapshot", "-f", "raw", "-l", "a.qcow2"],
+        &["snapshot", "-f", "raw", "-a", "x", "a.qcow2"],
+        &["snapshot", "-f", "raw", "-d", "x", "a.qcow2"],
         &["snapshot", "-l", "missing.qcow2"],
     ] {
         same_undated(&t, args);
