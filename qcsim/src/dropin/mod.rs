@@ -12,6 +12,7 @@ mod blockopts;
 pub mod getopt;
 pub mod qemu_img;
 mod qemu_img_edit;
+mod qemu_img_snapshot;
 pub mod qemu_io;
 
 use std::path::{Path, PathBuf};

@@ -10,6 +10,8 @@ use std::process::{Command, Output, Stdio};
 
 use crate::support::{exec, untimed, QCSIM};
 
+mod snapshot;
+
 /// Two directories holding the same files: one for QEMU's tools, one for
 /// qcsim's, with `qemu-img` and `qemu-io` symlinks to the qcsim binary.
 struct Twins {
