@@ -20,6 +20,10 @@ pub enum Error {
     /// The image uses a feature this engine cannot handle.
     #[error("unsupported image: {0}")]
     Unsupported(String),
+    /// A resize of a version 2 image with internal snapshots, whose
+    /// entries take the header's size as theirs (QEMU's words).
+    #[error("Can't resize a v2 image which has snapshots")]
+    ResizeV2WithSnapshots,
     /// The header sets incompatible feature bits this engine does not
     /// know, worded as QEMU words it: `names` are what the image's feature
     /// name table calls them, in the table's order, and `unnamed` the

@@ -54,6 +54,11 @@ impl<D: BlockDev> Image<D> {
                 "resizing an image with an external data file".into(),
             ));
         }
+        // A version 2 snapshot entry has no field for its disk size: it
+        // takes the header's, which a resize would change under it.
+        if self.geo.version < 3 && self.meta.borrow().header.nb_snapshots > 0 {
+            return Err(Error::ResizeV2WithSnapshots);
+        }
         let old_size = self.geo.virtual_size;
         // Everything pending first: the tables below are then the disk's.
         self.flush_internal(false).await?;

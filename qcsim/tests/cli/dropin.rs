@@ -1372,3 +1372,25 @@ fn block_options_open_and_fail_as_qemu_io_does() {
     t.same("qemu-io", &["-c", "write -P 0 0 64k", "--image-opts", spec]);
     assert_eq!(data_in(&t), [true, true]);
 }
+
+#[test]
+fn a_v2_image_with_snapshots_is_not_resized_as_qemu_img_refuses() {
+    let t = Twins::new();
+    for (compat, name) in [("0.10", "v2.qcow2"), ("1.1", "v3.qcow2")] {
+        let o = format!("compat={compat}");
+        t.same("qemu-img", &["create", "-f", "qcow2", "-o", &o, name, "1M"]);
+        t.same("qemu-img", &["snapshot", "-c", "s", name]);
+        t.same("qemu-img", &["resize", name, "2M"]);
+        // (The rest of info holds dates and file sizes.)
+        let (theirs, ours) = t.both("qemu-img", &["info", name]);
+        let size = |o: &Output| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find(|l| l.starts_with("virtual size:"))
+                .map(str::to_owned)
+        };
+        let want = if compat == "0.10" { "1 MiB" } else { "2 MiB" };
+        assert_eq!(size(&theirs), size(&ours));
+        assert!(size(&ours).unwrap().starts_with(&format!("virtual size: {want}")));
+    }
+}
