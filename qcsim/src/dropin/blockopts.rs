@@ -15,7 +15,7 @@
 use std::os::unix::fs::FileTypeExt;
 
 use tools::files::Format;
-use tools::qemu_args::split_option_list;
+use tools::qemu_args::{parse_size, split_option_list};
 
 /// A protocol driver: how the bytes of the file are reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,12 @@ pub struct BlockOpts {
     pub cache_no_flush: Option<bool>,
     /// `force-share=on`.
     pub force_share: bool,
+    /// qcow2's cache options, in bytes: `cache-size`, `l2-cache-size`,
+    /// `refcount-cache-size`, `l2-cache-entry-size`.
+    pub cache_size: Option<u64>,
+    pub l2_cache_size: Option<u64>,
+    pub refcount_cache_size: Option<u64>,
+    pub l2_cache_entry_size: Option<u64>,
 }
 
 impl BlockOpts {
@@ -135,6 +141,23 @@ impl BlockOpts {
                 "cache.direct" => o.cache_direct = Some(switch(k)?),
                 "cache.no-flush" => o.cache_no_flush = Some(switch(k)?),
                 "node-name" => {}
+                "cache-size" | "l2-cache-size" | "refcount-cache-size" | "l2-cache-entry-size"
+                    if o.format != Some(Format::Raw) && top_protocol.is_none() =>
+                {
+                    let n = parse_size(value).map_err(|_| {
+                        format!(
+                            "Parameter '{k}' expects a non-negative number below 2^64\n\
+                             Optional suffix k, M, G, T, P or E means kilo-, mega-, giga-, tera-, peta-\n\
+                             and exabytes, respectively."
+                        )
+                    })?;
+                    *match k.as_str() {
+                        "cache-size" => &mut o.cache_size,
+                        "l2-cache-size" => &mut o.l2_cache_size,
+                        "refcount-cache-size" => &mut o.refcount_cache_size,
+                        _ => &mut o.l2_cache_entry_size,
+                    } = Some(n);
+                }
                 "discard" => {
                     o.discard_unmap = match value {
                         "ignore" | "off" => false,
@@ -179,6 +202,50 @@ impl BlockOpts {
             )),
             _ => Ok(o),
         }
+    }
+
+    /// qcow2's rules for its cache options, as QEMU checks them when it
+    /// opens the image of cluster size `cluster_size`.
+    pub fn check_caches(&self, cluster_size: u64) -> Result<(), String> {
+        let (c, l2, rc) = (
+            self.cache_size,
+            self.l2_cache_size,
+            self.refcount_cache_size,
+        );
+        if c.is_some() && l2.is_some() && rc.is_some() {
+            return Err(
+                "cache-size, l2-cache-size and refcount-cache-size may not be set at the same time"
+                    .into(),
+            );
+        }
+        if let Some(c) = c {
+            if l2.is_some_and(|l| l > c) {
+                return Err("l2-cache-size may not exceed cache-size".into());
+            }
+            if rc.is_some_and(|r| r > c) {
+                return Err("refcount-cache-size may not exceed cache-size".into());
+            }
+        }
+        if let Some(e) = self.l2_cache_entry_size {
+            if !e.is_power_of_two() || e < 512 || e > cluster_size {
+                return Err(format!(
+                    "L2 cache entry size must be a power of two between 512 and the cluster size ({cluster_size})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// L2 tables the cache holds, from `l2-cache-size` (or the L2 share of
+    /// `cache-size`), at least two; `None` leaves the engine's default.
+    pub fn l2_cache_tables(&self, cluster_size: u64) -> Option<usize> {
+        let bytes = self.l2_cache_size.or_else(|| {
+            // QEMU gives the refcount cache a quarter of the L2 cache's
+            // share when only the total is set.
+            let c = self.cache_size?;
+            Some(c.saturating_sub(self.refcount_cache_size.unwrap_or(c / 5)))
+        })?;
+        Some(((bytes / cluster_size.max(1)) as usize).max(2))
     }
 
     /// A `file.KEY=VALUE` option: the protocol node under a format.
@@ -320,6 +387,28 @@ mod tests {
             "The 'file' block driver requires a file name"
         );
         assert_eq!(e("filename=x"), "Must specify either driver or file");
+    }
+
+    #[test]
+    fn qcow2_cache_options_follow_qemus_rules() {
+        let o = |s: &str| BlockOpts::parse(s, Some("x")).unwrap();
+        let e = |s: &str| o(s).check_caches(65536).unwrap_err();
+        assert!(
+            e("cache-size=1.25M,l2-cache-size=1M,refcount-cache-size=0.25M")
+                .contains("may not be set at the same time")
+        );
+        assert_eq!(
+            e("cache-size=1M,l2-cache-size=2M"),
+            "l2-cache-size may not exceed cache-size"
+        );
+        assert!(e("l2-cache-entry-size=4242").contains("power of two"));
+        assert!(e("l2-cache-entry-size=128k").contains("(65536)"));
+        assert!(o("cache-size=2M,l2-cache-size=1M")
+            .check_caches(65536)
+            .is_ok());
+        assert_eq!(o("l2-cache-size=1M").l2_cache_tables(65536), Some(16));
+        assert_eq!(o("cache-size=0").l2_cache_tables(65536), Some(2));
+        assert_eq!(o("discard=unmap").l2_cache_tables(65536), None);
     }
 
     #[test]

@@ -78,6 +78,8 @@ struct OpenSpec {
     char_device: bool,
     /// QEMU's image locks on the image's file (`locking=off` clears it).
     locking: bool,
+    /// L2 tables the engine's cache holds (`l2-cache-size`), when set.
+    l2_cache_tables: Option<usize>,
 }
 
 /// The open image: its session, the cache mode (for writethrough's flush
@@ -159,6 +161,7 @@ fn run(prog: &str, args: &[String]) -> Result<i32, String> {
         detect_zeroes: None,
         char_device: false,
         locking: true,
+        l2_cache_tables: None,
     };
 
     let commands: Vec<String> = p.values("c").into_iter().map(str::to_owned).collect();
@@ -418,7 +421,7 @@ async fn open(file: &Path, spec: &OpenSpec) -> Result<Current, String> {
     } else {
         (file.to_owned(), None)
     };
-    let opts = OpenOptions {
+    let mut opts = OpenOptions {
         format: spec.format,
         read_only: spec.read_only && !spec.snapshot,
         direct: spec.cache.direct,
@@ -427,6 +430,9 @@ async fn open(file: &Path, spec: &OpenSpec) -> Result<Current, String> {
         locking: spec.locking,
         ..OpenOptions::default()
     };
+    if let Some(n) = spec.l2_cache_tables {
+        opts.engine.l2_cache_tables = n;
+    }
     match Session::open(&path, &opts).await {
         Ok(session) => Ok(Current {
             session: session
@@ -499,7 +505,34 @@ fn apply_block_opts(opts: &BlockOpts, mut spec: OpenSpec) -> Result<OpenSpec, St
     };
     opts.check_file(spec.read_only)?;
     spec.char_device = opts.is_char_device();
+    let cache_options = [
+        opts.cache_size,
+        opts.l2_cache_size,
+        opts.refcount_cache_size,
+        opts.l2_cache_entry_size,
+    ];
+    if cache_options.iter().any(Option::is_some) {
+        // Checked against the image's cluster size, as QEMU checks them
+        // once it has read the header; a file that is not qcow2 fails its
+        // open later, in its own words.
+        if let Some(cs) = opts.filename.as_deref().and_then(qcow2_cluster_size) {
+            opts.check_caches(cs)?;
+            spec.l2_cache_tables = opts.l2_cache_tables(cs);
+        }
+    }
     Ok(spec)
+}
+
+/// The cluster size in the qcow2 header of the file `name`, if it has one.
+fn qcow2_cluster_size(name: &str) -> Option<u64> {
+    use std::io::Read;
+    let mut head = [0u8; 24];
+    std::fs::File::open(super::plain_file_name(name))
+        .ok()?
+        .read_exact(&mut head)
+        .ok()?;
+    let bits = u32::from_be_bytes(head[20..24].try_into().ok()?);
+    (head[..4] == *b"QFI\xfb" && (9..=21).contains(&bits)).then(|| 1u64 << bits)
 }
 
 /// Close the session, saying so if the close failed.

@@ -1341,6 +1341,23 @@ fn block_options_open_and_fail_as_qemu_io_does() {
             &["-c", &format!("open -o {opts}"), "-c", "length"],
         );
     }
+    // qcow2's cache options, checked against the image's cluster size.
+    for opts in [
+        "cache-size=1.25M,l2-cache-size=1M,refcount-cache-size=0.25M",
+        "cache-size=1M,l2-cache-size=2M",
+        "cache-size=1M,refcount-cache-size=2M",
+        "l2-cache-entry-size=256",
+        "l2-cache-entry-size=4242",
+        "l2-cache-entry-size=128k",
+        "cache-size=abc",
+        "cache-size=0",
+        "cache-size=2M,l2-cache-size=1M",
+        "l2-cache-size=1M,refcount-cache-size=0.25M",
+        "l2-cache-entry-size=512",
+    ] {
+        let open = format!("open -o {opts} t.qcow2");
+        t.same("qemu-io", &["-c", &open, "-c", "read 0 64k"]);
+    }
     t.same("qemu-io", &["-c", "open"]);
     t.same("qemu-io", &["-c", "open -r"]);
     t.same(
@@ -1391,6 +1408,8 @@ fn a_v2_image_with_snapshots_is_not_resized_as_qemu_img_refuses() {
         };
         let want = if compat == "0.10" { "1 MiB" } else { "2 MiB" };
         assert_eq!(size(&theirs), size(&ours));
-        assert!(size(&ours).unwrap().starts_with(&format!("virtual size: {want}")));
+        assert!(size(&ours)
+            .unwrap()
+            .starts_with(&format!("virtual size: {want}")));
     }
 }
