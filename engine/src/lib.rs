@@ -17,6 +17,7 @@ mod backing_file;
 mod broken;
 mod cache;
 mod compress;
+mod compressed_write;
 pub mod counters;
 mod cow;
 mod create;
@@ -49,7 +50,7 @@ mod write;
 mod writeback;
 
 pub use counters::{Counters, RarePaths};
-pub use error::{Error, Result};
+pub use error::{CompressedWriteError, Error, Result};
 pub use guards::{Guard, GuardCounts};
 pub use image::{Backing, Compat, CreateOptions, Image, MAX_L1_BYTES};
 pub use options::{EngineOptions, Switches};
