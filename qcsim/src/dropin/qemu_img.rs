@@ -615,7 +615,6 @@ type Report = Progress<crate::output::Stdout>;
 /// asks for it (after the checks qemu-img makes before its own report).
 fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail> {
     for (flag, what) in [
-        ("c", "-c (compressed output)"),
         ("l", "-l (snapshots)"),
         ("C", "-C (copy offloading)"),
         ("image-opts", "--image-opts"),
@@ -654,6 +653,13 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
     };
     if p.has("n") && !options.is_empty() {
         return fail("-o has no effect when skipping image creation");
+    }
+    let compress = p.has("c");
+    if compress && output_format == Format::Raw {
+        return fail("Compression not supported for this file format");
+    }
+    if compress && (p.has("n") || p.has("B")) {
+        return fail("convert -c with -n or -B is not supported by qcsim");
     }
     if p.has("p") && !p.has("q") {
         let mut report = Progress::new(crate::output::stdout(), 1.0);
@@ -698,6 +704,7 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
         parallel,
         nocache,
         force_share: p.has("U"),
+        compress,
     };
     let wanted = progress.is_some();
     let mut report = |percent: f32| {
