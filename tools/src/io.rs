@@ -655,7 +655,7 @@ pub enum CmdFailure {
 }
 
 /// The C library's text for the errno QEMU would return for `error`.
-fn errno_text(error: &engine::Error) -> &'static str {
+pub fn errno_text(error: &engine::Error) -> &'static str {
     use engine::CompressedWriteError as C;
     match error {
         engine::Error::ReadOnly => "Operation not permitted",

@@ -719,8 +719,27 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
         &opts,
         on_progress,
     ))
-    .map_err(|e| Fail(super::chain(&e), 1))?;
+    .map_err(|e| Fail(convert_failure(&e), 1))?;
     Ok(0)
+}
+
+/// A failed convert in qemu-img's words where they are known: a
+/// compressed write the target refuses (an external data file) is
+/// "error while writing at byte N" and the errno's text.
+fn convert_failure(e: &tools::convert::ConvertError) -> String {
+    use tools::convert::{ConvertError, CopyStep};
+    match e {
+        ConvertError::Copy {
+            step: CopyStep::Write,
+            offset,
+            error: error @ engine::Error::Compressed(_),
+            ..
+        } => format!(
+            "error while writing at byte {offset}: {}",
+            tools::io::errno_text(error)
+        ),
+        _ => super::chain(e),
+    }
 }
 
 /// `convert -B BACKING` (or `-o backing_file=`): the target is created

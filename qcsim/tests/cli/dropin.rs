@@ -1466,6 +1466,21 @@ fn convert_c_compresses_as_qemu_img_does() {
             "qemu-img",
             &["convert", "-c", "-O", "raw", "src.raw", "c.raw"],
         );
+        // An external data file has no room for compressed clusters:
+        // the files are made, then the first write fails.
+        t.same(
+            "qemu-img",
+            &[
+                "convert",
+                "-c",
+                "-O",
+                "qcow2",
+                "-o",
+                "data_file=d.data",
+                "src.raw",
+                "d.qcow2",
+            ],
+        );
     }
 }
 
