@@ -60,6 +60,28 @@ pub enum Error {
     /// writes until it is reopened.
     #[error("image failed after an earlier metadata error; reopen it")]
     Poisoned,
+    /// An internal snapshot operation that cannot be done (`snapshot`).
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+}
+
+/// Why an internal snapshot could not be created, applied or deleted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    /// No snapshot has this id (or, where names are looked up, name).
+    #[error("snapshot '{0}' not found")]
+    NotFound(String),
+    /// Images with an external data file cannot hold internal snapshots:
+    /// the data file has one copy of each guest cluster (QEMU refuses too).
+    #[error("internal snapshots are not supported with an external data file")]
+    DataFile,
+    /// The image has the most snapshots QEMU allows.
+    #[error("an image can have at most {max} internal snapshots")]
+    TooMany { max: u32 },
+    /// Sharing a cluster once more would overflow its refcount (narrow
+    /// refcounts); nothing was changed.
+    #[error("the refcount of cluster {cluster} would overflow its {bits}-bit field")]
+    RefcountOverflow { cluster: u64, bits: u32 },
 }
 
 /// Why a compressed write was refused. Each is a refusal QEMU's qcow2

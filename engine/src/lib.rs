@@ -44,13 +44,16 @@ mod rebuild;
 mod refcount;
 mod reftable;
 mod resize;
+mod snapshot;
+mod snapshot_refs;
 pub mod status;
 mod sync;
 mod write;
 mod writeback;
 
 pub use counters::{Counters, RarePaths};
-pub use error::{CompressedWriteError, Error, Result};
+pub use error::{CompressedWriteError, Error, Result, SnapshotError};
+pub use format::snapshot::Snapshot;
 pub use guards::{Guard, GuardCounts};
 pub use image::{Backing, Compat, CreateOptions, Image, MAX_L1_BYTES};
 pub use options::{EngineOptions, Switches};

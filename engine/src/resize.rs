@@ -24,6 +24,12 @@
 //! already reads as zeroes, except what a partial last cluster kept, which
 //! QEMU leaves too.
 //!
+//! Internal snapshots keep their own size (each entry records it) and
+//! their own L1 tables, so resizing the active disk leaves them alone, as
+//! QEMU's resize does: shrinking releases the active table's references
+//! only (a cluster or L2 table shared with a snapshot is copied before an
+//! entry in it changes, and its refcount drops by one).
+//!
 //! Resizing takes `&mut self`: no guest request can be in flight, and
 //! the geometry changes with the size.
 
@@ -42,11 +48,6 @@ impl<D: BlockDev> Image<D> {
                 name: "size".into(),
                 reason: "the new size must be a multiple of 512".into(),
             });
-        }
-        if self.meta.borrow().header.nb_snapshots > 0 {
-            return Err(Error::Unsupported(
-                "cannot resize an image that has internal snapshots".into(),
-            ));
         }
         if self.has_data_file() {
             return Err(Error::Unsupported(

@@ -161,6 +161,12 @@ pub struct OpenOptions {
     /// open neither blocks nor is blocked by their writers (read-only opens
     /// only).
     pub force_share: bool,
+    /// Accept a character device as the top image's file (QEMU's
+    /// `host_device` driver on `/dev/null`, say), read raw.
+    pub char_device: bool,
+    /// Take QEMU's image locks on the top image's file (`locking=off`
+    /// clears it; the other files of the chain are locked as ever).
+    pub locking: bool,
 }
 
 impl Default for OpenOptions {
@@ -178,6 +184,8 @@ impl Default for OpenOptions {
             },
             threads: DEFAULT_IO_THREADS,
             force_share: false,
+            char_device: false,
+            locking: true,
         }
     }
 }
@@ -436,6 +444,8 @@ struct Chain {
     pool: IoPool,
     direct: bool,
     force_share: bool,
+    /// The top image's file may be a character device.
+    char_device: bool,
     open: Vec<(FileId, FirstOpen)>,
 }
 
@@ -473,6 +483,8 @@ impl Chain {
             direct: self.direct,
             threads: self.pool.threads(),
             fallocate: true,
+            // Only the top image has no reference.
+            char_device: self.char_device && reference.is_none(),
         };
         let dev = FileDev::open_in(path, &file_opts, self.pool.clone())?;
         let id = dev.file_id();
@@ -647,6 +659,7 @@ pub async fn open_image_with_files(
         pool,
         direct: opts.direct,
         force_share: opts.force_share,
+        char_device: opts.char_device,
         open: Vec::new(),
     };
     let fs = chain.force_share;
@@ -655,10 +668,13 @@ pub async fn open_image_with_files(
     let mut top = chain.open_file(path, opts.read_only, None, Role::Image)?;
     match format_of(&top, opts.format).await? {
         Format::Raw => {
-            top.lock(LockRequest::raw_file(opts.read_only))?;
+            if opts.locking {
+                top.lock(LockRequest::raw_file(opts.read_only))?;
+            }
             return Ok((Disk::Raw(top), chain.files()));
         }
-        Format::Qcow2 => top.lock(LockRequest::qcow2_file(opts.read_only, fs))?,
+        Format::Qcow2 if opts.locking => top.lock(LockRequest::qcow2_file(opts.read_only, fs))?,
+        Format::Qcow2 => {}
     }
     let header = header_of(&top).await?;
     let mut levels = vec![Level {

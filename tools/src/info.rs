@@ -41,6 +41,9 @@ pub enum InfoError {
         path: PathBuf,
         error: std::io::Error,
     },
+    /// The image's snapshot table could not be read.
+    #[error("{path}: {error}")]
+    Snapshots { path: PathBuf, error: engine::Error },
 }
 
 /// Everything `info` reports, in qemu-img's JSON field order.
@@ -53,6 +56,12 @@ pub struct InfoReport {
         skip_serializing_if = "Option::is_none"
     )]
     pub backing_filename_format: Option<String>,
+    /// The internal snapshots; left out when there are none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshots: Option<Vec<crate::snapshot::SnapshotJson>>,
+    /// The same, for the human layout's table.
+    #[serde(skip)]
+    pub snapshot_list: Vec<engine::Snapshot>,
     #[serde(rename = "virtual-size")]
     pub virtual_size: u64,
     pub filename: String,
@@ -169,6 +178,8 @@ pub fn info(path: &Path, opts: &InfoOptions) -> Result<InfoReport, InfoError> {
             },
         }],
         backing_filename_format: None,
+        snapshots: None,
+        snapshot_list: Vec::new(),
         virtual_size: disk.virtual_size(),
         filename: path.display().to_string(),
         cluster_size: None,
@@ -190,6 +201,15 @@ pub fn info(path: &Path, opts: &InfoOptions) -> Result<InfoReport, InfoError> {
             info.backing_filename = Some(name);
             info.backing_filename_format = fmt;
         }
+        let snapshots =
+            futures::executor::block_on(image.snapshots()).map_err(|e| InfoError::Snapshots {
+                path: path.to_owned(),
+                error: e,
+            })?;
+        if !snapshots.is_empty() {
+            info.snapshots = Some(snapshots.iter().map(Into::into).collect());
+        }
+        info.snapshot_list = snapshots;
         let v3 = h.version >= 3;
         let bit = |features: u64, b: u64| v3.then_some(features & b != 0);
         info.format_specific = Some(FormatSpecific {
@@ -266,6 +286,12 @@ impl InfoReport {
         }
         if let Some(f) = &self.backing_filename_format {
             line(format!("backing file format: {f}"));
+        }
+        if !self.snapshot_list.is_empty() {
+            let table = crate::snapshot::snapshot_table(&self.snapshot_list);
+            for l in table.lines() {
+                line(l.to_owned());
+            }
         }
         if let Some(fs) = &self.format_specific {
             let d = &fs.data;
@@ -488,6 +514,8 @@ mod tests {
         let info = InfoReport {
             children: Vec::new(),
             backing_filename_format: Some("raw".into()),
+            snapshots: None,
+            snapshot_list: Vec::new(),
             virtual_size: 1 << 20,
             filename: "top.qcow2".into(),
             cluster_size: Some(65536),

@@ -98,9 +98,10 @@ pub enum Cmd {
     /// `aio_flush`: requests complete before the next command, so this is
     /// a flush.
     AioFlush,
-    /// `open [-r] [-s] [-n] [-o opts] FILE`.
+    /// `open [-r] [-s] [-n] [-o opts] [FILE]`: without FILE, the options
+    /// name it.
     Open {
-        file: String,
+        file: Option<String>,
         read_only: bool,
         /// `-n`, `-t none`: bypass the host page cache.
         nocache: bool,
@@ -500,11 +501,20 @@ pub fn parse_command(line: &str) -> Result<Option<Cmd>, CmdError> {
             Cmd::Sigraise(sig as i32)
         }
         "open" | "o" => {
-            let o = scan("open", rest, "rsnCkU", "ot")?;
-            o.count("open", 1, Some(1))?;
+            // qemu-io counts every word after the command, flags too: at
+            // least one, and at most one that is not a flag.
+            if rest.is_empty() {
+                return err_stderr("bad argument count 0 to open, expected at least 1 arguments");
+            }
+            let o = scan("open", rest, "rsnCkU", "otd")?;
+            if o.positional.len() > 1 {
+                return err(
+                    "open [-rsCnkU] [-t cache] [-d discard] [-o options] [path] -- open the file specified by path",
+                );
+            }
             let nocache = o.has('n') || matches!(o.value('t'), Some("none" | "directsync"));
             Cmd::Open {
-                file: o.positional[0].to_owned(),
+                file: o.positional.first().map(|f| (*f).to_owned()),
                 read_only: o.has('r'),
                 nocache,
                 options: o
@@ -692,6 +702,9 @@ pub struct Session {
     disk: Disk,
     path: PathBuf,
     timing: bool,
+    /// QEMU's `detect-zeroes`: a write whose data is all zeroes is made a
+    /// write_zeroes, unmapping when `Some(true)`.
+    detect_zeroes: Option<bool>,
 }
 
 impl Session {
@@ -703,7 +716,16 @@ impl Session {
             disk,
             path: path.to_owned(),
             timing: false,
+            detect_zeroes: None,
         })
+    }
+
+    /// Writes of zeroes become write_zeroes (`Some(unmap)`), as QEMU's
+    /// `detect-zeroes=on` (`Some(false)`) or `unmap` with `discard=unmap`
+    /// (`Some(true)`) make them.
+    pub fn with_detect_zeroes(mut self, detect: Option<bool>) -> Session {
+        self.detect_zeroes = detect;
+        self
     }
 
     /// Print qemu-io's size, count and timing line after each request (as
@@ -902,9 +924,16 @@ impl Session {
             } => {
                 let offset = *offset;
                 let len: u64 = lens.iter().sum();
-                let mut result = match data {
-                    WriteData::Zeroes { unmap } => disk.write_zeroes(offset, len, *unmap).await,
-                    WriteData::Pattern(p) | WriteData::Compressed(p) => {
+                let mut result = match (data, self.detect_zeroes) {
+                    (WriteData::Zeroes { unmap }, _) => {
+                        disk.write_zeroes(offset, len, *unmap).await
+                    }
+                    // detect-zeroes turns a write of zeroes into zeroing,
+                    // compressed or not, as QEMU's block layer does.
+                    (WriteData::Pattern(0) | WriteData::Compressed(0), Some(unmap)) => {
+                        disk.write_zeroes(offset, len, unmap).await
+                    }
+                    (WriteData::Pattern(p) | WriteData::Compressed(p), _) => {
                         let compressed = matches!(data, WriteData::Compressed(_));
                         let buf = vec![*p; len.min(PIECE) as usize];
                         let mut result = Ok(());

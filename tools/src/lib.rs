@@ -29,3 +29,4 @@ pub mod progress;
 pub mod qemu_args;
 pub mod rebase;
 pub mod resize;
+pub mod snapshot;

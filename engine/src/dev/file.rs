@@ -59,6 +59,10 @@ pub struct FileOptions {
     /// as one on a file system without it: `write_zeroes` with
     /// `no_fallback` answers `NotSupported` and discard does nothing.
     pub fallocate: bool,
+    /// Accept a character device, as QEMU's `host_device` driver does
+    /// (`/dev/null` is an empty disk). Off, only regular files and block
+    /// devices are images: a character device named by mistake is refused.
+    pub char_device: bool,
 }
 
 impl Default for FileOptions {
@@ -68,6 +72,7 @@ impl Default for FileOptions {
             direct: false,
             threads: 8,
             fallocate: true,
+            char_device: false,
         }
     }
 }
@@ -257,6 +262,9 @@ pub struct FileDev {
     path: PathBuf,
     read_only: bool,
     fallocate: bool,
+    /// A character device: it has no cache for `fdatasync` to write back
+    /// (Linux answers EINVAL for `/dev/null`), so a flush has nothing to do.
+    char_device: bool,
     /// The length counting every extending request issued so far, so that
     /// `len()` answers without a syscall and sees requests still in flight.
     len: AtomicU64,
@@ -366,7 +374,7 @@ impl FileDev {
         };
         let ft = meta.file_type();
         use std::os::unix::fs::FileTypeExt;
-        if !ft.is_file() && !ft.is_block_device() {
+        if !ft.is_file() && !ft.is_block_device() && !(opts.char_device && ft.is_char_device()) {
             return Err(FileOpenError::NotAFile {
                 path: path.to_owned(),
             });
@@ -403,6 +411,7 @@ impl FileDev {
             path: path.to_owned(),
             read_only: opts.read_only,
             fallocate: opts.fallocate,
+            char_device: meta.file_type().is_char_device(),
             len: AtomicU64::new(len),
             id: FileId::of(&meta),
             held,
@@ -789,7 +798,7 @@ impl BlockDev for FileDev {
     }
 
     async fn flush(&self) -> Result<(), DevError> {
-        if self.read_only {
+        if self.read_only || self.char_device {
             return Ok(());
         }
         // One fdatasync covers both descriptors: they share the inode.

@@ -1,9 +1,10 @@
 //! The on-disk format: header and extensions, L1/L2 entries, refcount
-//! entries. Pure encoding and decoding; no I/O.
+//! entries, the internal snapshot table. Pure encoding and decoding; no I/O.
 
 pub mod entry;
 pub mod header;
 pub mod refcount;
+pub mod snapshot;
 mod table;
 
 pub use entry::{L1Entry, L2Entry, L2Mapping};

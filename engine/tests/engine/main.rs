@@ -18,5 +18,7 @@ mod qemu_images;
 mod rare_paths;
 mod raw_subcluster_zero;
 mod roundtrip;
+mod snapshot;
+mod snapshot_crash;
 mod xl2_data_file;
 mod zstd_clusters;

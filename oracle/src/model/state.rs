@@ -46,15 +46,31 @@ struct PendingRead {
 }
 
 /// What a crash left each sector allowed to hold, until the runner has
-/// read the reopened image back.
+/// read the reopened image back. Built once per crash and walked once in
+/// sector order, so it is kept as flat sorted vectors rather than maps:
+/// a map node and a value list per written sector cost more than the
+/// checks themselves.
 struct Recovery {
-    /// Sectors with a history this epoch; the others must hold their base.
-    allowed: BTreeMap<u64, Vec<Value>>,
+    /// Sectors with a history this epoch, ascending, each with the range
+    /// of `values` it may hold; the others must hold their base.
+    allowed: Vec<(u64, std::ops::Range<usize>)>,
+    /// The allowed values of every sector in `allowed`, back to back.
+    values: Vec<Value>,
     /// The next sector [`Model::check_recovered`] expects.
     next: u64,
+    /// Index in `allowed` of the first sector not before `next`.
+    cursor: usize,
     /// The next epoch's base values, where they differ from the unwritten
-    /// value.
-    base: BTreeMap<u64, Value>,
+    /// value, ascending.
+    base: Vec<(u64, Value)>,
+}
+
+impl Recovery {
+    /// The sectors of `allowed` in `first..end`, from the cursor on.
+    fn allowed_in(&self, end: u64) -> &[(u64, std::ops::Range<usize>)] {
+        let rest = &self.allowed[self.cursor..];
+        &rest[..rest.partition_point(|(s, _)| *s < end)]
+    }
 }
 
 /// The reference model of one guest disk.
@@ -387,17 +403,26 @@ impl Model {
     pub fn crash(&mut self) {
         self.assert_running();
         let d = self.durable_point;
-        let mut allowed = BTreeMap::new();
+        let mut allowed = Vec::with_capacity(self.history.len());
+        let mut all = Vec::new();
+        let mut own = Vec::new();
+        let mut bases = self.base.range(..).peekable();
         for (&s, entries) in &self.history {
-            let mut values = Vec::new();
             let unwritten = self.unwritten(s);
-            history::settled(self.base_of(s), entries, d, unwritten, &mut values);
-            history::pending(entries, d, Seq::MAX, unwritten, &mut values);
+            while bases.next_if(|(&b, _)| b < s).is_some() {}
+            let base = bases
+                .next_if(|(&b, _)| b == s)
+                .map_or(unwritten, |(_, &v)| v);
+            own.clear();
+            history::settled(base, entries, d, unwritten, &mut own);
+            history::pending(entries, d, Seq::MAX, unwritten, &mut own);
             if let Some(lost) = self.lost.get(&s) {
-                values.extend_from_slice(&lost.values);
+                own.extend_from_slice(&lost.values);
             }
-            history::normalise(&mut values);
-            allowed.insert(s, values);
+            history::normalise(&mut own);
+            let start = all.len();
+            all.extend_from_slice(&own);
+            allowed.push((s, start..all.len()));
         }
         self.writes.clear();
         self.reads.clear();
@@ -405,8 +430,10 @@ impl Model {
         self.tick();
         self.recovery = Some(Recovery {
             allowed,
+            values: all,
             next: 0,
-            base: BTreeMap::new(),
+            cursor: 0,
+            base: Vec::new(),
         });
         self.stats.crashes += 1;
     }
@@ -421,29 +448,39 @@ impl Model {
             "recovery read of part of a sector"
         );
         let epoch = self.epoch;
-        let unwritten: Vec<Value> = (0..(bytes.len() / SECTOR_SIZE) as u64)
-            .map(|i| self.unwritten(first_sector + i))
-            .collect();
-        let bases: Vec<Value> = (0..unwritten.len() as u64)
-            .map(|i| self.base_of(first_sector + i))
-            .collect();
+        let count = (bytes.len() / SECTOR_SIZE) as u64;
+        let end = first_sector + count;
         let rec = self
             .recovery
             .as_mut()
             .expect("check_recovered without a crash");
         assert_eq!(first_sector, rec.next, "recovery reads must be in order");
         assert!(
-            first_sector + unwritten.len() as u64 <= self.sectors,
+            end <= self.sectors,
             "recovery read past the end of the disk"
         );
+        let unwritten = |s: u64| match &self.backing {
+            Some(b) if b.has_data(s) => Value::Backing,
+            _ => Value::Zero,
+        };
+        // Both walked in step with the sectors: each holds sectors in order.
+        let mut bases = self.base.range(first_sector..end).peekable();
+        let in_range = rec.allowed_in(end).len();
+        let mut histories = rec.allowed[rec.cursor..rec.cursor + in_range]
+            .iter()
+            .peekable();
         let mut violations = Vec::new();
         let mut allowed = Vec::new();
         for (i, chunk) in bytes.chunks_exact(SECTOR_SIZE).enumerate() {
             let s = first_sector + i as u64;
+            let unwritten = unwritten(s);
+            let base = bases
+                .next_if(|(&b, _)| b == s)
+                .map_or(unwritten, |(_, &v)| v);
             allowed.clear();
-            match rec.allowed.get(&s) {
-                Some(values) => allowed.extend_from_slice(values),
-                None => allowed.push(bases[i]),
+            match histories.next_if(|(h, _)| *h == s) {
+                Some((_, values)) => allowed.extend_from_slice(&rec.values[values.clone()]),
+                None => allowed.push(base),
             }
             let observed = check_sector(
                 s,
@@ -455,12 +492,13 @@ impl Model {
             // A sector holding another sector's data stays wrong; calling
             // it garbage keeps the next epoch from reporting it again.
             let value = observed.unwrap_or(Value::Garbage);
-            if value != unwritten[i] {
-                rec.base.insert(s, value);
+            if value != unwritten {
+                rec.base.push((s, value));
             }
         }
-        rec.next = first_sector + unwritten.len() as u64;
-        self.stats.recovered_sectors += unwritten.len() as u64;
+        rec.cursor += in_range;
+        rec.next = end;
+        self.stats.recovered_sectors += count;
         violations
     }
 
@@ -486,7 +524,7 @@ impl Model {
             "recovery skip past the end of the disk"
         );
         assert!(
-            rec.allowed.range(first_sector..end).next().is_none(),
+            rec.allowed_in(end).is_empty(),
             "recovery skips a sector written this epoch"
         );
         rec.next = end;
@@ -502,7 +540,7 @@ impl Model {
         out.extend(self.history.keys().copied());
         out.extend(self.lost.keys().copied());
         if let Some(rec) = &self.recovery {
-            out.extend(rec.allowed.keys().copied());
+            out.extend(rec.allowed.iter().map(|(s, _)| *s));
         }
         out
     }
@@ -530,7 +568,8 @@ impl Model {
             rec.next, self.sectors,
             "recovery did not read the whole disk"
         );
-        self.base = rec.base;
+        // Sorted already: the map is built in one pass.
+        self.base = rec.base.into_iter().collect();
         self.history.clear();
         self.lost.clear();
         self.durable_point = self.tick();

@@ -8,9 +8,11 @@
 //! the tools' syntax, wording, prefixes and exit codes (`qemu_img`,
 //! `qemu_io`).
 
+mod blockopts;
 pub mod getopt;
 pub mod qemu_img;
 mod qemu_img_edit;
+mod qemu_img_snapshot;
 pub mod qemu_io;
 
 use std::path::{Path, PathBuf};

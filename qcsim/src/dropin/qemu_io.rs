@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use tools::files::{Format, OpenOptions};
 use tools::io::{parse_command, Cmd, CmdFailure, Session};
 
+use super::blockopts::{BlockOpts, DetectZeroes};
 use super::getopt::{getopt, long, Long};
 use super::{chain, copy_for_snapshot, open_error_text, CacheMode};
 
@@ -69,6 +70,14 @@ struct OpenSpec {
     force_share: bool,
     snapshot: bool,
     cache: CacheMode,
+    /// `detect-zeroes`: a write of zeroes becomes a write_zeroes, which may
+    /// unmap when this is `Some(true)`.
+    detect_zeroes: Option<bool>,
+    /// A protocol driver that takes character devices (`host_device`,
+    /// `host_cdrom`) was named and the file is one.
+    char_device: bool,
+    /// QEMU's image locks on the image's file (`locking=off` clears it).
+    locking: bool,
 }
 
 /// The open image: its session, the cache mode (for writethrough's flush
@@ -137,7 +146,7 @@ fn run(prog: &str, args: &[String]) -> Result<i32, String> {
             return Err(format!("Invalid aio option: {i}"));
         }
     }
-    let mut format = p
+    let format = p
         .value("f")
         .map(|f| f.parse::<Format>().map_err(|e| e.to_string()))
         .transpose()?;
@@ -147,20 +156,30 @@ fn run(prog: &str, args: &[String]) -> Result<i32, String> {
         force_share: p.has("U"),
         snapshot: p.has("s"),
         cache,
+        detect_zeroes: None,
+        char_device: false,
+        locking: true,
     };
 
     let commands: Vec<String> = p.values("c").into_iter().map(str::to_owned).collect();
     futures::executor::block_on(async {
         let mut current = None;
         if let Some(name) = p.operands.first() {
-            let (file, what) = if image_opts {
-                let (file, driver) = image_opts_file(name)?;
-                format = driver;
-                (file, String::new())
+            let (file, what, spec) = if image_opts {
+                let opts = BlockOpts::parse(name, None)
+                    .and_then(|o| Ok((apply_block_opts(&o, spec.clone())?, o)))
+                    .map_err(|e| format!("can't open: {e}"))?;
+                let (spec, opts) = opts;
+                let file = super::plain_file_name(opts.filename.as_deref().unwrap_or_default());
+                (file, String::new(), spec)
             } else {
-                (super::plain_file_name(name), format!(" device {name}"))
+                let spec = OpenSpec { format, ..spec };
+                (
+                    super::plain_file_name(name),
+                    format!(" device {name}"),
+                    spec,
+                )
             };
-            let spec = OpenSpec { format, ..spec };
             match open(&file, &spec).await {
                 Ok(c) => current = Some(c),
                 Err(reason) => return Err(format!("can't open{what}: {reason}")),
@@ -257,27 +276,41 @@ async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &O
             let mut s = spec.clone();
             s.read_only = *read_only;
             s.cache.direct |= *nocache;
-            for o in options.iter().flat_map(|o| o.split(',')) {
-                if let Some(d) = o.strip_prefix("driver=") {
-                    match d.parse::<Format>() {
-                        Ok(f) => s.format = Some(f),
-                        Err(e) => {
-                            eprintln!("{prog}: can't open device {file}: {e}");
-                            return Step::Next(false);
-                        }
-                    }
-                }
+            // QEMU names the file in the error only when it was given apart
+            // from the options.
+            let what = file
+                .as_ref()
+                .map_or(String::new(), |f| format!(" device {f}"));
+            if options.is_empty() {
+                let Some(file) = file else {
+                    eprintln!("{prog}: can't open: Must specify either driver or file");
+                    return Step::Next(false);
+                };
+                s.format = spec.format;
+                return open_into(prog, current, &super::plain_file_name(file), &s, &what).await;
             }
-            return match open(&super::plain_file_name(file), &s).await {
-                Ok(c) => {
-                    *current = Some(c);
-                    Step::Next(true)
+            let opts = match BlockOpts::parse(&options.join(","), file.as_deref()) {
+                Ok(o) if file.is_some() && o.filename.as_deref() != file.as_deref() => {
+                    eprintln!(
+                        "{prog}: can't open{what}: Can't specify 'file' and 'filename' options at the same time"
+                    );
+                    return Step::Next(false);
                 }
-                Err(reason) => {
-                    eprintln!("{prog}: can't open device {file}: {reason}");
-                    Step::Next(false)
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("{prog}: can't open{what}: {e}");
+                    return Step::Next(false);
                 }
             };
+            let s = match apply_block_opts(&opts, s) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("{prog}: can't open{what}: {e}");
+                    return Step::Next(false);
+                }
+            };
+            let name = opts.filename.clone().unwrap_or_default();
+            return open_into(prog, current, &super::plain_file_name(&name), &s, &what).await;
         }
         Cmd::Reopen {
             read_only,
@@ -390,11 +423,15 @@ async fn open(file: &Path, spec: &OpenSpec) -> Result<Current, String> {
         read_only: spec.read_only && !spec.snapshot,
         direct: spec.cache.direct,
         force_share: spec.force_share,
+        char_device: spec.char_device,
+        locking: spec.locking,
         ..OpenOptions::default()
     };
     match Session::open(&path, &opts).await {
         Ok(session) => Ok(Current {
-            session: session.with_timing(true),
+            session: session
+                .with_timing(true)
+                .with_detect_zeroes(spec.detect_zeroes),
             file: file.to_owned(),
             spec: spec.clone(),
             cache: spec.cache,
@@ -417,6 +454,54 @@ fn open_error_text_io(file: &Path, e: &std::io::Error) -> String {
     )
 }
 
+/// Open `file` as `spec` says into `current`, or say why not.
+async fn open_into(
+    prog: &str,
+    current: &mut Option<Current>,
+    file: &Path,
+    spec: &OpenSpec,
+    what: &str,
+) -> Step {
+    match open(file, spec).await {
+        Ok(c) => {
+            *current = Some(c);
+            Step::Next(true)
+        }
+        Err(reason) => {
+            eprintln!("{prog}: can't open{what}: {reason}");
+            Step::Next(false)
+        }
+    }
+}
+
+/// `spec` with what the block options `opts` set: the format (raw for a
+/// protocol node alone), read-only, the cache, the protocol's check of the
+/// file, zero detection.
+fn apply_block_opts(opts: &BlockOpts, mut spec: OpenSpec) -> Result<OpenSpec, String> {
+    if let Some(r) = opts.read_only {
+        spec.read_only = r;
+    }
+    if let Some(d) = opts.cache_direct {
+        spec.cache.direct = d;
+    }
+    spec.force_share |= opts.force_share;
+    spec.locking &= !opts.no_locking;
+    spec.format = match (opts.format, opts.protocol) {
+        (Some(f), _) => Some(f),
+        // A protocol node alone is the file's bytes.
+        (None, Some(_)) => Some(Format::Raw),
+        (None, None) => spec.format,
+    };
+    spec.detect_zeroes = match opts.detect_zeroes {
+        DetectZeroes::Off => None,
+        DetectZeroes::On => Some(false),
+        DetectZeroes::Unmap => Some(opts.discard_unmap),
+    };
+    opts.check_file(spec.read_only)?;
+    spec.char_device = opts.is_char_device();
+    Ok(spec)
+}
+
 /// Close the session, saying so if the close failed.
 async fn close(prog: &str, c: Current) {
     if let Err(e) = c.session.close().await {
@@ -429,23 +514,4 @@ async fn close(prog: &str, c: Current) {
     if let Some(s) = c.snapshot {
         let _ = std::fs::remove_file(s);
     }
-}
-
-/// The file and driver of an `--image-opts` string
-/// (`driver=qcow2,file.filename=PATH` or `filename=PATH`).
-fn image_opts_file(opts: &str) -> Result<(PathBuf, Option<Format>), String> {
-    let mut file = None;
-    let mut driver = None;
-    for kv in opts.split(',') {
-        match kv.split_once('=') {
-            Some(("file.filename" | "filename", v)) => file = Some(PathBuf::from(v)),
-            Some(("driver", d)) => driver = Some(d.parse::<Format>().map_err(|e| e.to_string())?),
-            Some(("file.driver", "file")) => {}
-            Some((k, _)) if k.starts_with("file.locking") || k == "force-share" => {}
-            Some((k, _)) => return Err(format!("can't open: Invalid parameter '{k}'")),
-            None => return Err(format!("can't open: Invalid parameter '{kv}'")),
-        }
-    }
-    let file = file.ok_or("can't open: A block device must be specified for \"file\"")?;
-    Ok((file, driver))
 }

@@ -1,0 +1,256 @@
+//! The internal snapshot table (docs/interop/qcow2.txt, "Snapshots"):
+//! decoding one entry at a time from bytes read off the image, and
+//! encoding a whole table. Pure; no I/O.
+//!
+//! An entry, 8-byte aligned: l1_table_offset u64, l1_size u32,
+//! id_str_size u16, name_size u16, date_sec u32, date_nsec u32,
+//! vm_clock_nsec u64, vm_state_size u32, extra_data_size u32 (40 bytes),
+//! then the extra data (vm_state_size_large u64, disk_size u64, icount
+//! u64, each present only if the extra data is that long), the id and the
+//! name, neither NUL-terminated.
+//!
+//! Everything read comes from a file that may be hostile: sizes are
+//! bounded by QEMU's limits before anything is allocated for them, and a
+//! malformed entry is an [`Error::Format`] naming it.
+
+use crate::error::{Error, Result};
+
+/// Most snapshots an image may have (QEMU's limit).
+pub const MAX_SNAPSHOTS: u32 = 65536;
+/// Most extra data one entry may carry (QEMU's limit).
+pub const MAX_EXTRA_DATA: u32 = 1024;
+/// Largest snapshot table QEMU reads: 1 KiB per snapshot.
+pub const MAX_TABLE_BYTES: u64 = 1024 * MAX_SNAPSHOTS as u64;
+/// The fixed part of an entry.
+pub const ENTRY_HEADER_LEN: usize = 40;
+/// The extra data this engine writes: vm_state_size_large, disk_size and
+/// icount.
+pub const EXTRA_DATA_LEN: usize = 24;
+/// Longest id or name the table's 16-bit length fields can hold.
+pub const MAX_STRING_LEN: usize = u16::MAX as usize;
+
+/// One internal snapshot, as the table describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Unique id ("1", "2", ...).
+    pub id: String,
+    /// Name given by the user; not necessarily unique.
+    pub name: String,
+    pub l1_table_offset: u64,
+    pub l1_size: u32,
+    pub date_sec: u32,
+    pub date_nsec: u32,
+    pub vm_clock_nsec: u64,
+    /// VM state size (the large field when the extra data has it).
+    pub vm_state_size: u64,
+    /// Virtual disk size when the snapshot was taken; `None` when the
+    /// entry predates the field (the image's current size applies).
+    pub disk_size: Option<u64>,
+    /// Instruction count; `None` when absent (QEMU reads that as -1).
+    pub icount: Option<u64>,
+    /// Extra data past the fields this engine knows, kept on rewrite.
+    pub unknown_extra: Vec<u8>,
+}
+
+/// What [`decode_entry`] made of the bytes it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    /// An entry and how many bytes it took (before alignment).
+    Entry(Snapshot, usize),
+    /// The entry is longer than the bytes given: at least this many are
+    /// needed.
+    NeedMore(usize),
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn be64(b: &[u8], at: usize) -> u64 {
+    u64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// A string of the table: QEMU reads it as a C string, so it ends at the
+/// first NUL; bytes that are not UTF-8 are replaced.
+fn table_string(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// Decode entry `index` from `bytes`, which start at the entry (8-byte
+/// aligned in the table).
+pub fn decode_entry(bytes: &[u8], index: u32) -> Result<Decoded> {
+    if bytes.len() < ENTRY_HEADER_LEN {
+        return Ok(Decoded::NeedMore(ENTRY_HEADER_LEN));
+    }
+    let field = || format!("snapshot table entry {index}");
+    let extra_len = be32(bytes, 36);
+    if extra_len > MAX_EXTRA_DATA {
+        return Err(Error::format(
+            field(),
+            format!("{extra_len} bytes of extra data exceed the {MAX_EXTRA_DATA}-byte limit"),
+        ));
+    }
+    let id_len = be16(bytes, 12) as usize;
+    let name_len = be16(bytes, 14) as usize;
+    let extra_len = extra_len as usize;
+    let total = ENTRY_HEADER_LEN + extra_len + id_len + name_len;
+    if bytes.len() < total {
+        return Ok(Decoded::NeedMore(total));
+    }
+    let extra = &bytes[ENTRY_HEADER_LEN..ENTRY_HEADER_LEN + extra_len];
+    let id_at = ENTRY_HEADER_LEN + extra_len;
+    let name_at = id_at + id_len;
+    let opt64 = |at: usize| (extra.len() >= at + 8).then(|| be64(extra, at));
+    let sn = Snapshot {
+        id: table_string(&bytes[id_at..name_at]),
+        name: table_string(&bytes[name_at..total]),
+        l1_table_offset: be64(bytes, 0),
+        l1_size: be32(bytes, 8),
+        date_sec: be32(bytes, 16),
+        date_nsec: be32(bytes, 20),
+        vm_clock_nsec: be64(bytes, 24),
+        vm_state_size: opt64(0).unwrap_or(u64::from(be32(bytes, 32))),
+        disk_size: opt64(8),
+        icount: opt64(16),
+        unknown_extra: extra.get(EXTRA_DATA_LEN..).unwrap_or_default().to_vec(),
+    };
+    Ok(Decoded::Entry(sn, total))
+}
+
+/// The table's bytes: every entry 8-byte aligned, with the extra data
+/// this engine knows (an absent disk size written as `default_disk_size`,
+/// an absent icount as -1) and any unknown extra data kept after it.
+pub fn encode_table(snapshots: &[Snapshot], default_disk_size: u64) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for (i, sn) in snapshots.iter().enumerate() {
+        out.resize(out.len().next_multiple_of(8), 0);
+        let field = || format!("snapshot {}", sn.id);
+        if sn.id.len() > MAX_STRING_LEN || sn.name.len() > MAX_STRING_LEN {
+            return Err(Error::InvalidOption {
+                name: field(),
+                reason: format!("id and name are limited to {MAX_STRING_LEN} bytes"),
+            });
+        }
+        let extra_len = EXTRA_DATA_LEN + sn.unknown_extra.len();
+        if extra_len > MAX_EXTRA_DATA as usize {
+            return Err(Error::format(field(), "too much extra data"));
+        }
+        let mut h = [0u8; ENTRY_HEADER_LEN];
+        h[0..8].copy_from_slice(&sn.l1_table_offset.to_be_bytes());
+        h[8..12].copy_from_slice(&sn.l1_size.to_be_bytes());
+        h[12..14].copy_from_slice(&(sn.id.len() as u16).to_be_bytes());
+        h[14..16].copy_from_slice(&(sn.name.len() as u16).to_be_bytes());
+        h[16..20].copy_from_slice(&sn.date_sec.to_be_bytes());
+        h[20..24].copy_from_slice(&sn.date_nsec.to_be_bytes());
+        h[24..32].copy_from_slice(&sn.vm_clock_nsec.to_be_bytes());
+        // A VM state too large for the 32-bit field is left 0 there, so
+        // that an older reader sees a disk-only snapshot, not a cut one.
+        let small = u32::try_from(sn.vm_state_size).unwrap_or(0);
+        h[32..36].copy_from_slice(&small.to_be_bytes());
+        h[36..40].copy_from_slice(&(extra_len as u32).to_be_bytes());
+        out.extend_from_slice(&h);
+        out.extend_from_slice(&sn.vm_state_size.to_be_bytes());
+        out.extend_from_slice(&sn.disk_size.unwrap_or(default_disk_size).to_be_bytes());
+        out.extend_from_slice(&sn.icount.unwrap_or(u64::MAX).to_be_bytes());
+        out.extend_from_slice(&sn.unknown_extra);
+        out.extend_from_slice(sn.id.as_bytes());
+        out.extend_from_slice(sn.name.as_bytes());
+        if out.len() as u64 > MAX_TABLE_BYTES {
+            return Err(Error::InvalidOption {
+                name: format!("snapshot {i}"),
+                reason: "the snapshot table would exceed QEMU's 64 MiB limit".into(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Decode a whole table of `count` entries from `bytes` (tests and tools
+/// that have the table in memory already).
+pub fn decode_table(bytes: &[u8], count: u32) -> Result<Vec<Snapshot>> {
+    let mut pos = 0usize;
+    let mut out = Vec::new();
+    for i in 0..count {
+        pos = pos.next_multiple_of(8);
+        match decode_entry(bytes.get(pos..).unwrap_or_default(), i)? {
+            Decoded::Entry(sn, len) => {
+                out.push(sn);
+                pos += len;
+            }
+            Decoded::NeedMore(_) => {
+                return Err(Error::format(
+                    format!("snapshot table entry {i}"),
+                    "the table ends inside the entry",
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(id: &str, name: &str) -> Snapshot {
+        Snapshot {
+            id: id.into(),
+            name: name.into(),
+            l1_table_offset: 0x50000,
+            l1_size: 3,
+            date_sec: 1_700_000_000,
+            date_nsec: 123_000,
+            vm_clock_nsec: 0,
+            vm_state_size: 0,
+            disk_size: Some(1 << 20),
+            icount: Some(0),
+            unknown_extra: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_table_round_trips_with_alignment() {
+        let t = vec![sample("1", "a"), sample("2", "longer name")];
+        let bytes = encode_table(&t, 0).unwrap();
+        // 40 + 24 + 2 = 66, padded to 72 before the second entry.
+        assert_eq!(bytes.len(), 72 + 40 + 24 + 1 + 11);
+        assert_eq!(decode_table(&bytes, 2).unwrap(), t);
+    }
+
+    #[test]
+    fn short_extra_data_leaves_fields_absent() {
+        let mut b = encode_table(&[sample("1", "x")], 0).unwrap();
+        // Cut the extra data to 8 bytes: vm_state_size_large only.
+        b[36..40].copy_from_slice(&8u32.to_be_bytes());
+        b.drain(48..64);
+        let sn = decode_table(&b, 1).unwrap().remove(0);
+        assert_eq!((sn.disk_size, sn.icount), (None, None));
+        assert_eq!((sn.id.as_str(), sn.name.as_str()), ("1", "x"));
+    }
+
+    #[test]
+    fn hostile_sizes_are_refused_or_asked_for() {
+        let mut b = encode_table(&[sample("1", "x")], 0).unwrap();
+        b[36..40].copy_from_slice(&2000u32.to_be_bytes());
+        assert!(matches!(decode_entry(&b, 0), Err(Error::Format { .. })));
+        let mut b = encode_table(&[sample("1", "x")], 0).unwrap();
+        b[14..16].copy_from_slice(&u16::MAX.to_be_bytes());
+        assert_eq!(
+            decode_entry(&b, 0).unwrap(),
+            Decoded::NeedMore(40 + 24 + 1 + 65535)
+        );
+        assert!(decode_table(&b, 1).is_err());
+        assert_eq!(decode_entry(&b[..10], 0).unwrap(), Decoded::NeedMore(40));
+    }
+
+    #[test]
+    fn a_name_too_long_is_refused() {
+        let long = "n".repeat(MAX_STRING_LEN + 1);
+        assert!(encode_table(&[sample("1", &long)], 0).is_err());
+    }
+}

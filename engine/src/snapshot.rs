@@ -1,0 +1,376 @@
+//! Internal snapshots: listing, creating, applying (reverting the guest
+//! disk to a snapshot) and deleting them, as QEMU's qcow2 driver keeps
+//! them (docs/interop/qcow2.txt, "Snapshots"). The table's encoding is
+//! `format::snapshot`'s; the reference counting `snapshot_refs`'.
+//!
+//! Each operation takes `&mut self`, so no guest request is in flight; it
+//! first commits and writes back everything pending (`flush_internal`),
+//! then runs under `meta_lock` with refcounts written eagerly even on a
+//! lazy-refcounts image, so that the ordering below is on disk and the
+//! operation leaves no refcount work to a dirty bit.
+//!
+//! Crash order, QEMU's: whatever a new table references is counted and
+//! durable before the table; a new snapshot table is written to fresh
+//! clusters and flushed before one header write switches `nb_snapshots`
+//! and `snapshots_offset` to it; references a change drops are released
+//! only once the change is durable. A crash anywhere leaks clusters at
+//! worst, and never leaves a cluster referenced more often than counted.
+//! COPIED flags are cleared durably before a snapshot that shares their
+//! clusters exists, and set again only once the refcount of 1 that
+//! allows it is durable.
+
+use crate::dev::BlockDev;
+use crate::error::{Error, Result, SnapshotError};
+use crate::format::entry::COPIED;
+use crate::format::snapshot::{
+    decode_entry, encode_table, Decoded, Snapshot, MAX_SNAPSHOTS, MAX_TABLE_BYTES,
+};
+use crate::format::{be64_bytes, L1Entry};
+use crate::image::{Image, MAX_L1_BYTES};
+
+/// How much of the snapshot table one read asks for beyond what the
+/// entry being decoded needs.
+const READ_AHEAD: usize = 64 << 10;
+
+impl<D: BlockDev> Image<D> {
+    /// The internal snapshots, in table order.
+    pub async fn snapshots(&self) -> Result<Vec<Snapshot>> {
+        Ok(self.read_snapshot_table().await?.0)
+    }
+
+    /// Take a snapshot of the guest disk named `name`, dated as the caller
+    /// says (the engine reads no clock). It gets the next free numeric id;
+    /// names need not be unique. No VM state: its size, the VM clock and
+    /// the instruction count are 0, as `qemu-img snapshot -c` writes them.
+    pub async fn snapshot_create(
+        &mut self,
+        name: &str,
+        date_sec: u32,
+        date_nsec: u32,
+    ) -> Result<Snapshot> {
+        self.begin_snapshot_op().await?;
+        let _g = self.meta_lock.lock().await;
+        let lazy = self.meta.borrow().refs.lazy();
+        self.meta.borrow_mut().refs.set_lazy(false);
+        let r = self.create_locked(name, date_sec, date_nsec).await;
+        self.meta.borrow_mut().refs.set_lazy(lazy);
+        r
+    }
+
+    /// Revert the guest disk to the snapshot with id `id_or_name`, or else
+    /// the first one named so. The virtual size becomes the snapshot's.
+    /// The snapshot stays.
+    pub async fn snapshot_apply(&mut self, id_or_name: &str) -> Result<()> {
+        self.begin_snapshot_op().await?;
+        let guard = self.meta_lock.lock().await;
+        let lazy = self.meta.borrow().refs.lazy();
+        self.meta.borrow_mut().refs.set_lazy(false);
+        let r = self.apply_locked(id_or_name).await;
+        self.meta.borrow_mut().refs.set_lazy(lazy);
+        drop(guard);
+        self.geo.virtual_size = r?;
+        Ok(())
+    }
+
+    /// Delete the snapshot with id `id_or_name`, or else the first one
+    /// named so, and release what only it referenced.
+    pub async fn snapshot_delete(&mut self, id_or_name: &str) -> Result<()> {
+        self.begin_snapshot_op().await?;
+        let _g = self.meta_lock.lock().await;
+        let lazy = self.meta.borrow().refs.lazy();
+        self.meta.borrow_mut().refs.set_lazy(false);
+        let r = self.delete_locked(id_or_name).await;
+        self.meta.borrow_mut().refs.set_lazy(lazy);
+        r
+    }
+
+    /// Refuse what cannot hold snapshots, then quiesce: every pending
+    /// allocation committed and all metadata written back and flushed.
+    async fn begin_snapshot_op(&self) -> Result<()> {
+        self.check_writable()?;
+        if self.has_data_file() {
+            return Err(SnapshotError::DataFile.into());
+        }
+        self.flush_internal(false).await
+    }
+
+    async fn create_locked(&self, name: &str, date_sec: u32, date_nsec: u32) -> Result<Snapshot> {
+        let (mut table, old_len) = self.read_snapshot_table().await?;
+        if table.len() >= MAX_SNAPSHOTS as usize {
+            return Err(SnapshotError::TooMany { max: MAX_SNAPSHOTS }.into());
+        }
+        let cs = self.geo.cluster_size;
+        let l1 = self.meta.borrow().tables.l1().to_vec();
+        let refs = self.l1_references(&l1).await?;
+        // Checked before anything is allocated: a refusal leaks nothing.
+        self.check_references(&refs).await?;
+        // The snapshot's L1 table: the active one, with COPIED cleared
+        // (the flag means nothing outside the active table).
+        let l1_off = if l1.is_empty() {
+            0
+        } else {
+            let off = self
+                .alloc_clusters((l1.len() as u64 * 8).div_ceil(cs))
+                .await?;
+            let copy: Vec<u64> = l1.iter().map(|e| e & !COPIED).collect();
+            self.write_meta(off, &be64_bytes(&copy)).await?;
+            off
+        };
+        // Every active cluster is about to be shared: COPIED goes, on disk
+        // before the refcounts say they are shared, so that no crash
+        // leaves a flag on a cluster counted twice.
+        self.clear_copied(&l1, true).await?;
+        self.writeback_all().await?;
+        self.add_references(&refs).await?;
+        self.writeback_all().await?;
+        let sn = Snapshot {
+            id: next_id(&table),
+            name: name.to_owned(),
+            l1_table_offset: l1_off,
+            l1_size: l1.len() as u32,
+            date_sec,
+            date_nsec,
+            vm_clock_nsec: 0,
+            vm_state_size: 0,
+            disk_size: Some(self.geo.virtual_size),
+            icount: Some(0),
+            unknown_extra: Vec::new(),
+        };
+        table.push(sn.clone());
+        self.switch_snapshot_table(&table, old_len).await?;
+        Ok(sn)
+    }
+
+    async fn delete_locked(&self, id_or_name: &str) -> Result<()> {
+        let (mut table, old_len) = self.read_snapshot_table().await?;
+        let i = find(&table, id_or_name)?;
+        let sn = table.remove(i);
+        let l1 = self
+            .read_inactive_l1(sn.l1_table_offset, sn.l1_size)
+            .await?;
+        let refs = self.l1_references(&l1).await?;
+        self.switch_snapshot_table(&table, old_len).await?;
+        // Nothing on disk names the snapshot any more.
+        self.drop_references(&refs);
+        self.free_table_clusters(sn.l1_table_offset, u64::from(sn.l1_size) * 8);
+        self.writeback_all().await?;
+        self.recompute_copied().await?;
+        self.writeback_all().await
+    }
+
+    /// Apply under the lock; returns the new virtual size, for the caller
+    /// to set once the lock is released.
+    async fn apply_locked(&self, id_or_name: &str) -> Result<u64> {
+        let (table, _) = self.read_snapshot_table().await?;
+        let sn = table[find(&table, id_or_name)?].clone();
+        let new_size = sn.disk_size.unwrap_or(self.geo.virtual_size);
+        let sn_l1 = self
+            .read_inactive_l1(sn.l1_table_offset, sn.l1_size)
+            .await?;
+        let (old_off, old_l1) = {
+            let m = self.meta.borrow();
+            (m.header.l1_table_offset, m.tables.l1().to_vec())
+        };
+        let new_len = (old_l1.len() as u64)
+            .max(sn_l1.len() as u64)
+            .max(self.geo.l1_entries_for(new_size));
+        if new_len * 8 > MAX_L1_BYTES {
+            return Err(Error::MetadataLimit {
+                what: format!("an L1 table for {new_size} bytes"),
+                needed: new_len * 8,
+                limit: MAX_L1_BYTES,
+            });
+        }
+        let old_refs = self.l1_references(&old_l1).await?;
+        let new_refs = self.l1_references(&sn_l1).await?;
+        // What the new active table references is counted and durable
+        // before any table names it, and no entry of its L2 tables (shared
+        // with the snapshot) says COPIED: an image another tool wrote may
+        // have the flag in a snapshot's tables.
+        self.add_references(&new_refs).await?;
+        self.clear_copied(&sn_l1, false).await?;
+        self.writeback_all().await?;
+        let mut l1: Vec<u64> = sn_l1.iter().map(|e| e & !COPIED).collect();
+        l1.resize(new_len as usize, 0);
+        let in_place =
+            new_len == old_l1.len() as u64 && new_size == self.geo.virtual_size && old_off != 0;
+        if in_place {
+            // The active table overwritten where it is, as QEMU does: a
+            // torn write mixing old and new entries is safe, both sets of
+            // references being counted until the write is durable.
+            self.write_meta(old_off, &be64_bytes(&l1)).await?;
+            self.device_flush().await?;
+        } else {
+            self.switch_active_l1(&l1, new_size).await?;
+        }
+        {
+            let mut m = self.meta.borrow_mut();
+            // Tables only the old L1 named may be freed and reused: their
+            // cached copies (clean after the writeback) must go.
+            for &e in &old_l1 {
+                let off = L1Entry(e).l2_offset();
+                if off != 0 && !l1.iter().any(|&n| L1Entry(n).l2_offset() == off) {
+                    m.tables.remove_l2(off);
+                }
+            }
+            m.tables.replace_l1(l1.clone());
+            for &e in &l1 {
+                let off = L1Entry(e).l2_offset();
+                if off != 0 {
+                    m.meta_clusters.insert(off);
+                }
+            }
+        }
+        self.drop_references(&old_refs);
+        if !in_place {
+            self.free_table_clusters(old_off, old_l1.len() as u64 * 8);
+        }
+        self.writeback_all().await?;
+        self.recompute_copied().await?;
+        self.writeback_all().await?;
+        Ok(new_size)
+    }
+
+    /// A new active L1 table `l1` in fresh clusters, durable with its
+    /// refcounts before one header write switches the table and the
+    /// virtual size (`new_size`) at once: a crash leaves the old table and
+    /// size or the new ones.
+    async fn switch_active_l1(&self, l1: &[u64], new_size: u64) -> Result<()> {
+        let cs = self.geo.cluster_size;
+        let new_off = if l1.is_empty() {
+            0
+        } else {
+            let clusters = (l1.len() as u64 * 8).div_ceil(cs);
+            let off = self.alloc_clusters(clusters).await?;
+            let mut padded = l1.to_vec();
+            padded.resize((clusters * cs / 8) as usize, 0);
+            self.write_meta(off, &be64_bytes(&padded)).await?;
+            off
+        };
+        self.writeback_refcount_phase().await?;
+        self.device_flush().await?;
+        {
+            let mut m = self.meta.borrow_mut();
+            m.header.l1_table_offset = new_off;
+            m.header.l1_size = l1.len() as u32;
+            m.header.size = new_size;
+        }
+        self.write_header().await?;
+        self.device_flush().await
+    }
+
+    /// Write `table` to fresh clusters, make it and its refcounts durable,
+    /// point the header at it in one write, make that durable, and free
+    /// the old table (`old_len` bytes at the header's old offset).
+    async fn switch_snapshot_table(&self, table: &[Snapshot], old_len: u64) -> Result<()> {
+        let cs = self.geo.cluster_size;
+        let bytes = encode_table(table, self.geo.virtual_size)?;
+        let new_off = if bytes.is_empty() {
+            0
+        } else {
+            let off = self
+                .alloc_clusters((bytes.len() as u64).div_ceil(cs))
+                .await?;
+            self.write_meta(off, &bytes).await?;
+            off
+        };
+        self.writeback_refcount_phase().await?;
+        self.device_flush().await?;
+        let old_off = {
+            let mut m = self.meta.borrow_mut();
+            let old = m.header.snapshots_offset;
+            m.header.nb_snapshots = table.len() as u32;
+            m.header.snapshots_offset = new_off;
+            old
+        };
+        self.write_header().await?;
+        self.device_flush().await?;
+        self.free_table_clusters(old_off, old_len);
+        self.writeback_all().await
+    }
+
+    /// Queue the free of the clusters `[off, off + len)` of a table that
+    /// nothing on disk names any more.
+    fn free_table_clusters(&self, off: u64, len: u64) {
+        if off == 0 || len == 0 {
+            return;
+        }
+        let cs = self.geo.cluster_size;
+        for c in off / cs..(off + len).div_ceil(cs) {
+            self.queue_free(c);
+        }
+    }
+
+    /// The snapshot table the header names, and its length in bytes. Read
+    /// an entry at a time, each bounded before it is read: no more than
+    /// QEMU's table limit or the metadata memory limit, nothing past the
+    /// end of the file.
+    pub(crate) async fn read_snapshot_table(&self) -> Result<(Vec<Snapshot>, u64)> {
+        let (count, start) = {
+            let h = &self.meta.borrow().header;
+            (h.nb_snapshots, h.snapshots_offset)
+        };
+        if count == 0 {
+            return Ok((Vec::new(), 0));
+        }
+        let limit = MAX_TABLE_BYTES.min(self.opts.metadata_memory_limit);
+        let file_len = self.dev.len();
+        let mut buf: Vec<u8> = Vec::new();
+        let mut pos = 0usize;
+        let mut out = Vec::new();
+        for i in 0..count {
+            pos = pos.next_multiple_of(8);
+            loop {
+                let have = buf.get(pos..).unwrap_or_default();
+                let need = match decode_entry(have, i)? {
+                    Decoded::Entry(sn, len) => {
+                        out.push(sn);
+                        pos += len;
+                        break;
+                    }
+                    Decoded::NeedMore(n) => (pos + n) as u64,
+                };
+                if need > limit {
+                    return Err(Error::format(
+                        "snapshot table",
+                        format!("longer than the {limit}-byte limit"),
+                    ));
+                }
+                if start.saturating_add(need) > file_len {
+                    return Err(Error::format(
+                        "snapshot table",
+                        format!("entry {i} extends beyond the end of the file"),
+                    ));
+                }
+                let end = (need + READ_AHEAD as u64).min(limit).min(file_len - start) as usize;
+                let from = buf.len();
+                buf.resize(end, 0);
+                self.dev.read(start + from as u64, &mut buf[from..]).await?;
+            }
+        }
+        Ok((out, pos as u64))
+    }
+}
+
+/// The id QEMU gives a new snapshot: one above the largest id read as a
+/// number (an id that does not start with digits reads as 0).
+fn next_id(table: &[Snapshot]) -> String {
+    let max = table
+        .iter()
+        .map(|s| {
+            let digits: String = s.id.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u64>().unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0);
+    (max + 1).to_string()
+}
+
+/// The snapshot with id `id_or_name`, or else the first named so.
+fn find(table: &[Snapshot], id_or_name: &str) -> Result<usize> {
+    table
+        .iter()
+        .position(|s| s.id == id_or_name)
+        .or_else(|| table.iter().position(|s| s.name == id_or_name))
+        .ok_or_else(|| SnapshotError::NotFound(id_or_name.to_owned()).into())
+}

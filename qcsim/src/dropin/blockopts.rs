@@ -1,0 +1,346 @@
+//! QEMU's block options as qemu-io takes them, in `--image-opts` strings and
+//! `open -o`: `driver=qcow2,file.filename=PATH,discard=unmap,...`. Parsed
+//! into what qcsim can open (a format over the `file` protocol, or a
+//! protocol driver alone, which reads the file raw) and the node options it
+//! honours or accepts; anything else is refused in QEMU's words, so that a
+//! script sees the error QEMU would print rather than an option silently
+//! dropped.
+//!
+//! The protocol drivers differ only in what file they accept: `file` a
+//! regular file, `host_device` and `host_cdrom` a character or block device.
+//! That check is made here, after the file is opened as the driver would
+//! open it (read-only or read-write), because the open's own error (a
+//! directory opened for writing) comes first.
+
+use std::os::unix::fs::FileTypeExt;
+
+use tools::files::Format;
+use tools::qemu_args::split_option_list;
+
+/// A protocol driver: how the bytes of the file are reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    File,
+    HostDevice,
+    HostCdrom,
+}
+
+impl Protocol {
+    fn parse(name: &str) -> Option<Protocol> {
+        match name {
+            "file" => Some(Protocol::File),
+            "host_device" => Some(Protocol::HostDevice),
+            "host_cdrom" => Some(Protocol::HostCdrom),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Protocol::File => "file",
+            Protocol::HostDevice => "host_device",
+            Protocol::HostCdrom => "host_cdrom",
+        }
+    }
+}
+
+/// `detect-zeroes`: whether a write of zeroes becomes a write_zeroes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DetectZeroes {
+    #[default]
+    Off,
+    On,
+    /// A write_zeroes that may unmap, if `discard=unmap` allows it.
+    Unmap,
+}
+
+/// A parsed option string.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlockOpts {
+    /// The format driver; `None` when the node is a protocol driver alone
+    /// (the file read raw) or when no driver was named (probed).
+    pub format: Option<Format>,
+    /// The protocol under the format, or the node itself.
+    pub protocol: Option<Protocol>,
+    /// The file.
+    pub filename: Option<String>,
+    /// `read-only=on|off`.
+    pub read_only: Option<bool>,
+    /// `locking=off` (or `file.locking=off`): no image locks.
+    pub no_locking: bool,
+    /// `discard=unmap|on`: discard requests pass to the image.
+    pub discard_unmap: bool,
+    pub detect_zeroes: DetectZeroes,
+    /// `cache.direct=on|off`.
+    pub cache_direct: Option<bool>,
+    /// `cache.no-flush=on|off`.
+    pub cache_no_flush: Option<bool>,
+    /// `force-share=on`.
+    pub force_share: bool,
+}
+
+impl BlockOpts {
+    /// Parse `list` (QEMU's `key=value,...`, `,,` an escaped comma), with
+    /// `positional`, the file named beside `open -o`, if any. The error is
+    /// QEMU's message, without the `can't open: ` it is printed after.
+    pub fn parse(list: &str, positional: Option<&str>) -> Result<BlockOpts, String> {
+        let mut o = BlockOpts {
+            filename: positional.map(str::to_owned),
+            ..BlockOpts::default()
+        };
+        let items = split_option_list(list);
+        // Neither a driver nor a file: QEMU says so before looking at any
+        // other option.
+        let names_file = |k: &str| k == "driver" || k == "file" || k.starts_with("file.");
+        if positional.is_none() && !items.iter().any(|(k, _)| names_file(k)) {
+            return Err("Must specify either driver or file".into());
+        }
+        // The node's driver first: which keys the node takes depends on it.
+        let mut top_protocol = None;
+        for (k, v) in &items {
+            if k == "driver" {
+                let d = v.as_deref().unwrap_or("on");
+                match Protocol::parse(d) {
+                    Some(p) => {
+                        top_protocol = Some(p);
+                        o.protocol = Some(p);
+                        o.format = None;
+                    }
+                    None => {
+                        o.format = Some(d.parse::<Format>().map_err(|e| e.to_string())?);
+                        top_protocol = None;
+                    }
+                }
+            }
+        }
+        for (k, v) in &items {
+            let value = v.as_deref().unwrap_or("on");
+            // (Worded as QEMU's block layer words it, not as its
+            // creation options do.)
+            let switch = |key: &str| match value {
+                "on" => Ok(true),
+                "off" => Ok(false),
+                _ => Err(format!("Parameter '{key}' expects 'on' or 'off'")),
+            };
+            match k.as_str() {
+                "driver" => {}
+                "filename" if top_protocol.is_some() => o.filename = Some(value.to_owned()),
+                "locking" if top_protocol.is_some() => o.no_locking = !locking(value)?,
+                "file" if top_protocol.is_none() => o.filename = Some(value.to_owned()),
+                "read-only" => o.read_only = Some(switch(k)?),
+                "auto-read-only" => {
+                    switch(k)?;
+                }
+                "force-share" => o.force_share = switch(k)?,
+                "cache.direct" => o.cache_direct = Some(switch(k)?),
+                "cache.no-flush" => o.cache_no_flush = Some(switch(k)?),
+                "node-name" => {}
+                "discard" => {
+                    o.discard_unmap = match value {
+                        "ignore" | "off" => false,
+                        "unmap" | "on" => true,
+                        _ => return Err("Invalid discard option".into()),
+                    }
+                }
+                "detect-zeroes" => {
+                    o.detect_zeroes = match value {
+                        "off" => DetectZeroes::Off,
+                        "on" => DetectZeroes::On,
+                        "unmap" => DetectZeroes::Unmap,
+                        _ => return Err(format!("invalid parameter value: {value}")),
+                    }
+                }
+                _ if top_protocol.is_none() && k.starts_with("file.") => {
+                    o.file_option(&k["file.".len()..], value)?
+                }
+                _ => {
+                    return Err(match (o.format, top_protocol) {
+                        (Some(f), _) => {
+                            format!(
+                                "Block format '{}' does not support the option '{k}'",
+                                f.name()
+                            )
+                        }
+                        (None, Some(p)) => format!(
+                            "Block protocol '{}' doesn't support the option '{k}'",
+                            p.name()
+                        ),
+                        (None, None) => format!("Invalid parameter '{k}'"),
+                    })
+                }
+            }
+        }
+        match (o.format, top_protocol, &o.filename) {
+            (None, None, None) => Err("Must specify either driver or file".into()),
+            (Some(_), _, None) => Err("A block device must be specified for \"file\"".into()),
+            (None, Some(p), None) => Err(format!(
+                "The '{}' block driver requires a file name",
+                p.name()
+            )),
+            _ => Ok(o),
+        }
+    }
+
+    /// A `file.KEY=VALUE` option: the protocol node under a format.
+    fn file_option(&mut self, key: &str, value: &str) -> Result<(), String> {
+        match key {
+            "driver" => match Protocol::parse(value) {
+                Some(p) => self.protocol = Some(p),
+                None if value.parse::<Format>().is_ok() => {
+                    return Err(format!(
+                        "a '{value}' node under the image's format is not supported by qcsim \
+                         (nested image formats)"
+                    ))
+                }
+                None => return Err(format!("Unknown driver '{value}'")),
+            },
+            "filename" => self.filename = Some(value.to_owned()),
+            "locking" => self.no_locking = !locking(value)?,
+            "node-name" => {}
+            _ => {
+                let p = self.protocol.unwrap_or(Protocol::File).name();
+                return Err(format!(
+                    "Block protocol '{p}' doesn't support the option '{key}'"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The protocol's check of the file it is given, made as QEMU's drivers
+    /// make it: the open first (for writing too unless `read_only`), whose
+    /// failure is reported as such, then the kind of file.
+    pub fn check_file(&self, read_only: bool) -> Result<(), String> {
+        let (Some(p), Some(name)) = (self.protocol, &self.filename) else {
+            return Ok(());
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(!read_only)
+            .open(name)
+            .map_err(|e| format!("Could not open '{name}': {}", super::strerror(&e)))?;
+        let ft = file
+            .metadata()
+            .map_err(|e| format!("Could not open '{name}': {}", super::strerror(&e)))?
+            .file_type();
+        match p {
+            Protocol::File if !ft.is_file() => Err(format!(
+                "'file' driver requires '{name}' to be a regular file"
+            )),
+            Protocol::HostDevice | Protocol::HostCdrom
+                if !ft.is_char_device() && !ft.is_block_device() =>
+            {
+                Err(format!(
+                    "'{}' driver requires '{name}' to be either a character or block device",
+                    p.name()
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A character device under a driver that takes one (`check_file`
+    /// has passed): QEMU opens it, `/dev/null` as an empty disk.
+    pub fn is_char_device(&self) -> bool {
+        matches!(
+            self.protocol,
+            Some(Protocol::HostDevice | Protocol::HostCdrom)
+        ) && self
+            .filename
+            .as_ref()
+            .is_some_and(|f| std::fs::metadata(f).is_ok_and(|m| m.file_type().is_char_device()))
+    }
+}
+
+/// `locking=on|off|auto`: whether the image is locked.
+fn locking(value: &str) -> Result<bool, String> {
+    match value {
+        "on" | "auto" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!(
+            "Parameter 'locking' does not accept value '{value}'"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_format_over_a_file_with_node_options() {
+        let o = BlockOpts::parse(
+            "driver=qcow2,file.filename=a,,b,discard=unmap,detect-zeroes=unmap,file.locking=off",
+            None,
+        )
+        .unwrap();
+        assert_eq!(o.format, Some(Format::Qcow2));
+        assert_eq!(o.filename.as_deref(), Some("a,b"));
+        assert!(o.discard_unmap && o.no_locking);
+        assert_eq!(o.detect_zeroes, DetectZeroes::Unmap);
+    }
+
+    #[test]
+    fn a_protocol_alone_takes_filename_and_locking() {
+        let o =
+            BlockOpts::parse("driver=host_device,filename=/dev/null,locking=off", None).unwrap();
+        assert_eq!((o.format, o.protocol), (None, Some(Protocol::HostDevice)));
+        assert!(o.no_locking);
+    }
+
+    #[test]
+    fn errors_are_qemus() {
+        let e = |s: &str| BlockOpts::parse(s, None).unwrap_err();
+        assert_eq!(
+            e("driver=qcow2,file.filename=x,bogus=1"),
+            "Block format 'qcow2' does not support the option 'bogus'"
+        );
+        assert_eq!(
+            e("driver=qcow2,file.filename=x,file.bogus=1"),
+            "Block protocol 'file' doesn't support the option 'bogus'"
+        );
+        assert_eq!(
+            e("driver=qcow2,file.filename=x,read-only=foo"),
+            "Parameter 'read-only' expects 'on' or 'off'"
+        );
+        assert_eq!(
+            e("driver=qcow2,file.filename=x,discard=foo"),
+            "Invalid discard option"
+        );
+        assert_eq!(
+            e("driver=qcow2,file.filename=x,detect-zeroes=foo"),
+            "invalid parameter value: foo"
+        );
+        assert_eq!(
+            e("driver=qcow2"),
+            "A block device must be specified for \"file\""
+        );
+        assert_eq!(
+            e("driver=file"),
+            "The 'file' block driver requires a file name"
+        );
+        assert_eq!(e("filename=x"), "Must specify either driver or file");
+    }
+
+    #[test]
+    fn the_file_protocol_refuses_what_is_not_a_regular_file() {
+        let dir = std::env::temp_dir();
+        let d = dir.to_str().unwrap();
+        let o = BlockOpts::parse(&format!("driver=file,filename={d}"), None).unwrap();
+        assert_eq!(
+            o.check_file(true).unwrap_err(),
+            format!("'file' driver requires '{d}' to be a regular file")
+        );
+        assert_eq!(
+            o.check_file(false).unwrap_err(),
+            format!("Could not open '{d}': Is a directory")
+        );
+        let o = BlockOpts::parse(&format!("driver=host_device,filename={d}"), None).unwrap();
+        assert_eq!(
+            o.check_file(true).unwrap_err(),
+            format!("'host_device' driver requires '{d}' to be either a character or block device")
+        );
+        let o = BlockOpts::parse("driver=host_cdrom,filename=/dev/null", None).unwrap();
+        assert!(o.check_file(true).is_ok() && o.is_char_device());
+    }
+}
