@@ -1,5 +1,6 @@
 //! The host-cluster allocator's state (`Allocator`): where the search for
-//! free clusters starts, the high-water mark of clusters in use, and the
+//! free clusters starts, the high-water mark of clusters in use, where
+//! compressed clusters are being packed (`CompressedTail`), and the
 //! frees waiting until the metadata change that stopped referencing a
 //! cluster is durable. The search itself, and applying frees to the
 //! refcounts, live in `refcount`; this module does no I/O.
@@ -35,9 +36,23 @@ struct PendingFree {
 pub(crate) struct Allocator {
     /// Where the search for free clusters starts.
     free_hint: u64,
+    /// Where the next compressed cluster's bytes may go: just after the
+    /// last one's, in the host cluster that one ended in (QEMU's "free
+    /// byte offset"); `None` once that cluster is full or freed.
+    compressed_tail: Option<CompressedTail>,
     /// One past the highest cluster in use or allocated.
     end_cluster: u64,
     pending_frees: Vec<PendingFree>,
+}
+
+/// The partly used host cluster compressed clusters are packed into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CompressedTail {
+    /// The host cluster.
+    pub cluster: u64,
+    /// The host byte offset of its first unused byte (inside it, never
+    /// at its start).
+    pub offset: u64,
 }
 
 impl Allocator {
@@ -46,6 +61,7 @@ impl Allocator {
     pub(crate) fn new(end_cluster: u64) -> Self {
         Allocator {
             free_hint: 0,
+            compressed_tail: None,
             end_cluster,
             pending_frees: Vec::new(),
         }
@@ -63,9 +79,23 @@ impl Allocator {
     }
 
     /// Cluster `c` may have become free: start the next search no later
-    /// than there.
+    /// than there. Compressed data goes into it no more: once free it may
+    /// be handed out whole.
     pub(crate) fn note_free(&mut self, c: u64) {
         self.free_hint = self.free_hint.min(c);
+        if self.compressed_tail.is_some_and(|t| t.cluster == c) {
+            self.compressed_tail = None;
+        }
+    }
+
+    /// Where compressed data may continue, if anywhere.
+    pub(crate) fn compressed_tail(&self) -> Option<CompressedTail> {
+        self.compressed_tail
+    }
+
+    /// Compressed data now ends at `tail` (`None`: at a cluster end).
+    pub(crate) fn set_compressed_tail(&mut self, tail: Option<CompressedTail>) {
+        self.compressed_tail = tail;
     }
 
     /// One past the highest cluster in use or allocated.

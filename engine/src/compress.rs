@@ -1,13 +1,22 @@
-//! Decoding compressed clusters. The header's compression type says how:
-//! type 0 is raw deflate (no zlib header), type 1 is zstd. A zstd cluster is
-//! one or more zstd frames written back to back, then padding up to the end
-//! of the last 512-byte sector; nothing records the frames' length, so the
-//! decoder runs until it has produced one whole cluster and ignores what
-//! follows.
+//! Compressed clusters, both ways. The header's compression type says
+//! how: type 0 is raw deflate (no zlib header), type 1 is zstd. A zstd
+//! cluster is one or more zstd frames written back to back, then padding
+//! up to the end of the last 512-byte sector; nothing records the frames'
+//! length, so the decoder runs until it has produced one whole cluster and
+//! ignores what follows.
 //!
 //! Input comes from the image, so it is hostile: output is capped at one
 //! cluster, and zstd's window (the memory it allocates from what a frame
 //! header claims) is capped at a size no cluster needs to exceed.
+//!
+//! Encoding ([`compress_cluster`]) makes what QEMU's qcow2 driver reads
+//! back: deflate with a 4 KiB window (QEMU inflates with window bits -12,
+//! so a longer match distance would not decode there), through the
+//! `zlib-rs` crate, the only Rust deflate here that takes zlib's window
+//! and memory-level settings (flate2's default backend always uses a
+//! 32 KiB window); zstd as one frame at zstd's default level. The
+//! compressed form must fit in one byte less than a cluster, or the
+//! caller writes the cluster uncompressed, as QEMU does.
 
 use std::io::Read;
 
@@ -77,6 +86,59 @@ fn unzstd(raw: &[u8], cluster_size: usize, host: u64) -> Result<Vec<u8>> {
     let n = output.pos();
     out.truncate(n);
     Ok(out)
+}
+
+/// zstd's default compression level (`ZSTD_CLEVEL_DEFAULT`), what a
+/// compression context uses unless told otherwise.
+const ZSTD_DEFAULT_LEVEL: i32 = 3;
+
+/// Compress one whole cluster `data`, or `None` when the compressed form
+/// does not fit in `data.len() - 1` bytes: QEMU gives its compressor that
+/// much room and writes the cluster uncompressed when it is not enough.
+pub(crate) fn compress_cluster(kind: CompressionType, data: &[u8]) -> Result<Option<Vec<u8>>> {
+    let room = data.len().saturating_sub(1);
+    match kind {
+        CompressionType::Zlib => Ok(deflate(data, room)),
+        CompressionType::Zstd => zstd_frame(data, room),
+    }
+}
+
+fn deflate(data: &[u8], room: usize) -> Option<Vec<u8>> {
+    let config = zlib_rs::DeflateConfig {
+        // zlib's default level, its largest memory level and raw
+        // deflate with a 4 KiB window, as QEMU's deflateInit2 call.
+        level: 6,
+        method: zlib_rs::Method::Deflated,
+        window_bits: -12,
+        mem_level: 9,
+        strategy: zlib_rs::Strategy::Default,
+    };
+    let mut out = vec![0u8; room];
+    let (done, rc) = zlib_rs::compress_slice(&mut out, data, config);
+    // Anything but a finished stream (the buffer filled first) is "does
+    // not fit": the cluster is then written as it is.
+    if rc != zlib_rs::ReturnCode::Ok {
+        return None;
+    }
+    let n = done.len();
+    out.truncate(n);
+    Some(out)
+}
+
+fn zstd_frame(data: &[u8], room: usize) -> Result<Option<Vec<u8>>> {
+    let mut out = vec![0u8; room];
+    let mut c = zstd::bulk::Compressor::new(ZSTD_DEFAULT_LEVEL)
+        .map_err(|e| Error::Unsupported(format!("zstd compressor: {e}")))?;
+    match c.compress_to_buffer(data, &mut out[..]) {
+        Ok(n) => {
+            out.truncate(n);
+            Ok(Some(out))
+        }
+        // zstd says only that the output did not fit (or, never for a
+        // cluster of plain bytes, that it could not compress at all):
+        // both mean the cluster goes uncompressed.
+        Err(_) => Ok(None),
+    }
 }
 
 #[cfg(test)]
@@ -166,6 +228,56 @@ mod tests {
         wide[5] = 12 << 3; // a 4 MiB window is within the cap
         let out = decompress_cluster(CompressionType::Zstd, &wide, CS, 0x1200).unwrap();
         assert_eq!(out, data);
+    }
+
+    /// What the encoder makes decodes to the cluster (the last partial
+    /// cluster's zero padding included), for both types and several
+    /// cluster sizes; data that cannot shrink is refused.
+    #[test]
+    fn encoded_clusters_decode() {
+        for kind in [CompressionType::Zlib, CompressionType::Zstd] {
+            for cs in [512usize, 4096, 65536, 2 << 20] {
+                let data = pattern(cs);
+                let raw = compress_cluster(kind, &data).unwrap().unwrap();
+                assert!(raw.len() < cs, "{kind:?} {cs}");
+                let mut padded = raw.clone();
+                padded.resize(raw.len().next_multiple_of(512), 0);
+                assert_eq!(decompress_cluster(kind, &padded, cs, 0).unwrap(), data);
+                let mut noise = vec![0u8; cs];
+                let mut x = 0x9e37_79b9_7f4a_7c15u64;
+                for b in &mut noise {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    *b = x as u8;
+                }
+                assert_eq!(
+                    compress_cluster(kind, &noise).unwrap(),
+                    None,
+                    "{kind:?} {cs}"
+                );
+            }
+        }
+    }
+
+    /// QEMU inflates with a 4 KiB window: no match in the deflate stream
+    /// may reach further back. An inflater limited to that window decodes
+    /// data whose repeats lie 8 KiB apart.
+    #[test]
+    fn deflate_matches_stay_in_a_4k_window() {
+        let cs = 65536;
+        let block: Vec<u8> = (0..8192u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let data: Vec<u8> = block.iter().copied().cycle().take(cs).collect();
+        let raw = compress_cluster(CompressionType::Zlib, &data)
+            .unwrap()
+            .unwrap();
+        let mut out = vec![0u8; cs];
+        let config = zlib_rs::InflateConfig { window_bits: -12 };
+        let (got, rc) = zlib_rs::decompress_slice(&mut out, &raw, config);
+        assert_eq!(rc, zlib_rs::ReturnCode::Ok);
+        assert_eq!(got, &data[..]);
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub enum Error {
     /// A bad option value (create or open).
     #[error("invalid option {name}: {reason}")]
     InvalidOption { name: String, reason: String },
+    /// A compressed write ([`crate::Image::write_compressed`]) this
+    /// image or request cannot take; nothing was written.
+    #[error(transparent)]
+    Compressed(#[from] CompressedWriteError),
     /// An earlier metadata writeback failed; the in-memory state can no
     /// longer be trusted to match the device, so the image refuses further
     /// writes until it is reopened.
@@ -82,6 +86,30 @@ pub enum SnapshotError {
     /// refcounts); nothing was changed.
     #[error("the refcount of cluster {cluster} would overflow its {bits}-bit field")]
     RefcountOverflow { cluster: u64, bits: u32 },
+}
+
+/// Why a compressed write was refused. Each is a refusal QEMU's qcow2
+/// driver makes too, and the variant says which errno it answers with, so
+/// that qemu-io's message can name it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompressedWriteError {
+    /// The image keeps guest data in an external data file, where a
+    /// compressed cluster has nowhere to live (QEMU: ENOTSUP).
+    #[error("compressed writes are not possible with an external data file")]
+    DataFile,
+    /// The image's format has no compressed clusters (a raw image; QEMU:
+    /// ENOTSUP).
+    #[error("the image format has no compressed clusters")]
+    Format,
+    /// The request does not start on a cluster boundary, or does not end
+    /// on one short of the disk's end (QEMU: EINVAL).
+    #[error("compressed write of {len} bytes at offset {offset} is not whole clusters")]
+    Misaligned { offset: u64, len: u64 },
+    /// The guest cluster at `offset` already has a host cluster (data, a
+    /// preallocated zero cluster or compressed data): a compressed write
+    /// never replaces one (QEMU: EIO).
+    #[error("guest cluster at offset {offset} is already allocated; a compressed write cannot replace it")]
+    Allocated { offset: u64 },
 }
 
 /// `names` and then, if any bit is left, the mask of the unnamed ones:

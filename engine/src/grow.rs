@@ -121,7 +121,15 @@ impl<D: BlockDev> Image<D> {
             if m.poisoned {
                 return;
             }
-            from.max(m.alloc.end_cluster() * self.geo.cluster_size)
+            let end = m.alloc.end_cluster();
+            // Compressed data packed into the last cluster in use ends
+            // inside it: the file ends at the sector after it, where
+            // QEMU's file ends, rather than at the cluster's end.
+            let used = match m.alloc.compressed_tail() {
+                Some(t) if t.cluster + 1 == end => t.offset.next_multiple_of(512),
+                _ => end * self.geo.cluster_size,
+            };
+            from.max(used)
         };
         if self.dev.len() > keep {
             let _ = self.dev.truncate(keep).await;

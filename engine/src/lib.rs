@@ -17,6 +17,7 @@ mod backing_file;
 mod broken;
 mod cache;
 mod compress;
+mod compressed_write;
 pub mod counters;
 mod cow;
 mod create;
@@ -51,7 +52,7 @@ mod write;
 mod writeback;
 
 pub use counters::{Counters, RarePaths};
-pub use error::{Error, Result, SnapshotError};
+pub use error::{CompressedWriteError, Error, Result, SnapshotError};
 pub use format::snapshot::Snapshot;
 pub use guards::{Guard, GuardCounts};
 pub use image::{Backing, Compat, CreateOptions, Image, MAX_L1_BYTES};

@@ -151,6 +151,17 @@ impl<D: BlockDev> Image<D> {
 }
 
 impl<D: BlockDev> Image<D> {
+    /// Whether guest offset `guest` lies in a compressed cluster linked in
+    /// the L2 table (`qemu-img map`'s "compressed").
+    pub async fn is_compressed(&self, guest: u64) -> Result<bool> {
+        self.check_request(guest, 1)?;
+        let _g = self.meta_lock.lock().await;
+        Ok(matches!(
+            self.decode_l2(self.l2_entry(guest).await?, guest),
+            crate::format::L2Mapping::Compressed { .. }
+        ))
+    }
+
     /// Where guest offset `guest` lives on the device, if it is a data
     /// cluster linked in the L2 table (for reports naming device writes).
     pub async fn host_offset(&self, guest: u64) -> Result<Option<u64>> {

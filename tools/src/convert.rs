@@ -13,6 +13,14 @@
 //! options, the destination against every file the source chain reads) is
 //! made before the destination is touched (`create::prepare`).
 //!
+//! With `compress` (qemu-img's `-c`), every data cluster of a qcow2
+//! destination is written compressed (`Image::write_compressed`; one that
+//! does not shrink goes uncompressed, as QEMU writes it), all-zero
+//! clusters stay unallocated as without it, and the chunks are copied one
+//! at a time in guest order: compressed clusters are packed in the order
+//! they are written, which qemu-img's in-order writes make guest order, so
+//! the destination's layout does not depend on which chunk finishes first.
+//!
 //! With a progress callback ([`convert_reporting`]), the copy also reports
 //! qemu-img's `-p` percentages: [`progress_plan`] cuts the source into the
 //! requests qemu-img would copy it in, and each request's percentage is
@@ -60,6 +68,8 @@ pub struct ConvertOptions {
     /// qemu-img's `-U`: read a source other processes have open, even for
     /// writing, without keeping them from writing it.
     pub force_share: bool,
+    /// qemu-img's `-c`: write the data clusters compressed (qcow2 only).
+    pub compress: bool,
 }
 
 impl Default for ConvertOptions {
@@ -71,6 +81,7 @@ impl Default for ConvertOptions {
             parallel: 8,
             nocache: false,
             force_share: false,
+            compress: false,
         }
     }
 }
@@ -88,6 +99,10 @@ pub enum ConvertError {
     ChainOptions,
     #[error("convert: raw output takes no -o options")]
     RawOptions,
+    /// `-c` with an output format that has no compressed clusters (raw),
+    /// in qemu-img's words.
+    #[error("Compression not supported for this file format")]
+    CompressUnsupported,
     /// The source (or a file of its chain) could not be opened.
     #[error(transparent)]
     Source(#[from] OpenError),
@@ -253,6 +268,15 @@ impl Target {
         }
     }
 
+    /// A compressed write; only a qcow2 target is ever asked (the options
+    /// check refuses `-c` for raw output before anything is written).
+    async fn write_compressed(&self, offset: u64, buf: &[u8]) -> engine::Result<()> {
+        match self {
+            Target::Raw(_) => Err(engine::CompressedWriteError::Format.into()),
+            Target::Qcow2(i) => i.write_compressed(offset, buf).await,
+        }
+    }
+
     async fn close(self) -> engine::Result<()> {
         match self {
             Target::Raw(d) => Ok(d.flush().await?),
@@ -382,22 +406,36 @@ pub async fn progress_plan(src: &Disk, top_only: bool, buffer: u64) -> engine::R
 
 /// Copy chunk `index` (of `chunk` bytes) of the source to the target:
 /// only the ranges that hold data are read, and of them the blocks of
-/// `granule` bytes that are not all zero are written. Returns `index`.
+/// `granule` bytes that are not all zero are written (compressed with
+/// `compress`, `granule` then being the target's cluster size). Returns
+/// `index`.
 async fn copy_chunk(
     ends: &Ends<'_>,
     index: u64,
     chunk: u64,
     size: u64,
     granule: usize,
+    compress: bool,
     counted: &Counted,
 ) -> Result<u64, ConvertError> {
     let start = index * chunk;
     let end = start + (size - start).min(chunk);
-    let mut pos = start;
-    while pos < end {
+    let mut next = start;
+    while next < end {
+        let pos = next;
         let (status, n) = source_status(ends.src, pos, end - pos)
             .await
             .map_err(copy_err(CopyStep::Status, ends.src_path, pos))?;
+        // A compressed write takes whole clusters of the target: a data run
+        // is widened to them (the chunk is cluster aligned, so they stay
+        // in it), and what it takes in reads as it is, holes as zeroes.
+        let (pos, n) = if compress && status == Status::Data {
+            let g = granule as u64;
+            let from = pos / g * g;
+            (from, (pos + n).next_multiple_of(g).min(end) - from)
+        } else {
+            (pos, n)
+        };
         if status == Status::Data {
             let mut buf = vec![0u8; n as usize];
             ends.src.read(pos, &mut buf).await.map_err(copy_err(
@@ -409,15 +447,18 @@ async fn copy_chunk(
             Counted::add(&counted.bytes_read, n);
             for (at, len) in nonzero_runs(&buf, granule) {
                 let o = pos + at as u64;
-                ends.dst
-                    .write(o, &buf[at..at + len])
-                    .await
-                    .map_err(copy_err(CopyStep::Write, ends.dst_path, o))?;
+                let data = &buf[at..at + len];
+                let written = if compress {
+                    ends.dst.write_compressed(o, data).await
+                } else {
+                    ends.dst.write(o, data).await
+                };
+                written.map_err(copy_err(CopyStep::Write, ends.dst_path, o))?;
                 Counted::add(&counted.writes, 1);
                 Counted::add(&counted.bytes_written, len as u64);
             }
         }
-        pos += n;
+        next = pos + n;
     }
     Ok(index)
 }
@@ -442,6 +483,9 @@ fn image_options(opts: &ConvertOptions) -> Result<ImageOpts, ConvertError> {
     }
     if opts.output_format == Format::Raw && image_opts != ImageOpts::default() {
         return Err(ConvertError::RawOptions);
+    }
+    if opts.compress && opts.output_format == Format::Raw {
+        return Err(ConvertError::CompressUnsupported);
     }
     Ok(image_opts)
 }
@@ -580,9 +624,20 @@ pub async fn convert_reporting(
     let mut finished = BTreeSet::new();
     let mut copied = 0u64;
     let mut in_flight = FuturesUnordered::new();
+    // Compressed clusters land in the order they are written: one chunk at
+    // a time keeps that guest order (see the module comment).
+    let parallel = if opts.compress { 1 } else { opts.parallel };
     while next < chunks || !in_flight.is_empty() {
-        while next < chunks && in_flight.len() < opts.parallel {
-            in_flight.push(copy_chunk(&ends, next, chunk, size, granule, &counted));
+        while next < chunks && in_flight.len() < parallel {
+            in_flight.push(copy_chunk(
+                &ends,
+                next,
+                chunk,
+                size,
+                granule,
+                opts.compress,
+                &counted,
+            ));
             next += 1;
         }
         if let Some(result) = in_flight.next().await {

@@ -313,6 +313,16 @@ impl Disk {
         }
     }
 
+    /// A compressed write (`qemu-io write -c`): whole clusters of a qcow2
+    /// image; a raw image has no compressed clusters and refuses it, as
+    /// QEMU's raw driver does.
+    pub async fn write_compressed(&self, offset: u64, buf: &[u8]) -> engine::Result<()> {
+        match self {
+            Disk::Raw(_) => Err(engine::CompressedWriteError::Format.into()),
+            Disk::Qcow2(i) => i.write_compressed(offset, buf).await,
+        }
+    }
+
     pub async fn write_zeroes(&self, offset: u64, len: u64, unmap: bool) -> engine::Result<()> {
         match self {
             Disk::Raw(d) => {

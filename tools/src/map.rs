@@ -1,7 +1,7 @@
 //! `qemu-img map`: where each range of the guest disk comes from, layer by
 //! layer down the backing chain, as runs in qemu-img's terms (start,
-//! length, depth, present, zero, data, and the host offset of data), and
-//! its human and JSON layouts.
+//! length, depth, present, zero, data, compressed, and the host offset of
+//! data), and its human and JSON layouts.
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +22,8 @@ pub struct MapEntry {
     pub present: bool,
     pub zero: bool,
     pub data: bool,
+    /// The data is compressed clusters (which have no host offset).
+    pub compressed: bool,
     /// Where the data is in `file`, for data.
     pub offset: Option<u64>,
     /// The file of the layer that answered, as QEMU names it.
@@ -36,6 +38,7 @@ impl MapEntry {
             && self.present == next.present
             && self.zero == next.zero
             && self.data == next.data
+            && self.compressed == next.compressed
             && self.file == next.file
             && match (self.offset, next.offset) {
                 (None, None) => true,
@@ -47,8 +50,8 @@ impl MapEntry {
     /// The entry as one object of qemu-img's JSON list.
     pub fn json(&self) -> String {
         let mut s = format!(
-            "{{ \"start\": {}, \"length\": {}, \"depth\": {}, \"present\": {}, \"zero\": {}, \"data\": {}, \"compressed\": false",
-            self.start, self.length, self.depth, self.present, self.zero, self.data
+            "{{ \"start\": {}, \"length\": {}, \"depth\": {}, \"present\": {}, \"zero\": {}, \"data\": {}, \"compressed\": {}",
+            self.start, self.length, self.depth, self.present, self.zero, self.data, self.compressed
         );
         if let Some(o) = self.offset {
             s.push_str(&format!(", \"offset\": {o}"));
@@ -177,6 +180,7 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
                     present: true,
                     zero: false,
                     data: true,
+                    compressed: false,
                     offset: Some(pos),
                     file: file.clone(),
                 });
@@ -205,6 +209,7 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
                     present: true,
                     zero: false,
                     data: false,
+                    compressed: false,
                     offset: None,
                     file: file.clone(),
                 };
@@ -215,6 +220,8 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
                         let cluster = image.cluster_size();
                         let n = n.min(cluster - pos % cluster);
                         let host = image.host_offset(pos).await.map_err(status_err)?;
+                        let compressed =
+                            host.is_none() && image.is_compressed(pos).await.map_err(status_err)?;
                         // As QEMU asks the file under a data cluster of a
                         // preallocated image: a hole there (a cluster never
                         // written) reads as zeroes, and the answer ends
@@ -231,6 +238,7 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
                             length: n,
                             zero,
                             data: true,
+                            compressed,
                             offset: host,
                             ..base
                         });
@@ -269,6 +277,7 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
         present: false,
         zero: true,
         data: false,
+        compressed: false,
         offset: None,
         file,
     })

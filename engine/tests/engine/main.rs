@@ -5,6 +5,7 @@
 mod support;
 
 mod block_status;
+mod compressed_write;
 mod data_file;
 mod data_file_entry;
 mod deferred_cow_error;

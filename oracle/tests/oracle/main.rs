@@ -3,6 +3,7 @@
 
 mod check_support;
 
+mod check_compressed;
 mod check_data_file;
 mod check_differential;
 mod check_malformed;

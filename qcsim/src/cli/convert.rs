@@ -22,6 +22,10 @@ pub struct Args {
     /// Chunks in flight at once.
     #[arg(short = 'm', value_name = "N", default_value_t = 8)]
     pub parallel: usize,
+    /// Write the data clusters compressed (qcow2 output only; the
+    /// header's compression type, `-o compression_type=zlib|zstd`).
+    #[arg(short = 'c', long = "compress")]
+    pub compress: bool,
     /// Bypass the host page cache (O_DIRECT) on source and destination.
     #[arg(short = 'n', long = "nocache")]
     pub nocache: bool,
@@ -57,6 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         parallel: args.parallel,
         nocache: args.nocache,
         force_share: args.force_share,
+        compress: args.compress,
     };
     let result = futures::executor::block_on(convert(&args.source, &args.destination, &opts));
     // A copy that was made prints its figures, even when closing the

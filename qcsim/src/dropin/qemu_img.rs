@@ -616,7 +616,6 @@ type Report = Progress<crate::output::Stdout>;
 /// asks for it (after the checks qemu-img makes before its own report).
 fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail> {
     for (flag, what) in [
-        ("c", "-c (compressed output)"),
         ("l", "-l (snapshots)"),
         ("C", "-C (copy offloading)"),
         ("image-opts", "--image-opts"),
@@ -655,6 +654,13 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
     };
     if p.has("n") && !options.is_empty() {
         return fail("-o has no effect when skipping image creation");
+    }
+    let compress = p.has("c");
+    if compress && output_format == Format::Raw {
+        return fail("Compression not supported for this file format");
+    }
+    if compress && (p.has("n") || p.has("B")) {
+        return fail("convert -c with -n or -B is not supported by qcsim");
     }
     if p.has("p") && !p.has("q") {
         let mut report = Progress::new(crate::output::stdout(), 1.0);
@@ -699,6 +705,7 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
         parallel,
         nocache,
         force_share: p.has("U"),
+        compress,
     };
     let wanted = progress.is_some();
     let mut report = |percent: f32| {
@@ -713,8 +720,27 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
         &opts,
         on_progress,
     ))
-    .map_err(|e| Fail(super::chain(&e), 1))?;
+    .map_err(|e| Fail(convert_failure(&e), 1))?;
     Ok(0)
+}
+
+/// A failed convert in qemu-img's words where they are known: a
+/// compressed write the target refuses (an external data file) is
+/// "error while writing at byte N" and the errno's text.
+fn convert_failure(e: &tools::convert::ConvertError) -> String {
+    use tools::convert::{ConvertError, CopyStep};
+    match e {
+        ConvertError::Copy {
+            step: CopyStep::Write,
+            offset,
+            error: error @ engine::Error::Compressed(_),
+            ..
+        } => format!(
+            "error while writing at byte {offset}: {}",
+            tools::io::errno_text(error)
+        ),
+        _ => super::chain(e),
+    }
 }
 
 /// `convert -B BACKING` (or `-o backing_file=`): the target is created

@@ -160,3 +160,69 @@ fn stats_print_as_the_command_line_shows_them() {
         ["convert: read 4096 bytes of the 4096-byte source in 1 reads; wrote 1024 bytes in 2 writes"]
     );
 }
+
+/// `compress` (`-c`): every data cluster compressed but the one that does
+/// not shrink, all-zero clusters left unallocated, the guest data the
+/// source's, the map's compressed flag set where it should be; refused for
+/// raw output before any file is touched.
+#[test]
+fn compress_writes_compressed_clusters() {
+    let _serial = crate::support::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let cs = 4096usize;
+    let mut disk = expected(&WRITES);
+    // One cluster of noise: it stays uncompressed.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for b in &mut disk[8 * cs..9 * cs] {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let raw = dir.path().join("src.raw");
+    std::fs::write(&raw, &disk).unwrap();
+    let q = dir.path().join("c.qcow2");
+    let opts = ConvertOptions {
+        output_format: Format::Qcow2,
+        options: vec!["cluster_size=4k".into()],
+        compress: true,
+        ..ConvertOptions::default()
+    };
+    block_on(convert(&raw, &q, &opts)).unwrap();
+    assert_clean(&q, "the compressed image");
+    let back = dir.path().join("back.raw");
+    block_on(convert(&q, &back, &ConvertOptions::default())).unwrap();
+    assert_eq!(std::fs::read(&back).unwrap(), disk);
+    let map = block_on(tools::map::map_image(&q, &Default::default())).unwrap();
+    let at = |off: u64| {
+        map.iter()
+            .find(|e| e.start <= off && off < e.start + e.length)
+    };
+    for off in [0, 65536 - 4096, 2 << 20] {
+        let e = at(off).unwrap();
+        assert!(e.data && e.compressed && e.offset.is_none(), "{off}: {e:?}");
+    }
+    let noise = at(8 * cs as u64).unwrap();
+    assert!(
+        noise.data && !noise.compressed && noise.offset.is_some(),
+        "{noise:?}"
+    );
+    let hole = at(1 << 20).unwrap();
+    assert!(!hole.data && !hole.compressed, "{hole:?}");
+    let never = dir.path().join("never");
+    let err = block_on(convert(
+        &raw,
+        &never,
+        &ConvertOptions {
+            compress: true,
+            ..ConvertOptions::default()
+        },
+    ))
+    .unwrap_err();
+    assert!(matches!(err, ConvertError::CompressUnsupported), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "Compression not supported for this file format"
+    );
+    assert!(!never.exists());
+}
