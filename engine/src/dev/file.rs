@@ -374,7 +374,9 @@ impl FileDev {
         };
         let ft = meta.file_type();
         use std::os::unix::fs::FileTypeExt;
-        if !ft.is_file() && !ft.is_block_device() && !(opts.char_device && ft.is_char_device()) {
+        let accepted =
+            ft.is_file() || ft.is_block_device() || (opts.char_device && ft.is_char_device());
+        if !accepted {
             return Err(FileOpenError::NotAFile {
                 path: path.to_owned(),
             });
