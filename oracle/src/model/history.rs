@@ -8,7 +8,15 @@
 //! either order), and a failed write or a discard supersedes nothing (each
 //! may or may not have taken effect).
 
+use smallvec::SmallVec;
+
 use super::types::{OpId, Status, Value};
+
+/// One sector's entries. Most sectors have one or two within an epoch
+/// (compaction drops superseded ones), so they are kept inline: a heap
+/// list per written sector cost a campaign more in allocation and freeing
+/// than its checks.
+pub(super) type Entries = SmallVec<[Entry; 2]>;
 
 /// The model's logical clock: one tick per event.
 pub(super) type Seq = u64;
@@ -105,7 +113,7 @@ pub(super) fn pending(
 
 /// Drops the entries no moment from `t` on can see: done before `t` and
 /// superseded by another entry done before `t`.
-pub(super) fn compact(entries: &mut Vec<Entry>, t: Seq) {
+pub(super) fn compact(entries: &mut Entries, t: Seq) {
     if let Some(latest) = latest_hiding_issue(entries, t) {
         entries.retain(|e| !matches!(e.completed, Some((c, _)) if c < t && c < latest));
     }

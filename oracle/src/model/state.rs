@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::history::{self, Entry, Put, Seq};
+use super::history::{self, Entries, Entry, Put, Seq};
 use super::types::{DiscardContract, OpId, SectorRange, Status, Value, WriteKind};
 use super::violation::{Violation, When};
 use crate::data::{decode, BackingData, WriteId, SECTOR_SIZE};
@@ -82,7 +82,7 @@ pub struct Model {
     /// The epoch's starting values, where they differ from
     /// [`Model::unwritten`].
     base: BTreeMap<u64, Value>,
-    history: BTreeMap<u64, Vec<Entry>>,
+    history: BTreeMap<u64, Entries>,
     writes: BTreeMap<OpId, PendingWrite>,
     reads: BTreeMap<OpId, PendingRead>,
     flushes: BTreeMap<OpId, Seq>,
