@@ -44,7 +44,6 @@
 //! write path and the simulation never reach it.
 
 use crate::allocator::CompressedTail;
-use crate::allocs::CowFailure;
 use crate::compress;
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{CompressedWriteError, Error, Result};
@@ -103,26 +102,7 @@ impl<D: BlockDev> Image<D> {
         // An allocation of this cluster still in flight (delayed COW) is
         // linked first, so the entry read below is final; none can begin
         // while the caller holds the cluster.
-        let guard = loop {
-            let keys = self
-                .inflight
-                .borrow()
-                .allocs
-                .starts_overlapping(off, off + cs);
-            for k in keys {
-                self.settle_alloc(k, CowFailure::Keep).await?;
-            }
-            let g = self.meta_lock.lock().await;
-            if self
-                .inflight
-                .borrow()
-                .allocs
-                .starts_overlapping(off, off + cs)
-                .is_empty()
-            {
-                break g;
-            }
-        };
+        let guard = self.lock_with_allocs_settled(off, off + cs).await?;
         if self.meta.borrow().poisoned {
             return Err(Error::Poisoned);
         }
@@ -222,10 +202,9 @@ impl<D: BlockDev> Image<D> {
     /// `len` bytes at `host`, which nothing links: nothing on disk points
     /// at them, so only data I/O started before now must end first.
     fn give_back_compressed(&self, host: u64, len: u64) {
-        let cs = self.geo.cluster_size;
         let io_seq = self.inflight.borrow().next_io_seq;
         let mut m = self.meta.borrow_mut();
-        for c in host / cs..=(host + len - 1) / cs {
+        for c in self.geo.clusters_in(host, len) {
             m.alloc.queue_durable_free(c, io_seq);
         }
     }

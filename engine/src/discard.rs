@@ -122,26 +122,7 @@ impl<D: BlockDev> Image<D> {
         // changes. None can begin while the lock is held.
         let cstart = self.geo.cluster_start(start);
         let cend = cstart + self.geo.cluster_size;
-        let _g = loop {
-            let keys = self
-                .inflight
-                .borrow()
-                .allocs
-                .starts_overlapping(cstart, cend);
-            for k in keys {
-                self.settle_alloc(k, CowFailure::Keep).await?;
-            }
-            let g = self.meta_lock.lock().await;
-            if self
-                .inflight
-                .borrow()
-                .allocs
-                .starts_overlapping(cstart, cend)
-                .is_empty()
-            {
-                break g;
-            }
-        };
+        let _g = self.lock_with_allocs_settled(cstart, cend).await?;
         let cur = self.l2_entry(start).await?;
         if cur.word & COMPRESSED != 0 {
             return Ok(false);

@@ -108,6 +108,33 @@ impl Geometry {
         }
     }
 
+    /// The host clusters the bytes `[off, off + len)` touch.
+    pub fn clusters_in(&self, off: u64, len: u64) -> std::ops::Range<u64> {
+        off / self.cluster_size..(off + len).div_ceil(self.cluster_size)
+    }
+
+    /// The host clusters an L2 entry's mapping holds a reference to: a
+    /// data cluster, a preallocated zero cluster, or every cluster a
+    /// compressed cluster's sectors touch (several compressed clusters
+    /// may share one, each holding a reference); none for the rest. What a
+    /// refcount counts, and what dropping the entry releases.
+    pub fn referenced_clusters(&self, m: L2Mapping) -> std::ops::Range<u64> {
+        match m {
+            L2Mapping::Normal { host, .. }
+            | L2Mapping::Zero {
+                preallocated: Some(host),
+            } => {
+                let c = host / self.cluster_size;
+                c..c + 1
+            }
+            L2Mapping::Compressed { host, sectors } => {
+                // The count starts at the sector holding `host`.
+                self.clusters_in(host & !511, sectors * 512)
+            }
+            L2Mapping::Zero { preallocated: None } | L2Mapping::Unallocated => 0..0,
+        }
+    }
+
     /// L1 entries needed to map `size` guest bytes.
     pub fn l1_entries_for(&self, size: u64) -> u64 {
         size.div_ceil(self.l2_span())

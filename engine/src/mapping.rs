@@ -267,24 +267,13 @@ impl<D: BlockDev> Image<D> {
 
     /// Drop the references an L2 entry held, once that is durable.
     pub(crate) fn release_entry(&self, old: L2Entry) {
-        let cs = self.geo.cluster_size;
         if self.has_data_file() {
             // Data file clusters are not refcounted.
             return;
         }
-        match old.decode(self.geo.cluster_bits, self.geo.version) {
-            L2Mapping::Normal { host, .. }
-            | L2Mapping::Zero {
-                preallocated: Some(host),
-            } => self.queue_free(host / cs),
-            L2Mapping::Compressed { host, sectors } => {
-                let start = host & !511;
-                let end = start + sectors * 512;
-                for c in start / cs..end.div_ceil(cs) {
-                    self.queue_free(c);
-                }
-            }
-            L2Mapping::Zero { preallocated: None } | L2Mapping::Unallocated => {}
+        let m = old.decode(self.geo.cluster_bits, self.geo.version);
+        for c in self.geo.referenced_clusters(m) {
+            self.queue_free(c);
         }
     }
 }

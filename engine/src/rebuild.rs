@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::header::incompat;
-use crate::format::{L1Entry, L2Mapping};
+use crate::format::L1Entry;
 use crate::image::Image;
 use crate::l1l2::decode_slot;
 
@@ -29,28 +29,29 @@ impl<D: BlockDev> Image<D> {
             });
         }
         let mut refs: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut add = |off: u64, len: u64| {
-            for c in off / cs..(off + len).div_ceil(cs) {
+        let geo = self.geo;
+        let mut count = |clusters: std::ops::Range<u64>| {
+            for c in clusters {
                 *refs.entry(c).or_insert(0) += 1;
             }
         };
         let h = self.meta.borrow().header.clone();
-        add(0, cs);
-        add(h.l1_table_offset, h.l1_size as u64 * 8);
-        add(
+        count(geo.clusters_in(0, cs));
+        count(geo.clusters_in(h.l1_table_offset, h.l1_size as u64 * 8));
+        count(geo.clusters_in(
             h.refcount_table_offset,
             h.refcount_table_clusters as u64 * cs,
-        );
+        ));
         let reftable = self.meta.borrow().refs.table().to_vec();
         for &b in reftable.iter().filter(|&&b| b != 0) {
-            add(b, cs);
+            count(geo.clusters_in(b, cs));
         }
         let mut l1_tables = vec![self.meta.borrow().tables.l1().to_vec()];
         if h.nb_snapshots > 0 {
             let (table_len, snap_l1s) = self.read_snapshot_l1s(&h).await?;
-            add(h.snapshots_offset, table_len);
+            count(geo.clusters_in(h.snapshots_offset, table_len));
             for (off, t) in snap_l1s {
-                add(off, t.len() as u64 * 8);
+                count(geo.clusters_in(off, t.len() as u64 * 8));
                 l1_tables.push(t);
             }
         }
@@ -60,7 +61,7 @@ impl<D: BlockDev> Image<D> {
                 if l2_off == 0 {
                     continue;
                 }
-                add(l2_off, cs);
+                count(geo.clusters_in(l2_off, cs));
                 if self.has_data_file() {
                     // Data clusters live in the data file, uncounted.
                     continue;
@@ -69,17 +70,7 @@ impl<D: BlockDev> Image<D> {
                 self.dev.read(l2_off, &mut t).await?;
                 for i in 0..self.geo.l2_entries as usize {
                     let e = decode_slot(&t, i, self.geo.extended_l2);
-                    match e.decode(self.geo.cluster_bits, self.geo.version) {
-                        L2Mapping::Normal { host, .. }
-                        | L2Mapping::Zero {
-                            preallocated: Some(host),
-                        } => add(host, cs),
-                        L2Mapping::Compressed { host, sectors } => {
-                            let s = host & !511;
-                            add(s, sectors * 512);
-                        }
-                        _ => {}
-                    }
+                    count(geo.referenced_clusters(e.decode(geo.cluster_bits, geo.version)));
                 }
             }
         }

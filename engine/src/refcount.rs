@@ -450,6 +450,17 @@ impl<D: BlockDev> Image<D> {
         self.meta.borrow_mut().alloc.queue_free(cluster, io_seq);
     }
 
+    /// [`Image::queue_free`] each cluster of the table of `len` bytes at
+    /// `off` (none at offset 0) that nothing on disk names any more.
+    pub(crate) fn free_table_clusters(&self, off: u64, len: u64) {
+        if off == 0 || len == 0 {
+            return;
+        }
+        for c in self.geo.clusters_in(off, len) {
+            self.queue_free(c);
+        }
+    }
+
     /// Apply the frees whose metadata is durable and whose cluster no
     /// in-flight I/O can still touch.
     pub(crate) async fn apply_ready_frees(&self) -> Result<()> {

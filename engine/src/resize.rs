@@ -146,9 +146,7 @@ impl<D: BlockDev> Image<D> {
         self.device_flush().await?;
         if needed > old_len && old_off != 0 {
             // No header on disk names the old table any more.
-            for c in old_off / cs..(old_off + old_len * 8).div_ceil(cs) {
-                self.queue_free(c);
-            }
+            self.free_table_clusters(old_off, old_len * 8);
             self.writeback_all().await?;
         }
         drop(_g);

@@ -26,7 +26,7 @@ use crate::format::snapshot::{
     decode_entry, encode_table, Decoded, Snapshot, MAX_SNAPSHOTS, MAX_TABLE_BYTES,
 };
 use crate::format::{be64_bytes, L1Entry};
-use crate::image::{Image, MAX_L1_BYTES};
+use crate::image::{Image, Meta, MAX_L1_BYTES};
 
 /// How much of the snapshot table one read asks for beyond what the
 /// entry being decoded needs.
@@ -50,11 +50,8 @@ impl<D: BlockDev> Image<D> {
     ) -> Result<Snapshot> {
         self.begin_snapshot_op().await?;
         let _g = self.meta_lock.lock().await;
-        let lazy = self.meta.borrow().refs.lazy();
-        self.meta.borrow_mut().refs.set_lazy(false);
-        let r = self.create_locked(name, date_sec, date_nsec).await;
-        self.meta.borrow_mut().refs.set_lazy(lazy);
-        r
+        let _eager = self.eager_refcounts();
+        self.create_locked(name, date_sec, date_nsec).await
     }
 
     /// Revert the guest disk to the snapshot with id `id_or_name`, or else
@@ -62,13 +59,12 @@ impl<D: BlockDev> Image<D> {
     /// The snapshot stays.
     pub async fn snapshot_apply(&mut self, id_or_name: &str) -> Result<()> {
         self.begin_snapshot_op().await?;
-        let guard = self.meta_lock.lock().await;
-        let lazy = self.meta.borrow().refs.lazy();
-        self.meta.borrow_mut().refs.set_lazy(false);
-        let r = self.apply_locked(id_or_name).await;
-        self.meta.borrow_mut().refs.set_lazy(lazy);
-        drop(guard);
-        self.geo.virtual_size = r?;
+        let new_size = {
+            let _g = self.meta_lock.lock().await;
+            let _eager = self.eager_refcounts();
+            self.apply_locked(id_or_name).await
+        };
+        self.geo.virtual_size = new_size?;
         Ok(())
     }
 
@@ -77,11 +73,20 @@ impl<D: BlockDev> Image<D> {
     pub async fn snapshot_delete(&mut self, id_or_name: &str) -> Result<()> {
         self.begin_snapshot_op().await?;
         let _g = self.meta_lock.lock().await;
+        let _eager = self.eager_refcounts();
+        self.delete_locked(id_or_name).await
+    }
+
+    /// Refcounts written eagerly until the guard drops, on a lazy-refcounts
+    /// image too: a snapshot operation's crash order relies on them (see
+    /// the module comment). Taken under `meta_lock`, dropped before it.
+    fn eager_refcounts(&self) -> EagerRefcounts<'_> {
         let lazy = self.meta.borrow().refs.lazy();
         self.meta.borrow_mut().refs.set_lazy(false);
-        let r = self.delete_locked(id_or_name).await;
-        self.meta.borrow_mut().refs.set_lazy(lazy);
-        r
+        EagerRefcounts {
+            meta: &self.meta,
+            lazy,
+        }
     }
 
     /// Refuse what cannot hold snapshots, then quiesce: every pending
@@ -289,18 +294,6 @@ impl<D: BlockDev> Image<D> {
         self.writeback_all().await
     }
 
-    /// Queue the free of the clusters `[off, off + len)` of a table that
-    /// nothing on disk names any more.
-    fn free_table_clusters(&self, off: u64, len: u64) {
-        if off == 0 || len == 0 {
-            return;
-        }
-        let cs = self.geo.cluster_size;
-        for c in off / cs..(off + len).div_ceil(cs) {
-            self.queue_free(c);
-        }
-    }
-
     /// The snapshot table the header names, and its length in bytes. Read
     /// an entry at a time, each bounded before it is read: no more than
     /// QEMU's table limit or the metadata memory limit, nothing past the
@@ -373,4 +366,17 @@ fn find(table: &[Snapshot], id_or_name: &str) -> Result<usize> {
         .position(|s| s.id == id_or_name)
         .or_else(|| table.iter().position(|s| s.name == id_or_name))
         .ok_or_else(|| SnapshotError::NotFound(id_or_name.to_owned()).into())
+}
+
+/// The image's lazy-refcounts setting, put back when a snapshot operation
+/// ends however it ends ([`Image::eager_refcounts`]).
+struct EagerRefcounts<'a> {
+    meta: &'a std::cell::RefCell<Meta>,
+    lazy: bool,
+}
+
+impl Drop for EagerRefcounts<'_> {
+    fn drop(&mut self) {
+        self.meta.borrow_mut().refs.set_lazy(self.lazy);
+    }
 }

@@ -102,18 +102,9 @@ impl<D: BlockDev> Image<D> {
             for idx in 0..self.geo.l2_entries as usize {
                 let entry = decode_slot(&table, idx, self.geo.extended_l2);
                 entry.validate(l2_off, idx, cs, self.geo.extended_l2, false)?;
-                match entry.decode(self.geo.cluster_bits, self.geo.version) {
-                    L2Mapping::Normal { host, .. }
-                    | L2Mapping::Zero {
-                        preallocated: Some(host),
-                    } => add(host / cs, l2_off)?,
-                    L2Mapping::Compressed { host, sectors } => {
-                        let start = host & !511;
-                        for c in start / cs..(start + sectors * 512).div_ceil(cs) {
-                            add(c, l2_off)?;
-                        }
-                    }
-                    L2Mapping::Zero { preallocated: None } | L2Mapping::Unallocated => {}
+                let m = entry.decode(self.geo.cluster_bits, self.geo.version);
+                for c in self.geo.referenced_clusters(m) {
+                    add(c, l2_off)?;
                 }
             }
         }

@@ -530,6 +530,34 @@ impl<D: BlockDev> Image<D> {
         Ok(())
     }
 
+    /// `meta_lock`, taken once no allocation overlapping guest range
+    /// `[start, end)` is in flight (each settled first, any COW failure
+    /// keeping it open for a later flush): a caller about to change those
+    /// clusters' entries sees them final. None can begin while the lock
+    /// is held; one begun while an earlier one settled is settled too.
+    pub(crate) async fn lock_with_allocs_settled(
+        &self,
+        start: u64,
+        end: u64,
+    ) -> Result<crate::sync::CoMutexGuard<'_>> {
+        loop {
+            let keys = self.inflight.borrow().allocs.starts_overlapping(start, end);
+            for k in keys {
+                self.settle_alloc(k, CowFailure::Keep).await?;
+            }
+            let g = self.meta_lock.lock().await;
+            if self
+                .inflight
+                .borrow()
+                .allocs
+                .starts_overlapping(start, end)
+                .is_empty()
+            {
+                return Ok(g);
+            }
+        }
+    }
+
     /// Finish the allocation at guest start `start`: wait for the writes
     /// into it, perform what is left of its COW, and link its clusters into
     /// the L2 table. If another task is already committing it, wait for

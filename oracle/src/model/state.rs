@@ -144,10 +144,7 @@ impl Model {
 
     /// What `sector` reads when the image does not cover it.
     pub fn unwritten(&self, sector: u64) -> Value {
-        match &self.backing {
-            Some(b) if b.has_data(sector) => Value::Backing,
-            _ => Value::Zero,
-        }
+        unwritten(self.backing.as_ref(), sector)
     }
 
     fn tick(&mut self) -> Seq {
@@ -459,10 +456,7 @@ impl Model {
             end <= self.sectors,
             "recovery read past the end of the disk"
         );
-        let unwritten = |s: u64| match &self.backing {
-            Some(b) if b.has_data(s) => Value::Backing,
-            _ => Value::Zero,
-        };
+        let backing = self.backing.as_ref();
         // Both walked in step with the sectors: each holds sectors in order.
         let mut bases = self.base.range(first_sector..end).peekable();
         let in_range = rec.allowed_in(end).len();
@@ -473,7 +467,7 @@ impl Model {
         let mut allowed = Vec::new();
         for (i, chunk) in bytes.chunks_exact(SECTOR_SIZE).enumerate() {
             let s = first_sector + i as u64;
-            let unwritten = unwritten(s);
+            let unwritten = unwritten(backing, s);
             let base = bases
                 .next_if(|(&b, _)| b == s)
                 .map_or(unwritten, |(_, &v)| v);
@@ -591,6 +585,17 @@ impl Model {
         } else {
             Err(violations)
         }
+    }
+}
+
+/// What `sector` reads when the image does not cover it: the backing
+/// file's data where it has some, else zeroes ([`Model::unwritten`]; a
+/// free function so that a loop holding the recovery state mutably can
+/// call it).
+fn unwritten(backing: Option<&BackingData>, sector: u64) -> Value {
+    match backing {
+        Some(b) if b.has_data(sector) => Value::Backing,
+        _ => Value::Zero,
     }
 }
 

@@ -289,7 +289,6 @@ async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &O
                     eprintln!("{prog}: can't open: Must specify either driver or file");
                     return Step::Next(false);
                 };
-                s.format = spec.format;
                 return open_into(prog, current, &super::plain_file_name(file), &s, &what).await;
             }
             let opts = match BlockOpts::parse(&options.join(","), file.as_deref()) {
@@ -503,8 +502,7 @@ fn apply_block_opts(opts: &BlockOpts, mut spec: OpenSpec) -> Result<OpenSpec, St
         DetectZeroes::On => Some(false),
         DetectZeroes::Unmap => Some(opts.discard_unmap),
     };
-    opts.check_file(spec.read_only)?;
-    spec.char_device = opts.is_char_device();
+    spec.char_device = opts.check_file(spec.read_only)?;
     let cache_options = [
         opts.cache_size,
         opts.l2_cache_size,

@@ -69,6 +69,14 @@ impl Twins {
         String::from_utf8(ours.stdout).unwrap()
     }
 
+    /// `program` with `args` in qcsim's directory, which must succeed;
+    /// returns its standard output.
+    fn ok(&self, program: &str, args: &[&str]) -> String {
+        let o = exec(program, args, &self.ours);
+        assert_eq!(o.status.code(), Some(0), "{program} {args:?}: {o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    }
+
     /// The qcsim binary under the name of `tool`.
     fn ours_as(&self, tool: &str) -> String {
         self.bin.join(tool).to_str().unwrap().to_owned()

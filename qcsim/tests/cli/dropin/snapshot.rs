@@ -177,11 +177,7 @@ fn snapshot_commands_print_what_qemu_img_prints() {
 fn snapshots_pass_between_qemu_and_qcsim() {
     let t = Twins::new();
     let (img, io) = (t.ours_as("qemu-img"), t.ours_as("qemu-io"));
-    let run = |program: &str, args: &[&str]| {
-        let o = exec(program, args, &t.ours);
-        assert_eq!(o.status.code(), Some(0), "{program} {args:?}: {o:?}");
-        String::from_utf8(o.stdout).unwrap()
-    };
+    let run = |program: &str, args: &[&str]| t.ok(program, args);
     // qcsim makes the snapshots (small clusters: several L2 tables).
     run(
         &img,
@@ -291,11 +287,7 @@ fn snapshots_pass_between_qemu_and_qcsim() {
 fn snapshots_of_compressed_and_extended_l2_images_stay_clean() {
     let t = Twins::new();
     let (img, io) = (t.ours_as("qemu-img"), t.ours_as("qemu-io"));
-    let run = |program: &str, args: &[&str]| {
-        let o = exec(program, args, &t.ours);
-        assert_eq!(o.status.code(), Some(0), "{program} {args:?}: {o:?}");
-        String::from_utf8(o.stdout).unwrap()
-    };
+    let run = |program: &str, args: &[&str]| t.ok(program, args);
     run("qemu-img", &["create", "-q", "-f", "raw", "src.raw", "1M"]);
     run(
         "qemu-io",
