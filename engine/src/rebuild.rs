@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
+use crate::format::entry::{L2Mapping, COPIED};
 use crate::format::header::incompat;
-use crate::format::L1Entry;
+use crate::format::{L1Entry, L2Entry};
 use crate::image::Image;
 use crate::l1l2::decode_slot;
 
@@ -55,22 +56,49 @@ impl<D: BlockDev> Image<D> {
                 l1_tables.push(t);
             }
         }
-        for l1 in &l1_tables {
-            for &e in l1 {
+        // The active table's entries that name a host cluster of their
+        // own, with their COPIED flags, to hold against the counts below.
+        let mut flags = Vec::new();
+        for (k, l1) in l1_tables.iter().enumerate() {
+            let active = k == 0;
+            for (i, &e) in l1.iter().enumerate() {
                 let l2_off = L1Entry(e).l2_offset();
                 if l2_off == 0 {
                     continue;
                 }
                 count(geo.clusters_in(l2_off, cs));
+                if active {
+                    flags.push(Flag::L1 {
+                        index: i,
+                        cluster: l2_off / cs,
+                        copied: L1Entry(e).copied(),
+                    });
+                }
                 if self.has_data_file() {
                     // Data clusters live in the data file, uncounted.
                     continue;
                 }
                 let mut t = vec![0u8; cs as usize];
                 self.dev.read(l2_off, &mut t).await?;
-                for i in 0..self.geo.l2_entries as usize {
-                    let e = decode_slot(&t, i, self.geo.extended_l2);
-                    count(geo.referenced_clusters(e.decode(geo.cluster_bits, geo.version)));
+                for idx in 0..self.geo.l2_entries as usize {
+                    let e = decode_slot(&t, idx, self.geo.extended_l2);
+                    let mapping = e.decode(geo.cluster_bits, geo.version);
+                    count(geo.referenced_clusters(mapping));
+                    let host = match mapping {
+                        L2Mapping::Normal { host, .. }
+                        | L2Mapping::Zero {
+                            preallocated: Some(host),
+                        } => host,
+                        _ => continue,
+                    };
+                    if active {
+                        flags.push(Flag::L2 {
+                            table: l2_off,
+                            index: idx,
+                            cluster: host / cs,
+                            copied: e.word & COPIED != 0,
+                        });
+                    }
                 }
             }
         }
@@ -119,6 +147,44 @@ impl<D: BlockDev> Image<D> {
             m.refs.set_lazy(false);
         }
         self.writeback_refcount_phase().await?;
+        // COPIED exactly where the refcount is now 1 (QEMU's repair of a
+        // dirty image mends the flags too): a crash inside a snapshot
+        // operation may leave a flag behind its refcount. Only what is
+        // wrong is changed, so an image without snapshots reads no table
+        // twice.
+        let wrong: Vec<Flag> = flags
+            .into_iter()
+            .filter(|f| {
+                let (cluster, copied) = f.cluster_and_flag();
+                copied != (refs.get(&cluster).copied().unwrap_or(0) == 1)
+            })
+            .collect();
+        if !wrong.is_empty() {
+            for f in wrong {
+                match f {
+                    Flag::L1 {
+                        index,
+                        cluster,
+                        copied,
+                    } => self
+                        .meta
+                        .borrow_mut()
+                        .tables
+                        .set_l1_entry(index, L1Entry::new(cluster * cs, !copied)),
+                    Flag::L2 { table, index, .. } => {
+                        self.load_l2(table).await?;
+                        self.meta
+                            .borrow_mut()
+                            .tables
+                            .update_l2_entry(table, index, |e| L2Entry {
+                                word: e.word ^ COPIED,
+                                ..e
+                            });
+                    }
+                }
+            }
+            self.writeback_all().await?;
+        }
         self.meta.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
         self.write_header().await?;
         self.device_flush().await?;
@@ -158,5 +224,35 @@ impl<D: BlockDev> Image<D> {
             pos += (40 + extra + id_len + name_len).next_multiple_of(8);
         }
         Ok((pos - h.snapshots_offset, out))
+    }
+}
+
+/// A COPIED flag of the active tables, as the rebuild found it.
+enum Flag {
+    /// L1 entry `index`, naming the L2 table in `cluster`.
+    L1 {
+        index: usize,
+        cluster: u64,
+        copied: bool,
+    },
+    /// Entry `index` of the L2 table at `table`, naming host `cluster`.
+    L2 {
+        table: u64,
+        index: usize,
+        cluster: u64,
+        copied: bool,
+    },
+}
+
+impl Flag {
+    fn cluster_and_flag(&self) -> (u64, bool) {
+        match *self {
+            Flag::L1 {
+                cluster, copied, ..
+            }
+            | Flag::L2 {
+                cluster, copied, ..
+            } => (cluster, copied),
+        }
     }
 }

@@ -22,6 +22,7 @@
 use crate::dev::BlockDev;
 use crate::error::{Error, Result, SnapshotError};
 use crate::format::entry::COPIED;
+use crate::format::header::incompat;
 use crate::format::snapshot::{
     decode_entry, encode_table, Decoded, Snapshot, MAX_SNAPSHOTS, MAX_TABLE_BYTES,
 };
@@ -51,7 +52,10 @@ impl<D: BlockDev> Image<D> {
         self.begin_snapshot_op().await?;
         let _g = self.meta_lock.lock().await;
         let _eager = self.eager_refcounts();
-        self.create_locked(name, date_sec, date_nsec).await
+        let window = self.open_flag_window().await?;
+        let r = self.create_locked(name, date_sec, date_nsec).await;
+        self.close_flag_window(window, &r).await?;
+        r
     }
 
     /// Revert the guest disk to the snapshot with id `id_or_name`, or else
@@ -62,7 +66,10 @@ impl<D: BlockDev> Image<D> {
         let new_size = {
             let _g = self.meta_lock.lock().await;
             let _eager = self.eager_refcounts();
-            self.apply_locked(id_or_name).await
+            let window = self.open_flag_window().await?;
+            let r = self.apply_locked(id_or_name).await;
+            self.close_flag_window(window, &r).await?;
+            r
         };
         self.geo.virtual_size = new_size?;
         Ok(())
@@ -74,7 +81,54 @@ impl<D: BlockDev> Image<D> {
         self.begin_snapshot_op().await?;
         let _g = self.meta_lock.lock().await;
         let _eager = self.eager_refcounts();
-        self.delete_locked(id_or_name).await
+        let window = self.open_flag_window().await?;
+        let r = self.delete_locked(id_or_name).await;
+        self.close_flag_window(window, &r).await?;
+        r
+    }
+
+    /// A snapshot operation changes refcounts between 1 and more, and a
+    /// COPIED flag may only be set once the refcount of 1 that allows it
+    /// is durable (and cleared before a second reference is): whatever
+    /// the order, a crash between the two leaves a cluster whose flag
+    /// disagrees with its refcount, which `qemu-img check` reports as an
+    /// error (harmless: a missing flag costs a needless COW). On a
+    /// version 3 image the dirty bit, durable before the operation
+    /// changes anything and cleared once all it did is durable, has the
+    /// next open rebuild refcounts and flags (`rebuild_refcounts`), as
+    /// lazy refcounts do. A version 2 image has no dirty bit: there, as
+    /// with QEMU's driver, a crash inside the operation may leave such
+    /// flags for `qemu-img check -r` to mend. Returns whether it set the
+    /// bit (it was clear). Under `meta_lock`.
+    async fn open_flag_window(&self) -> Result<bool> {
+        self.assert_meta_locked("open_flag_window");
+        if self.geo.version < 3 || self.meta.borrow().dirty_on_disk {
+            return Ok(false);
+        }
+        self.meta.borrow_mut().header.incompatible_features |= incompat::DIRTY;
+        self.write_header().await?;
+        self.device_flush().await?;
+        self.meta.borrow_mut().dirty_on_disk = true;
+        Ok(true)
+    }
+
+    /// Clear the dirty bit [`Image::open_flag_window`] set, once the
+    /// operation's result `r` is durable: after success, or a refusal
+    /// that changed nothing. After an I/O error it stays, for the next
+    /// open's repair.
+    async fn close_flag_window<T>(&self, set: bool, r: &Result<T>) -> Result<()> {
+        let done = match r {
+            Ok(_) => true,
+            Err(e) => matches!(e, Error::Snapshot(_)),
+        };
+        if !set || !done {
+            return Ok(());
+        }
+        self.meta.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
+        self.write_header().await?;
+        self.device_flush().await?;
+        self.meta.borrow_mut().dirty_on_disk = false;
+        Ok(())
     }
 
     /// Refcounts written eagerly until the guard drops, on a lazy-refcounts
