@@ -123,6 +123,32 @@ pub fn fill_write_buffer(buf: &mut [u8], id: WriteId, first_sector: u64) {
     }
 }
 
+/// Of the sectors a compressible buffer covers, the generated ones: one
+/// guest sector in [`COMPRESSIBLE_STRIDE`], the others zeroes. Generated
+/// data does not compress (its filler differs word by word), so a
+/// compressed write of it alone would always fall back to an ordinary one.
+pub fn compressible_has_data(sector: u64) -> bool {
+    sector.is_multiple_of(COMPRESSIBLE_STRIDE)
+}
+
+/// One sector in this many of a compressible buffer holds generated data.
+pub const COMPRESSIBLE_STRIDE: u64 = 4;
+
+/// Fills `buf` (a whole number of sectors) with what compressed write `id`
+/// puts at the sectors starting at `first_sector`: generated data where
+/// [`compressible_has_data`] says so, zeroes elsewhere.
+pub fn fill_compressible_buffer(buf: &mut [u8], id: WriteId, first_sector: u64) {
+    assert_eq!(buf.len() % SECTOR_SIZE, 0, "buffer is not whole sectors");
+    for (i, chunk) in buf.chunks_exact_mut(SECTOR_SIZE).enumerate() {
+        let sector = first_sector + i as u64;
+        if compressible_has_data(sector) {
+            fill_written(chunk, id, sector);
+        } else {
+            chunk.fill(0);
+        }
+    }
+}
+
 /// Decodes one sector read back.
 pub fn decode(buf: &[u8]) -> Content {
     assert_eq!(buf.len(), SECTOR_SIZE, "decode takes exactly one sector");

@@ -189,6 +189,17 @@ pub struct Totals {
     /// requests held in all.
     pub outlier_cases: u64,
     pub held_requests: u64,
+    /// Snapshot operations run, in how many cases, and those that did
+    /// nothing (no snapshot to pick) or were refused (narrow refcounts).
+    pub snapshot_ops: u64,
+    pub snapshot_cases: u64,
+    pub snapshot_ops_skipped: u64,
+    pub snapshot_ops_refused: u64,
+    /// Compressed writes issued, in how many cases, and those refused
+    /// (their cluster allocated).
+    pub compressed_writes: u64,
+    pub compressed_cases: u64,
+    pub compressed_refused: u64,
 }
 
 /// Cases counted by schedule mode.
@@ -237,6 +248,13 @@ impl Totals {
     fn add(&mut self, s: &RunStats) {
         self.guest_ops += s.guest_ops;
         self.failed_ops += s.failed_ops;
+        self.snapshot_ops += s.snapshot_ops;
+        self.snapshot_cases += u64::from(s.snapshot_ops > 0);
+        self.snapshot_ops_skipped += s.snapshot_ops_skipped;
+        self.snapshot_ops_refused += s.snapshot_ops_refused;
+        self.compressed_writes += s.compressed_writes;
+        self.compressed_cases += u64::from(s.compressed_writes > 0);
+        self.compressed_refused += s.compressed_refused;
         self.excused.add(&s.excused);
         self.read_sectors_checked += s.read_sectors_checked;
         self.crashes += s.crashes;

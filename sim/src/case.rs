@@ -283,6 +283,31 @@ pub enum Op {
         sector: u64,
         sectors: u64,
     },
+    /// A compressed write (`qemu-io write -c`) of one whole cluster, or of
+    /// the disk's partial last one: `sector` is cluster aligned. Its data
+    /// is [`oracle::data::fill_compressible_buffer`]'s, generated sectors
+    /// among zeroes, so that a cluster of more than one sector compresses.
+    /// The engine refuses a cluster that has a host cluster already, as
+    /// QEMU's driver does; the model then allows either content.
+    WriteCompressed {
+        sector: u64,
+        sectors: u64,
+    },
+    /// An internal snapshot of the guest disk (`qemu-img snapshot -c`),
+    /// named after the operation's number. It runs alone: the runner lets
+    /// every request in flight end first, as QEMU drains the disk.
+    SnapshotCreate,
+    /// Revert the guest disk to a snapshot: the `pick`-th (modulo their
+    /// number) of the snapshots the run knows exist; nothing when none
+    /// does. Runs alone.
+    SnapshotApply {
+        pick: u32,
+    },
+    /// Delete a snapshot, chosen as [`Op::SnapshotApply`] chooses. Runs
+    /// alone.
+    SnapshotDelete {
+        pick: u32,
+    },
     Flush,
     Crash,
 }
@@ -299,9 +324,23 @@ impl Op {
             | Op::WriteZeroes {
                 sector, sectors, ..
             }
-            | Op::Discard { sector, sectors } => Some((sector, sectors)),
-            Op::Flush | Op::Crash => None,
+            | Op::Discard { sector, sectors }
+            | Op::WriteCompressed { sector, sectors } => Some((sector, sectors)),
+            Op::Flush
+            | Op::Crash
+            | Op::SnapshotCreate
+            | Op::SnapshotApply { .. }
+            | Op::SnapshotDelete { .. } => None,
         }
+    }
+
+    /// Whether it is a snapshot operation, which runs with nothing else in
+    /// flight: its group holds it and at most a crash.
+    pub fn is_snapshot(&self) -> bool {
+        matches!(
+            self,
+            Op::SnapshotCreate | Op::SnapshotApply { .. } | Op::SnapshotDelete { .. }
+        )
     }
 
     /// Whether it is a read (in the foreground or not): it changes nothing.
@@ -556,6 +595,12 @@ impl Case {
         for ops in &self.workload {
             for op in ops {
                 work += 1;
+                if op.is_snapshot() {
+                    // The reads that capture the disk's content (a sweep),
+                    // and the tables and refcount blocks it rewrites, far
+                    // fewer than the clusters they hold.
+                    work += sweep(swept) + EPOCH_OVERHEAD;
+                }
                 if let Some((sector, sectors)) = op.range() {
                     let spanned = (sector + sectors).div_ceil(cs) - sector / cs;
                     work += match op {
@@ -581,6 +626,17 @@ impl Case {
     /// The work of the whole run: [`Case::epoch_work`], summed.
     pub fn work(&self) -> u64 {
         self.epoch_work().iter().sum()
+    }
+
+    /// The case without its snapshot operations and compressed writes
+    /// (groups left empty dropped): for runners of their own that drive
+    /// only the guest's requests (the engine's smoke tests).
+    pub fn without_snapshots_and_compression(mut self) -> Case {
+        for g in &mut self.workload {
+            g.retain(|op| !op.is_snapshot() && !matches!(op, Op::WriteCompressed { .. }));
+        }
+        self.workload.retain(|g| !g.is_empty());
+        self
     }
 
     /// Sectors the writes, write_zeroes and discards cover, summed.
@@ -804,6 +860,21 @@ impl Case {
                 ))
             } else if ops.iter().filter(|op| matches!(op, Op::Crash)).count() > 1 {
                 Some("more than one crash".to_string())
+            } else if ops.iter().any(Op::is_snapshot)
+                && ops.iter().filter(|op| !matches!(op, Op::Crash)).count() > 1
+            {
+                Some(
+                    "a snapshot operation shares its group (it runs alone, or with a crash)".into(),
+                )
+            } else if self.image.data_file.is_some()
+                && ops
+                    .iter()
+                    .any(|op| op.is_snapshot() || matches!(op, Op::WriteCompressed { .. }))
+            {
+                Some(
+                    "snapshots and compressed writes need an image without an external data file"
+                        .into(),
+                )
             } else {
                 None
             };
@@ -834,6 +905,19 @@ impl Case {
                         sectors,
                         disk,
                     });
+                }
+                if let Op::WriteCompressed { .. } = op {
+                    let cs = self.image.create.cluster_size / SECTOR_SIZE as u64;
+                    let whole = sectors == cs || (sectors < cs && sector + sectors == disk);
+                    if !sector.is_multiple_of(cs) || !whole {
+                        return Err(CaseError::Group {
+                            group,
+                            problem: format!(
+                                "operation {index}: a compressed write of sectors \
+                                 {sector}+{sectors} is not one whole cluster of {cs} sectors"
+                            ),
+                        });
+                    }
                 }
             }
         }

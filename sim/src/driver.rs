@@ -46,6 +46,33 @@ pub trait Driver {
     /// The clean close: write back everything, leave the image clean.
     fn close(self: Box<Self>) -> DriverFuture<'static, ()>;
 
+    /// Write `data` (whole clusters at a cluster-aligned `offset`)
+    /// compressed, as `qemu-io write -c` asks. A driver without
+    /// compressed writes refuses with `Error::Unsupported`.
+    fn write_compressed<'a>(&'a self, offset: u64, data: &'a [u8]) -> DriverFuture<'a, ()> {
+        let _ = (offset, data);
+        unsupported("compressed writes")
+    }
+    /// Take an internal snapshot named `name` (nothing else in flight).
+    fn snapshot_create<'a>(&'a mut self, name: &'a str) -> DriverFuture<'a, ()> {
+        let _ = name;
+        unsupported("internal snapshots")
+    }
+    /// Revert the guest disk to the snapshot named `name`.
+    fn snapshot_apply<'a>(&'a mut self, name: &'a str) -> DriverFuture<'a, ()> {
+        let _ = name;
+        unsupported("internal snapshots")
+    }
+    /// Delete the snapshot named `name`.
+    fn snapshot_delete<'a>(&'a mut self, name: &'a str) -> DriverFuture<'a, ()> {
+        let _ = name;
+        unsupported("internal snapshots")
+    }
+    /// The names of the image's internal snapshots, in table order.
+    fn snapshot_names(&self) -> DriverFuture<'_, Vec<String>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
     /// Read through `backing` where the image has no data (the runner
     /// builds it: a raw disk, or the backing qcow2 opened read-only by the
     /// engine). A driver without backing files refuses.
@@ -71,6 +98,12 @@ pub trait Driver {
         let _ = guest;
         Box::pin(async { Ok(None) })
     }
+}
+
+/// A driver's refusal of what it does not do.
+fn unsupported<'a, T: 'a>(what: &str) -> DriverFuture<'a, T> {
+    let e = Error::Unsupported(format!("this driver does not do {what}"));
+    Box::pin(async move { Err(e) })
 }
 
 /// How a driver makes and opens images on the simulated disks.
@@ -137,6 +170,25 @@ impl Driver for Image<SimDisk> {
     }
     fn close(self: Box<Self>) -> DriverFuture<'static, ()> {
         Box::pin(async move { Image::close(*self).await.map(|_| ()) })
+    }
+    fn write_compressed<'a>(&'a self, offset: u64, data: &'a [u8]) -> DriverFuture<'a, ()> {
+        Box::pin(Image::write_compressed(self, offset, data))
+    }
+    fn snapshot_create<'a>(&'a mut self, name: &'a str) -> DriverFuture<'a, ()> {
+        // The date is the engine's to leave at zero: a run reads no clock.
+        Box::pin(async move { Image::snapshot_create(self, name, 0, 0).await.map(|_| ()) })
+    }
+    fn snapshot_apply<'a>(&'a mut self, name: &'a str) -> DriverFuture<'a, ()> {
+        Box::pin(Image::snapshot_apply(self, name))
+    }
+    fn snapshot_delete<'a>(&'a mut self, name: &'a str) -> DriverFuture<'a, ()> {
+        Box::pin(Image::snapshot_delete(self, name))
+    }
+    fn snapshot_names(&self) -> DriverFuture<'_, Vec<String>> {
+        Box::pin(async move {
+            let table = Image::snapshots(self).await?;
+            Ok(table.into_iter().map(|s| s.name).collect())
+        })
     }
     fn attach_backing(&mut self, backing: Backing<SimDisk>) -> Result<(), Error> {
         Image::attach_backing(self, backing);

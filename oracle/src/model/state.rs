@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::history::{self, Entries, Entry, Put, Seq};
 use super::types::{DiscardContract, OpId, SectorRange, Status, Value, WriteKind};
 use super::violation::{Violation, When};
-use crate::data::{decode, BackingData, WriteId, SECTOR_SIZE};
+use crate::data::{compressible_has_data, decode, BackingData, WriteId, SECTOR_SIZE};
 
 /// Counts for a run's summary.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -36,8 +36,11 @@ struct Lost {
     since: Seq,
 }
 
-struct PendingWrite {
-    range: SectorRange,
+/// The sectors a write in flight covers: a run of them, or (a snapshot
+/// being applied) the scattered sectors whose value it changes.
+enum PendingWrite {
+    Range(SectorRange),
+    Sectors(Vec<u64>),
 }
 
 struct PendingRead {
@@ -203,7 +206,7 @@ impl Model {
                 DiscardContract::Unspecified => Put::Value(Value::Unspecified),
             },
         };
-        let old = self.writes.insert(op, PendingWrite { range });
+        let old = self.writes.insert(op, PendingWrite::Range(range));
         assert!(old.is_none(), "{op} issued twice");
         let keep_from = self.compaction_point();
         for s in range.sectors() {
@@ -218,7 +221,62 @@ impl Model {
         }
     }
 
-    /// A guest write issued with [`Model::write_issued`] returned.
+    /// A guest request that puts its own value in each sector it covers
+    /// was issued: a compressed write (generated data among zeroes, all
+    /// of write `id`), or a snapshot being applied (`id` None: each sector
+    /// gets back what the snapshot holds, written data of earlier writes).
+    /// `values` are in ascending sector order. Completed with
+    /// [`Model::write_completed`], and judged like any write: until it is
+    /// durable each sector may hold its old value or the new one.
+    pub fn write_issued_values(&mut self, op: OpId, id: Option<WriteId>, values: &[(u64, Value)]) {
+        self.assert_running();
+        if let Some(id) = id {
+            assert!(self.ids.insert(id), "{id} issued twice");
+        }
+        assert!(
+            values.windows(2).all(|w| w[0].0 < w[1].0),
+            "{op}'s sectors are not in ascending order"
+        );
+        if let (Some(&(first, _)), Some(&(last, _))) = (values.first(), values.last()) {
+            self.assert_in_disk(SectorRange::new(first, last - first + 1));
+        }
+        let issued = self.tick();
+        let old = self.writes.insert(
+            op,
+            PendingWrite::Sectors(values.iter().map(|&(s, _)| s).collect()),
+        );
+        assert!(old.is_none(), "{op} issued twice");
+        let keep_from = self.compaction_point();
+        for &(s, v) in values {
+            let entries = self.history.entry(s).or_default();
+            history::compact(entries, keep_from);
+            entries.push(Entry {
+                op,
+                put: Put::Value(v),
+                issued,
+                completed: None,
+            });
+        }
+    }
+
+    /// What a compressed write `id` of `sectors` sectors from `sector`
+    /// puts in each ([`crate::data::fill_compressible_buffer`]'s data), as
+    /// [`Model::write_issued_values`] takes it.
+    pub fn compressible_values(id: WriteId, sector: u64, sectors: u64) -> Vec<(u64, Value)> {
+        (sector..sector + sectors)
+            .map(|s| {
+                let v = if compressible_has_data(s) {
+                    Value::Data(id)
+                } else {
+                    Value::Zero
+                };
+                (s, v)
+            })
+            .collect()
+    }
+
+    /// A guest write issued with [`Model::write_issued`] or
+    /// [`Model::write_issued_values`] returned.
     pub fn write_completed(&mut self, op: OpId, status: Status) {
         self.assert_running();
         let w = self
@@ -226,13 +284,17 @@ impl Model {
             .remove(&op)
             .unwrap_or_else(|| panic!("{op} completed but is not an issued write"));
         let done = self.tick();
-        for s in w.range.sectors() {
+        let mut mark = |s: u64| {
             let entry = self
                 .history
                 .get_mut(&s)
                 .and_then(|es| es.iter_mut().rev().find(|e| e.op == op))
                 .expect("an issued write has an entry in every sector it covers");
             entry.completed = Some((done, status));
+        };
+        match w {
+            PendingWrite::Range(r) => r.sectors().for_each(&mut mark),
+            PendingWrite::Sectors(v) => v.into_iter().for_each(mark),
         }
     }
 

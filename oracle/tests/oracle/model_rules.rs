@@ -543,3 +543,48 @@ fn doubt_ends_when_a_later_write_is_made_durable() {
     assert_eq!(v.allowed, vec![Value::Data(WriteId(3))]);
     only(r.recover(0, &[S::W(2)], S::Zero));
 }
+
+/// A snapshot applied: each sector gets back what the snapshot held,
+/// through `write_issued_values`, durable only once a flush says so.
+#[test]
+fn an_applied_snapshot_is_each_sectors_old_value_until_durable() {
+    let mut r = Run::new();
+    r.write(1, 4, 2);
+    r.flush();
+    // The snapshot held write 1 at 4..6; write 2 came after it.
+    r.write(2, 4, 3);
+    let op = r.op();
+    let back = [
+        (4, Value::Data(WriteId(1))),
+        (5, Value::Data(WriteId(1))),
+        (6, Value::Zero),
+    ];
+    r.m.write_issued_values(op, None, &back);
+    // In flight, either value.
+    r.read(4, &[S::W(2), S::W(1), S::W(2)]).unwrap();
+    r.m.write_completed(op, Status::Ok);
+    r.read(4, &[S::W(1), S::W(1), S::Zero]).unwrap();
+    let v = only(r.read(6, &[S::W(2)]));
+    assert_eq!(v.allowed, vec![Value::Zero]);
+    // Not yet durable: a crash may keep either, sector by sector.
+    r.recover(4, &[S::W(2), S::W(1), S::Zero], S::Zero).unwrap();
+}
+
+#[test]
+fn a_compressed_write_is_data_among_zeroes() {
+    let mut r = Run::new();
+    let op = r.op();
+    let values = Model::compressible_values(WriteId(7), 8, 8);
+    assert_eq!(values.len(), 8);
+    assert_eq!(values[0], (8, Value::Data(WriteId(7))));
+    assert_eq!(values[1], (9, Value::Zero));
+    assert_eq!(values[4], (12, Value::Data(WriteId(7))));
+    r.m.write_issued_values(op, Some(WriteId(7)), &values);
+    r.m.write_completed(op, Status::Ok);
+    let mut buf = vec![0u8; 8 * SECTOR_SIZE];
+    oracle::data::fill_compressible_buffer(&mut buf, WriteId(7), 8);
+    let read = r.op();
+    r.m.check_read(read, 8, &buf).unwrap();
+    let v = only(r.read(9, &[S::W(7)]));
+    assert_eq!(v.allowed, vec![Value::Zero]);
+}

@@ -332,6 +332,18 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             t.data_file_cases
         );
     }
+    if t.snapshot_ops > 0 || t.compressed_writes > 0 {
+        println!(
+            "snapshot operations: {} in {} cases ({} with no snapshot to pick, {} refused for narrow refcounts); compressed writes: {} in {} cases ({} refused, their cluster allocated)",
+            t.snapshot_ops,
+            t.snapshot_cases,
+            t.snapshot_ops_skipped,
+            t.snapshot_ops_refused,
+            t.compressed_writes,
+            t.compressed_cases,
+            t.compressed_refused
+        );
+    }
     if t.harsh_cases > 0 {
         println!(
             "harsh mode: {} cases with torn, lost or misdirected writes; {} model or checker findings there (counted, not failures)",

@@ -112,6 +112,11 @@ pub enum EnumerateError {
     /// states would have to be combined with the image's.
     #[error("the case has an external data file: enumerating crash states of two disks is not supported")]
     DataFile,
+    /// A snapshot operation before the crash: each runs alone, on the
+    /// image it owns meanwhile, which the enumeration's replays of the
+    /// prefix do not do.
+    #[error("the case has snapshot operations up to its first crash: enumerating their crash states is not supported")]
+    Snapshots,
     /// The cause is in the message and not a `source()` (see
     /// `CaseError`): a chain printer would print it twice.
     #[error("crash states: {0}")]
@@ -159,6 +164,13 @@ pub fn enumerate_crash_states_at(
         .ok_or(EnumerateError::NoCrash)?;
     if case.image.data_file.is_some() {
         return Err(EnumerateError::DataFile);
+    }
+    if case.workload[..=group]
+        .iter()
+        .flatten()
+        .any(Op::is_snapshot)
+    {
+        return Err(EnumerateError::Snapshots);
     }
     let run_opts = RunOptions::default();
     let mut first = Run::fresh(case, &run_opts, &crate::driver::EngineDriver);

@@ -20,6 +20,7 @@
 mod enumerate;
 mod report;
 mod setup;
+mod snapshots;
 mod sweep;
 
 pub use enumerate::{
@@ -41,8 +42,8 @@ use engine::Guard;
 
 use crate::driver::{Driver, DriverKind, EngineDriver};
 use oracle::check::FindingKind;
-use oracle::data::{fill_write_buffer, WriteId, SECTOR_SIZE};
-use oracle::model::{Model, OpId, SectorRange, Status, Violation, WriteKind};
+use oracle::data::{decode, fill_compressible_buffer, fill_write_buffer, WriteId, SECTOR_SIZE};
+use oracle::model::{Model, OpId, SectorRange, Status, Value, Violation, WriteKind};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -52,6 +53,7 @@ use crate::disk::{
 };
 use crate::exec::{ExecError, ExecOptions, JoinHandle, Nanos, RunEnd, Sim};
 use crate::rng::{self, Stream};
+use snapshots::{Presence, Snapshots};
 
 /// What a run does besides running.
 #[derive(Debug, Clone, Default)]
@@ -81,6 +83,24 @@ struct Shared {
     model: RefCell<Model>,
     failures: RefCell<Vec<Failure>>,
     stats: RefCell<RunStats>,
+    /// The internal snapshots the workload took.
+    snapshots: RefCell<Snapshots>,
+}
+
+/// What a snapshot operation will do, decided by the runner before it
+/// hands the image to the operation's task.
+enum SnapshotPlan {
+    /// Take the snapshot at this index of the run's list.
+    Create(usize),
+    /// Revert to the snapshot at this index: each sector in `values` gets
+    /// its value back (the others keep theirs, unwritten in both).
+    Apply {
+        snapshot: usize,
+        values: Vec<(u64, Value)>,
+    },
+    Delete(usize),
+    /// No snapshot surely exists to apply or delete.
+    Skip,
 }
 
 struct Run<'a> {
@@ -433,6 +453,7 @@ impl<'a> Run<'a> {
             model: RefCell::new(case.model()),
             failures: RefCell::new(Vec::new()),
             stats: RefCell::new(RunStats::default()),
+            snapshots: RefCell::new(Snapshots::default()),
         });
         Run {
             case,
@@ -500,38 +521,7 @@ impl<'a> Run<'a> {
         }
         let fg = Foreground { tasks: fg, starts };
         let ran = if crash {
-            let horizon = self.crash_rng.gen_range(0..=CRASH_HORIZON_NS);
-            // Drawn only when the case asks for crashes at flushes, so
-            // cases saved before keep their crash stream.
-            let at_flush = self.case.disk.crash.at_flush_ppm;
-            if at_flush > 0 && self.crash_rng.gen_range(0..PPM) < at_flush {
-                // Each flush the group issues takes the power with it with
-                // chance 1/n: n = 1 crashes at the first, larger n reach
-                // the later steps of a writeback.
-                let n = self.crash_rng.gen_range(1..=AT_FLUSH_MAX);
-                let disks = self.crashing_disks();
-                let mut seen = flushes_on(&disks);
-                let rng = &mut self.crash_rng;
-                let end = self.sim.run_until(|| {
-                    let now = flushes_on(&disks);
-                    while seen < now {
-                        seen += 1;
-                        if rng.gen_ratio(1, n) {
-                            return true;
-                        }
-                    }
-                    false
-                });
-                self.at_flush = matches!(end, Ok(RunEnd::Stopped));
-                if self.at_flush {
-                    self.shared.stats.borrow_mut().crashes_at_flush += 1;
-                }
-                end.map(|_| ())
-            } else {
-                self.sim
-                    .run_until_time(self.sim.now() + horizon)
-                    .map(|_| ())
-            }
+            self.run_until_power_fails()
         } else if armed && !self.armed.is_empty() {
             match self.run_to_guard(img, &fg) {
                 Ok(Some(guard)) => {
@@ -557,6 +547,43 @@ impl<'a> Run<'a> {
             return GroupEnd::Hung;
         }
         GroupEnd::Ran
+    }
+
+    /// Run the spawned group until the power goes: a time drawn from the
+    /// crash stream, or (`CrashOptions::at_flush_ppm`) one of its flushes.
+    fn run_until_power_fails(&mut self) -> Result<(), ExecError> {
+        let horizon = self.crash_rng.gen_range(0..=CRASH_HORIZON_NS);
+        // Drawn only when the case asks for crashes at flushes, so
+        // cases saved before keep their crash stream.
+        let at_flush = self.case.disk.crash.at_flush_ppm;
+        if at_flush > 0 && self.crash_rng.gen_range(0..PPM) < at_flush {
+            // Each flush the group issues takes the power with it with
+            // chance 1/n: n = 1 crashes at the first, larger n reach
+            // the later steps of a writeback.
+            let n = self.crash_rng.gen_range(1..=AT_FLUSH_MAX);
+            let disks = self.crashing_disks();
+            let mut seen = flushes_on(&disks);
+            let rng = &mut self.crash_rng;
+            let end = self.sim.run_until(|| {
+                let now = flushes_on(&disks);
+                while seen < now {
+                    seen += 1;
+                    if rng.gen_ratio(1, n) {
+                        return true;
+                    }
+                }
+                false
+            });
+            self.at_flush = matches!(end, Ok(RunEnd::Stopped));
+            if self.at_flush {
+                self.shared.stats.borrow_mut().crashes_at_flush += 1;
+            }
+            end.map(|_| ())
+        } else {
+            self.sim
+                .run_until_time(self.sim.now() + horizon)
+                .map(|_| ())
+        }
     }
 
     /// Run the group whose tasks are `fg` to its end: every task, or with
@@ -626,6 +653,33 @@ impl<'a> Run<'a> {
             let live = img.take().expect("an open image between groups");
             let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
             let flushes_before = self.disk.flushes();
+            if let Some(&(n, op)) = ops.iter().find(|(_, op)| op.is_snapshot()) {
+                let Some(back) = self.run_snapshot_group(live, g, n, op, crash) else {
+                    return;
+                };
+                self.group_flushes
+                    .push(self.disk.flushes() - flushes_before);
+                if !crash {
+                    img = Some(Rc::new(back.expect(
+                        "a snapshot operation run to its end gives the image back",
+                    )));
+                    continue;
+                }
+                self.sim.abort_all();
+                // Cut short, the operation took the image (and the
+                // epoch's counters) with it.
+                if let Some(live) = back {
+                    self.shared.stats.borrow_mut().add_epoch(&live.counters());
+                }
+                match self.crash() {
+                    Ok(next) => {
+                        self.epoch_start = self.disk_counters();
+                        img = Some(next)
+                    }
+                    Err(f) => return self.fail(f),
+                }
+                continue;
+            }
             let end = self.run_group_armed(&live, g, ops, crash, !crash);
             if end == GroupEnd::Hung {
                 return;
@@ -796,38 +850,308 @@ impl<'a> Run<'a> {
                     }
                     r
                 }
-                Op::Crash => unreachable!("crashes are not spawned"),
-            };
-            shared.stats.borrow_mut().guest_ops += 1;
-            if let Err(e) = result {
-                shared.stats.borrow_mut().failed_ops += 1;
-                // Errors are legitimate only as the echo of an injected
-                // fault: one that met a request while this operation was
-                // in flight (its own, or metadata I/O it waited for), or
-                // the failed metadata write that poisoned the image earlier
-                // in this epoch.
-                let during = first_fault_since(&disks, &faults_at_issue);
-                let mut stats = shared.stats.borrow_mut();
-                match excuse(&e, during, faults_on(&disks)) {
-                    Some(Excuse::Fault(op)) => stats.excused.by_fault(op),
-                    Some(Excuse::Poisoned) => stats.excused.poisoned += 1,
-                    None => {
-                        let why = if faults_before + faults_on(&disks) == 0 {
-                            "no fault injected".to_string()
-                        } else {
-                            format!(
-                                "no fault injected while it was in flight ({} before it, \
-                                 none since it was issued)",
-                                faults_before + faults_at_issue.iter().sum::<usize>() as u64
-                            )
-                        };
-                        shared.failures.borrow_mut().push(Failure::Engine {
-                            what: format!("op {n} ({op:?}) failed with {why}: {e}"),
-                        });
+                Op::WriteCompressed { sector, sectors } => {
+                    let mut buf = vec![0u8; (sectors * ss) as usize];
+                    fill_compressible_buffer(&mut buf, WriteId(n), sector);
+                    let values = Model::compressible_values(WriteId(n), sector, sectors);
+                    shared
+                        .model
+                        .borrow_mut()
+                        .write_issued_values(id, Some(WriteId(n)), &values);
+                    let r = img.write_compressed(sector * ss, &buf).await;
+                    // A cluster with a host cluster already is refused, as
+                    // QEMU's driver refuses it: no failure, but the model
+                    // is promised nothing of its content.
+                    let refused = matches!(
+                        r,
+                        Err(engine::Error::Compressed(
+                            engine::CompressedWriteError::Allocated { .. }
+                        ))
+                    );
+                    let st = if refused { Status::Failed } else { status(&r) };
+                    shared.model.borrow_mut().write_completed(id, st);
+                    let mut stats = shared.stats.borrow_mut();
+                    stats.guest_writes += 1;
+                    stats.compressed_writes += 1;
+                    stats.compressed_refused += u64::from(refused);
+                    if refused {
+                        Ok(())
+                    } else {
+                        r
                     }
                 }
-            }
+                Op::SnapshotCreate | Op::SnapshotApply { .. } | Op::SnapshotDelete { .. } => {
+                    unreachable!("snapshot operations run alone (run_snapshot_group)")
+                }
+                Op::Crash => unreachable!("crashes are not spawned"),
+            };
+            account(
+                &shared,
+                &disks,
+                &faults_at_issue,
+                faults_before,
+                n,
+                &op,
+                result,
+            );
         })
+    }
+
+    /// Run snapshot operation `op` (number `n`) of group `g`, alone: every
+    /// request in flight (background reads too) ends first, as QEMU drains
+    /// the disk before one. A create first reads the guest disk back,
+    /// checked by the model, to know what the snapshot holds. With `crash`
+    /// the power goes at a time drawn as for any group, perhaps in the
+    /// middle of the operation. Returns the image (None if the crash cut
+    /// the operation short and it went with it), or None outright if the
+    /// run cannot go on (a failure is recorded).
+    fn run_snapshot_group(
+        &mut self,
+        live: Rc<Img>,
+        g: usize,
+        n: u64,
+        op: Op,
+        crash: bool,
+    ) -> Option<Option<Img>> {
+        self.group = g;
+        if let Err(e) = self.sim.run() {
+            self.sim.abort_all();
+            self.fail(Failure::Hang {
+                group: g,
+                message: e.to_string(),
+            });
+            return None;
+        }
+        self.background.clear();
+        let plan = match op {
+            Op::SnapshotCreate => match self.capture(&live, n) {
+                Ok(values) => SnapshotPlan::Create(
+                    self.shared
+                        .snapshots
+                        .borrow_mut()
+                        .taking(Snapshots::name_of(n), values),
+                ),
+                Err(f) => {
+                    self.fail(f);
+                    return None;
+                }
+            },
+            Op::SnapshotApply { pick } => {
+                let known = self.shared.snapshots.borrow();
+                match known.pick(pick) {
+                    Some(i) => SnapshotPlan::Apply {
+                        snapshot: i,
+                        values: self.values_after_apply(&known.get(i).values),
+                    },
+                    None => SnapshotPlan::Skip,
+                }
+            }
+            Op::SnapshotDelete { pick } => {
+                let mut known = self.shared.snapshots.borrow_mut();
+                match known.pick(pick) {
+                    Some(i) => {
+                        // Cut short, it may have happened or not.
+                        known.set(i, Presence::Maybe);
+                        SnapshotPlan::Delete(i)
+                    }
+                    None => SnapshotPlan::Skip,
+                }
+            }
+            _ => unreachable!("run_snapshot_group runs snapshot operations"),
+        };
+        let Ok(owned) = Rc::try_unwrap(live) else {
+            self.fail(Failure::Engine {
+                what: "the image is still shared after every request ended".into(),
+            });
+            return None;
+        };
+        let slot: Rc<RefCell<Option<Img>>> = Rc::new(RefCell::new(None));
+        self.spawn_snapshot_op(owned, n, op, plan, slot.clone());
+        let ran = if crash {
+            self.run_until_power_fails()
+        } else {
+            self.sim.run().map(|_| ())
+        };
+        if let Err(e) = ran {
+            self.sim.abort_all();
+            self.fail(Failure::Hang {
+                group: g,
+                message: e.to_string(),
+            });
+            return None;
+        }
+        let back = slot.borrow_mut().take();
+        Some(back)
+    }
+
+    /// What applying a snapshot holding `taken` puts in each sector whose
+    /// value may change: those the model has a record of and those the
+    /// snapshot holds written data in (an unwritten sector reads the same
+    /// in both).
+    fn values_after_apply(&self, taken: &[(u64, Value)]) -> Vec<(u64, Value)> {
+        let model = self.shared.model.borrow();
+        let mut sectors = model.recorded_sectors();
+        sectors.extend(taken.iter().map(|&(s, _)| s));
+        let mut taken = taken.iter().peekable();
+        sectors
+            .into_iter()
+            .map(|s| {
+                while taken.next_if(|&&(t, _)| t < s).is_some() {}
+                let v = taken
+                    .next_if(|&&(t, _)| t == s)
+                    .map_or_else(|| model.unwritten(s), |&(_, v)| v);
+                (s, v)
+            })
+            .collect()
+    }
+
+    /// The guest disk read back (faults off) and checked by the model as
+    /// a read, as the values of the sectors that differ from unwritten
+    /// ones, in order: what a snapshot taken now holds.
+    fn capture(&mut self, img: &Rc<Img>, n: u64) -> Result<Vec<(u64, Value)>, Failure> {
+        self.set_faults_enabled(false);
+        let reads = sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
+        let mut values = Vec::new();
+        for (first, count) in reads {
+            let buf = self.read_all(img, first, count)?;
+            let checked = self
+                .shared
+                .model
+                .borrow_mut()
+                .check_read(OpId(n), first, &buf);
+            if let Err(vs) = checked {
+                let (text, sectors) = self.block(
+                    "describing the violations of a snapshot's read",
+                    describe_owned(img.clone(), self.data_disk(), vs),
+                )?;
+                self.fail(Failure::Model { text, sectors });
+            }
+            let model = self.shared.model.borrow();
+            for (s, chunk) in (first..).zip(buf.chunks_exact(SECTOR_SIZE)) {
+                let v = Value::of_content(decode(chunk), s).unwrap_or(Value::Garbage);
+                if v != model.unwritten(s) {
+                    values.push((s, v));
+                }
+            }
+        }
+        self.set_faults_enabled(true);
+        Ok(values)
+    }
+
+    /// Spawn the task that runs snapshot operation `op` (number `n`) as
+    /// `plan` says, on the image it owns meanwhile, and puts the image in
+    /// `slot` when done.
+    fn spawn_snapshot_op(
+        &self,
+        owned: Img,
+        n: u64,
+        op: Op,
+        plan: SnapshotPlan,
+        slot: Rc<RefCell<Option<Img>>>,
+    ) {
+        let shared = self.shared.clone();
+        let disks = self.crashing_disks();
+        let faults_before = self.gone.faults();
+        let name = format!("op {n} {op:?}");
+        self.sim.spawn_named(name, async move {
+            let mut img = owned;
+            let id = OpId(n);
+            let faults_at_issue: Vec<usize> = disks.iter().map(SimDisk::fault_count).collect();
+            let name_of = |i: usize| shared.snapshots.borrow().get(i).name.clone();
+            let skipped = matches!(plan, SnapshotPlan::Skip);
+            // Each operation first makes everything written before it
+            // durable, as a flush does, and is durable once it returns.
+            let result = match plan {
+                SnapshotPlan::Create(i) => {
+                    let name = name_of(i);
+                    shared.model.borrow_mut().flush_issued(id);
+                    let r = img.snapshot_create(&name).await;
+                    shared.model.borrow_mut().flush_completed(id, status(&r));
+                    if r.is_ok() {
+                        shared.snapshots.borrow_mut().set(i, Presence::Exists);
+                    }
+                    r
+                }
+                SnapshotPlan::Apply { snapshot, values } => {
+                    let name = name_of(snapshot);
+                    {
+                        let mut m = shared.model.borrow_mut();
+                        m.flush_issued(id);
+                        m.write_issued_values(id, None, &values);
+                    }
+                    let r = img.snapshot_apply(&name).await;
+                    let st = status(&r);
+                    let mut m = shared.model.borrow_mut();
+                    m.write_completed(id, st);
+                    m.flush_completed(id, st);
+                    if st == Status::Ok {
+                        m.flush_issued(id);
+                        m.flush_completed(id, Status::Ok);
+                    }
+                    r
+                }
+                SnapshotPlan::Delete(i) => {
+                    let name = name_of(i);
+                    shared.model.borrow_mut().flush_issued(id);
+                    let r = img.snapshot_delete(&name).await;
+                    shared.model.borrow_mut().flush_completed(id, status(&r));
+                    if r.is_ok() {
+                        shared.snapshots.borrow_mut().set(i, Presence::Deleted);
+                    }
+                    r
+                }
+                SnapshotPlan::Skip => Ok(()),
+            };
+            *slot.borrow_mut() = Some(img);
+            // Narrow refcounts cannot count a cluster shared once more:
+            // the engine refuses before changing anything, as QEMU does.
+            // The model took the refusal for a failure, which promises
+            // nothing.
+            let refused = matches!(
+                result,
+                Err(engine::Error::Snapshot(
+                    engine::SnapshotError::RefcountOverflow { .. }
+                ))
+            );
+            let result = if refused { Ok(()) } else { result };
+            {
+                let mut stats = shared.stats.borrow_mut();
+                stats.snapshot_ops += 1;
+                stats.snapshot_ops_skipped += u64::from(skipped);
+                stats.snapshot_ops_refused += u64::from(refused);
+            }
+            account(
+                &shared,
+                &disks,
+                &faults_at_issue,
+                faults_before,
+                n,
+                &op,
+                result,
+            );
+        });
+    }
+
+    /// Hold the run's snapshots against those the image lists (after a
+    /// crash's recovery, and at the end); a run that took none asks
+    /// nothing.
+    fn settle_snapshots(&self, img: &Rc<Img>, label: &str) -> Result<(), Failure> {
+        if self.shared.snapshots.borrow().is_empty() {
+            return Ok(());
+        }
+        let i = img.clone();
+        let names = self.block(&format!("listing the snapshots {label}"), async move {
+            i.snapshot_names().await
+        })?;
+        let names = names.map_err(|e| Failure::Engine {
+            what: format!("listing the snapshots {label} failed with faults off: {e}"),
+        })?;
+        if let Err(wrong) = self.shared.snapshots.borrow_mut().settle(&names) {
+            self.fail(Failure::Engine {
+                what: format!("snapshots {label}: {wrong}"),
+            });
+        }
+        Ok(())
     }
 
     /// The power goes: take a crash image, reopen it, check it.
@@ -954,6 +1278,7 @@ impl<'a> Run<'a> {
             )?;
             self.fail(Failure::Model { text, sectors });
         }
+        self.settle_snapshots(&img, &format!("after {label}"))?;
         self.set_faults_enabled(true);
         Ok(img)
     }
@@ -1086,6 +1411,9 @@ impl<'a> Run<'a> {
                 }
             }
         }
+        if let Err(f) = self.settle_snapshots(&img, "at the end") {
+            return self.fail(f);
+        }
         let img = match Rc::try_unwrap(img) {
             Ok(i) => i,
             Err(_) => {
@@ -1122,6 +1450,48 @@ impl<'a> Run<'a> {
             Err(e) => self.fail(Failure::Engine {
                 what: format!("close failed with no fault injected: {e}"),
             }),
+        }
+    }
+}
+
+/// Count guest operation `n`'s end and judge its error: legitimate only
+/// as the echo of an injected fault, one that met a request while the
+/// operation was in flight (its own, or metadata I/O it waited for), or
+/// the failed metadata write that poisoned the image earlier in this
+/// epoch. `faults_at_issue` are the disks' fault counts when it was
+/// issued, `faults_before` those of the epochs before.
+fn account(
+    shared: &Shared,
+    disks: &[SimDisk],
+    faults_at_issue: &[usize],
+    faults_before: u64,
+    n: u64,
+    op: &Op,
+    result: Result<(), engine::Error>,
+) {
+    shared.stats.borrow_mut().guest_ops += 1;
+    let Err(e) = result else {
+        return;
+    };
+    shared.stats.borrow_mut().failed_ops += 1;
+    let during = first_fault_since(disks, faults_at_issue);
+    let mut stats = shared.stats.borrow_mut();
+    match excuse(&e, during, faults_on(disks)) {
+        Some(Excuse::Fault(op)) => stats.excused.by_fault(op),
+        Some(Excuse::Poisoned) => stats.excused.poisoned += 1,
+        None => {
+            let why = if faults_before + faults_on(disks) == 0 {
+                "no fault injected".to_string()
+            } else {
+                format!(
+                    "no fault injected while it was in flight ({} before it, \
+                     none since it was issued)",
+                    faults_before + faults_at_issue.iter().sum::<usize>() as u64
+                )
+            };
+            shared.failures.borrow_mut().push(Failure::Engine {
+                what: format!("op {n} ({op:?}) failed with {why}: {e}"),
+            });
         }
     }
 }

@@ -180,6 +180,18 @@ pub struct RunStats {
     pub guest_flushes: u64,
     /// Guest operations that returned an error.
     pub failed_ops: u64,
+    /// Compressed writes issued (counted in `guest_writes` too).
+    pub compressed_writes: u64,
+    /// Of those, refused because their cluster had a host cluster.
+    pub compressed_refused: u64,
+    /// Snapshot operations (create, apply, delete) run.
+    pub snapshot_ops: u64,
+    /// Of those, applies and deletes with no snapshot that surely existed
+    /// to pick, which did nothing.
+    pub snapshot_ops_skipped: u64,
+    /// Of those, refused because a refcount would overflow (narrow
+    /// refcounts), which changes nothing.
+    pub snapshot_ops_refused: u64,
     /// Those errors, by the injected fault (or poisoned image) that
     /// explains each.
     pub excused: ExcusedErrors,

@@ -471,8 +471,12 @@ fn issued_kind(op: &Op) -> Option<IoOp> {
         Op::Read { .. } | Op::BackgroundRead { .. } => Some(IoOp::Read),
         Op::WriteZeroes { .. } => Some(IoOp::WriteZeroes),
         Op::Discard { .. } => Some(IoOp::Discard),
+        Op::WriteCompressed { .. } => Some(IoOp::Write),
         Op::Flush => Some(IoOp::Flush),
-        Op::Crash => None,
+        // A snapshot operation issues many requests of every kind.
+        Op::Crash | Op::SnapshotCreate | Op::SnapshotApply { .. } | Op::SnapshotDelete { .. } => {
+            None
+        }
     }
 }
 
@@ -592,7 +596,14 @@ pub(super) fn with_length(op: Op, n: u64) -> Op {
             unmap,
         },
         Op::Discard { sector, .. } => Op::Discard { sector, sectors: n },
-        Op::Flush | Op::Crash => op,
+        // Valid only as one whole cluster: `Case::validate` refuses the
+        // candidate otherwise.
+        Op::WriteCompressed { sector, .. } => Op::WriteCompressed { sector, sectors: n },
+        Op::Flush
+        | Op::Crash
+        | Op::SnapshotCreate
+        | Op::SnapshotApply { .. }
+        | Op::SnapshotDelete { .. } => op,
     }
 }
 
@@ -612,7 +623,12 @@ pub(super) fn at_sector(op: Op, sector: u64) -> Op {
             unmap,
         },
         Op::Discard { sectors, .. } => Op::Discard { sector, sectors },
-        Op::Flush | Op::Crash => op,
+        Op::WriteCompressed { sectors, .. } => Op::WriteCompressed { sector, sectors },
+        Op::Flush
+        | Op::Crash
+        | Op::SnapshotCreate
+        | Op::SnapshotApply { .. }
+        | Op::SnapshotDelete { .. } => op,
     }
 }
 

@@ -104,6 +104,31 @@ impl Builder {
         self.group(vec![op]);
     }
 
+    /// Groups so far.
+    pub fn groups(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Inserts `op` as a group of its own before group `at` (at the end
+    /// when `at` is the number of groups).
+    pub fn insert_one(&mut self, at: usize, op: Op) {
+        self.groups.insert(at, vec![op]);
+        self.ops += 1;
+    }
+
+    /// Adds `op` to group `at`, to run concurrently with its requests, if
+    /// the group has room and no snapshot operation (which runs alone);
+    /// says whether it did.
+    pub fn join(&mut self, at: usize, op: Op) -> bool {
+        let group = &mut self.groups[at];
+        if group.len() >= MAX_GROUP_OPS || group.iter().any(Op::is_snapshot) {
+            return false;
+        }
+        group.push(op);
+        self.ops += 1;
+        true
+    }
+
     /// Ends the workload: adds, at random places, what a file system on
     /// top would issue whatever the program (a read, an fstrim-like discard
     /// and a fallocate-like zero write), a final flush, and `crashes` crash
@@ -140,8 +165,11 @@ impl Builder {
                 // Half of these with a flush in flight too, so the power
                 // can go during its writeback (and, with
                 // `CrashOptions::at_flush_ppm`, at one of its flushes).
+                // Not beside a snapshot operation, which runs alone (its
+                // own flushes are where the power may go).
                 if group.len() + 1 < MAX_GROUP_OPS
                     && !group.contains(&Op::Flush)
+                    && !group.iter().any(Op::is_snapshot)
                     && rng.gen_bool(0.5)
                 {
                     group.push(Op::Flush);

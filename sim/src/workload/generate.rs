@@ -10,6 +10,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::builder::{pick, Builder, Geometry};
 use super::hazard::{Hazards, HELD_READS_FACTOR_MIN, HELD_READS_PPM};
+use super::snapshot_compress::SnapshotsAndCompression;
 use super::{backing, bench, iozone, mkfs, random, sequential, Profile};
 use crate::case::{
     BackingSpec, Case, DataFileSpec, ImageSpec, Op, CASE_VERSION, MIN_EXTENDED_L2_CLUSTER_SIZE,
@@ -42,6 +43,10 @@ const WORKLOAD_RARE_PATHS: u32 = 5;
 /// [`super::hazard`]): its own stream, so the other draws stay as they
 /// were.
 const WORKLOAD_HAZARDS: u32 = 6;
+/// Whether the case gets snapshot operations or compressed writes, and
+/// how many (see [`super::snapshot_compress`]): its own stream, so the
+/// other draws stay as they were.
+const WORKLOAD_SNAPSHOT_COMPRESS: u32 = 7;
 /// Share of cases shaped to reach the rare paths.
 const RARE_PATHS_PROBABILITY: f64 = 0.25;
 /// The smaller caches of a rare-path case: their own sub-stream of the
@@ -134,6 +139,10 @@ impl Case {
         }
         if let Some(h) = &hazards {
             h.add(&mut hazard_rng, &mut b);
+        }
+        let mut extras_rng = stream(seed, Stream::Workload, WORKLOAD_SNAPSHOT_COMPRESS);
+        if let Some(x) = SnapshotsAndCompression::draw(&mut extras_rng, &image) {
+            x.add(&mut extras_rng, &mut b);
         }
         let crashes = rng.gen_range(2..=4u32) as usize;
         let mut engine = EngineOptions {

@@ -17,6 +17,7 @@ mod mkfs;
 mod profile;
 mod random;
 mod sequential;
+mod snapshot_compress;
 
 pub use arbitrary::{MAX_ARBITRARY_CRASHES, MAX_ARBITRARY_OPS};
 pub use profile::{Profile, UnknownProfile};

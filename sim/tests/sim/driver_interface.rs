@@ -6,7 +6,7 @@
 //! still passes.
 
 use engine::{Backing, Counters, CreateOptions, EngineOptions, Error, Guard, Image};
-use sim::case::Case;
+use sim::case::{Case, Op};
 use sim::disk::SimDisk;
 use sim::driver::{Driver, DriverFuture, DriverKind, EngineDriver};
 use sim::runner::{run_case, run_case_on, RunOptions};
@@ -22,6 +22,10 @@ enum Mode {
     Opaque,
     /// A guest flush is acknowledged and does nothing.
     FlushDoesNothing,
+    /// Applying a snapshot is acknowledged and does nothing.
+    ApplyDoesNothing,
+    /// Taking a snapshot is acknowledged and does nothing.
+    CreateDoesNothing,
 }
 
 struct Adapter {
@@ -50,6 +54,30 @@ impl Driver for Adapter {
     }
     fn close(self: Box<Self>) -> DriverFuture<'static, ()> {
         Box::pin(async move { self.img.close().await.map(|_| ()) })
+    }
+    fn write_compressed<'a>(&'a self, offset: u64, data: &'a [u8]) -> DriverFuture<'a, ()> {
+        Box::pin(self.img.write_compressed(offset, data))
+    }
+    fn snapshot_create<'a>(&'a mut self, name: &'a str) -> DriverFuture<'a, ()> {
+        if self.mode == Mode::CreateDoesNothing {
+            return Box::pin(async { Ok(()) });
+        }
+        Box::pin(async move { self.img.snapshot_create(name, 0, 0).await.map(|_| ()) })
+    }
+    fn snapshot_apply<'a>(&'a mut self, name: &'a str) -> DriverFuture<'a, ()> {
+        if self.mode == Mode::ApplyDoesNothing {
+            return Box::pin(async { Ok(()) });
+        }
+        Box::pin(self.img.snapshot_apply(name))
+    }
+    fn snapshot_delete<'a>(&'a mut self, name: &'a str) -> DriverFuture<'a, ()> {
+        Box::pin(self.img.snapshot_delete(name))
+    }
+    fn snapshot_names(&self) -> DriverFuture<'_, Vec<String>> {
+        Box::pin(async move {
+            let table = self.img.snapshots().await?;
+            Ok(table.into_iter().map(|s| s.name).collect())
+        })
     }
     fn attach_backing(&mut self, backing: Backing<SimDisk>) -> Result<(), Error> {
         self.img.attach_backing(backing);
@@ -150,5 +178,55 @@ fn a_driver_whose_flush_does_nothing_is_caught() {
     assert!(
         caught >= 5,
         "only {caught} of 40 cases caught a flush that does nothing"
+    );
+}
+
+/// The first generated cases (default profile) whose workload applies a
+/// snapshot after taking one, with no faults (so nothing excuses a wrong
+/// result), as many as `n`.
+fn cases_applying_snapshots(n: usize) -> Vec<Case> {
+    (0..2000)
+        .map(|seed| {
+            let mut c = Case::generate(seed, Profile::Mixed);
+            c.disk.faults = sim::disk::FaultOptions::default();
+            c
+        })
+        .filter(|c| {
+            let ops: Vec<&Op> = c.workload.iter().flatten().collect();
+            let create = ops.iter().position(|op| matches!(op, Op::SnapshotCreate));
+            create.is_some_and(|i| {
+                ops[i..]
+                    .iter()
+                    .any(|op| matches!(op, Op::SnapshotApply { .. }))
+            })
+        })
+        .take(n)
+        .collect()
+}
+
+#[test]
+fn the_engine_passes_with_snapshots_and_an_adapter_that_ignores_them_is_caught() {
+    let cases = cases_applying_snapshots(12);
+    assert_eq!(cases.len(), 12, "generation draws snapshot applies");
+    let mut applied = 0;
+    for c in &cases {
+        let r = on(c, Mode::Forward);
+        assert!(r.passed(), "seed {}: {:#?}", c.seed, r.failures);
+        applied += r.stats.snapshot_ops - r.stats.snapshot_ops_skipped;
+    }
+    assert!(applied >= 24, "only {applied} snapshot operations ran");
+    let caught = |mode: Mode| cases.iter().filter(|c| !on(c, mode).passed()).count();
+    // An apply that changes nothing leaves the later writes' data where
+    // the snapshot's was; a create that takes nothing leaves no snapshot
+    // for the run to find.
+    let apply = caught(Mode::ApplyDoesNothing);
+    assert!(
+        apply >= 6,
+        "only {apply} of 12 cases caught an apply doing nothing"
+    );
+    let create = caught(Mode::CreateDoesNothing);
+    assert!(
+        create >= 10,
+        "only {create} of 12 cases caught a create doing nothing"
     );
 }
