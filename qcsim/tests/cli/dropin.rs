@@ -10,6 +10,7 @@ use std::process::{Command, Output, Stdio};
 
 use crate::support::{exec, untimed, QCSIM};
 
+mod measure;
 mod snapshot;
 
 /// Two directories holding the same files: one for QEMU's tools, one for
