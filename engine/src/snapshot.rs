@@ -267,7 +267,11 @@ impl<D: BlockDev> Image<D> {
     /// Write `table` to fresh clusters, make it and its refcounts durable,
     /// point the header at it in one write, make that durable, and free
     /// the old table (`old_len` bytes at the header's old offset).
-    async fn switch_snapshot_table(&self, table: &[Snapshot], old_len: u64) -> Result<()> {
+    pub(crate) async fn switch_snapshot_table(
+        &self,
+        table: &[Snapshot],
+        old_len: u64,
+    ) -> Result<()> {
         let cs = self.geo.cluster_size;
         let bytes = encode_table(table, self.geo.virtual_size)?;
         let new_off = if bytes.is_empty() {

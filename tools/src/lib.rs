@@ -8,7 +8,7 @@
 //! (`progress`), the qemu-io command parser and
 //! session (`io`), `qemu-img resize` (`resize`), `rebase` (`rebase`), `commit`
 //! (`commit`), `qemu-img measure` (`measure`: the size a new raw or qcow2
-//! image needs), the metadata dump (`dump`), and qemu-img bench's job
+//! image needs), `qemu-img amend` for qcow2 (`amend`), the metadata dump (`dump`), and qemu-img bench's job
 //! through the engine, timed by the wall clock, with its flags and the
 //! `qemu-img bench` run it is compared with (`bench`).
 //!
@@ -16,6 +16,7 @@
 //! arguments, calls these functions, prints and maps results to exit
 //! codes. This crate never uses the simulation.
 
+pub mod amend;
 pub mod bench;
 pub mod check;
 pub mod commit;

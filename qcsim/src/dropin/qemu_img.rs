@@ -1,6 +1,6 @@
 //! qemu-img's command line on qcsim's engine: `qcsim img ARGS` and qcsim
 //! invoked as `qemu-img`. The subcommands qcsim has (`create`, `check`,
-//! `info`, `map`, `compare`, `convert`, in `qemu_img_edit` `resize`, `rebase`, `commit`, in `qemu_img_snapshot` `snapshot` and in `qemu_img_measure` `measure`) take qemu-img's options and print what qemu-img prints, with
+//! `info`, `map`, `compare`, `convert`, in `qemu_img_edit` `resize`, `rebase`, `commit`, in `qemu_img_snapshot` `snapshot`, in `qemu_img_measure` `measure` and in `qemu_img_amend` `amend`) take qemu-img's options and print what qemu-img prints, with
 //! its `qemu-img: ` prefix and exit codes (1 for usage errors and failures,
 //! check's 0/1/2/3, and 63 for a check of a format that has none); the
 //! others are refused with a message saying so.
@@ -48,9 +48,10 @@ pub fn main(prog: &str, args: &[String]) -> i32 {
         "commit" => super::qemu_img_edit::commit(prog, rest),
         "snapshot" => super::qemu_img_snapshot::snapshot(prog, rest),
         "measure" => super::qemu_img_measure::measure(prog, rest),
+        "amend" => super::qemu_img_amend::amend(prog, rest),
         "-h" | "--help" => {
             println!(
-                "{prog}: qcsim's stand-in for qemu-img: create, check, info, map, compare, convert, resize, rebase, commit, snapshot, measure"
+                "{prog}: qcsim's stand-in for qemu-img: create, check, info, map, compare, convert, resize, rebase, commit, snapshot, measure, amend"
             );
             Ok(0)
         }

@@ -10,6 +10,7 @@ use std::process::{Command, Output, Stdio};
 
 use crate::support::{exec, untimed, QCSIM};
 
+mod amend;
 mod measure;
 mod snapshot;
 
