@@ -40,6 +40,12 @@ pub enum AmendError {
     /// tables is not implemented.
     #[error("qcsim cannot downgrade an image whose internal snapshots have zero clusters")]
     SnapshotZeroClusters,
+    #[error("Cannot decrease refcount entry width to {bits} bits: Cluster at offset {offset:#x} has a refcount of {refcount}")]
+    RefcountTooWide {
+        bits: u32,
+        offset: u64,
+        refcount: u64,
+    },
     #[error("Lazy refcounts only supported with compatibility level 1.1 and above (use compat=1.1 or greater)")]
     LazyNeedsV3,
 }
@@ -176,6 +182,115 @@ impl<D: BlockDev> Image<D> {
             h.compatible_features &= !compat::LAZY_REFCOUNTS;
         }
         self.switch_header(h).await
+    }
+
+    /// Give the image `bits`-bit refcounts (a power of two, 1 to 64, on a
+    /// version 3 image): new refcount blocks and a new table are written
+    /// past the end of the image, counting everything in use, themselves,
+    /// and the old structures as free; then the header switches to them
+    /// in one write. A crash before the switch leaves the old structures
+    /// (the new clusters unreferenced and free in them), after it the new
+    /// ones (the old clusters free in them).
+    pub async fn set_refcount_bits(&mut self, bits: u32) -> Result<()> {
+        self.check_writable()?;
+        if self.geo.refcount_bits == bits {
+            return Ok(());
+        }
+        self.flush_internal(true).await?;
+        let cs = self.geo.cluster_size;
+        let _g = self.meta_lock.lock().await;
+        let end = self.meta.borrow().alloc.end_cluster();
+        let (old_table, table_off, table_clusters) = {
+            let m = self.meta.borrow();
+            (
+                m.refs.table().to_vec(),
+                m.header.refcount_table_offset,
+                m.header.refcount_table_clusters as u64,
+            )
+        };
+        let mut counts = Vec::with_capacity(end as usize);
+        for c in 0..end {
+            let n = self.refcount(c).await?;
+            if n > crate::format::refcount::max(bits) {
+                return Err(AmendError::RefcountTooWide {
+                    bits,
+                    offset: c * cs,
+                    refcount: n,
+                }
+                .into());
+            }
+            counts.push(n);
+        }
+        // The old structures are free in the new ones.
+        for &b in old_table.iter().filter(|&&b| b != 0) {
+            if let Some(n) = counts.get_mut((b / cs) as usize) {
+                *n = 0;
+            }
+        }
+        for c in table_off / cs..table_off / cs + table_clusters {
+            if let Some(n) = counts.get_mut(c as usize) {
+                *n = 0;
+            }
+        }
+        // The new blocks and table after everything, covering themselves.
+        let per_block = cs * 8 / bits as u64;
+        let (mut blocks, mut table) = (0u64, 0u64);
+        loop {
+            let nb = (end + blocks + table).div_ceil(per_block);
+            let nt = (nb * 8).div_ceil(cs);
+            if (nb, nt) == (blocks, table) {
+                break;
+            }
+            (blocks, table) = (nb, nt);
+        }
+        counts.resize((end + blocks + table) as usize, 1);
+        let mut entries = vec![0u64; (table * cs / 8) as usize];
+        for (i, entry) in entries.iter_mut().enumerate().take(blocks as usize) {
+            let off = (end + i as u64) * cs;
+            let mut block = vec![0u8; cs as usize];
+            let first = i * per_block as usize;
+            for (j, &n) in counts
+                .iter()
+                .skip(first)
+                .take(per_block as usize)
+                .enumerate()
+            {
+                crate::format::refcount::set(&mut block, bits, j, n);
+            }
+            self.write_meta(off, &block).await?;
+            *entry = off;
+        }
+        let new_table_off = (end + blocks) * cs;
+        let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_be_bytes()).collect();
+        self.write_meta(new_table_off, &bytes).await?;
+        self.device_flush().await?;
+        let mut h = self.meta.borrow().header.clone();
+        h.refcount_order = bits.trailing_zeros();
+        h.refcount_table_offset = new_table_off;
+        h.refcount_table_clusters = table as u32;
+        let h = Header::parse(&h.serialize()?)?;
+        self.meta.borrow_mut().header = h.clone();
+        self.write_header().await?;
+        self.device_flush().await?;
+        drop(_g);
+        // The in-memory state of the new structures.
+        self.geo = crate::geometry::Geometry::new(&h);
+        let mut m = self.meta.borrow_mut();
+        let lazy = m.refs.lazy();
+        m.refs = crate::reftable::RefTable::new(
+            entries.clone(),
+            self.opts.refcount_cache_tables,
+            bits,
+            lazy,
+        );
+        for &b in old_table.iter().filter(|&&b| b != 0) {
+            m.meta_clusters.remove(b);
+        }
+        m.meta_clusters
+            .insert_all(entries.iter().copied().filter(|&e| e != 0));
+        m.alloc.note_allocated(end + blocks + table);
+        m.alloc.set_search_start(0);
+        Ok(())
     }
 
     /// Write `h` as the header (checked to fit and parsed back) after

@@ -2,9 +2,12 @@
 //! change, checked as QEMU's driver checks them and carried out in its
 //! order (upgrade first, then lazy refcounts, the size, and a downgrade
 //! last), each change by the engine (`Image::upgrade_to_v3`,
-//! `set_lazy_refcounts`, `downgrade_to_v2`; the size by `resize`). The
+//! `set_refcount_bits`, `set_lazy_refcounts`, `downgrade_to_v2`; the size
+//! by `resize`). The
 //! error messages are qemu-img's words; what qcsim cannot do yet
-//! (`refcount_bits` changes, renaming a data file) is refused in its own.
+//! (renaming a data file) is refused in its own. A `refcount_bits`
+//! change (`Image::set_refcount_bits`) reports no percentages between 0
+//! and 100, where QEMU's walks report many.
 
 use std::path::{Path, PathBuf};
 
@@ -155,8 +158,8 @@ pub async fn amend_image(
         read_only: false,
         ..opts.clone()
     };
-    let disk = open_image(path, &opts).await?;
-    let img = match &disk {
+    let mut disk = open_image(path, &opts).await?;
+    let img = match &mut disk {
         Disk::Raw(_) => return Err(AmendImageError::NotSupported("raw")),
         Disk::Qcow2(img) => img,
     };
@@ -201,7 +204,9 @@ pub async fn amend_image(
                 "Refcount widths other than 16 bits require compatibility level 1.1 or above (use compat=1.1 or greater)",
             );
         }
-        return driver("qcsim cannot change refcount_bits of an existing image yet");
+        img.set_refcount_bits(refcount_bits as u32)
+            .await
+            .map_err(engine_err)?;
     }
     if let Some(name) = &a.data_file {
         if Some(name.as_str()) != h.data_file().as_deref() {

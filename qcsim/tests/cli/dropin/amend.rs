@@ -351,3 +351,89 @@ fn images_qemu_amended_read_back_in_qcsim() {
     let o = exec(&img, &["check", "q.qcow2"], &t.ours);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
 }
+
+#[test]
+fn refcount_widths_change_as_qemu_changes_them() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "a.qcow2", "64M"],
+    );
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "write -P 1 0 1M",
+            "-c",
+            "write -P 2 40M 3M",
+            "a.qcow2",
+        ],
+    );
+    t.same("qemu-img", &["snapshot", "-c", "s", "a.qcow2"]);
+    t.same("qemu-io", &["-c", "write -P 3 512k 1M", "a.qcow2"]);
+    // A shared cluster's refcount of 2 does not fit one bit.
+    t.same("qemu-img", &["amend", "-o", "refcount_bits=1", "a.qcow2"]);
+    // (64 bits in qcsim alone: QEMU takes seconds over it.)
+    let o = t.ok(
+        &t.ours_as("qemu-img"),
+        &["amend", "-o", "refcount_bits=64", "a.qcow2"],
+    );
+    assert_eq!(o, "");
+    qemu_clean(&t.ours, "a.qcow2");
+    let info = exec("qemu-img", &["info", "a.qcow2"], &t.ours);
+    assert!(String::from_utf8_lossy(&info.stdout).contains("refcount bits: 64\n"));
+    for bits in ["2", "8", "16"] {
+        let o = format!("refcount_bits={bits}");
+        t.same("qemu-img", &["amend", "-o", &o, "a.qcow2"]);
+        let info = same_qemu_info(&t, "a.qcow2");
+        assert!(info.contains(&format!("refcount bits: {bits}\n")), "{info}");
+        qemu_clean(&t.ours, "a.qcow2");
+    }
+    t.same("qemu-img", &["snapshot", "-d", "s", "a.qcow2"]);
+    t.same("qemu-img", &["amend", "-o", "refcount_bits=1", "a.qcow2"]);
+    qemu_clean(&t.ours, "a.qcow2");
+    // qcsim writes with the new width; QEMU reads everything back.
+    t.same("qemu-io", &["-c", "write -P 4 10M 2M", "a.qcow2"]);
+    qemu_clean(&t.ours, "a.qcow2");
+    t.on_both(
+        "qemu-io",
+        &[
+            "-c",
+            "read -P 1 0 512k",
+            "-c",
+            "read -P 3 512k 1M",
+            "-c",
+            "read -P 4 10M 2M",
+            "-c",
+            "read -P 2 40M 3M",
+            "a.qcow2",
+        ],
+    );
+    // With the version: up and wider at once; down needs 16 bits.
+    t.same(
+        "qemu-img",
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-o",
+            "compat=0.10",
+            "b.qcow2",
+            "64M",
+        ],
+    );
+    t.same("qemu-io", &["-c", "write -P 1 0 1M", "b.qcow2"]);
+    t.same(
+        "qemu-img",
+        &["amend", "-o", "compat=1.1,refcount_bits=8", "b.qcow2"],
+    );
+    t.same("qemu-img", &["amend", "-o", "compat=0.10", "b.qcow2"]);
+    t.same(
+        "qemu-img",
+        &["amend", "-o", "compat=0.10,refcount_bits=16", "b.qcow2"],
+    );
+    let info = same_qemu_info(&t, "b.qcow2");
+    assert!(info.contains("compat: 0.10"), "{info}");
+    qemu_clean(&t.ours, "b.qcow2");
+}
