@@ -1,5 +1,6 @@
 //! Amending an image's format options in place, what `qemu-img amend`
-//! does for qcow2: the version (`compat`, 2 <-> 3) and lazy refcounts.
+//! does for qcow2: the version (`compat`, 2 <-> 3), the refcount width
+//! and lazy refcounts.
 //! Each change is done as QEMU's driver orders it, the header last: what
 //! the new header relies on (rewritten snapshot entries, zero clusters
 //! turned into something a version 2 reader understands, refcounts

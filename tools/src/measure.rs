@@ -4,7 +4,9 @@
 //! fully allocated image plus the data that is needed); [`measure`] parses
 //! the target's `-o` options as qemu-img checks them, and for a source
 //! image adds up what block status says holds data (zero clusters and
-//! holes not counted, a data run rounded out to the target's clusters).
+//! holes not counted, a data run rounded out to the target's clusters),
+//! or for one of its internal snapshots (`-l`) what that snapshot's L2
+//! tables map to data.
 //! The error messages are qemu-img's words.
 
 use std::path::{Path, PathBuf};
@@ -65,11 +67,43 @@ pub enum Target {
     Qcow2,
 }
 
-/// What is measured: a size, or the image at a path.
+/// What is measured: a size, or the image at a path (or one of its
+/// internal snapshots).
 #[derive(Debug, Clone)]
 pub enum Source {
     Size(u64),
-    Image { path: PathBuf, opts: OpenOptions },
+    Image {
+        path: PathBuf,
+        opts: OpenOptions,
+        snapshot: Option<SnapshotRef>,
+    },
+}
+
+/// An internal snapshot as `-l` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotRef {
+    /// A plain `-l NAME`: an id first, else a name.
+    IdOrName(String),
+    /// `snapshot.id=` and/or `snapshot.name=`: each given must match.
+    Given {
+        id: Option<String>,
+        name: Option<String>,
+    },
+}
+
+impl SnapshotRef {
+    fn find<'a>(&self, list: &'a [engine::Snapshot]) -> Option<&'a engine::Snapshot> {
+        match self {
+            SnapshotRef::IdOrName(s) => list
+                .iter()
+                .find(|sn| sn.id == *s)
+                .or_else(|| list.iter().find(|sn| sn.name == *s)),
+            SnapshotRef::Given { id, name } => list.iter().find(|sn| {
+                id.as_ref().is_none_or(|i| *i == sn.id)
+                    && name.as_ref().is_none_or(|n| *n == sn.name)
+            }),
+        }
+    }
 }
 
 /// Why a measurement failed, in qemu-img's words (the caller adds its
@@ -90,6 +124,9 @@ pub enum MeasureError {
     Open(#[from] OpenError),
     #[error("{path}: Unable to get block status: {error}")]
     Status { path: PathBuf, error: String },
+    /// The snapshot `-l` names is not there (or the source is raw).
+    #[error("Failed to load snapshot: {0}")]
+    Snapshot(String),
     /// The source has persistent bitmaps, which qcsim does not read.
     #[error("{0}: qcsim cannot measure persistent dirty bitmaps")]
     Bitmaps(PathBuf),
@@ -327,8 +364,16 @@ pub async fn measure(
             // raw: the disk's size (sectors), whatever it holds.
             let size = match source {
                 Source::Size(s) => s.next_multiple_of(512),
-                Source::Image { path, opts } => {
-                    open_image(path, &read_only(opts)).await?.virtual_size()
+                Source::Image {
+                    path,
+                    opts,
+                    snapshot,
+                } => {
+                    let disk = open_image(path, &read_only(opts)).await?;
+                    if let Some(want) = snapshot {
+                        find_snapshot(&disk, path, want).await?;
+                    }
+                    disk.virtual_size()
                 }
             };
             return Ok(Measurement {
@@ -350,8 +395,12 @@ pub async fn measure(
     }
     let (virtual_size, data, bitmaps) = match source {
         Source::Size(s) => (*s, 0, None),
-        Source::Image { path, opts } => {
-            let (size, data, bitmaps_ok) = source_data(path, opts, &l).await?;
+        Source::Image {
+            path,
+            opts,
+            snapshot,
+        } => {
+            let (size, data, bitmaps_ok) = source_data(path, opts, snapshot.as_ref(), &l).await?;
             let bitmaps = (l.version >= 3 && bitmaps_ok).then_some(0);
             (size, data, bitmaps)
         }
@@ -377,6 +426,7 @@ fn read_only(opts: &OpenOptions) -> OpenOptions {
 async fn source_data(
     path: &Path,
     opts: &OpenOptions,
+    snapshot: Option<&SnapshotRef>,
     l: &Qcow2Layout,
 ) -> Result<(u64, u64, bool), MeasureError> {
     let opts = read_only(opts);
@@ -393,6 +443,22 @@ async fn source_data(
         }
         Disk::Raw(_) => false,
     };
+    if let Some(want) = snapshot {
+        // Refused for a raw image: only a qcow2 one gets past.
+        let sn = find_snapshot(&disk, path, want).await?;
+        let Disk::Qcow2(img) = &disk else {
+            unreachable!("find_snapshot refuses raw images");
+        };
+        let status = |error: engine::Error| MeasureError::Status {
+            path: path.to_owned(),
+            error: error.to_string(),
+        };
+        if l.has_backing_file {
+            return Ok((size, size.next_multiple_of(cs), bitmaps_ok));
+        }
+        let runs = img.snapshot_data_ranges(&sn).await.map_err(status)?;
+        return Ok((size, data_bytes(&runs, cs), bitmaps_ok));
+    }
     if l.has_backing_file {
         // Nothing is known to be shared with the new backing file.
         return Ok((size, size.next_multiple_of(cs), bitmaps_ok));
@@ -430,6 +496,31 @@ async fn source_data(
         }
     };
     Ok((size, data_bytes(&runs, cs), bitmaps_ok))
+}
+
+/// The snapshot `want` names in `disk`, refused as QEMU refuses to load
+/// it (a raw image has none).
+async fn find_snapshot(
+    disk: &Disk,
+    path: &Path,
+    want: &SnapshotRef,
+) -> Result<engine::Snapshot, MeasureError> {
+    let Disk::Qcow2(img) = disk else {
+        return Err(MeasureError::Snapshot(
+            "Block format 'raw' used by device '' does not support temporarily loading internal snapshots"
+                .into(),
+        ));
+    };
+    let list = img
+        .snapshots()
+        .await
+        .map_err(|error| MeasureError::Status {
+            path: path.to_owned(),
+            error: error.to_string(),
+        })?;
+    want.find(&list)
+        .cloned()
+        .ok_or_else(|| MeasureError::Snapshot("Can't find snapshot".into()))
 }
 
 /// The bytes a target with `cs`-byte clusters allocates for data `runs`

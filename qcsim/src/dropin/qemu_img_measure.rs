@@ -1,10 +1,12 @@
 //! `qemu-img measure [--output=human|json] [-O FMT] [-o OPTIONS] (--size
 //! SIZE | [-f FMT] [-l SNAPSHOT] FILENAME)` on qcsim's engine: the syntax,
 //! the order qemu-img checks it in, its wording and exit codes. The
-//! arithmetic and the source's block status are `tools::measure`'s.
+//! arithmetic and the source's block status are `tools::measure`'s;
+//! `-l` names an internal snapshot by id or name, or by `snapshot.id=` and
+//! `snapshot.name=`.
 
 use tools::files::OpenOptions;
-use tools::measure::{measure as measure_image, MeasureError, Source, Target};
+use tools::measure::{measure as measure_image, MeasureError, SnapshotRef, Source, Target};
 
 use super::getopt::{getopt, long};
 use super::qemu_img::{image_name, parse_format, parse_image_size, Fail};
@@ -45,6 +47,7 @@ pub(super) fn measure(prog: &str, args: &[String]) -> Result<i32, Fail> {
     let mut size = None;
     let mut json = false;
     let mut options = Vec::new();
+    let mut snapshot = None;
     for o in &p.opts {
         let v = o.value.clone().unwrap_or_default();
         match o.name.as_str() {
@@ -59,6 +62,7 @@ pub(super) fn measure(prog: &str, args: &[String]) -> Result<i32, Fail> {
                     ))
                 }
             },
+            "l" => snapshot = Some(parse_snapshot(&v)?),
             "o" => {
                 if v.is_empty() || (v.ends_with(',') && !v.ends_with(",,")) {
                     return Err(Fail(format!("Invalid option list: {v}"), 1));
@@ -111,13 +115,11 @@ pub(super) fn measure(prog: &str, args: &[String]) -> Result<i32, Fail> {
                     1,
                 )
             })?;
-            if p.has("l") {
-                return Err(Fail(
-                    "qcsim cannot measure an internal snapshot (-l) yet".into(),
-                    1,
-                ));
+            Source::Image {
+                path,
+                opts,
+                snapshot,
             }
-            Source::Image { path, opts }
         }
     };
     let target = match p.value("O").unwrap_or("raw") {
@@ -154,4 +156,28 @@ pub(super) fn measure(prog: &str, args: &[String]) -> Result<i32, Fail> {
         print!("{}", m.human());
     }
     Ok(0)
+}
+
+/// `-l`: `snapshot.id=ID,snapshot.name=NAME` (either or both), or a plain
+/// id or name.
+fn parse_snapshot(v: &str) -> Result<SnapshotRef, Fail> {
+    if !v.starts_with("snapshot.") {
+        return Ok(SnapshotRef::IdOrName(v.to_owned()));
+    }
+    let (mut id, mut name) = (None, None);
+    for (k, val) in tools::qemu_args::split_option_list(v) {
+        match k.as_str() {
+            "snapshot.id" => id = val,
+            "snapshot.name" => name = val,
+            _ => {
+                return Err(Fail(
+                    format!(
+                        "Invalid parameter '{k}'\nqemu-img: Failed in parsing snapshot param '{v}'"
+                    ),
+                    1,
+                ))
+            }
+        }
+    }
+    Ok(SnapshotRef::Given { id, name })
 }

@@ -265,3 +265,53 @@ fn measure_of_an_image_matches_qemu_img() {
     t.same("qemu-io", &["-c", "write -P 5 8M 1M", "o.qcow2"]);
     t.same("qemu-img", &["measure", "-O", "qcow2", "o.qcow2"]);
 }
+
+#[test]
+fn measure_of_an_internal_snapshot_matches_qemu_img() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "a.qcow2", "64M"],
+    );
+    t.same(
+        "qemu-io",
+        &["-c", "write -P 1 0 1M", "-c", "write -z 2M 1M", "a.qcow2"],
+    );
+    t.same("qemu-img", &["snapshot", "-c", "s1", "a.qcow2"]);
+    t.same("qemu-io", &["-c", "write -P 2 10M 5M", "a.qcow2"]);
+    t.same("qemu-img", &["snapshot", "-c", "2", "a.qcow2"]);
+    t.same("qemu-io", &["-c", "write -P 3 30M 5M", "a.qcow2"]);
+    // Measured at the image's size now, with the snapshot's data.
+    t.same("qemu-img", &["resize", "-q", "a.qcow2", "128M"]);
+    t.same("qemu-img", &["create", "-q", "-f", "raw", "r.raw", "1M"]);
+    for l in [
+        "s1",
+        "1",
+        "2",
+        "snapshot.id=2",
+        "snapshot.name=2",
+        "snapshot.name=s1,snapshot.id=1",
+        "snapshot.name=s1,snapshot.id=2",
+        "3",
+    ] {
+        t.same("qemu-img", &["measure", "-O", "qcow2", "-l", l, "a.qcow2"]);
+        t.same(
+            "qemu-img",
+            &[
+                "measure",
+                "-O",
+                "qcow2",
+                "-o",
+                "cluster_size=4k",
+                "--output=json",
+                "-l",
+                l,
+                "a.qcow2",
+            ],
+        );
+        t.same("qemu-img", &["measure", "-l", l, "a.qcow2"]);
+    }
+    t.same("qemu-img", &["measure", "-O", "qcow2", "a.qcow2"]);
+    t.same("qemu-img", &["measure", "-l", "s", "r.raw"]);
+    t.same("qemu-img", &["measure", "-O", "qcow2", "-l", "s", "r.raw"]);
+}
