@@ -140,6 +140,8 @@ pub struct Qcow2Layout {
     pub extended_l2: bool,
     /// `preallocation=falloc` or `full`: every data cluster is required.
     pub full_prealloc: bool,
+    /// The LUKS header's clusters, before the image (0 unencrypted).
+    pub luks_payload: u64,
     pub version: u32,
     pub has_backing_file: bool,
 }
@@ -185,7 +187,7 @@ pub fn qcow2_fully_allocated(virtual_size: u64, l: &Qcow2Layout) -> u64 {
 pub fn qcow2_sizes(virtual_size: u64, data: u64, l: &Qcow2Layout) -> (u64, u64) {
     let aligned = virtual_size.next_multiple_of(l.cluster_size);
     let data = if l.full_prealloc { aligned } else { data };
-    let full = qcow2_fully_allocated(aligned, l);
+    let full = l.luks_payload + qcow2_fully_allocated(aligned, l);
     (full - aligned + data, full)
 }
 
@@ -288,7 +290,10 @@ fn parse_number(s: &str) -> Option<u64> {
 
 /// The qcow2 driver's reading of the options, in the order it checks
 /// them.
-fn qcow2_layout(opts: &[(String, String)]) -> Result<Qcow2Layout, MeasureError> {
+fn qcow2_layout(
+    opts: &[(String, String)],
+    secrets: &[String],
+) -> Result<Qcow2Layout, MeasureError> {
     let get = |k: &str| {
         opts.iter()
             .find(|(key, _)| key == k)
@@ -328,9 +333,22 @@ fn qcow2_layout(opts: &[(String, String)]) -> Result<Qcow2Layout, MeasureError> 
         Some("falloc" | "full") => true,
         Some(other) => return driver(&format!("invalid parameter value: {other}")),
     };
-    if get("encrypt.format") == Some("luks") {
-        return driver("qcsim cannot measure LUKS-encrypted qcow2 images");
-    }
+    let luks_payload = if get("encrypt.format") == Some("luks") {
+        let Some(secret) = get("encrypt.key-secret") else {
+            return driver("Parameter 'encrypt.key-secret' is required for cipher");
+        };
+        if !secrets.iter().any(|s| s == secret) {
+            return driver(&format!("No secret with id '{secret}'"));
+        }
+        let key = luks_key_bytes(
+            get("encrypt.cipher-alg").unwrap_or("aes-256"),
+            get("encrypt.cipher-mode").unwrap_or("xts"),
+        )
+        .ok_or_else(|| MeasureError::Driver("qcsim cannot measure this LUKS cipher".to_owned()))?;
+        luks_header_bytes(key).next_multiple_of(cluster_size)
+    } else {
+        0
+    };
     Ok(Qcow2Layout {
         cluster_size,
         refcount_bits,
@@ -338,15 +356,40 @@ fn qcow2_layout(opts: &[(String, String)]) -> Result<Qcow2Layout, MeasureError> 
         full_prealloc,
         version,
         has_backing_file: get("backing_file").is_some(),
+        luks_payload,
     })
 }
 
+/// The master key length of a LUKS cipher (XTS takes two keys).
+fn luks_key_bytes(alg: &str, mode: &str) -> Option<u64> {
+    let bits: u64 = match alg {
+        "aes-128" | "twofish-128" | "serpent-128" | "cast5-128" | "sm4" => 128,
+        "aes-192" | "twofish-192" | "serpent-192" => 192,
+        "aes-256" | "twofish-256" | "serpent-256" => 256,
+        _ => return None,
+    };
+    match mode {
+        "xts" => Some(bits / 4),
+        "cbc" | "ecb" | "ctr" => Some(bits / 8),
+        _ => None,
+    }
+}
+
+/// A LUKS header's length for a `key`-byte master key: the header's 8
+/// sectors, then 8 key slots, each the key split in 4000 stripes, in
+/// 4096-byte aligned sectors.
+pub fn luks_header_bytes(key: u64) -> u64 {
+    let slot_sectors = (key * 4000).div_ceil(512).next_multiple_of(8);
+    (8 + 8 * slot_sectors) * 512
+}
+
 /// Measure `source` as a new `target` image made with the `-o` lists
-/// `options`.
+/// `options`; `secrets` are the ids of the secret objects given.
 pub async fn measure(
     source: &Source,
     target: Target,
     options: &[String],
+    secrets: &[String],
 ) -> Result<Measurement, MeasureError> {
     let opts = parse_options(options, target)?;
     // `--size` overrides `-o size`; an image's own size replaces both.
@@ -359,7 +402,7 @@ pub async fn measure(
             .unwrap_or(0),
     };
     let l = match target {
-        Target::Qcow2 => qcow2_layout(&opts)?,
+        Target::Qcow2 => qcow2_layout(&opts, secrets)?,
         Target::Raw => {
             // raw: the disk's size (sectors), whatever it holds.
             let size = match source {
@@ -551,6 +594,7 @@ mod tests {
             refcount_bits,
             extended_l2,
             full_prealloc: false,
+            luks_payload: 0,
             version: 3,
             has_backing_file: false,
         }
@@ -605,6 +649,14 @@ mod tests {
             ..layout(65536, 16, false)
         };
         assert_eq!(qcow2_sizes(g, 0, &full), (1074135040, 1074135040));
+    }
+
+    #[test]
+    fn luks_headers_are_as_long_as_qemus() {
+        // aes-256-xts (qemu-img printed 2490368 required for 1G).
+        assert_eq!(luks_header_bytes(64), 2068480);
+        assert_eq!(luks_header_bytes(32), 1052672);
+        assert_eq!(luks_key_bytes("aes-128", "xts"), Some(32));
     }
 
     #[test]

@@ -133,23 +133,32 @@ pub(super) fn measure(prog: &str, args: &[String]) -> Result<i32, Fail> {
         }
         f => return Err(Fail(format!("Unknown file format '{f}'"), 1)),
     };
-    let m = futures::executor::block_on(measure_image(&source, target, &options)).map_err(|e| {
-        let msg = match &e {
-            MeasureError::Open(o) => {
-                let path = match &source {
-                    Source::Image { path, .. } => path.clone(),
-                    Source::Size(_) => Default::default(),
-                };
-                format!(
-                    "Could not open '{}': {}",
-                    path.display(),
-                    super::open_error_text(&path, o)
-                )
-            }
-            other => other.to_string(),
-        };
-        Fail(msg, 1)
-    })?;
+    // The ids of the secrets --object defines (qcsim keeps no objects).
+    let secrets: Vec<String> = p
+        .values("object")
+        .into_iter()
+        .filter(|o| o.starts_with("secret,"))
+        .flat_map(|o| o.split(','))
+        .filter_map(|kv| kv.strip_prefix("id=").map(str::to_owned))
+        .collect();
+    let m = futures::executor::block_on(measure_image(&source, target, &options, &secrets))
+        .map_err(|e| {
+            let msg = match &e {
+                MeasureError::Open(o) => {
+                    let path = match &source {
+                        Source::Image { path, .. } => path.clone(),
+                        Source::Size(_) => Default::default(),
+                    };
+                    format!(
+                        "Could not open '{}': {}",
+                        path.display(),
+                        super::open_error_text(&path, o)
+                    )
+                }
+                other => other.to_string(),
+            };
+            Fail(msg, 1)
+        })?;
     if json {
         print!("{}", m.json());
     } else {
@@ -166,6 +175,12 @@ fn parse_snapshot(v: &str) -> Result<SnapshotRef, Fail> {
     }
     let (mut id, mut name) = (None, None);
     for (k, val) in tools::qemu_args::split_option_list(v) {
+        if val.is_none() {
+            // qemu's option parser still reads a bare key as a switch.
+            eprintln!(
+                "qemu-img: warning: short-form boolean option '{k}' deprecated\nPlease use {k}=on instead"
+            );
+        }
         match k.as_str() {
             "snapshot.id" => id = val,
             "snapshot.name" => name = val,

@@ -315,3 +315,43 @@ fn measure_of_an_internal_snapshot_matches_qemu_img() {
     t.same("qemu-img", &["measure", "-l", "s", "r.raw"]);
     t.same("qemu-img", &["measure", "-O", "qcow2", "-l", "s", "r.raw"]);
 }
+
+#[test]
+fn measure_with_luks_encryption_matches_qemu_img() {
+    let t = Twins::new();
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "t.qcow2", "1G"],
+    );
+    t.same("qemu-io", &["-c", "write 0 1M", "t.qcow2"]);
+    for extra in [
+        "",
+        ",encrypt.cipher-alg=aes-128",
+        ",encrypt.cipher-mode=cbc",
+        ",cluster_size=4k",
+    ] {
+        let o = format!("encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=10{extra}");
+        let secret = ["--object", "secret,id=sec0,data=base"];
+        let mut args = vec!["measure"];
+        args.extend(secret);
+        args.extend(["-o", &o, "-O", "qcow2", "--size", "1G"]);
+        t.same("qemu-img", &args);
+        let mut args = vec!["measure", "--output=json"];
+        args.extend(secret);
+        args.extend(["-o", &o, "-f", "qcow2", "-O", "qcow2", "t.qcow2"]);
+        t.same("qemu-img", &args);
+    }
+    // No secret object, no secret named.
+    for o in [
+        "encrypt.format=luks,encrypt.key-secret=sec0",
+        "encrypt.format=luks",
+    ] {
+        t.same(
+            "qemu-img",
+            &["measure", "-o", o, "-O", "qcow2", "--size", "1G"],
+        );
+    }
+    // A bare snapshot option: the deprecation warning, then the refusal.
+    t.same("qemu-img", &["measure", "-l", "snapshot.foo"]);
+    t.same("qemu-img", &["measure", "-o", ","]);
+}
