@@ -67,6 +67,10 @@ pub enum Error {
     /// An internal snapshot operation that cannot be done (`snapshot`).
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    /// An amendment of the image's options that cannot be made
+    /// (`Image::upgrade_to_v3`, `downgrade_to_v2`, `set_lazy_refcounts`).
+    #[error(transparent)]
+    Amend(crate::amend::AmendError),
 }
 
 /// Why an internal snapshot could not be created, applied or deleted.

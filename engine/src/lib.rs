@@ -13,6 +13,7 @@
 mod alloc_wait;
 mod allocator;
 mod allocs;
+pub mod amend;
 mod backing_file;
 mod broken;
 mod cache;

@@ -321,7 +321,11 @@ impl<D: BlockDev> Image<D> {
     /// Write `table` to fresh clusters, make it and its refcounts durable,
     /// point the header at it in one write, make that durable, and free
     /// the old table (`old_len` bytes at the header's old offset).
-    async fn switch_snapshot_table(&self, table: &[Snapshot], old_len: u64) -> Result<()> {
+    pub(crate) async fn switch_snapshot_table(
+        &self,
+        table: &[Snapshot],
+        old_len: u64,
+    ) -> Result<()> {
         let cs = self.geo.cluster_size;
         let bytes = encode_table(table, self.geo.virtual_size)?;
         let new_off = if bytes.is_empty() {
@@ -432,5 +436,56 @@ struct EagerRefcounts<'a> {
 impl Drop for EagerRefcounts<'_> {
     fn drop(&mut self) {
         self.meta.borrow_mut().refs.set_lazy(self.lazy);
+    }
+}
+
+impl<D: BlockDev> Image<D> {
+    /// The guest ranges that hold data (data and compressed clusters, one
+    /// range a cluster, in guest order) in the internal snapshot `sn`, as
+    /// QEMU's block status on a temporarily loaded snapshot reports them
+    /// for `qemu-img measure -l`; the rest reads as zeroes or is not
+    /// allocated.
+    pub async fn snapshot_data_ranges(&self, sn: &Snapshot) -> Result<Vec<(u64, u64)>> {
+        let cs = self.geo.cluster_size;
+        let size = sn.disk_size.unwrap_or(self.geo.virtual_size);
+        let mut l1_bytes = vec![0u8; sn.l1_size as usize * 8];
+        self.dev.read(sn.l1_table_offset, &mut l1_bytes).await?;
+        let entries = self.geo.l2_entries as usize;
+        let esize = if self.geo.extended_l2 { 16 } else { 8 };
+        let mut table = vec![0u8; cs as usize];
+        let mut out = Vec::new();
+        for (i, e) in l1_bytes.chunks_exact(8).enumerate() {
+            let l2 = crate::format::L1Entry(u64::from_be_bytes(e.try_into().expect("8 bytes")))
+                .l2_offset();
+            if l2 == 0 {
+                continue;
+            }
+            self.dev.read(l2, &mut table).await?;
+            for idx in 0..entries {
+                let guest = (i * entries + idx) as u64 * cs;
+                if guest >= size {
+                    break;
+                }
+                let e =
+                    crate::l1l2::decode_slot(&table[..entries * esize], idx, self.geo.extended_l2);
+                let data = if self.geo.extended_l2 {
+                    e.bitmap & 0xffff_ffff != 0
+                        || matches!(
+                            e.decode(self.geo.cluster_bits, self.geo.version),
+                            crate::format::L2Mapping::Compressed { .. }
+                        )
+                } else {
+                    matches!(
+                        e.decode(self.geo.cluster_bits, self.geo.version),
+                        crate::format::L2Mapping::Normal { .. }
+                            | crate::format::L2Mapping::Compressed { .. }
+                    )
+                };
+                if data {
+                    out.push((guest, (guest + cs).min(size)));
+                }
+            }
+        }
+        Ok(out)
     }
 }

@@ -7,7 +7,8 @@
 //! (`check`), `convert` (`convert`) and its `-p` progress lines
 //! (`progress`), the qemu-io command parser and
 //! session (`io`), `qemu-img resize` (`resize`), `rebase` (`rebase`), `commit`
-//! (`commit`), the metadata dump (`dump`), and qemu-img bench's job
+//! (`commit`), `qemu-img measure` (`measure`: the size a new raw or qcow2
+//! image needs), `qemu-img amend` for qcow2 (`amend`), the metadata dump (`dump`), and qemu-img bench's job
 //! through the engine, timed by the wall clock, with its flags and the
 //! `qemu-img bench` run it is compared with (`bench`).
 //!
@@ -15,6 +16,7 @@
 //! arguments, calls these functions, prints and maps results to exit
 //! codes. This crate never uses the simulation.
 
+pub mod amend;
 pub mod bench;
 pub mod check;
 pub mod commit;
@@ -25,6 +27,7 @@ pub mod files;
 pub mod info;
 pub mod io;
 pub mod map;
+pub mod measure;
 pub mod progress;
 pub mod qemu_args;
 pub mod rebase;

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod amend_crash;
 mod block_status;
 mod compressed_write;
 mod data_file;

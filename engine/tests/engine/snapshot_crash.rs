@@ -16,7 +16,7 @@ use futures::executor::block_on;
 use oracle::check::FindingKind;
 
 #[derive(Clone)]
-enum Ev {
+pub(crate) enum Ev {
     Write(u64, Vec<u8>),
     Zero(u64, u64),
     Truncate(u64),
@@ -24,7 +24,7 @@ enum Ev {
 }
 
 /// A `MemDev` that journals every change and flush.
-struct Journaled {
+pub(crate) struct Journaled {
     inner: MemDev,
     log: Rc<RefCell<Vec<Ev>>>,
 }
@@ -84,7 +84,7 @@ fn replay(base: &[u8], evs: &[Ev]) -> Vec<u8> {
 }
 
 /// Every crash state of `evs` over `base` is consistent.
-fn assert_crash_states_consistent(base: &[u8], evs: &[Ev], what: &str) {
+pub(crate) fn assert_crash_states_consistent(base: &[u8], evs: &[Ev], what: &str) {
     let mut durable = 0;
     for k in 0..=evs.len() {
         if k > 0 && matches!(evs[k - 1], Ev::Flush) {
@@ -109,7 +109,10 @@ fn assert_crash_states_consistent(base: &[u8], evs: &[Ev], what: &str) {
 }
 
 /// Run `op` on an image of `base`, journaling what it sends.
-fn journal(base: &[u8], op: impl AsyncFnOnce(&mut Image<Journaled>)) -> (Vec<u8>, Vec<Ev>) {
+pub(crate) fn journal(
+    base: &[u8],
+    op: impl AsyncFnOnce(&mut Image<Journaled>),
+) -> (Vec<u8>, Vec<Ev>) {
     let log = Rc::new(RefCell::new(Vec::new()));
     let dev = Journaled {
         inner: MemDev::from_bytes(base.to_vec()),

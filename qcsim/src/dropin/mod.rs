@@ -11,7 +11,9 @@
 mod blockopts;
 pub mod getopt;
 pub mod qemu_img;
+mod qemu_img_amend;
 mod qemu_img_edit;
+mod qemu_img_measure;
 mod qemu_img_snapshot;
 pub mod qemu_io;
 
@@ -120,6 +122,11 @@ pub fn open_error_text(file: &Path, e: &OpenError) -> String {
         OpenError::Lock(l) => l.to_string(),
         OpenError::File(FileOpenError::Lock(l)) => l.to_string(),
         OpenError::Format { error, .. } => error.to_string(),
+        // Not a qcow2 image where one was asked for: the driver's words.
+        OpenError::Engine {
+            error: engine::Error::Format { field, .. },
+            ..
+        } if field == "magic" => "Image is not in qcow2 format".to_owned(),
         OpenError::Engine { error, .. } => error.to_string(),
         OpenError::Backing { name, error, .. } => {
             format!(

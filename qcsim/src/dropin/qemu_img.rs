@@ -1,6 +1,6 @@
 //! qemu-img's command line on qcsim's engine: `qcsim img ARGS` and qcsim
 //! invoked as `qemu-img`. The subcommands qcsim has (`create`, `check`,
-//! `info`, `map`, `compare`, `convert`, in `qemu_img_edit` `resize`, `rebase`, `commit`, and in `qemu_img_snapshot` `snapshot`) take qemu-img's options and print what qemu-img prints, with
+//! `info`, `map`, `compare`, `convert`, in `qemu_img_edit` `resize`, `rebase`, `commit`, in `qemu_img_snapshot` `snapshot`, in `qemu_img_measure` `measure` and in `qemu_img_amend` `amend`) take qemu-img's options and print what qemu-img prints, with
 //! its `qemu-img: ` prefix and exit codes (1 for usage errors and failures,
 //! check's 0/1/2/3, and 63 for a check of a format that has none); the
 //! others are refused with a message saying so.
@@ -47,9 +47,11 @@ pub fn main(prog: &str, args: &[String]) -> i32 {
         "rebase" => super::qemu_img_edit::rebase(prog, rest),
         "commit" => super::qemu_img_edit::commit(prog, rest),
         "snapshot" => super::qemu_img_snapshot::snapshot(prog, rest),
+        "measure" => super::qemu_img_measure::measure(prog, rest),
+        "amend" => super::qemu_img_amend::amend(prog, rest),
         "-h" | "--help" => {
             println!(
-                "{prog}: qcsim's stand-in for qemu-img: create, check, info, map, compare, convert, resize, rebase, commit, snapshot"
+                "{prog}: qcsim's stand-in for qemu-img: create, check, info, map, compare, convert, resize, rebase, commit, snapshot, measure, amend"
             );
             Ok(0)
         }
@@ -119,23 +121,7 @@ fn create(prog: &str, args: &[String]) -> Result<i32, Fail> {
         _ => return fail(format!("Invalid parameter '{}'", p.operands[2])),
     };
     if let Some(s) = &size {
-        // qemu-img's two messages: a number out of range (negative ones
-        // included), and anything else that is not a size.
-        let negative = s
-            .strip_prefix('-')
-            .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
-        let parsed = tools::qemu_args::parse_size(s);
-        let too_large = matches!(parsed, Err(ArgError::SizeTooLarge(_)))
-            || matches!(parsed, Ok(v) if v > i64::MAX as u64);
-        if negative || too_large {
-            return fail(format!(
-                "Invalid image size specified. Must be between 0 and {}.",
-                i64::MAX
-            ));
-        }
-        if parsed.is_err() {
-            return fail(format!("Invalid image size specified: '{s}'."));
-        }
+        parse_image_size(s)?;
     }
     let opts = CreateImageOptions {
         format,
@@ -181,6 +167,25 @@ fn create(prog: &str, args: &[String]) -> Result<i32, Fail> {
             .map_err(|e| Fail(create_error(&file, &e), 1))
     })?;
     Ok(0)
+}
+
+/// An image size operand as qemu-img reads one, with its two messages: a
+/// number out of range (negative ones included), and anything else that
+/// is not a size.
+pub(super) fn parse_image_size(s: &str) -> Result<u64, Fail> {
+    let negative = s
+        .strip_prefix('-')
+        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+    let parsed = tools::qemu_args::parse_size(s);
+    let too_large = matches!(parsed, Err(ArgError::SizeTooLarge(_)))
+        || matches!(parsed, Ok(v) if v > i64::MAX as u64);
+    if negative || too_large {
+        return fail(format!(
+            "Invalid image size specified. Must be between 0 and {}.",
+            i64::MAX
+        ));
+    }
+    parsed.map_err(|_| Fail(format!("Invalid image size specified: '{s}'."), 1))
 }
 
 /// A create failure as qemu-img words it: "FILE: what is wrong".

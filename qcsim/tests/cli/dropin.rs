@@ -10,6 +10,8 @@ use std::process::{Command, Output, Stdio};
 
 use crate::support::{exec, untimed, QCSIM};
 
+mod amend;
+mod measure;
 mod snapshot;
 
 /// Two directories holding the same files: one for QEMU's tools, one for

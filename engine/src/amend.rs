@@ -1,0 +1,420 @@
+//! Amending an image's format options in place, what `qemu-img amend`
+//! does for qcow2: the version (`compat`, 2 <-> 3), the refcount width
+//! and lazy refcounts.
+//! Each change is done as QEMU's driver orders it, the header last: what
+//! the new header relies on (rewritten snapshot entries, zero clusters
+//! turned into something a version 2 reader understands, refcounts
+//! written and the dirty bit cleared) is durable before the one write of
+//! the header that switches, so a crash leaves the old image or the new.
+//!
+//! A downgrade converts zero clusters as QEMU does: a zero cluster that
+//! keeps its host cluster gets zeroes written there and becomes a data
+//! cluster; one without is made unallocated when no backing file shows
+//! through, and gets a zeroed data cluster through the write path
+//! otherwise. Zero clusters in internal snapshots' tables are refused
+//! ([`AmendError::SnapshotZeroClusters`]), not converted.
+
+use crate::dev::{BlockDev, WriteFlags};
+use crate::error::{Error, Result};
+use crate::format::header::{compat, ext, incompat, V3_HEADER_LEN};
+use crate::format::{Header, L1Entry, L2Entry, L2Mapping};
+use crate::image::Image;
+use crate::l1l2::decode_slot;
+
+/// Why an amendment was refused; nothing was changed. The messages are
+/// QEMU's where its driver refuses the same.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AmendError {
+    #[error("compat=0.10 requires refcount_bits=16")]
+    DowngradeRefcountBits,
+    #[error("Cannot downgrade an image with a data file")]
+    DowngradeDataFile,
+    #[error("Internal snapshots prevent downgrade of image")]
+    DowngradeSnapshots,
+    #[error("Cannot downgrade an image with incompatible features {0:#x} set")]
+    DowngradeFeatures(u64),
+    #[error(
+        "Cannot downgrade an image with zstd compression type and existing compressed clusters"
+    )]
+    DowngradeZstd,
+    /// qcsim's own refusal: converting zero clusters in a snapshot's L2
+    /// tables is not implemented.
+    #[error("qcsim cannot downgrade an image whose internal snapshots have zero clusters")]
+    SnapshotZeroClusters,
+    #[error("Cannot decrease refcount entry width to {bits} bits: Cluster at offset {offset:#x} has a refcount of {refcount}")]
+    RefcountTooWide {
+        bits: u32,
+        offset: u64,
+        refcount: u64,
+    },
+    #[error("Lazy refcounts only supported with compatibility level 1.1 and above (use compat=1.1 or greater)")]
+    LazyNeedsV3,
+}
+
+impl From<AmendError> for Error {
+    fn from(e: AmendError) -> Self {
+        Error::Amend(e)
+    }
+}
+
+impl<D: BlockDev> Image<D> {
+    /// Make a version 2 image version 3: snapshot entries without the
+    /// extra data version 3 requires are rewritten first, then the header
+    /// (with the feature name table version 3 images carry).
+    pub async fn upgrade_to_v3(&self) -> Result<()> {
+        self.check_writable()?;
+        if self.meta.borrow().header.version >= 3 {
+            return Ok(());
+        }
+        self.flush_internal(false).await?;
+        let _g = self.meta_lock.lock().await;
+        let (table, old_len) = self.read_snapshot_table().await?;
+        if table.iter().any(|s| s.disk_size.is_none()) {
+            let lazy = self.meta.borrow().refs.lazy();
+            self.meta.borrow_mut().refs.set_lazy(false);
+            let r = self.switch_snapshot_table(&table, old_len).await;
+            self.meta.borrow_mut().refs.set_lazy(lazy);
+            r?;
+        }
+        drop(_g);
+        let mut h = self.meta.borrow().header.clone();
+        h.version = 3;
+        h.header_length = V3_HEADER_LEN as u32;
+        h.incompatible_features = 0;
+        h.compatible_features = 0;
+        h.autoclear_features = 0;
+        h.refcount_order = 4;
+        h.compression_type = 0;
+        if h.extension(ext::FEATURE_TABLE).is_none() {
+            // After the backing format, where QEMU writes it.
+            let at = h
+                .extensions
+                .iter()
+                .position(|e| e.kind != ext::BACKING_FORMAT)
+                .unwrap_or(h.extensions.len());
+            h.extensions.insert(at, Header::feature_table());
+        }
+        self.switch_header(h).await
+    }
+
+    /// Make a version 3 image version 2, refusing what QEMU refuses; zero
+    /// clusters are converted first (see the module comment), refcounts
+    /// written and the dirty bit cleared, the header last.
+    /// `progress(done, total)` is told as each L1 entry (the active
+    /// table's, then each snapshot's) is done, as QEMU reports it.
+    pub async fn downgrade_to_v2(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
+        self.check_writable()?;
+        let (h, size) = {
+            let m = self.meta.borrow();
+            (m.header.clone(), self.geo.virtual_size)
+        };
+        if h.version < 3 {
+            return Ok(());
+        }
+        if h.refcount_order != 4 {
+            return Err(AmendError::DowngradeRefcountBits.into());
+        }
+        if self.has_data_file() || h.has_data_file() {
+            return Err(AmendError::DowngradeDataFile.into());
+        }
+        let snapshots = {
+            let _g = self.meta_lock.lock().await;
+            self.read_snapshot_table().await?.0
+        };
+        if snapshots
+            .iter()
+            .any(|s| s.vm_state_size > u32::MAX as u64 || s.disk_size.unwrap_or(size) != size)
+        {
+            return Err(AmendError::DowngradeSnapshots.into());
+        }
+        // Refcounts written and the dirty bit cleared, as a close does;
+        // eager from here on.
+        self.flush_internal(true).await?;
+        let features =
+            self.meta.borrow().header.incompatible_features & !incompat::COMPRESSION_TYPE;
+        if features != 0 {
+            return Err(AmendError::DowngradeFeatures(features).into());
+        }
+        if !snapshots.is_empty() && self.snapshots_have_zero_clusters().await? {
+            return Err(AmendError::SnapshotZeroClusters.into());
+        }
+        let l1_size = self.meta.borrow().tables.l1().len() as u64;
+        let total = l1_size + snapshots.iter().map(|s| s.l1_size as u64).sum::<u64>();
+        self.expand_zero_clusters(&mut |i| progress(i, total))
+            .await?;
+        for done in l1_size..total {
+            progress(done + 1, total);
+        }
+        self.flush_internal(true).await?;
+        let mut h = self.meta.borrow().header.clone();
+        if h.incompatible_features & incompat::COMPRESSION_TYPE != 0 {
+            if self.has_compressed_clusters().await? {
+                return Err(AmendError::DowngradeZstd.into());
+            }
+            h.incompatible_features &= !incompat::COMPRESSION_TYPE;
+        }
+        h.version = 2;
+        h.incompatible_features = 0;
+        h.compatible_features = 0;
+        h.autoclear_features = 0;
+        h.compression_type = 0;
+        h.header_length = 0;
+        h.extensions
+            .retain(|e| e.kind != ext::FEATURE_TABLE && e.kind != ext::BITMAPS);
+        self.switch_header(h).await
+    }
+
+    /// Turn lazy refcounts on or off. Off writes every refcount and clears
+    /// the dirty bit before the header stops allowing them.
+    pub async fn set_lazy_refcounts(&self, on: bool) -> Result<()> {
+        self.check_writable()?;
+        let h = self.meta.borrow().header.clone();
+        if h.lazy_refcounts() == on {
+            return Ok(());
+        }
+        if on && h.version < 3 {
+            return Err(AmendError::LazyNeedsV3.into());
+        }
+        self.flush_internal(!on).await?;
+        let mut h = self.meta.borrow().header.clone();
+        if on {
+            h.compatible_features |= compat::LAZY_REFCOUNTS;
+        } else {
+            h.compatible_features &= !compat::LAZY_REFCOUNTS;
+        }
+        self.switch_header(h).await
+    }
+
+    /// Give the image `bits`-bit refcounts (a power of two, 1 to 64, on a
+    /// version 3 image): new refcount blocks and a new table are written
+    /// past the end of the image, counting everything in use, themselves,
+    /// and the old structures as free; then the header switches to them
+    /// in one write. A crash before the switch leaves the old structures
+    /// (the new clusters unreferenced and free in them), after it the new
+    /// ones (the old clusters free in them).
+    pub async fn set_refcount_bits(&mut self, bits: u32) -> Result<()> {
+        self.check_writable()?;
+        if self.geo.refcount_bits == bits {
+            return Ok(());
+        }
+        self.flush_internal(true).await?;
+        let cs = self.geo.cluster_size;
+        let _g = self.meta_lock.lock().await;
+        let end = self.meta.borrow().alloc.end_cluster();
+        let (old_table, table_off, table_clusters) = {
+            let m = self.meta.borrow();
+            (
+                m.refs.table().to_vec(),
+                m.header.refcount_table_offset,
+                m.header.refcount_table_clusters as u64,
+            )
+        };
+        let mut counts = Vec::with_capacity(end as usize);
+        for c in 0..end {
+            let n = self.refcount(c).await?;
+            if n > crate::format::refcount::max(bits) {
+                return Err(AmendError::RefcountTooWide {
+                    bits,
+                    offset: c * cs,
+                    refcount: n,
+                }
+                .into());
+            }
+            counts.push(n);
+        }
+        // The old structures are free in the new ones.
+        for &b in old_table.iter().filter(|&&b| b != 0) {
+            if let Some(n) = counts.get_mut((b / cs) as usize) {
+                *n = 0;
+            }
+        }
+        for c in table_off / cs..table_off / cs + table_clusters {
+            if let Some(n) = counts.get_mut(c as usize) {
+                *n = 0;
+            }
+        }
+        // The new blocks and table after everything, covering themselves.
+        let per_block = cs * 8 / bits as u64;
+        let (mut blocks, mut table) = (0u64, 0u64);
+        loop {
+            let nb = (end + blocks + table).div_ceil(per_block);
+            let nt = (nb * 8).div_ceil(cs);
+            if (nb, nt) == (blocks, table) {
+                break;
+            }
+            (blocks, table) = (nb, nt);
+        }
+        counts.resize((end + blocks + table) as usize, 1);
+        let mut entries = vec![0u64; (table * cs / 8) as usize];
+        for (i, entry) in entries.iter_mut().enumerate().take(blocks as usize) {
+            let off = (end + i as u64) * cs;
+            let mut block = vec![0u8; cs as usize];
+            let first = i * per_block as usize;
+            for (j, &n) in counts
+                .iter()
+                .skip(first)
+                .take(per_block as usize)
+                .enumerate()
+            {
+                crate::format::refcount::set(&mut block, bits, j, n);
+            }
+            self.write_meta(off, &block).await?;
+            *entry = off;
+        }
+        let new_table_off = (end + blocks) * cs;
+        let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_be_bytes()).collect();
+        self.write_meta(new_table_off, &bytes).await?;
+        self.device_flush().await?;
+        let mut h = self.meta.borrow().header.clone();
+        h.refcount_order = bits.trailing_zeros();
+        h.refcount_table_offset = new_table_off;
+        h.refcount_table_clusters = table as u32;
+        let h = Header::parse(&h.serialize()?)?;
+        self.meta.borrow_mut().header = h.clone();
+        self.write_header().await?;
+        self.device_flush().await?;
+        drop(_g);
+        // The in-memory state of the new structures.
+        self.geo = crate::geometry::Geometry::new(&h);
+        let mut m = self.meta.borrow_mut();
+        let lazy = m.refs.lazy();
+        m.refs = crate::reftable::RefTable::new(
+            entries.clone(),
+            self.opts.refcount_cache_tables,
+            bits,
+            lazy,
+        );
+        for &b in old_table.iter().filter(|&&b| b != 0) {
+            m.meta_clusters.remove(b);
+        }
+        m.meta_clusters
+            .insert_all(entries.iter().copied().filter(|&e| e != 0));
+        m.alloc.note_allocated(end + blocks + table);
+        m.alloc.set_search_start(0);
+        Ok(())
+    }
+
+    /// Write `h` as the header (checked to fit and parsed back) after
+    /// everything pending, and make it durable.
+    async fn switch_header(&self, h: Header) -> Result<()> {
+        let h = Header::parse(&h.serialize()?)?;
+        self.flush_internal(false).await?;
+        let _g = self.meta_lock.lock().await;
+        self.meta.borrow_mut().header = h;
+        self.write_header().await?;
+        self.device_flush().await
+    }
+
+    /// Whether any internal snapshot's L2 tables hold a zero cluster.
+    async fn snapshots_have_zero_clusters(&self) -> Result<bool> {
+        let h = self.meta.borrow().header.clone();
+        let (_, l1s) = {
+            let _g = self.meta_lock.lock().await;
+            self.read_snapshot_l1s(&h).await?
+        };
+        let cs = self.geo.cluster_size;
+        let mut table = vec![0u8; cs as usize];
+        for (_, l1) in l1s {
+            for e in l1 {
+                let l2 = L1Entry(e).l2_offset();
+                if l2 == 0 {
+                    continue;
+                }
+                self.dev.read(l2, &mut table).await?;
+                for idx in 0..(cs / 8) as usize {
+                    let e = decode_slot(&table, idx, false);
+                    if matches!(e.decode(self.geo.cluster_bits, 3), L2Mapping::Zero { .. }) {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Convert the active layer's zero clusters into what a version 2
+    /// image can say (see the module comment).
+    async fn expand_zero_clusters(&self, done: &mut dyn FnMut(u64)) -> Result<()> {
+        let cs = self.geo.cluster_size;
+        let size = self.geo.virtual_size;
+        let span = self.geo.l2_span();
+        let backing = self.backing.is_some() || self.meta.borrow().header.backing_file.is_some();
+        let l1_size = self.meta.borrow().tables.l1().len() as u64;
+        let zeroes = vec![0u8; cs as usize];
+        for l1i in 0..l1_size {
+            let start = l1i * span;
+            let end = (start + span).min(size);
+            let mut to_write = Vec::new();
+            if self.l2_table_of(start) != 0 {
+                let _g = self.meta_lock.lock().await;
+                let mut zeroed = Vec::new();
+                let mut guest = start;
+                while guest < end {
+                    let e = self.l2_entry(guest).await?;
+                    match e.decode(self.geo.cluster_bits, 3) {
+                        L2Mapping::Zero {
+                            preallocated: Some(host),
+                        } => zeroed.push((guest, host)),
+                        L2Mapping::Zero { preallocated: None } if backing => to_write.push(guest),
+                        L2Mapping::Zero { preallocated: None } => {
+                            let l2 = self.l2_table_of(guest);
+                            self.set_l2_entry(l2, guest, L2Entry::UNALLOCATED);
+                        }
+                        _ => {}
+                    }
+                    guest += cs;
+                }
+                // The zeroes durable before any entry stops saying "zero".
+                for &(_, host) in &zeroed {
+                    self.data_dev()
+                        .write(host, &zeroes, WriteFlags::default())
+                        .await?;
+                }
+                if !zeroed.is_empty() {
+                    self.device_flush().await?;
+                }
+                for (guest, host) in zeroed {
+                    let copied = self.refcount(host / cs).await? == 1;
+                    self.load_l2(self.l2_table_of(guest)).await?;
+                    let l2 = self.l2_table_of(guest);
+                    self.set_l2_entry(l2, guest, L2Entry::normal(host, copied));
+                }
+            }
+            for guest in to_write {
+                let len = cs.min(size - guest) as usize;
+                self.write(guest, &zeroes[..len]).await?;
+            }
+            done(l1i + 1);
+        }
+        Ok(())
+    }
+
+    /// The L2 table holding guest offset `guest`'s entry (loaded).
+    fn l2_table_of(&self, guest: u64) -> u64 {
+        let l1i = self.geo.offset_to_l1_index(guest);
+        self.meta.borrow().tables.l1_entry(l1i).l2_offset()
+    }
+
+    /// Whether the active layer has a compressed cluster.
+    async fn has_compressed_clusters(&self) -> Result<bool> {
+        let cs = self.geo.cluster_size;
+        let span = self.geo.l2_span();
+        let _g = self.meta_lock.lock().await;
+        let mut guest = 0;
+        while guest < self.geo.virtual_size {
+            if self.l2_table_of(guest) == 0 {
+                guest = (guest / span + 1) * span;
+                continue;
+            }
+            let e = self.l2_entry(guest).await?;
+            if matches!(
+                e.decode(self.geo.cluster_bits, 3),
+                L2Mapping::Compressed { .. }
+            ) {
+                return Ok(true);
+            }
+            guest += cs;
+        }
+        Ok(false)
+    }
+}
