@@ -114,14 +114,23 @@ impl<D: BlockDev> Image<D> {
 
     /// Clear the dirty bit [`Image::open_flag_window`] set, once the
     /// operation's result `r` is durable: after success, or a refusal
-    /// that changed nothing. After an I/O error it stays, for the next
-    /// open's repair.
+    /// that changed nothing. After an I/O error the image is poisoned
+    /// whatever the bit: the error may have stopped the operation between
+    /// a flag and its refcount (a read error too, which poisons nothing
+    /// else), and a clean close would then write that state back as
+    /// clean. Poisoned, the image refuses everything and its close fails,
+    /// so the bit stays for the next open's repair (on a version 2 image,
+    /// what is on disk stays for `qemu-img check -r`).
     async fn close_flag_window<T>(&self, set: bool, r: &Result<T>) -> Result<()> {
         let done = match r {
             Ok(_) => true,
             Err(e) => matches!(e, Error::Snapshot(_)),
         };
-        if !set || !done {
+        if !done {
+            self.meta.borrow_mut().poisoned = true;
+            return Ok(());
+        }
+        if !set {
             return Ok(());
         }
         self.meta.borrow_mut().header.incompatible_features &= !incompat::DIRTY;

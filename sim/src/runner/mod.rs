@@ -1135,7 +1135,7 @@ impl<'a> Run<'a> {
     /// Hold the run's snapshots against those the image lists (after a
     /// crash's recovery, and at the end); a run that took none asks
     /// nothing.
-    fn settle_snapshots(&self, img: &Rc<Img>, label: &str) -> Result<(), Failure> {
+    fn settle_snapshots(&self, img: &Rc<Img>, label: &str, reopened: bool) -> Result<(), Failure> {
         if self.shared.snapshots.borrow().is_empty() {
             return Ok(());
         }
@@ -1146,7 +1146,7 @@ impl<'a> Run<'a> {
         let names = names.map_err(|e| Failure::Engine {
             what: format!("listing the snapshots {label} failed with faults off: {e}"),
         })?;
-        if let Err(wrong) = self.shared.snapshots.borrow_mut().settle(&names) {
+        if let Err(wrong) = self.shared.snapshots.borrow_mut().settle(&names, reopened) {
             self.fail(Failure::Engine {
                 what: format!("snapshots {label}: {wrong}"),
             });
@@ -1278,7 +1278,7 @@ impl<'a> Run<'a> {
             )?;
             self.fail(Failure::Model { text, sectors });
         }
-        self.settle_snapshots(&img, &format!("after {label}"))?;
+        self.settle_snapshots(&img, &format!("after {label}"), true)?;
         self.set_faults_enabled(true);
         Ok(img)
     }
@@ -1411,7 +1411,7 @@ impl<'a> Run<'a> {
                 }
             }
         }
-        if let Err(f) = self.settle_snapshots(&img, "at the end") {
+        if let Err(f) = self.settle_snapshots(&img, "at the end", false) {
             return self.fail(f);
         }
         let img = match Rc::try_unwrap(img) {

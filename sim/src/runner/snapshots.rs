@@ -84,9 +84,13 @@ impl Snapshots {
 
     /// Holds the snapshots the image lists (`found`, by name) against what
     /// the run knows: every snapshot that surely exists must be there,
-    /// none that is surely gone, and none the run never took. Those that
-    /// may exist are settled by what was found. Returns what is wrong.
-    pub fn settle(&mut self, found: &[String]) -> Result<(), String> {
+    /// none that is surely gone, and none the run never took. With
+    /// `reopened` (the image was just opened from its disk, after a
+    /// crash) those that may exist are settled by what was found; a
+    /// running image may list one whose failed operation left it in
+    /// memory only, which the next crash may still lose. Returns what is
+    /// wrong.
+    pub fn settle(&mut self, found: &[String], reopened: bool) -> Result<(), String> {
         let mut wrong = Vec::new();
         for (i, name) in found.iter().enumerate() {
             if !self.list.iter().any(|k| &k.name == name) {
@@ -108,8 +112,8 @@ impl Snapshots {
                     "snapshot {:?} was deleted (its delete returned) but the image lists it",
                     k.name
                 )),
-                (Presence::Maybe, true) => k.presence = Presence::Exists,
-                (Presence::Maybe, false) => k.presence = Presence::Deleted,
+                (Presence::Maybe, true) if reopened => k.presence = Presence::Exists,
+                (Presence::Maybe, false) if reopened => k.presence = Presence::Deleted,
                 _ => {}
             }
         }
@@ -135,10 +139,16 @@ mod tests {
         s.set(c, Presence::Deleted);
         assert_eq!(s.pick(7), Some(a), "only a surely exists");
         // b may exist: found, it exists from now on.
-        s.settle(&["a".into(), "b".into()]).unwrap();
+        // b may exist: a running image's word does not settle it...
+        s.settle(&["a".into(), "b".into()], false).unwrap();
+        assert_eq!(s.get(b).presence, Presence::Maybe);
+        // ...a reopened image's does: found, it exists from now on.
+        s.settle(&["a".into(), "b".into()], true).unwrap();
         assert_eq!(s.get(b).presence, Presence::Exists);
         // a durable snapshot missing, a deleted one back, a stranger.
-        let e = s.settle(&["b".into(), "c".into(), "z".into()]).unwrap_err();
+        let e = s
+            .settle(&["b".into(), "c".into(), "z".into()], true)
+            .unwrap_err();
         assert!(e.contains("\"a\" was taken"), "{e}");
         assert!(e.contains("\"c\" was deleted"), "{e}");
         assert!(e.contains("\"z\", which the run never took"), "{e}");

@@ -44,7 +44,7 @@ const FIRST_FAILING: [(Broken, u64); 20] = [
     (Broken::FreshIgnoresReuse, 15),
     (Broken::DoubleAlloc, 4),
     (Broken::NoCutAtAlloc, 4),
-    (Broken::CommitIgnoresWriters, 4),
+    (Broken::CommitIgnoresWriters, 15),
     (Broken::ReadIgnoresAllocs, 9),
     (Broken::DropPartialCow, 5),
 ];

@@ -25,7 +25,7 @@ pub const PINNED: [(Profile, &[u64]); 7] = [
     // and 16 KiB clusters.
     (Profile::Sequential, &[14, 12, 36]),
     (Profile::Iozone, &[4, 7, 20]),
-    (Profile::Bench, &[36, 12, 20]),
+    (Profile::Bench, &[14, 12, 20]),
     (Profile::Mkfs, &[5, 14, 6]),
     (Profile::Backing, &[15, 0, 35]),
 ];
