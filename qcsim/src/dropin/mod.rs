@@ -12,6 +12,7 @@ mod blockopts;
 pub mod getopt;
 pub mod qemu_img;
 mod qemu_img_amend;
+mod qemu_img_dd;
 mod qemu_img_edit;
 mod qemu_img_measure;
 mod qemu_img_snapshot;

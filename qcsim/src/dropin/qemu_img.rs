@@ -47,6 +47,7 @@ pub fn main(prog: &str, args: &[String]) -> i32 {
         "rebase" => super::qemu_img_edit::rebase(prog, rest),
         "commit" => super::qemu_img_edit::commit(prog, rest),
         "snapshot" => super::qemu_img_snapshot::snapshot(prog, rest),
+        "dd" => super::qemu_img_dd::dd(prog, rest),
         "measure" => super::qemu_img_measure::measure(prog, rest),
         "amend" => super::qemu_img_amend::amend(prog, rest),
         "-h" | "--help" => {

@@ -11,6 +11,7 @@ use std::process::{Command, Output, Stdio};
 use crate::support::{exec, untimed, QCSIM};
 
 mod amend;
+mod dd;
 mod measure;
 mod snapshot;
 
