@@ -653,53 +653,39 @@ impl<'a> Run<'a> {
             let live = img.take().expect("an open image between groups");
             let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
             let flushes_before = self.disk.flushes();
-            if let Some(&(n, op)) = ops.iter().find(|(_, op)| op.is_snapshot()) {
-                let Some(back) = self.run_snapshot_group(live, g, n, op, crash) else {
-                    return;
-                };
-                self.group_flushes
-                    .push(self.disk.flushes() - flushes_before);
-                if !crash {
-                    img = Some(Rc::new(back.expect(
-                        "a snapshot operation run to its end gives the image back",
-                    )));
-                    continue;
-                }
-                self.sim.abort_all();
-                // Cut short, the operation took the image (and the
-                // epoch's counters) with it.
-                if let Some(live) = back {
-                    self.shared.stats.borrow_mut().add_epoch(&live.counters());
-                }
-                match self.crash() {
-                    Ok(next) => {
-                        self.epoch_start = self.disk_counters();
-                        img = Some(next)
+            // The image after the group (None if a crash cut a snapshot
+            // operation short and it went with it), and whether the power
+            // goes now.
+            let (live, crashed) =
+                if let Some(&(n, op)) = ops.iter().find(|(_, op)| op.is_snapshot()) {
+                    let Some(back) = self.run_snapshot_group(live, g, n, op, crash) else {
+                        return;
+                    };
+                    (back.map(Rc::new), crash)
+                } else {
+                    let end = self.run_group_armed(&live, g, ops, crash, !crash);
+                    if end == GroupEnd::Hung {
+                        return;
                     }
-                    Err(f) => return self.fail(f),
-                }
-                continue;
-            }
-            let end = self.run_group_armed(&live, g, ops, crash, !crash);
-            if end == GroupEnd::Hung {
-                return;
-            }
+                    (Some(live), crash || end == GroupEnd::GuardCrash)
+                };
             self.group_flushes
                 .push(self.disk.flushes() - flushes_before);
-            if crash || end == GroupEnd::GuardCrash {
-                self.sim.abort_all();
-                self.background.clear();
+            if !crashed {
+                img = Some(live.expect("a group run to its end gives the image back"));
+                continue;
+            }
+            self.sim.abort_all();
+            self.background.clear();
+            if let Some(live) = live {
                 self.shared.stats.borrow_mut().add_epoch(&live.counters());
-                drop(live);
-                match self.crash() {
-                    Ok(next) => {
-                        self.epoch_start = self.disk_counters();
-                        img = Some(next)
-                    }
-                    Err(f) => return self.fail(f),
+            }
+            match self.crash() {
+                Ok(next) => {
+                    self.epoch_start = self.disk_counters();
+                    img = Some(next)
                 }
-            } else {
-                img = Some(live);
+                Err(f) => return self.fail(f),
             }
         }
         progress(groups.len(), groups.len());

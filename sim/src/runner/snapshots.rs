@@ -58,10 +58,9 @@ impl Snapshots {
     /// The `pick`-th (modulo their number) of the snapshots that surely
     /// exist, if any does.
     pub fn pick(&self, pick: u32) -> Option<usize> {
-        let sure: Vec<usize> = (0..self.list.len())
-            .filter(|&i| self.list[i].presence == Presence::Exists)
-            .collect();
-        (!sure.is_empty()).then(|| sure[pick as usize % sure.len()])
+        let sure = || (0..self.list.len()).filter(|&i| self.list[i].presence == Presence::Exists);
+        let n = sure().count();
+        (n > 0).then(|| sure().nth(pick as usize % n)).flatten()
     }
 
     /// Whether the run took none.
