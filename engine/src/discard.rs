@@ -1,14 +1,35 @@
 //! Guest discard and write_zeroes, and emptying the whole image. Discard and zeroing of whole
 //! clusters change L2 entries (to zero clusters on version 3) and free the
-//! old host clusters once that change is durable; partial clusters are
-//! written with zeroes (write_zeroes) or left alone (discard, a hint).
+//! old host clusters once that change is durable, except a write_zeroes
+//! that may not unmap, which keeps them as preallocated zero clusters;
+//! partial clusters are made zero clusters when the rest of the cluster
+//! already reads as zeroes, else written with zeroes (write_zeroes), or
+//! left alone (discard, a hint). This is what QEMU's driver does, so
+//! `qemu-img map` and `check` see the same clusters after the same
+//! requests.
 
 use crate::allocs::CowFailure;
 use crate::dev::BlockDev;
 use crate::error::Result;
-use crate::format::entry::{COMPRESSED, SUBCLUSTERS};
-use crate::format::L2Entry;
-use crate::image::Image;
+use crate::format::entry::{ALL_ZERO, COMPRESSED, SUBCLUSTERS};
+use crate::format::{L2Entry, L2Mapping};
+use crate::image::{Backing, Image};
+
+/// What whole clusters become when their data goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unmap {
+    /// Unallocated: they read from the backing file, or as zeroes.
+    Unallocated,
+    /// Discarded on a version 3 image: zero clusters where they would
+    /// otherwise read anything but zeroes (a region without an L2 table
+    /// and without a backing file is left as it is).
+    Discard,
+    /// Zeroed: zero clusters throughout, as QEMU's driver marks every
+    /// cluster a write_zeroes covers (allocating L2 tables where there
+    /// are none), with `keep` holding on to uncompressed host clusters
+    /// (`Image::zeroed_entry`).
+    Zeroes { keep: bool },
+}
 
 impl<D: BlockDev> Image<D> {
     /// Discard whole clusters in the range; they then read as zeroes
@@ -30,8 +51,12 @@ impl<D: BlockDev> Image<D> {
         if start >= end {
             return Ok(());
         }
-        let zero = self.geo.version >= 3;
-        self.unmap_clusters(start, end, zero).await
+        let to = if self.geo.version >= 3 {
+            Unmap::Discard
+        } else {
+            Unmap::Unallocated
+        };
+        self.unmap_clusters(start, end, to).await
     }
 
     /// Drop every cluster of the image (`qemu-img commit` empties the
@@ -45,16 +70,20 @@ impl<D: BlockDev> Image<D> {
             .virtual_size
             .next_multiple_of(self.geo.cluster_size);
         if end > 0 {
-            self.unmap_clusters(0, end, false).await?;
+            self.unmap_clusters(0, end, Unmap::Unallocated).await?;
         }
         self.flush_internal(false).await
     }
 
-    /// Make the range read as zeroes. With `unmap` (and always, here) whole
-    /// clusters become zero clusters on version 3 images and their host
-    /// clusters are freed; partial clusters are written with zeroes.
+    /// Make the range read as zeroes. On version 3 images whole clusters
+    /// become zero clusters: with `unmap` their host clusters are freed,
+    /// without it a cluster's uncompressed host cluster stays allocated
+    /// under the zero flag (QEMU's rule: a write_zeroes that may not unmap
+    /// keeps the space, and a later write may reuse it). A partial cluster
+    /// becomes a zero cluster when it holds no host cluster and the rest of
+    /// it reads as zeroes already; other partial clusters are written with
+    /// zeroes (or zero subclusters, with extended L2 entries).
     pub async fn write_zeroes(&self, offset: u64, len: u64, unmap: bool) -> Result<()> {
-        let _ = unmap;
         self.check_writable()?;
         self.check_request(offset, len)?;
         self.count(|c| c.guest_zero_writes += 1);
@@ -70,16 +99,98 @@ impl<D: BlockDev> Image<D> {
             wend = end.next_multiple_of(cs);
         }
         if self.geo.version < 3 || wstart >= wend {
-            return self.zero_partial_clusters(offset, end).await;
+            return self.zero_partial_pieces(offset, end).await;
         }
         if offset < wstart {
-            self.zero_partial_clusters(offset, wstart.min(end)).await?;
+            self.zero_partial_pieces(offset, wstart.min(end)).await?;
         }
-        self.unmap_clusters(wstart, wend, true).await?;
+        // A data file's clusters are not refcounted: nothing to keep.
+        let keep = !unmap && !self.has_data_file();
+        self.unmap_clusters(wstart, wend, Unmap::Zeroes { keep })
+            .await?;
         if wend < end {
-            self.zero_partial_clusters(wend, end).await?;
+            self.zero_partial_pieces(wend, end).await?;
         }
         Ok(())
+    }
+
+    /// Zero [start, end), which holds no whole cluster, cluster by
+    /// cluster: each piece by widening it to a zero cluster where that
+    /// changes nothing else the guest reads, else as
+    /// [`Image::zero_partial_clusters`] does.
+    async fn zero_partial_pieces(&self, start: u64, end: u64) -> Result<()> {
+        let mut p = start;
+        while p < end {
+            let q = end.min(self.geo.cluster_start(p) + self.geo.cluster_size);
+            if !self.zero_widened(p, q).await? {
+                self.zero_partial_clusters(p, q).await?;
+            }
+            p = q;
+        }
+        Ok(())
+    }
+
+    /// Zero the part [p, q) of one cluster by making the whole cluster a
+    /// zero cluster, if it holds no host cluster and the rest of it reads
+    /// as zeroes: a guest's unaligned write_zeroes then allocates nothing,
+    /// as with QEMU's driver. Only version 3 images with standard L2
+    /// entries and no data file (extended entries zero subclusters
+    /// instead). Returns whether it did.
+    async fn zero_widened(&self, p: u64, q: u64) -> Result<bool> {
+        if self.geo.version < 3 || self.geo.extended_l2 || self.has_data_file() {
+            return Ok(false);
+        }
+        let c = self.geo.cluster_start(p);
+        let ce = (c + self.geo.cluster_size).min(self.geo.virtual_size);
+        // The whole cluster, so that no other write of it runs while the
+        // rest is judged and the entry changes.
+        let id = self.begin_write(c, ce).await;
+        let r = self.zero_widened_locked(c, ce, p, q).await;
+        self.end_write(id);
+        r
+    }
+
+    async fn zero_widened_locked(&self, c: u64, ce: u64, p: u64, q: u64) -> Result<bool> {
+        let _g = self.lock_with_allocs_settled(c, ce).await?;
+        let cur = self.l2_entry(c).await?;
+        match cur.decode(self.geo.cluster_bits, self.geo.version) {
+            L2Mapping::Zero { .. } => return Ok(true),
+            L2Mapping::Unallocated => {}
+            L2Mapping::Normal { .. } | L2Mapping::Compressed { .. } => return Ok(false),
+        }
+        if !(self.backing_reads_zero(c, p - c).await? && self.backing_reads_zero(q, ce - q).await?)
+        {
+            return Ok(false);
+        }
+        let l2 = self.l2_table_for_write(c).await?;
+        self.set_l2_entry(l2, c, self.geo.zero_entry());
+        if !self.opts.switches.delayed_metadata {
+            self.writeback_all().await?;
+        }
+        Ok(true)
+    }
+
+    /// Whether the unallocated guest range [off, off + len) reads as
+    /// zeroes: no backing file, or one whose whole chain holds nothing
+    /// there but zeroes. A raw backing file counts as data (its holes are
+    /// not looked for).
+    async fn backing_reads_zero(&self, off: u64, len: u64) -> Result<bool> {
+        let img = match &self.backing {
+            None => return Ok(true),
+            Some(Backing::Raw(_)) => return Ok(false),
+            Some(Backing::Qcow2(img)) => img,
+        };
+        // Past the backing image's end the cluster reads as zeroes.
+        let end = (off + len).min(img.virtual_size());
+        let mut pos = off;
+        while pos < end {
+            let (status, n) = img.block_status_deep(pos, end - pos).await?;
+            if !status.reads_as_zero() {
+                return Ok(false);
+            }
+            pos += n;
+        }
+        Ok(true)
     }
 
     /// Zero [start, end), which holds no whole cluster: with extended L2
@@ -161,21 +272,21 @@ impl<D: BlockDev> Image<D> {
         Ok(())
     }
 
-    /// Set the L2 entries of whole clusters [start, end) to zero clusters
-    /// (`zero`) or unallocated, freeing what they pointed at.
-    pub(crate) async fn unmap_clusters(&self, start: u64, end: u64, zero: bool) -> Result<()> {
+    /// Set the L2 entries of whole clusters [start, end) as `to` says,
+    /// freeing what they pointed at unless `to` keeps it.
+    pub(crate) async fn unmap_clusters(&self, start: u64, end: u64, to: Unmap) -> Result<()> {
         let end_guest = end.min(
             self.geo
                 .virtual_size
                 .next_multiple_of(self.geo.cluster_size),
         );
         let id = self.begin_write(start, end_guest).await;
-        let r = self.unmap_locked(start, end_guest, zero).await;
+        let r = self.unmap_locked(start, end_guest, to).await;
         self.end_write(id);
         r
     }
 
-    async fn unmap_locked(&self, start: u64, end: u64, zero: bool) -> Result<()> {
+    async fn unmap_locked(&self, start: u64, end: u64, to: Unmap) -> Result<()> {
         // Allocations in flight here finish first, so the entries below
         // are final.
         let keys = self.inflight.borrow().allocs.starts_overlapping(start, end);
@@ -189,21 +300,28 @@ impl<D: BlockDev> Image<D> {
         while p < end {
             let l1i = self.geo.offset_to_l1_index(p);
             let has_table = self.meta.borrow().tables.l1_entry(l1i).l2_offset() != 0;
-            if !has_table && (!zero || self.backing.is_none()) {
+            let skip = match to {
+                Unmap::Unallocated => true,
+                Unmap::Discard => self.backing.is_none(),
+                Unmap::Zeroes { .. } => false,
+            };
+            if !has_table && skip {
                 // Already reads as zero (or as backing data for discard).
                 p = ((l1i as u64) + 1) * self.geo.l2_span();
                 continue;
             }
             let cur = self.l2_entry(p).await?;
-            let new = if zero {
-                self.geo.zero_entry()
-            } else {
-                L2Entry::UNALLOCATED
+            let (new, kept) = match to {
+                Unmap::Unallocated => (L2Entry::UNALLOCATED, false),
+                Unmap::Discard | Unmap::Zeroes { keep: false } => (self.geo.zero_entry(), false),
+                Unmap::Zeroes { keep: true } => self.zeroed_entry(cur),
             };
             if cur != new {
                 let l2 = self.l2_table_for_write(p).await?;
                 let old = self.set_l2_entry(l2, p, new);
-                self.release_entry(old);
+                if !kept {
+                    self.release_entry(old);
+                }
             }
             p += cs;
         }
@@ -211,5 +329,92 @@ impl<D: BlockDev> Image<D> {
             self.writeback_all().await?;
         }
         Ok(())
+    }
+
+    /// A zeroed cluster that keeps its host cluster, as QEMU's driver
+    /// zeroes without unmapping: the same offset and COPIED flag under the
+    /// zero flag (standard entries) or an all-zero subcluster bitmap
+    /// (extended ones), its refcount unchanged. A compressed cluster, or
+    /// one with no host cluster, becomes a plain zero cluster. Returns the
+    /// entry and whether the old host cluster stays referenced.
+    fn zeroed_entry(&self, cur: L2Entry) -> (L2Entry, bool) {
+        match cur.decode(self.geo.cluster_bits, self.geo.version) {
+            L2Mapping::Normal { .. } if self.geo.extended_l2 => (cur.with_bitmap(ALL_ZERO), true),
+            L2Mapping::Normal { host, copied } => (L2Entry::zero(Some(host), copied), true),
+            L2Mapping::Zero {
+                preallocated: Some(_),
+            } => (cur, true),
+            _ => (self.geo.zero_entry(), false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dev::MemDev;
+    use crate::status::Status;
+    use crate::{CreateOptions, EngineOptions, Image};
+    use futures::executor::block_on;
+
+    const CS: u64 = 64 << 10;
+
+    fn image(size: u64) -> Image<MemDev> {
+        let dev = MemDev::new();
+        let o = CreateOptions {
+            size,
+            ..CreateOptions::default()
+        };
+        block_on(Image::create(&dev, &o)).unwrap();
+        block_on(Image::open(dev, EngineOptions::default())).unwrap()
+    }
+
+    #[test]
+    fn zeroes_keep_the_host_cluster_unless_they_may_unmap() {
+        let img = image(8 * CS);
+        block_on(async {
+            img.write(0, &vec![1; 4 * CS as usize]).await.unwrap();
+            let host = img.host_offset(CS).await.unwrap().unwrap();
+            img.write_zeroes(CS, CS, false).await.unwrap();
+            assert_eq!(img.zero_host_offset(CS).await.unwrap(), Some(host));
+            assert_eq!(img.block_status(CS, CS).await.unwrap(), (Status::Zero, CS));
+            img.write_zeroes(2 * CS, CS, true).await.unwrap();
+            assert_eq!(img.zero_host_offset(2 * CS).await.unwrap(), None);
+            assert_eq!(
+                img.block_status(2 * CS, CS).await.unwrap(),
+                (Status::Zero, CS)
+            );
+            // A partial write fills the kept cluster in place, the rest of
+            // it zeroes.
+            img.write(CS + 10, &[2; 10]).await.unwrap();
+            // (With delayed COW the allocation is linked at the flush.)
+            img.flush().await.unwrap();
+            assert_eq!(img.host_offset(CS).await.unwrap(), Some(host));
+            let mut buf = vec![9; CS as usize];
+            img.read(CS, &mut buf).await.unwrap();
+            assert!(buf[..10].iter().all(|&b| b == 0));
+            assert!(buf[10..20].iter().all(|&b| b == 2));
+            assert!(buf[20..].iter().all(|&b| b == 0));
+        });
+    }
+
+    #[test]
+    fn an_unaligned_zeroing_of_a_hole_makes_a_zero_cluster() {
+        let img = image(8 * CS);
+        block_on(async {
+            img.write_zeroes(CS + 512, 1024, false).await.unwrap();
+            assert_eq!(img.block_status(CS, CS).await.unwrap(), (Status::Zero, CS));
+            assert_eq!(img.host_offset(CS).await.unwrap(), None);
+            // Where the cluster holds data, the bytes are written instead.
+            img.write(3 * CS, &[1; 10]).await.unwrap();
+            img.write_zeroes(3 * CS + 512, 1024, false).await.unwrap();
+            assert_eq!(
+                img.block_status(3 * CS, CS).await.unwrap(),
+                (Status::Data, CS)
+            );
+            let mut buf = vec![9; 2048];
+            img.read(3 * CS, &mut buf).await.unwrap();
+            assert!(buf[..10].iter().all(|&b| b == 1));
+            assert!(buf[10..].iter().all(|&b| b == 0));
+        });
     }
 }

@@ -174,4 +174,19 @@ impl<D: BlockDev> Image<D> {
             _ => Ok(None),
         }
     }
+
+    /// The host offset of guest byte `guest` when it reads as zeroes from
+    /// a cluster that keeps its host cluster (the zero flag over an
+    /// offset, or a zero subcluster of a cluster with one), as QEMU's
+    /// `qemu-img map` reports it; None otherwise.
+    pub async fn zero_host_offset(&self, guest: u64) -> Result<Option<u64>> {
+        self.check_request(guest, 1)?;
+        let _g = self.meta_lock.lock().await;
+        match self.decode_l2(self.l2_entry(guest).await?, guest) {
+            crate::format::L2Mapping::Zero {
+                preallocated: Some(host),
+            } => Ok(Some(host + self.geo.offset_into_cluster(guest))),
+            _ => Ok(None),
+        }
+    }
 }

@@ -137,7 +137,10 @@ impl<D: BlockDev> Image<D> {
             let (rti, _) = self.geo.refcount_position(c);
             let has = self.meta.borrow().refs.has_block(rti);
             if !has {
-                self.ensure_refblock(rti).await?;
+                // Not on a cluster in use that no block counts yet: the
+                // range of a missing block need not be empty here.
+                self.ensure_refblock_at(rti, None, &|c| refs.contains_key(&c))
+                    .await?;
             }
             self.set_refcount(c, want).await?;
         }

@@ -154,7 +154,14 @@ impl<D: BlockDev> Image<D> {
             let first_rt = self.geo.refcount_position(start).0;
             let last_rt = self.geo.refcount_position(start + n - 1).0;
             for rti in first_rt..=last_rt {
-                if self.ensure_refblock(rti).await? {
+                // QEMU's driver takes the run first and the block it needs
+                // after it: the first free cluster past the run, where that
+                // one lies in the range the block counts (so `qemu-img map`
+                // and check's end offset agree with QEMU's).
+                if self
+                    .ensure_refblock_at(rti, Some(start + n), &|_| false)
+                    .await?
+                {
                     // The new structure may sit inside the run: search again.
                     continue 'search;
                 }
@@ -239,8 +246,19 @@ impl<D: BlockDev> Image<D> {
 
     /// Make sure refcount table entry `rti` points at a refcount block,
     /// creating one (and growing the table) if needed. Returns whether it
-    /// allocated anything.
-    pub(crate) async fn ensure_refblock(&self, rti: usize) -> Result<bool> {
+    /// allocated anything. A new block goes at `after` if that cluster
+    /// lies in the range the block counts, else at the first cluster from
+    /// where the search for free clusters starts that is free: one with
+    /// refcount 0 under an existing block, or one in the new block's own
+    /// range. `in_use` names clusters in use that no block counts yet
+    /// (the dirty rebuild's, whose counts are still being set); in normal
+    /// operation there are none, since every cluster in use is counted.
+    pub(crate) async fn ensure_refblock_at(
+        &self,
+        rti: usize,
+        after: Option<u64>,
+        in_use: &dyn Fn(u64) -> bool,
+    ) -> Result<bool> {
         self.assert_meta_locked("ensure_refblock");
         let len = self.meta.borrow().refs.len();
         if rti < len && self.meta.borrow().refs.has_block(rti) {
@@ -253,10 +271,13 @@ impl<D: BlockDev> Image<D> {
         let epb = self.geo.rc_entries;
         // A place for the block: a free cluster counted by an existing
         // block, or one inside the range the new block will count itself.
-        let mut c = self.meta.borrow().alloc.search_start();
+        let mut c = match after {
+            Some(a) if self.geo.refcount_position(a).0 == rti && !in_use(a) => a,
+            _ => self.meta.borrow().alloc.search_start(),
+        };
         let loc = loop {
             let r = self.geo.refcount_position(c).0;
-            if r == rti {
+            if r == rti && !in_use(c) {
                 self.check_not_metadata(c)?;
                 break c;
             }

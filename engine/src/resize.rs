@@ -78,7 +78,8 @@ impl<D: BlockDev> Image<D> {
         let old_end = self.geo.virtual_size.next_multiple_of(cs);
         let start = new_size.next_multiple_of(cs);
         if start < old_end {
-            self.unmap_clusters(start, old_end, false).await?;
+            self.unmap_clusters(start, old_end, crate::discard::Unmap::Unallocated)
+                .await?;
         }
         let _g = self.meta_lock.lock().await;
         // The L2 entries just cleared are durable (and their clusters

@@ -167,8 +167,7 @@ mod tests {
         block_on(async {
             img.write(CS + 100, &[1; 10]).await.unwrap();
             img.write(2 * CS, &[1; 10]).await.unwrap();
-            // Zeroing allocated clusters makes zero clusters (on
-            // unallocated ones without backing the engine does nothing).
+            // Zeroing allocated clusters makes zero clusters.
             img.write(5 * CS, &vec![1; 2 * CS as usize]).await.unwrap();
             img.write_zeroes(5 * CS, 2 * CS, false).await.unwrap();
             img.write(9 * CS, &[1; 10]).await.unwrap();

@@ -415,16 +415,19 @@ impl<D: BlockDev> Image<D> {
         Ok(data.len())
     }
 
-    /// With extended L2 entries, how an allocation of the clusters whose
-    /// entries are `old` goes: `None`, whole new clusters (standard
-    /// images; clusters that are compressed or shared); `Some(None)`, new
-    /// clusters for clusters that hold no host cluster, filling and linking
-    /// only the subclusters the write touches; `Some(Some(host))`, a COPIED
-    /// cluster whose unallocated or zero subclusters are filled in place.
-    /// `old` is cut so the kinds never mix in one allocation.
+    /// How an allocation of the clusters whose entries are `old` goes:
+    /// `None`, whole new clusters (clusters that are unallocated,
+    /// compressed or shared); `Some(None)` (extended L2 entries), new
+    /// clusters for clusters that hold no host cluster, filling and
+    /// linking only the subclusters the write touches; `Some(Some(host))`,
+    /// a COPIED cluster filled in place: its unallocated or zero
+    /// subclusters, or (standard entries) the whole of a zero cluster that
+    /// kept its host cluster, the rest copied from zeroes, as QEMU's
+    /// driver reuses one. `old` is cut so the kinds never mix in one
+    /// allocation.
     fn subcluster_alloc(&self, old: &mut Vec<L2Entry>) -> Option<Option<u64>> {
         if !self.geo.extended_l2 {
-            return None;
+            return self.kept_zero_alloc(old);
         }
         let cb = self.geo.cluster_bits;
         let hostless = |e: &L2Entry| {
@@ -446,6 +449,34 @@ impl<D: BlockDev> Image<D> {
                 old.truncate(i);
                 Some(None)
             }
+        }
+    }
+
+    /// [`Image::subcluster_alloc`] for standard L2 entries: a COPIED zero
+    /// cluster with a host cluster first is filled in place, alone; one
+    /// later cuts the allocation of new clusters before it. (Not with a
+    /// data file, whose clusters sit at their guest offsets anyway.)
+    fn kept_zero_alloc(&self, old: &mut Vec<L2Entry>) -> Option<Option<u64>> {
+        if self.has_data_file() {
+            return None;
+        }
+        let (cb, v) = (self.geo.cluster_bits, self.geo.version);
+        let kept = |e: &L2Entry| match e.decode(cb, v) {
+            L2Mapping::Zero {
+                preallocated: Some(h),
+            } if e.word & COPIED != 0 => Some(h),
+            _ => None,
+        };
+        match old.iter().position(|e| kept(e).is_some()) {
+            Some(0) => {
+                old.truncate(1);
+                Some(kept(&old[0]))
+            }
+            Some(i) => {
+                old.truncate(i);
+                None
+            }
+            None => None,
         }
     }
 

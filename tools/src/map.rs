@@ -244,7 +244,21 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
                         });
                     }
                     Status::Zero => {
-                        return Ok(MapEntry { zero: true, ..base });
+                        // A zero cluster that keeps its host cluster has
+                        // an offset, one cluster at a time as for data.
+                        let cluster = image.cluster_size();
+                        let host = image.zero_host_offset(pos).await.map_err(status_err)?;
+                        let n = if host.is_some() {
+                            n.min(cluster - pos % cluster)
+                        } else {
+                            n
+                        };
+                        return Ok(MapEntry {
+                            length: n,
+                            zero: true,
+                            offset: host,
+                            ..base
+                        });
                     }
                     Status::Unallocated => {
                         return Ok(MapEntry {
