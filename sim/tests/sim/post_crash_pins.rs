@@ -26,7 +26,7 @@ pub const PINNED: [(Profile, &[u64]); 7] = [
     (Profile::Sequential, &[14, 12, 36]),
     (Profile::Iozone, &[4, 7, 20]),
     (Profile::Bench, &[14, 12, 20]),
-    (Profile::Mkfs, &[5, 14, 6]),
+    (Profile::Mkfs, &[14, 5, 6]),
     (Profile::Backing, &[15, 0, 35]),
 ];
 
