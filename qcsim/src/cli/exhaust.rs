@@ -28,10 +28,13 @@ pub struct Args {
     /// 64k-backing, 64k-extl2, 64k-extl2-backing.
     #[arg(long, value_delimiter = ',')]
     pub geometry: Vec<String>,
-    /// Operations of the vocabulary, comma-separated (default: all):
-    /// W (aligned write), U (unaligned write), Z (write zeroes), D
+    /// Operations of the vocabulary, comma-separated (default: the 12 of
+    /// W (aligned write), U (unaligned write), Z (write zeroes) and D
     /// (discard), each over A (cluster 0), B (cluster 1) or AB (both), as
-    /// W(A),D(AB).
+    /// W(A),D(AB)). Also: C (compressed write of each cluster) over an
+    /// extent; S (internal snapshot), R (apply the first snapshot), X
+    /// (delete it); `default` for the 12, `extra` for C(A), C(B), C(AB),
+    /// S, R and X.
     #[arg(long, value_delimiter = ',')]
     pub vocabulary: Vec<String>,
     /// Switch sets, comma-separated, each run on every geometry: `all`,
@@ -101,15 +104,26 @@ fn options(args: &Args) -> anyhow::Result<ExhaustOptions> {
         }
     }
     if !args.vocabulary.is_empty() {
-        o.vocabulary = args
-            .vocabulary
-            .iter()
-            .map(|v| {
-                VocabOp::parse(v.trim()).with_context(|| {
-                    format!("--vocabulary {v:?}: expected W, U, Z or D over A, B or AB, as W(A)")
-                })
-            })
-            .collect::<anyhow::Result<_>>()?;
+        let mut vocabulary: Vec<VocabOp> = Vec::new();
+        for v in &args.vocabulary {
+            let ops = match v.trim() {
+                "default" => VocabOp::all(),
+                "extra" => VocabOp::extra(),
+                name => vec![VocabOp::parse(name).with_context(|| {
+                    format!(
+                        "--vocabulary {v:?}: expected W, U, Z, D or C over A, B or AB (as \
+                         W(A)), S, R, X, default or extra"
+                    )
+                })?],
+            };
+            for op in ops {
+                // Named twice, it would only repeat workloads.
+                if !vocabulary.contains(&op) {
+                    vocabulary.push(op);
+                }
+            }
+        }
+        o.vocabulary = vocabulary;
     }
     o.enumerate = EnumerateOptions {
         granularity: match args.granularity {

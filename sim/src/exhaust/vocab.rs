@@ -12,9 +12,19 @@
 //!   (with extended L2), leaves a head and a tail to copy (COW) in every
 //!   cluster it touches, over `A` leaves whole subclusters untouched at
 //!   both ends, and over `AB` crosses the cluster boundary;
-//! - `Z`, write zeroes over the extent (whole clusters: they become zero
-//!   clusters and their host clusters are freed);
+//! - `Z`, write zeroes over the extent, without unmap (whole clusters:
+//!   they become zero clusters, an allocated one keeping its host
+//!   cluster, as QEMU's driver keeps it);
 //! - `D`, discard of the extent (whole clusters, freed).
+//!
+//! Beyond these, which make the default vocabulary, the extra operations
+//! ([`VocabOp::extra`]) exercise the metadata paths that are not guest
+//! requests: `C`, a compressed write of each cluster of the extent (one
+//! request per cluster, issued together); `S`, an internal snapshot of the
+//! disk; `R`, revert to (apply) the first snapshot that exists; `X`,
+//! delete it. The last three cover the whole disk and take no extent; `R`
+//! and `X` do nothing when no snapshot exists. They multiply the space
+//! (16 operations instead of 12), so a run names them (`--vocabulary`).
 //!
 //! A workload is 1 to 3 of these operations, one after the other, with a
 //! guest flush (`F`) after any subset of them: every placement of flushes.
@@ -67,10 +77,23 @@ pub enum Kind {
     Zeroes,
     /// `D`: discard the extent.
     Discard,
+    /// `C`: a compressed write of each cluster of the extent.
+    Compressed,
+    /// `S`: an internal snapshot (no extent).
+    Snapshot,
+    /// `R`: apply the first snapshot that exists (no extent).
+    Revert,
+    /// `X`: delete the first snapshot that exists (no extent).
+    Delete,
 }
 
 impl Kind {
     const ALL: [Kind; 4] = [Kind::Write, Kind::Unaligned, Kind::Zeroes, Kind::Discard];
+
+    /// Whether it covers the whole disk rather than an extent.
+    fn whole_disk(self) -> bool {
+        matches!(self, Kind::Snapshot | Kind::Revert | Kind::Delete)
+    }
 
     fn letter(self) -> char {
         match self {
@@ -78,6 +101,10 @@ impl Kind {
             Kind::Unaligned => 'U',
             Kind::Zeroes => 'Z',
             Kind::Discard => 'D',
+            Kind::Compressed => 'C',
+            Kind::Snapshot => 'S',
+            Kind::Revert => 'R',
+            Kind::Delete => 'X',
         }
     }
 }
@@ -135,23 +162,50 @@ impl VocabOp {
             .collect()
     }
 
-    /// Its name, as `W(A)`.
+    /// The extra operations, not in the default vocabulary (see the
+    /// module's doc), in their order: `C(A)`, `C(B)`, `C(AB)`, `S`, `R`,
+    /// `X`. The whole-disk ones carry extent `A`, which they ignore.
+    pub fn extra() -> Vec<VocabOp> {
+        let mut out: Vec<VocabOp> = Extent::ALL
+            .iter()
+            .map(|&extent| VocabOp {
+                kind: Kind::Compressed,
+                extent,
+            })
+            .collect();
+        out.extend(
+            [Kind::Snapshot, Kind::Revert, Kind::Delete].map(|kind| VocabOp {
+                kind,
+                extent: Extent::A,
+            }),
+        );
+        out
+    }
+
+    /// Its name, as `W(A)`, or as `S` for a whole-disk operation.
     pub fn name(&self) -> String {
+        if self.kind.whole_disk() {
+            return self.kind.letter().to_string();
+        }
         format!("{}({})", self.kind.letter(), self.extent.name())
     }
 
-    /// The operation its name names.
+    /// The operation its name names, of the default vocabulary or the
+    /// extra one.
     pub fn parse(name: &str) -> Option<VocabOp> {
-        VocabOp::all().into_iter().find(|op| op.name() == name)
+        VocabOp::all()
+            .into_iter()
+            .chain(VocabOp::extra())
+            .find(|op| op.name() == name)
     }
 
-    /// The case's operation on an image of `cluster_sectors`-sector
-    /// clusters.
-    pub fn op(&self, cluster_sectors: u64) -> Op {
+    /// The case's operations for it (one, or one compressed write per
+    /// cluster), on an image of `cluster_sectors`-sector clusters.
+    pub fn ops(&self, cluster_sectors: u64) -> Vec<Op> {
         let (first, n) = self.extent.clusters();
         let sector = first * cluster_sectors;
         let sectors = n * cluster_sectors;
-        match self.kind {
+        vec![match self.kind {
             Kind::Write => Op::Write { sector, sectors },
             // The middle half, one sector on: an odd first sector, since
             // a quarter of a cluster is an even number of sectors.
@@ -165,7 +219,18 @@ impl VocabOp {
                 unmap: false,
             },
             Kind::Discard => Op::Discard { sector, sectors },
-        }
+            Kind::Compressed => {
+                return (first..first + n)
+                    .map(|c| Op::WriteCompressed {
+                        sector: c * cluster_sectors,
+                        sectors: cluster_sectors,
+                    })
+                    .collect()
+            }
+            Kind::Snapshot => Op::SnapshotCreate,
+            Kind::Revert => Op::SnapshotApply { pick: 0 },
+            Kind::Delete => Op::SnapshotDelete { pick: 0 },
+        }]
     }
 }
 
@@ -202,7 +267,7 @@ impl Workload {
         self.steps
             .iter()
             .map(|s| match s {
-                Step::Op(op) => vec![op.op(cluster_sectors)],
+                Step::Op(op) => op.ops(cluster_sectors),
                 Step::Flush => vec![Op::Flush],
             })
             .collect()
@@ -385,9 +450,10 @@ mod tests {
 
     #[test]
     fn names_parse_back() {
-        for op in VocabOp::all() {
+        for op in VocabOp::all().into_iter().chain(VocabOp::extra()) {
             assert_eq!(VocabOp::parse(&op.name()), Some(op));
         }
+        assert_eq!(VocabOp::parse("S(A)"), None);
         for g in Geometry::all() {
             assert_eq!(Geometry::parse(&g.name()), Some(g));
         }
@@ -396,8 +462,10 @@ mod tests {
 
     #[test]
     fn every_case_is_valid() {
+        let mut v = VocabOp::all();
+        v.extend(VocabOp::extra());
         for g in Geometry::all() {
-            for w in workloads(&VocabOp::all(), 1) {
+            for w in workloads(&v, 1) {
                 g.case(&w, &EngineOptions::default()).validate().unwrap();
             }
         }
@@ -408,27 +476,27 @@ mod tests {
         let u = |name| VocabOp::parse(name).unwrap();
         // 4 KiB clusters: sectors 3..7 of cluster 0; 5..13 across both.
         assert_eq!(
-            u("U(A)").op(8),
-            Op::Write {
+            u("U(A)").ops(8),
+            [Op::Write {
                 sector: 3,
                 sectors: 4
-            }
+            }]
         );
         assert_eq!(
-            u("U(AB)").op(8),
-            Op::Write {
+            u("U(AB)").ops(8),
+            [Op::Write {
                 sector: 5,
                 sectors: 8
-            }
+            }]
         );
         // 64 KiB clusters (2 KiB subclusters with extended L2): sector 33
         // is inside subcluster 8, and subclusters 25 to 31 are untouched.
         assert_eq!(
-            u("U(B)").op(128),
-            Op::Write {
+            u("U(B)").ops(128),
+            [Op::Write {
                 sector: 128 + 33,
                 sectors: 64
-            }
+            }]
         );
     }
 }

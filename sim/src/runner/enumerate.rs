@@ -19,7 +19,7 @@ use std::rc::Rc;
 
 use serde::Serialize;
 
-use super::{Failure, Run, RunOptions};
+use super::{Failure, Run, RunOptions, SnapshotUntil};
 use crate::case::{Case, Op};
 use crate::disk::{CrashError, CrashImage, CrashStates};
 
@@ -112,11 +112,6 @@ pub enum EnumerateError {
     /// states would have to be combined with the image's.
     #[error("the case has an external data file: enumerating crash states of two disks is not supported")]
     DataFile,
-    /// A snapshot operation before the crash: each runs alone, on the
-    /// image it owns meanwhile, which the enumeration's replays of the
-    /// prefix do not do.
-    #[error("the case has snapshot operations up to its first crash: enumerating their crash states is not supported")]
-    Snapshots,
     /// The cause is in the message and not a `source()` (see
     /// `CaseError`): a chain printer would print it twice.
     #[error("crash states: {0}")]
@@ -164,13 +159,6 @@ pub fn enumerate_crash_states_at(
         .ok_or(EnumerateError::NoCrash)?;
     if case.image.data_file.is_some() {
         return Err(EnumerateError::DataFile);
-    }
-    if case.workload[..=group]
-        .iter()
-        .flatten()
-        .any(Op::is_snapshot)
-    {
-        return Err(EnumerateError::Snapshots);
     }
     let run_opts = RunOptions::default();
     let mut first = Run::fresh(case, &run_opts, &crate::driver::EngineDriver);
@@ -231,7 +219,7 @@ impl<'a> Run<'a> {
     /// that group up to its crash point (`at`), and stop its tasks. Returns
     /// false when the run failed on the way.
     fn run_to_crash(&mut self, crash_group: usize, at: CrashAt) -> Result<bool, EnumerateError> {
-        let img = match self.setup() {
+        let mut img = match self.setup() {
             Ok(img) => Rc::new(img),
             Err(f) => {
                 self.fail(f);
@@ -240,14 +228,48 @@ impl<'a> Run<'a> {
         };
         let groups = self.case.numbered_groups();
         for (g, ops) in groups.iter().enumerate().take(crash_group) {
-            if !self.run_group(&img, g, ops, false) {
+            if let Some(&(n, op)) = ops.iter().find(|(_, op)| op.is_snapshot()) {
+                // It owns the image meanwhile and gives it back at its end.
+                match self.run_snapshot_group(img, g, n, op, SnapshotUntil::End) {
+                    Some(Some(back)) => img = Rc::new(back),
+                    _ => return Ok(false),
+                }
+            } else if !self.run_group(&img, g, ops, false) {
                 return Ok(false);
             }
         }
         let ops = &groups[crash_group];
-        let reached = match at {
-            CrashAt::Drawn => self.run_group(&img, crash_group, ops, true),
-            CrashAt::DeviceFlush(n) => self.run_group_to_flush(&img, crash_group, ops, n)?,
+        let reached = match ops.iter().find(|(_, op)| op.is_snapshot()) {
+            Some(&(n, op)) => {
+                let until = match at {
+                    CrashAt::Drawn => SnapshotUntil::PowerFails,
+                    CrashAt::DeviceFlush(k) => SnapshotUntil::DeviceFlush(k),
+                };
+                let before = self.disk.flushes();
+                // The image, if the operation ended before the power went,
+                // goes with the crash.
+                if self
+                    .run_snapshot_group(img, crash_group, n, op, until)
+                    .is_none()
+                {
+                    return Ok(false);
+                }
+                if let CrashAt::DeviceFlush(k) = at {
+                    let issued = self.disk.flushes() - before;
+                    if issued < k {
+                        return Err(EnumerateError::NoSuchFlush {
+                            group: crash_group,
+                            issued,
+                            wanted: k,
+                        });
+                    }
+                }
+                true
+            }
+            None => match at {
+                CrashAt::Drawn => self.run_group(&img, crash_group, ops, true),
+                CrashAt::DeviceFlush(n) => self.run_group_to_flush(&img, crash_group, ops, n)?,
+            },
         };
         self.sim.abort_all();
         Ok(reached)

@@ -165,6 +165,20 @@ enum GroupEnd {
     Hung,
 }
 
+/// When a snapshot group stops (`Run::run_snapshot_group`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SnapshotUntil {
+    /// At the operation's end.
+    End,
+    /// When the power goes: a time drawn from the crash stream, as any
+    /// crash group's.
+    PowerFails,
+    /// Right after the group issued its n-th device flush on the image's
+    /// disk, counting from 1 (`CrashAt::DeviceFlush`); at its end if it
+    /// issued fewer.
+    DeviceFlush(u64),
+}
+
 /// An image as the checker reads it: the disk's store itself, not a flat
 /// copy (an image grown by the leaks of many crashes is held once, not
 /// two or three times), possibly seen as longer than it is, reading zeroes
@@ -658,7 +672,12 @@ impl<'a> Run<'a> {
             // goes now.
             let (live, crashed) =
                 if let Some(&(n, op)) = ops.iter().find(|(_, op)| op.is_snapshot()) {
-                    let Some(back) = self.run_snapshot_group(live, g, n, op, crash) else {
+                    let until = if crash {
+                        SnapshotUntil::PowerFails
+                    } else {
+                        SnapshotUntil::End
+                    };
+                    let Some(back) = self.run_snapshot_group(live, g, n, op, until) else {
                         return;
                     };
                     (back.map(Rc::new), crash)
@@ -886,20 +905,25 @@ impl<'a> Run<'a> {
     /// Run snapshot operation `op` (number `n`) of group `g`, alone: every
     /// request in flight (background reads too) ends first, as QEMU drains
     /// the disk before one. A create first reads the guest disk back,
-    /// checked by the model, to know what the snapshot holds. With `crash`
-    /// the power goes at a time drawn as for any group, perhaps in the
-    /// middle of the operation. Returns the image (None if the crash cut
-    /// the operation short and it went with it), or None outright if the
-    /// run cannot go on (a failure is recorded).
-    fn run_snapshot_group(
+    /// checked by the model, to know what the snapshot holds. `until`
+    /// says when the group stops: at its end, or when the power goes
+    /// (perhaps in the middle of the operation). Returns the image (None
+    /// if the power went before the operation ended and it went with it),
+    /// or None outright if the run cannot go on (a failure is recorded).
+    pub(super) fn run_snapshot_group(
         &mut self,
         live: Rc<Img>,
         g: usize,
         n: u64,
         op: Op,
-        crash: bool,
+        until: SnapshotUntil,
     ) -> Option<Option<Img>> {
         self.group = g;
+        // Counted from before the drain, as `go` counts a group's flushes.
+        let flush_target = match until {
+            SnapshotUntil::DeviceFlush(k) => self.disk.flushes().saturating_add(k),
+            _ => u64::MAX,
+        };
         if let Err(e) = self.sim.run() {
             self.sim.abort_all();
             self.fail(Failure::Hang {
@@ -953,10 +977,15 @@ impl<'a> Run<'a> {
         };
         let slot: Rc<RefCell<Option<Img>>> = Rc::new(RefCell::new(None));
         self.spawn_snapshot_op(owned, n, op, plan, slot.clone());
-        let ran = if crash {
-            self.run_until_power_fails()
-        } else {
-            self.sim.run().map(|_| ())
+        let ran = match until {
+            SnapshotUntil::End => self.sim.run().map(|_| ()),
+            SnapshotUntil::PowerFails => self.run_until_power_fails(),
+            SnapshotUntil::DeviceFlush(_) => {
+                let disk = self.disk.clone();
+                self.sim
+                    .run_until(|| disk.flushes() >= flush_target)
+                    .map(|_| ())
+            }
         };
         if let Err(e) = ran {
             self.sim.abort_all();

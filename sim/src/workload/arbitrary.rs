@@ -12,7 +12,7 @@ use oracle::data::{BackingData, BackingPattern, SECTOR_SIZE};
 
 use engine::dev::IoOp;
 
-use crate::case::{BackingSpec, Case, ImageSpec, Op, CASE_VERSION, MAX_GROUP_OPS};
+use crate::case::{BackingSpec, Case, ImageSpec, Op, CASE_VERSION, MAX_GROUP_OPS, MAX_OP_SECTORS};
 use crate::disk::{
     DiscardEffect, DiskOptions, FaultOptions, LatencyOptions, NthRequest, OutlierOptions,
     OutlierRates, SupportOptions, MAX_OUTLIER_FACTOR,
@@ -21,6 +21,10 @@ use crate::exec::SchedulePolicy;
 
 /// Most operations a decoded case holds.
 pub const MAX_ARBITRARY_OPS: usize = 64;
+/// Most snapshot operations and compressed writes a decoded case gets,
+/// on top of its [`MAX_ARBITRARY_OPS`]: each snapshot operation reads the
+/// whole disk back (a create) or rewrites the tables, as costly as a crash.
+pub const MAX_ARBITRARY_EXTRAS: usize = 6;
 /// Most sectors one decoded request covers.
 const MAX_ARBITRARY_OP_SECTORS: u64 = 256;
 /// Most crash points a decoded case holds; later crash draws become
@@ -50,6 +54,9 @@ impl Case {
         // schedule).
         disk.latency.outliers = outliers(u)?;
         let schedule = schedule(u)?;
+        // Drawn after everything else, for the same reason.
+        let mut workload = workload;
+        extras(u, &image, &mut workload)?;
         let case = Case {
             version: CASE_VERSION,
             seed,
@@ -272,4 +279,53 @@ fn workload(u: &mut Unstructured<'_>, sectors: u64) -> arbitrary::Result<Vec<Vec
         ops += 1;
     }
     Ok(groups)
+}
+
+/// Snapshot operations and compressed writes, put among the workload's
+/// groups: none when the first draw is 0 (as exhausted bytes give). A
+/// snapshot operation gets a group of its own (it runs alone), and only on
+/// a version 3 image, whose dirty bit covers a crash inside one (see
+/// `snapshot_compress`); a compressed write is one whole cluster (or the
+/// disk's partial last one), in a group of its own or joining one, and
+/// only where a cluster is at most `MAX_OP_SECTORS`.
+fn extras(
+    u: &mut Unstructured<'_>,
+    image: &ImageSpec,
+    groups: &mut Vec<Vec<Op>>,
+) -> arbitrary::Result<()> {
+    if u.int_in_range(0..=1u8)? == 0 {
+        return Ok(());
+    }
+    let sectors = image.create.size / SECTOR_SIZE as u64;
+    let cs = image.create.cluster_size / SECTOR_SIZE as u64;
+    let compressed_ok = cs <= MAX_OP_SECTORS;
+    let snapshots_ok = image.create.compat == Compat::V3;
+    for _ in 0..u.int_in_range(1..=MAX_ARBITRARY_EXTRAS)? {
+        let at = u.int_in_range(0..=groups.len())?;
+        let op = match u.int_in_range(0..=3u8)? {
+            0 if snapshots_ok => Op::SnapshotCreate,
+            1 if snapshots_ok => Op::SnapshotApply {
+                pick: u.arbitrary()?,
+            },
+            2 if snapshots_ok => Op::SnapshotDelete {
+                pick: u.arbitrary()?,
+            },
+            _ if compressed_ok => {
+                let sector = u.int_in_range(0..=(sectors - 1) / cs)? * cs;
+                Op::WriteCompressed {
+                    sector,
+                    sectors: cs.min(sectors - sector),
+                }
+            }
+            _ => continue,
+        };
+        let join = !op.is_snapshot() && u.arbitrary::<bool>()?;
+        match groups.get_mut(at) {
+            Some(g) if join && g.len() < MAX_GROUP_OPS && !g.iter().any(Op::is_snapshot) => {
+                g.push(op)
+            }
+            _ => groups.insert(at, vec![op]),
+        }
+    }
+    Ok(())
 }

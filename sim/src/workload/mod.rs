@@ -19,5 +19,5 @@ mod random;
 mod sequential;
 mod snapshot_compress;
 
-pub use arbitrary::{MAX_ARBITRARY_CRASHES, MAX_ARBITRARY_OPS};
+pub use arbitrary::{MAX_ARBITRARY_CRASHES, MAX_ARBITRARY_EXTRAS, MAX_ARBITRARY_OPS};
 pub use profile::{Profile, UnknownProfile};

@@ -30,7 +30,7 @@ fn random_bytes_decode_to_valid_bounded_cases() {
     let mut rng = ChaCha8Rng::seed_from_u64(0x5eed);
     let mut ops_seen = 0;
     let mut most_crashes = 0;
-    let mut kinds = [false; 6];
+    let mut kinds = [false; 10];
     for _ in 0..400 {
         let len = rng.gen_range(0..8192);
         let mut bytes = vec![0u8; len];
@@ -38,7 +38,9 @@ fn random_bytes_decode_to_valid_bounded_cases() {
         let case = decode(&bytes);
         assert!(case.image.create.size <= 4 << 20);
         let ops: Vec<&Op> = case.workload.iter().flatten().collect();
-        assert!(ops.len() <= sim::workload::MAX_ARBITRARY_OPS);
+        assert!(
+            ops.len() <= sim::workload::MAX_ARBITRARY_OPS + sim::workload::MAX_ARBITRARY_EXTRAS
+        );
         // Each crash reads the whole image back: a few keep a fuzzer fast.
         let crashes = ops.iter().filter(|op| ***op == Op::Crash).count();
         assert!(crashes <= MAX_ARBITRARY_CRASHES, "{crashes} crash points");
@@ -48,8 +50,20 @@ fn random_bytes_decode_to_valid_bounded_cases() {
         }
         for op in ops {
             ops_seen += 1;
-            if let Some((_, n)) = op.range() {
-                assert!(n <= 256);
+            match op.range() {
+                // A compressed write is one whole cluster.
+                Some((s, n)) if matches!(op, Op::WriteCompressed { .. }) => {
+                    let cs = case.image.create.cluster_size / 512;
+                    assert!(
+                        s % cs == 0 && n <= cs,
+                        "{op:?} with clusters of {cs} sectors"
+                    );
+                }
+                Some((_, n)) => assert!(n <= 256),
+                None => {}
+            }
+            if op.is_snapshot() {
+                assert_eq!(case.image.create.compat, engine::Compat::V3);
             }
             kinds[match op {
                 Op::Write { .. } => 0,
@@ -58,12 +72,10 @@ fn random_bytes_decode_to_valid_bounded_cases() {
                 Op::Discard { .. } => 3,
                 Op::Flush => 4,
                 Op::Crash => 5,
-                Op::WriteCompressed { .. }
-                | Op::SnapshotCreate
-                | Op::SnapshotApply { .. }
-                | Op::SnapshotDelete { .. } => {
-                    unreachable!("fuzzer bytes decode into the guest's requests only")
-                }
+                Op::WriteCompressed { .. } => 6,
+                Op::SnapshotCreate => 7,
+                Op::SnapshotApply { .. } => 8,
+                Op::SnapshotDelete { .. } => 9,
             }] = true;
         }
         // The JSON form of a decoded case is a case too.
@@ -71,7 +83,7 @@ fn random_bytes_decode_to_valid_bounded_cases() {
     }
     assert!(ops_seen > 1000, "only {ops_seen} ops decoded");
     assert_eq!(most_crashes, MAX_ARBITRARY_CRASHES, "the cap is reached");
-    assert_eq!(kinds, [true; 6], "some op kinds never decoded");
+    assert_eq!(kinds, [true; 10], "some op kinds never decoded");
 }
 
 #[test]
@@ -83,4 +95,36 @@ fn decoding_is_a_function_of_the_bytes() {
     let mut other = bytes.clone();
     other[0] ^= 1;
     assert_ne!(decode(&bytes), decode(&other));
+}
+
+/// Decoded cases with snapshot operations and compressed writes run and
+/// pass: the fuzz target reaches them, and the runner takes them as the
+/// seeded campaign's.
+#[test]
+fn decoded_snapshots_and_compressed_writes_run_and_pass() {
+    let mut rng = ChaCha8Rng::seed_from_u64(0xc0de);
+    let (mut snapshot_ops, mut compressed, mut ran) = (0, 0, 0);
+    while ran < 12 {
+        let mut bytes = vec![0u8; rng.gen_range(64..1024)];
+        rng.fill_bytes(&mut bytes);
+        let case = decode(&bytes);
+        let ops: Vec<&Op> = case.workload.iter().flatten().collect();
+        let s = ops.iter().filter(|op| op.is_snapshot()).count();
+        let c = ops
+            .iter()
+            .filter(|op| matches!(op, Op::WriteCompressed { .. }))
+            .count();
+        if s + c == 0 {
+            continue;
+        }
+        let report = sim::runner::run_case(&case, &sim::runner::RunOptions::default());
+        assert!(report.passed(), "{:?}\n{}", report.failures, case.to_json());
+        snapshot_ops += s;
+        compressed += c;
+        ran += 1;
+    }
+    assert!(
+        snapshot_ops > 0 && compressed > 0,
+        "{snapshot_ops} snapshot ops, {compressed} compressed"
+    );
 }

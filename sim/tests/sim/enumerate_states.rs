@@ -102,3 +102,67 @@ fn a_case_without_crash_is_refused() {
         Err(EnumerateError::NoCrash)
     ));
 }
+
+/// A snapshot operation in the crash group: the power goes just after
+/// each device flush it issues (every step of its metadata update), and
+/// every crash state of each passes; a snapshot taken before the crash
+/// group runs in the replayed prefix as in a run.
+#[test]
+fn every_state_inside_snapshot_operations_passes() {
+    use sim::case::ImageSpec;
+    use sim::runner::{enumerate_crash_states_at, run_case_counting_flushes, CrashAt};
+    let w = |sector, sectors| Op::Write { sector, sectors };
+    let mut states = 0;
+    for (k, last) in [
+        Op::SnapshotCreate,
+        Op::SnapshotApply { pick: 0 },
+        Op::SnapshotDelete { pick: 0 },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = small(k as u64);
+        c.image = ImageSpec::new(1 << 20, 4096, 16, engine::Compat::V3, false, None);
+        c.workload = vec![
+            vec![w(0, 8), w(64, 8)],
+            vec![Op::SnapshotCreate],
+            vec![w(0, 8), w(128, 16), Op::Flush],
+            vec![last, Op::Crash],
+        ];
+        c.validate().expect("a valid case");
+        let mut done = c.clone();
+        done.workload[3].pop();
+        let (report, flushes) = run_case_counting_flushes(&done);
+        assert!(report.passed(), "{last:?}: {:?}", report.failures);
+        assert!(
+            flushes[3] >= 2,
+            "{last:?} issued {} device flushes",
+            flushes[3]
+        );
+        for n in 1..=flushes[3] {
+            let r = enumerate_crash_states_at(
+                &c,
+                CrashAt::DeviceFlush(n),
+                &EnumerateOptions {
+                    granularity: Granularity::Auto,
+                    cap: 32,
+                },
+                &mut |_| true,
+            )
+            .expect("the crash point exists");
+            assert!(r.passed(), "{last:?} at flush {n}: {r:#?}");
+            assert_eq!(r.group, 3);
+            states += r.checked;
+        }
+        let drawn = enumerate_crash_states(
+            &c,
+            &EnumerateOptions {
+                granularity: Granularity::Auto,
+                cap: 32,
+            },
+        )
+        .expect("the crash point exists");
+        assert!(drawn.passed(), "{last:?} at the drawn time: {drawn:#?}");
+    }
+    assert!(states > 6, "only {states} crash states built");
+}

@@ -135,3 +135,38 @@ fn bad_options_are_refused() {
         Err(ExhaustError::NoSlice)
     ));
 }
+
+/// The extra operations (compressed writes and snapshot operations) among
+/// guest requests, on both 4 KiB geometries: every crash state of each
+/// crash point inside a snapshot operation or a compressed write passes.
+#[test]
+fn the_extra_operations_pass() {
+    let mut vocabulary: Vec<VocabOp> = ["W(A)", "U(A)"]
+        .iter()
+        .map(|v| VocabOp::parse(v).unwrap())
+        .collect();
+    vocabulary.extend(VocabOp::extra());
+    let names: Vec<String> = VocabOp::extra().iter().map(VocabOp::name).collect();
+    assert_eq!(names, ["C(A)", "C(B)", "C(AB)", "S", "R", "X"]);
+    let o = ExhaustOptions {
+        slices: slices(
+            &[Switches::ALL_ON],
+            &[
+                Geometry::parse("4k").unwrap(),
+                Geometry::parse("4k-backing").unwrap(),
+            ],
+            Some(2),
+        ),
+        vocabulary,
+        jobs: 2,
+        ..ExhaustOptions::default()
+    };
+    let r = run_exhaust(&o, &|_, _, _| {}).unwrap();
+    assert!(r.passed(), "{:#?}", r.failures);
+    let c = r.counts;
+    assert_eq!(c.workloads, 2 * workload_count(8, 2));
+    assert_eq!(c.crash_free_failed, 0);
+    // A snapshot operation flushes at every step of its metadata update.
+    assert!(c.device_flush_points > c.workloads, "{c:?}");
+    assert!(c.checked > c.crash_points, "{c:?}");
+}
