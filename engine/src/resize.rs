@@ -77,6 +77,16 @@ impl<D: BlockDev> Image<D> {
         let cs = self.geo.cluster_size;
         let old_end = self.geo.virtual_size.next_multiple_of(cs);
         let start = new_size.next_multiple_of(cs);
+        let keep = self.geo.l1_entries_for(new_size) as usize;
+        if start < old_end && self.geo.offset_to_l1_index(start) < keep {
+            // QEMU's driver drops the range through the L2 table that maps
+            // its start, made writable first (allocated if missing, copied
+            // if a snapshot shares it) even when no entry in it changes:
+            // the same cluster is taken here, so that the file after a
+            // shrink is laid out as QEMU's is.
+            let _g = self.meta_lock.lock().await;
+            self.l2_table_for_write(start).await?;
+        }
         if start < old_end {
             self.unmap_clusters(start, old_end, crate::discard::Unmap::Unallocated)
                 .await?;
@@ -85,7 +95,6 @@ impl<D: BlockDev> Image<D> {
         // The L2 entries just cleared are durable (and their clusters
         // freed) before an L1 entry stops pointing at their table.
         self.writeback_all().await?;
-        let keep = self.geo.l1_entries_for(new_size) as usize;
         let l1_len = self.meta.borrow().tables.l1().len();
         for i in keep..l1_len {
             let l2 = self.meta.borrow().tables.l1_entry(i).l2_offset();

@@ -117,6 +117,13 @@ pub enum Cmd {
         cache: Option<String>,
         options: Vec<String>,
     },
+    /// `truncate [-m MODE] SIZE`: the virtual size set to SIZE (grown or
+    /// shrunk), with preallocation mode MODE as given (only `off` is
+    /// carried out). Needs the session mutably: [`Session::truncate`].
+    Truncate {
+        size: u64,
+        prealloc: Option<String>,
+    },
     /// End the process with SIGABRT, as a crash would.
     Abort,
     /// Raise the signal of this number.
@@ -145,12 +152,17 @@ pub enum WriteData {
 pub struct CmdError {
     pub message: String,
     pub stderr: bool,
+    /// The command's one-line usage, which qemu-io prints on standard
+    /// output after the message when it met an option it does not take
+    /// or one missing its value.
+    pub usage: Option<&'static str>,
 }
 
 fn err<T>(msg: impl Into<String>) -> Result<T, CmdError> {
     Err(CmdError {
         message: msg.into(),
         stderr: false,
+        usage: None,
     })
 }
 
@@ -158,8 +170,41 @@ fn err_stderr<T>(msg: impl Into<String>) -> Result<T, CmdError> {
     Err(CmdError {
         message: msg.into(),
         stderr: true,
+        usage: None,
     })
 }
+
+/// A bad option of `cmd`: the message on standard error, then the
+/// command's usage line.
+fn bad_option<T>(cmd: &str, msg: String) -> Result<T, CmdError> {
+    Err(CmdError {
+        message: msg,
+        stderr: true,
+        usage: usage_of(cmd),
+    })
+}
+
+/// The one-line usage qemu-io prints for the commands that take options.
+fn usage_of(cmd: &str) -> Option<&'static str> {
+    Some(match cmd {
+        "read" => "read [-abCqrv] [-P pattern [-s off] [-l len]] off len -- reads a number of bytes at a specified offset",
+        "readv" => "readv [-Cqrv] [-P pattern] off len [len..] -- reads a number of bytes at a specified offset",
+        "write" => "write [-bcCfnqruz] [-P pattern | -s source_file] off len -- writes a number of bytes at a specified offset",
+        "writev" => "writev [-Cfqr] [-P pattern] off len [len..] -- writes a number of bytes at a specified offset",
+        "aio_read" => "aio_read [-Ciqrv] [-P pattern] off len [len..] -- asynchronously reads a number of bytes",
+        "aio_write" => "aio_write [-Cfiqruz] [-P pattern] off len [len..] -- asynchronously writes a number of bytes",
+        "discard" => "discard [-Cq] off len -- discards a number of bytes at a specified offset",
+        "open" => OPEN_USAGE,
+        "reopen" => "reopen [(-r|-w)] [-c cache] [-o options] -- reopens an image with new options",
+        "truncate" => TRUNCATE_USAGE,
+        _ => return None,
+    })
+}
+
+const OPEN_USAGE: &str =
+    "open [-rsCnkU] [-t cache] [-d discard] [-o options] [path] -- open the file specified by path";
+const TRUNCATE_USAGE: &str =
+    "truncate [-m prealloc_mode] off -- truncates the current file at the given offset";
 
 /// A number as qemu-io's `cvtnum`, with its messages.
 fn parse_num(s: &str) -> Result<u64, CmdError> {
@@ -229,16 +274,17 @@ fn scan<'a>(
                     match words.get(i) {
                         Some(v) => v,
                         None => {
-                            return err_stderr(format!(
-                                "{cmd}: option requires an argument -- '{c}'"
-                            ))
+                            return bad_option(
+                                cmd,
+                                format!("{cmd}: option requires an argument -- '{c}'"),
+                            )
                         }
                     }
                 };
                 flags.push((c, Some(value)));
                 break;
             } else {
-                return err_stderr(format!("{cmd}: invalid option -- '{c}'"));
+                return bad_option(cmd, format!("{cmd}: invalid option -- '{c}'"));
             }
         }
         i += 1;
@@ -275,8 +321,8 @@ impl Opts<'_> {
         if n < min || max.is_some_and(|m| n > m) {
             let want = match max {
                 Some(m) if m == min => format!("expected {min} arguments"),
-                Some(m) if n > m => format!("expected at most {m} arguments"),
-                _ => format!("expected at least {min} arguments"),
+                Some(m) => format!("expected between {min} and {m} arguments"),
+                None => format!("expected at least {min} arguments"),
             };
             return err_stderr(format!("bad argument count {n} to {cmd}, {want}"));
         }
@@ -345,6 +391,22 @@ pub fn parse_command(line: &str) -> Result<Option<Cmd>, CmdError> {
     if name.starts_with('#') {
         return Ok(None);
     }
+    parse_words(name, rest).map(Some).map_err(|mut e| {
+        // getopt names the command as typed (`r: invalid option`); the
+        // usage line is the command's own.
+        if e.usage.is_some() {
+            if let Some((typed, tail)) = e.message.split_once(": ") {
+                if typed != name {
+                    e.message = format!("{name}: {tail}");
+                }
+            }
+        }
+        e
+    })
+}
+
+/// The command `name` with its words `rest`.
+fn parse_words(name: &str, rest: &[&str]) -> Result<Cmd, CmdError> {
     let cmd = match name {
         "read" | "r" => {
             let o = scan("read", rest, "abCqprv", "Pls")?;
@@ -481,7 +543,7 @@ pub fn parse_command(line: &str) -> Result<Option<Cmd>, CmdError> {
             Cmd::Alloc { offset, count }
         }
         "map" => no_args(name, rest, Cmd::Map)?,
-        "length" | "len" => no_args(name, rest, Cmd::Length)?,
+        "length" | "len" | "l" => no_args(name, rest, Cmd::Length)?,
         "info" | "i" => no_args(name, rest, Cmd::Info)?,
         "flush" | "f" => no_args(name, rest, Cmd::Flush)?,
         "aio_flush" => no_args(name, rest, Cmd::AioFlush)?,
@@ -508,9 +570,7 @@ pub fn parse_command(line: &str) -> Result<Option<Cmd>, CmdError> {
             }
             let o = scan("open", rest, "rsnCkU", "otd")?;
             if o.positional.len() > 1 {
-                return err(
-                    "open [-rsCnkU] [-t cache] [-d discard] [-o options] [path] -- open the file specified by path",
-                );
+                return err(OPEN_USAGE);
             }
             let nocache = o.has('n') || matches!(o.value('t'), Some("none" | "directsync"));
             Cmd::Open {
@@ -523,6 +583,24 @@ pub fn parse_command(line: &str) -> Result<Option<Cmd>, CmdError> {
                     .filter(|(f, _)| *f == 'o')
                     .filter_map(|(_, v)| v.map(str::to_owned))
                     .collect(),
+            }
+        }
+        "truncate" | "t" => {
+            // Counted as qemu-io counts them: every word, flags too.
+            if rest.is_empty() || rest.len() > 3 {
+                return err_stderr(format!(
+                    "bad argument count {} to truncate, expected between 1 and 3 arguments",
+                    rest.len()
+                ));
+            }
+            let o = scan("truncate", rest, "", "m")?;
+            // The first operand is the size, and words after it are not
+            // looked at; with none, qemu-io takes the first word (an
+            // option, which then fails to parse as a number).
+            let size = o.positional.first().unwrap_or(&rest[0]);
+            Cmd::Truncate {
+                size: parse_num(size)?,
+                prealloc: o.value('m').map(str::to_owned),
             }
         }
         "reopen" => {
@@ -545,7 +623,7 @@ pub fn parse_command(line: &str) -> Result<Option<Cmd>, CmdError> {
         }
         other => return err_stderr(format!("command \"{other}\" not found")),
     };
-    Ok(Some(cmd))
+    Ok(cmd)
 }
 
 fn no_args(name: &str, rest: &[&str], cmd: Cmd) -> Result<Cmd, CmdError> {
@@ -655,6 +733,10 @@ pub enum CmdFailure {
     /// error, with its prefix).
     #[error("Block node is read-only")]
     ReadOnly { path: PathBuf },
+    /// `truncate` refused or failed: the message is qemu-io's, which it
+    /// prints on standard error with its prefix.
+    #[error("{message}")]
+    Truncate { path: PathBuf, message: String },
     /// `read -P`: some byte of the range is not the pattern.
     #[error("Pattern verification failed at offset {offset}, {len} bytes")]
     PatternMismatch {
@@ -1038,7 +1120,12 @@ impl Session {
                 Ok(Ok(()))
             }
             Cmd::Length => {
-                writeln!(out, "{}", cvtstr(disk.virtual_size() as f64))?;
+                // QEMU's block layer counts a raw file in whole sectors.
+                let len = match disk {
+                    Disk::Raw(_) => disk.virtual_size().next_multiple_of(512),
+                    Disk::Qcow2(_) => disk.virtual_size(),
+                };
+                writeln!(out, "{}", cvtstr(len as f64))?;
                 Ok(Ok(()))
             }
             Cmd::Info => {
@@ -1052,6 +1139,7 @@ impl Session {
             Cmd::Open { .. }
             | Cmd::Close
             | Cmd::Reopen { .. }
+            | Cmd::Truncate { .. }
             | Cmd::Abort
             | Cmd::Sigraise(_)
             | Cmd::Quit => Ok(Ok(())),
@@ -1125,6 +1213,58 @@ impl Session {
 
     /// End the session with a clean close (for qcow2: flush and clear the
     /// dirty bit; for a writable raw file: flush).
+    /// `truncate`: set the virtual size to `size`, growing or shrinking
+    /// (a shrink drops the data past the new end, as qemu-io's truncate
+    /// does). Returns whether a qcow2 image shrank: its file then keeps
+    /// the clusters freed at its end until the caller trims it with the
+    /// image closed (`resize::trim_after_shrink`), as QEMU's driver cuts
+    /// its file after a shrink.
+    pub async fn truncate(
+        &mut self,
+        size: u64,
+        prealloc: Option<&str>,
+    ) -> Result<bool, CmdFailure> {
+        let fail = |message: String| CmdFailure::Truncate {
+            path: self.path.clone(),
+            message,
+        };
+        if self.disk.device().is_read_only() {
+            return Err(CmdFailure::ReadOnly {
+                path: self.path.clone(),
+            });
+        }
+        let current = self.disk.virtual_size();
+        match prealloc.unwrap_or("off") {
+            "off" => {}
+            "metadata" | "falloc" | "full" if size < current => {
+                return Err(fail(
+                    "Preallocation can't be used for shrinking an image".into(),
+                ))
+            }
+            m @ ("metadata" | "falloc" | "full") => {
+                return Err(fail(format!(
+                    "truncate with preallocation mode '{m}' is not supported by qcsim"
+                )))
+            }
+            m => return Err(fail(format!("Invalid preallocation mode '{m}'"))),
+        }
+        match &mut self.disk {
+            Disk::Raw(d) => {
+                engine::dev::BlockDev::truncate(d, size)
+                    .await
+                    .map_err(|e| fail(format!("Failed to resize the file: {e}")))?;
+                Ok(false)
+            }
+            Disk::Qcow2(img) => {
+                if !size.is_multiple_of(512) {
+                    return Err(fail("The new size must be a multiple of 512".into()));
+                }
+                img.resize(size).await.map_err(|e| fail(e.to_string()))?;
+                Ok(size < current)
+            }
+        }
+    }
+
     pub async fn close(self) -> Result<(), SessionError> {
         self.disk
             .close()

@@ -90,7 +90,7 @@ pub async fn resize_image(
     }
     disk.close().await?;
     if qcow2 && size < current {
-        trim_file(path)?;
+        trim_after_shrink(path)?;
     }
     Ok(size)
 }
@@ -99,7 +99,7 @@ pub async fn resize_image(
 /// cluster in use, as QEMU does, so that the clusters freed at the end do
 /// not stay on disk. Only when the checker finds the image consistent,
 /// so nothing past the cut can be referenced.
-fn trim_file(path: &Path) -> Result<(), ResizeError> {
+pub fn trim_after_shrink(path: &Path) -> Result<(), ResizeError> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

@@ -240,10 +240,12 @@ async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &O
         Err(e) => {
             if e.stderr {
                 let _ = out.flush();
-                drop(out);
                 eprintln!("{e}");
             } else {
                 let _ = writeln!(out, "{e}");
+            }
+            if let Some(usage) = e.usage {
+                let _ = writeln!(out, "{usage}");
             }
             return Step::Next(false);
         }
@@ -338,38 +340,45 @@ async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &O
                     }
                 }
             }
-            if let Some(o) = options
-                .iter()
-                .flat_map(|o| o.split(','))
-                .find(|o| !o.is_empty())
-            {
-                eprintln!("{prog}: reopen -o {o}: options are not supported by qcsim");
-                *current = Some(c);
-                return Step::Next(false);
-            }
-            // The image is closed (written back, locks dropped) and opened
-            // again as asked; a snapshot copy is reopened, not recopied.
-            let file = c.snapshot.clone().unwrap_or_else(|| c.file.clone());
-            let snapshot = c.snapshot.clone();
-            let original = c.file.clone();
-            if let Err(e) = c.session.close().await {
-                eprintln!("{prog}: {}", chain(&e));
-                return Step::Next(false);
-            }
-            let reopen_spec = OpenSpec {
-                snapshot: false,
-                ..s.clone()
-            };
-            return match open(&file, &reopen_spec).await {
-                Ok(mut n) => {
-                    n.file = original;
-                    n.spec = s;
-                    n.snapshot = snapshot;
-                    *current = Some(n);
-                    Step::Next(true)
+            let list = options.join(",");
+            if !list.is_empty() {
+                let file = c.snapshot.clone().unwrap_or_else(|| c.file.clone());
+                match reopen_options(&list, &file, s, read_only.is_some(), c.spec.read_only) {
+                    Ok(changed) => s = changed,
+                    Err(e) => {
+                        eprintln!("{prog}: {e}");
+                        *current = Some(c);
+                        return Step::Next(false);
+                    }
                 }
-                Err(reason) => {
-                    eprintln!("{prog}: Cannot reopen: {reason}");
+            }
+            return reopen_as(prog, current, c, s, |_| Ok(())).await;
+        }
+        Cmd::Truncate { size, prealloc } => {
+            drop(out);
+            let Some(c) = current.as_mut() else {
+                eprintln!("no file open, try 'help open'");
+                return Step::Next(false);
+            };
+            return match c.session.truncate(*size, prealloc.as_deref()).await {
+                Ok(false) => Step::Next(true),
+                // A qcow2 image that shrank: its file is cut after the last
+                // cluster in use, as QEMU's driver cuts it, with the image
+                // closed for that moment.
+                Ok(true) => {
+                    let c = current.take().expect("an open image");
+                    let spec = c.spec.clone();
+                    reopen_as(prog, current, c, spec, |file| {
+                        tools::resize::trim_after_shrink(file).map_err(|e| e.to_string())
+                    })
+                    .await
+                }
+                Err(CmdFailure::ReadOnly { .. }) => {
+                    eprintln!("{prog}: Block node is read-only");
+                    Step::Next(false)
+                }
+                Err(e) => {
+                    eprintln!("{prog}: {e}");
                     Step::Next(false)
                 }
             };
@@ -409,6 +418,119 @@ async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &O
         eprintln!("{prog}: Block node is read-only");
     }
     Step::Next(ok)
+}
+
+/// Close the open image `c` (written back, locks dropped), run `between`
+/// on its file, and open it again as `s` says, into `current`; a snapshot
+/// copy (`-s`) is reopened, not recopied.
+async fn reopen_as(
+    prog: &str,
+    current: &mut Option<Current>,
+    c: Current,
+    s: OpenSpec,
+    between: impl FnOnce(&Path) -> Result<(), String>,
+) -> Step {
+    let file = c.snapshot.clone().unwrap_or_else(|| c.file.clone());
+    let snapshot = c.snapshot.clone();
+    let original = c.file.clone();
+    if let Err(e) = c.session.close().await {
+        eprintln!("{prog}: {}", chain(&e));
+        return Step::Next(false);
+    }
+    let trimmed = between(&file);
+    let reopen_spec = OpenSpec {
+        snapshot: false,
+        ..s.clone()
+    };
+    let step = match open(&file, &reopen_spec).await {
+        Ok(mut n) => {
+            n.file = original;
+            n.spec = s;
+            n.snapshot = snapshot;
+            *current = Some(n);
+            Step::Next(true)
+        }
+        Err(reason) => {
+            eprintln!("{prog}: Cannot reopen: {reason}");
+            return Step::Next(false);
+        }
+    };
+    match trimmed {
+        Ok(()) => step,
+        Err(e) => {
+            // QEMU's driver only warns when it cannot cut the file.
+            eprintln!("{prog}: warning: {e}");
+            step
+        }
+    }
+}
+
+/// `reopen -o LIST`: the open spec `spec` with the options QEMU lets a
+/// reopen change (the node's `read-only`, `cache.*`, `detect-zeroes`,
+/// `discard` and qcow2's cache sizes) changed as LIST says, the others
+/// kept; any other option refused in QEMU's words ("Cannot change the
+/// option"), qcow2's runtime options that the engine has no switch for
+/// refused as not supported. `rw_flag`: `-r` or `-w` was given too;
+/// `was_read_only`: the image is open read-only now.
+fn reopen_options(
+    list: &str,
+    file: &Path,
+    spec: OpenSpec,
+    rw_flag: bool,
+    was_read_only: bool,
+) -> Result<OpenSpec, String> {
+    let items = tools::qemu_args::split_option_list(list);
+    for (k, v) in &items {
+        match k.as_str() {
+            "read-only" if rw_flag => {
+                return Err("Cannot set both -r/-w and 'read-only'".into());
+            }
+            // The session's user of the image writes: QEMU refuses to
+            // make the node under it read-only.
+            "read-only" if v.as_deref() == Some("on") && !was_read_only => {
+                return Err("Read-only block node cannot support read-write users".into());
+            }
+            "read-only"
+            | "cache.direct"
+            | "cache.no-flush"
+            | "detect-zeroes"
+            | "discard"
+            | "cache-size"
+            | "l2-cache-size"
+            | "refcount-cache-size"
+            | "l2-cache-entry-size" => {}
+            "lazy-refcounts"
+            | "pass-discard-request"
+            | "pass-discard-snapshot"
+            | "pass-discard-other"
+            | "discard-no-unref"
+            | "cache-clean-interval" => {
+                return Err(format!("reopen -o {k}: not supported by qcsim"));
+            }
+            k if k.starts_with("overlap-check") => {
+                return Err(format!("reopen -o {k}: not supported by qcsim"));
+            }
+            other => {
+                let name = other.strip_prefix("file.").unwrap_or(other);
+                return Err(format!("Cannot change the option '{name}'"));
+            }
+        }
+    }
+    let name = file.to_string_lossy();
+    let opts = BlockOpts::parse(list, Some(&name))?;
+    let before = spec.clone();
+    let mut s = apply_block_opts(&opts, spec)?;
+    // What LIST does not name stays as it was.
+    if !items.iter().any(|(k, _)| k == "detect-zeroes") {
+        s.detect_zeroes = before.detect_zeroes;
+    }
+    if !items
+        .iter()
+        .any(|(k, _)| k.ends_with("cache-size") || k == "l2-cache-entry-size")
+    {
+        s.l2_cache_tables = before.l2_cache_tables;
+    }
+    Ok(s)
 }
 
 /// Open `file` as `spec` says; the error is the text after qemu-io's

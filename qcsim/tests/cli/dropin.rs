@@ -14,6 +14,7 @@ mod amend;
 mod dd;
 mod measure;
 mod snapshot;
+mod truncate;
 mod zeroes;
 
 /// Two directories holding the same files: one for QEMU's tools, one for

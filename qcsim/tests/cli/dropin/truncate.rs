@@ -1,0 +1,171 @@
+//! qemu-io's `truncate` and `reopen -o`, beside QEMU's: grown and shrunk
+//! images (the file cut after a shrink, the L2 table under the new end
+//! made writable even when a snapshot shares it, so the layout is
+//! QEMU's), the refusals in QEMU's words, the usage line after a bad
+//! option, and the options a reopen may and may not change.
+
+use super::Twins;
+
+fn create(t: &Twins, name: &str, size: &str, opts: &str) {
+    t.same(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", "-o", opts, name, size],
+    );
+}
+
+#[test]
+fn truncate_grows_and_shrinks_as_qemu_io_does() {
+    let t = Twins::new();
+    create(&t, "a.qcow2", "1M", "cluster_size=64k");
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "write -P 1 0 1M",
+            "-c",
+            "truncate 2M",
+            "-c",
+            "length",
+            "-c",
+            "truncate 512k",
+            "-c",
+            "l",
+            "-c",
+            "read -P 1 0 512k",
+            "-c",
+            "truncate 1000",
+            "-c",
+            "truncate x",
+            "-c",
+            "truncate",
+            "-c",
+            "t 3M",
+            "-c",
+            "truncate -m x 2M",
+            "-c",
+            "truncate -m off 2M",
+            "-c",
+            "truncate -m full 1M",
+            "-c",
+            "truncate 1 2",
+            "-c",
+            "truncate -q 1M",
+            "-c",
+            "truncate -- 4M",
+            "-c",
+            "truncate 9E",
+            "-c",
+            "truncate -m off",
+            "-c",
+            "read -P 0 512k 1M",
+            "a.qcow2",
+        ],
+    );
+    t.same("qemu-img", &["check", "a.qcow2"]);
+    t.same("qemu-img", &["map", "--output=json", "a.qcow2"]);
+    t.same("qemu-io", &["-r", "-c", "truncate 4M", "a.qcow2"]);
+    // Shrunk under a snapshot: the table that maps the new end is copied.
+    t.same("qemu-img", &["snapshot", "-c", "s", "a.qcow2"]);
+    t.same("qemu-io", &["-c", "truncate 1M", "-c", "length", "a.qcow2"]);
+    t.same("qemu-img", &["check", "a.qcow2"]);
+    t.on_both("qemu-img", &["snapshot", "-a", "s", "a.qcow2"]);
+    t.on_both("qemu-io", &["-c", "read -P 1 0 512k", "a.qcow2"]);
+    // A version 2 image with a snapshot cannot be resized.
+    create(&t, "b.qcow2", "1M", "compat=0.10");
+    t.same("qemu-img", &["snapshot", "-c", "s", "b.qcow2"]);
+    t.same("qemu-io", &["-c", "truncate 2M", "b.qcow2"]);
+    // A raw file: any length, counted in whole sectors.
+    t.same("qemu-img", &["create", "-q", "-f", "raw", "r.raw", "1M"]);
+    t.same(
+        "qemu-io",
+        &["-f", "raw", "-c", "truncate 1000", "-c", "length", "r.raw"],
+    );
+}
+
+#[test]
+fn a_shrink_through_empty_and_shared_tables_lays_out_as_qemus() {
+    let t = Twins::new();
+    // No L2 table under the new end: QEMU allocates one.
+    create(&t, "a.qcow2", "4M", "cluster_size=64k");
+    t.same("qemu-io", &["-c", "truncate 1M", "a.qcow2"]);
+    t.same("qemu-img", &["check", "a.qcow2"]);
+    // Two tables, both shared with a snapshot: the kept one is copied,
+    // the other dropped.
+    create(&t, "c.qcow2", "1G", "cluster_size=64k");
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "write -P 5 0 64k",
+            "-c",
+            "write -P 6 600M 64k",
+            "c.qcow2",
+        ],
+    );
+    t.same("qemu-img", &["snapshot", "-c", "s", "c.qcow2"]);
+    t.same("qemu-io", &["-c", "truncate 1M", "c.qcow2"]);
+    t.same("qemu-img", &["check", "c.qcow2"]);
+    t.same("qemu-img", &["map", "--output=json", "c.qcow2"]);
+    t.on_both("qemu-img", &["snapshot", "-a", "s", "c.qcow2"]);
+    t.on_both(
+        "qemu-io",
+        &[
+            "-c",
+            "read -P 5 0 64k",
+            "-c",
+            "read -P 6 600M 64k",
+            "c.qcow2",
+        ],
+    );
+}
+
+#[test]
+fn reopen_changes_what_qemu_lets_it_change() {
+    let t = Twins::new();
+    create(&t, "d.qcow2", "1M", "cluster_size=64k");
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "reopen -o read-only=off",
+            "-c",
+            "write -P 1 0 512",
+            "-c",
+            "reopen -o driver=raw",
+            "-c",
+            "reopen -o foo=bar",
+            "-c",
+            "reopen -o l2-cache-size=1M",
+            "-c",
+            "reopen -o cache.direct=on",
+            "-c",
+            "reopen -o detect-zeroes=on",
+            "-c",
+            "write -P 0 64k 64k",
+            "-c",
+            "reopen -r -o read-only=off",
+            "-c",
+            "reopen -o file.filename=x",
+            "-c",
+            "reopen -o cache.no-flush=on",
+            "-c",
+            "reopen -o force-share=on",
+            "-c",
+            "reopen -o file.locking=off",
+            "-c",
+            "reopen -r",
+            "-c",
+            "write 0 512",
+            "-c",
+            "reopen -Z",
+            "-c",
+            "r -Z 0 1",
+            "-c",
+            "alloc 1 2 3",
+            "-c",
+            "read -P 1 0 512",
+            "d.qcow2",
+        ],
+    );
+    t.same("qemu-img", &["map", "--output=json", "d.qcow2"]);
+}
