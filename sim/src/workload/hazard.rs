@@ -166,12 +166,31 @@ fn read_whole(geom: &Geometry, c: u64) -> Op {
 }
 
 /// `W(a) F free(a) [F] W(b) [crash]`, step by step: the host cluster of
-/// `a` is reused for `b`, before the free is durable or after.
+/// `a` is reused for `b`, before the free is durable or after. The write
+/// of `b` is whole, or partial (after the flush) and then flushed and read
+/// back: a partial
+/// one copies the rest of its cluster (zeroes, without a backing file)
+/// into the reused host cluster, which still holds `a`'s data however
+/// freshly the file grew there (the `FreshOnlyUnused` guard). The flush
+/// makes the copy happen (delayed COW waits for one; until then reads see
+/// the old mapping), and the read shows what it left.
 fn reuse(rng: &mut ChaCha8Rng, b: &mut Builder, geom: &Geometry, a: u64, c: u64, crash: bool) {
     written_and_flushed(b, geom, a);
     b.one(free(rng, geom, a));
-    if rng.gen_bool(0.5) {
+    // A partial write follows a durable free, so that its allocation may
+    // take the freed host cluster.
+    let partial_write = rng.gen_bool(0.5);
+    if partial_write || rng.gen_bool(0.5) {
         b.one(Op::Flush);
+    }
+    if partial_write {
+        b.one(partial(geom, c));
+        b.one(Op::Flush);
+        b.one(read_whole(geom, c));
+        if crash {
+            b.one(Op::Crash);
+        }
+        return;
     }
     let mut last = vec![write_whole(geom, c)];
     if rng.gen_bool(0.5) {
