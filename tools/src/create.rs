@@ -601,6 +601,9 @@ async fn prepare_raw(path: &Path, opts: &ImageOpts) -> Result<PreparedImage, Cre
             formatting_line,
         });
     }
+    // QEMU's block layer sizes a file in whole sectors: the line says the
+    // size asked for, the file has it rounded up to 512 bytes.
+    let size = size.next_multiple_of(512);
     // Opened, locked and shown to take the size before it is emptied.
     let wanted = [Wanted {
         path,

@@ -327,6 +327,21 @@ pub fn human(entries: &[MapEntry]) -> String {
 
 /// qemu-img map's JSON layout: one object a line, in a list.
 pub fn json(entries: &[MapEntry]) -> String {
+    if entries.is_empty() {
+        // An empty disk: qemu-img still lists one empty, absent run.
+        let empty = MapEntry {
+            start: 0,
+            length: 0,
+            depth: 0,
+            present: false,
+            zero: false,
+            data: false,
+            compressed: false,
+            offset: None,
+            file: String::new(),
+        };
+        return format!("[{}]\n", empty.json());
+    }
     let body: Vec<String> = entries.iter().map(MapEntry::json).collect();
     format!("[{}]\n", body.join(",\n"))
 }

@@ -665,9 +665,6 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
     if compress && output_format == Format::Raw {
         return fail("Compression not supported for this file format");
     }
-    if compress && (p.has("n") || p.has("B")) {
-        return fail("convert -c with -n or -B is not supported by qcsim");
-    }
     if p.has("p") && !p.has("q") {
         let mut report = Progress::new(crate::output::stdout(), 1.0);
         let _ = report.set(0.0);
@@ -680,6 +677,7 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
             &dst,
             output_format,
             p.has("U"),
+            compress,
             progress.as_mut(),
         ))
         .map(|()| 0);
@@ -701,6 +699,7 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
             p.value("B"),
             p.value("F"),
             p.has("U"),
+            compress,
             progress.as_mut(),
         );
     }
@@ -762,6 +761,7 @@ fn convert_onto_backing(
     backing: Option<&str>,
     backing_format: Option<&str>,
     force_share: bool,
+    compress: bool,
     mut progress: Option<&mut Report>,
 ) -> Result<i32, Fail> {
     let open_err = |file: &Path, e: tools::files::OpenError| {
@@ -812,32 +812,69 @@ fn convert_onto_backing(
         .await
         .map_err(|e| open_err(dst, e))?;
         let io_err = |what: &str, e: engine::Error| Fail(format!("error while {what}: {e}"), 1);
-        let cs = d.qcow2().map_or(CHUNK, |i| i.cluster_size()).min(CHUNK);
+        // qemu-img's words for a failed copy request: the byte, the errno.
+        let at_err = |what: &str, at: u64, e: engine::Error| {
+            Fail(
+                format!(
+                    "error while {what} at byte {at}: {}",
+                    tools::io::errno_text(&e)
+                ),
+                1,
+            )
+        };
+        let target_cluster = d.qcow2().map_or(CHUNK, |i| i.cluster_size());
+        // A compressed write takes whole clusters of the target.
+        let step = if compress {
+            target_cluster
+        } else {
+            target_cluster.min(CHUNK)
+        };
         // qemu-img counts only what the source's top image holds: the
         // rest is taken to be in the new backing file.
         let mut plan = progress_plan_for(&s, true, progress.is_some(), &d).await?;
-        let mut want = vec![0u8; cs as usize];
-        let mut have = vec![0u8; cs as usize];
+        let mut want = vec![0u8; step as usize];
         let mut pos = 0;
-        // Cluster by cluster: the target reads through to its backing
-        // file where nothing is written, so an equal cluster is skipped.
+        // As qemu-img copies onto a new backing file: what the source's
+        // top image leaves to its own backing file is left to the new
+        // one; everything else is written, zeroes as zeroes (the backing
+        // file would show through where nothing is), data as data even
+        // where the new backing file holds the same.
         while pos < size {
-            let n = (size - pos).min(cs) as usize;
-            s.read(pos, &mut want[..n])
-                .await
-                .map_err(|e| io_err("reading", e))?;
-            d.read(pos, &mut have[..n])
-                .await
-                .map_err(|e| io_err("reading", e))?;
-            if want[..n] != have[..n] {
-                let r = if want[..n].iter().all(|&b| b == 0) {
-                    d.write_zeroes(pos, n as u64, false).await
-                } else {
-                    d.write(pos, &want[..n]).await
+            let n = (size - pos).min(step);
+            // The runs of [pos, pos + n) the source's top image holds.
+            let mut held = Vec::new();
+            let mut at = pos;
+            while at < pos + n {
+                let (status, len) = match s.qcow2() {
+                    Some(i) => i
+                        .block_status(at, pos + n - at)
+                        .await
+                        .map_err(|e| io_err("reading", e))?,
+                    None => (engine::Status::Data, pos + n - at),
                 };
-                r.map_err(|e| io_err("writing", e))?;
+                if status != engine::Status::Backing {
+                    held.push((at, at + len));
+                }
+                at += len;
             }
-            pos += n as u64;
+            // A compressed write takes the whole cluster once any of it is
+            // the source top's own.
+            if compress && !held.is_empty() {
+                held = vec![(pos, pos + n)];
+            }
+            for (a, b) in held {
+                let buf = &mut want[(a - pos) as usize..(b - pos) as usize];
+                s.read(a, buf).await.map_err(|e| at_err("reading", a, e))?;
+                let r = if buf.iter().all(|&x| x == 0) {
+                    d.write_zeroes(a, b - a, false).await
+                } else if compress {
+                    d.write_compressed(a, buf).await
+                } else {
+                    d.write(a, buf).await
+                };
+                r.map_err(|e| at_err("writing", a, e))?;
+            }
+            pos += n;
             report_reached(&mut plan, &mut progress, pos);
         }
         drop(s);
@@ -853,6 +890,7 @@ async fn copy_into(
     dst: &Path,
     dst_format: Format,
     force_share: bool,
+    compress: bool,
     mut progress: Option<&mut Report>,
 ) -> Result<(), Fail> {
     let open_err = |file: &Path, e: tools::files::OpenError| {
@@ -890,20 +928,37 @@ async fn copy_into(
         return fail("error while converting: the target image is smaller than the source");
     }
     let mut plan = progress_plan_for(&s, false, progress.is_some(), &d).await?;
-    let mut buf = vec![0u8; CHUNK as usize];
+    // A compressed write takes whole clusters of the target.
+    let step = match d.qcow2() {
+        Some(i) if compress => i.cluster_size(),
+        _ => CHUNK,
+    };
+    let mut buf = vec![0u8; step as usize];
     let mut pos = 0;
     let io_err = |what: &str, e: engine::Error| Fail(format!("error while {what}: {e}"), 1);
+    // qemu-img's words for a failed copy request: the byte, the errno.
+    let at_err = |what: &str, at: u64, e: engine::Error| {
+        Fail(
+            format!(
+                "error while {what} at byte {at}: {}",
+                tools::io::errno_text(&e)
+            ),
+            1,
+        )
+    };
     while pos < size {
-        let n = (size - pos).min(CHUNK) as usize;
+        let n = (size - pos).min(step) as usize;
         s.read(pos, &mut buf[..n])
             .await
-            .map_err(|e| io_err("reading", e))?;
+            .map_err(|e| at_err("reading", pos, e))?;
         let r = if buf[..n].iter().all(|&b| b == 0) {
             d.write_zeroes(pos, n as u64, true).await
+        } else if compress {
+            d.write_compressed(pos, &buf[..n]).await
         } else {
             d.write(pos, &buf[..n]).await
         };
-        r.map_err(|e| io_err("writing", e))?;
+        r.map_err(|e| at_err("writing", pos, e))?;
         pos += n as u64;
         report_reached(&mut plan, &mut progress, pos);
     }

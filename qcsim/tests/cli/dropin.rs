@@ -11,6 +11,7 @@ use std::process::{Command, Output, Stdio};
 use crate::support::{exec, untimed, QCSIM};
 
 mod amend;
+mod convert_compressed;
 mod dd;
 mod measure;
 mod snapshot;
@@ -748,8 +749,8 @@ fn convert_onto_a_backing_file_matches_qemu_img() {
             "src.qcow2",
         ],
     );
-    // Both spellings: only the clusters that differ from the backing
-    // file are the target's own.
+    // Both spellings: what the source's top image holds is the target's
+    // own, the rest left to the backing file.
     for (target, args) in [
         (
             "b.qcow2",
