@@ -151,13 +151,22 @@ impl<D: BlockDev> Image<D> {
 }
 
 impl<D: BlockDev> Image<D> {
+    /// How the L2 table maps guest offset `guest` (its cluster, or with
+    /// extended L2 entries its subcluster): the one lookup behind
+    /// [`Image::is_compressed`], [`Image::host_offset`] and
+    /// [`Image::zero_host_offset`], for a caller that wants more than one
+    /// of them (`qemu-img map`). Host offsets in it are the cluster's.
+    pub async fn mapping_at(&self, guest: u64) -> Result<crate::format::L2Mapping> {
+        self.check_request(guest, 1)?;
+        let _g = self.meta_lock.lock().await;
+        Ok(self.decode_l2(self.l2_entry(guest).await?, guest))
+    }
+
     /// Whether guest offset `guest` lies in a compressed cluster linked in
     /// the L2 table (`qemu-img map`'s "compressed").
     pub async fn is_compressed(&self, guest: u64) -> Result<bool> {
-        self.check_request(guest, 1)?;
-        let _g = self.meta_lock.lock().await;
         Ok(matches!(
-            self.decode_l2(self.l2_entry(guest).await?, guest),
+            self.mapping_at(guest).await?,
             crate::format::L2Mapping::Compressed { .. }
         ))
     }
@@ -165,9 +174,7 @@ impl<D: BlockDev> Image<D> {
     /// Where guest offset `guest` lives on the device, if it is a data
     /// cluster linked in the L2 table (for reports naming device writes).
     pub async fn host_offset(&self, guest: u64) -> Result<Option<u64>> {
-        self.check_request(guest, 1)?;
-        let _g = self.meta_lock.lock().await;
-        match self.decode_l2(self.l2_entry(guest).await?, guest) {
+        match self.mapping_at(guest).await? {
             crate::format::L2Mapping::Normal { host, .. } => {
                 Ok(Some(host + self.geo.offset_into_cluster(guest)))
             }
@@ -180,9 +187,7 @@ impl<D: BlockDev> Image<D> {
     /// offset, or a zero subcluster of a cluster with one), as QEMU's
     /// `qemu-img map` reports it; None otherwise.
     pub async fn zero_host_offset(&self, guest: u64) -> Result<Option<u64>> {
-        self.check_request(guest, 1)?;
-        let _g = self.meta_lock.lock().await;
-        match self.decode_l2(self.l2_entry(guest).await?, guest) {
+        match self.mapping_at(guest).await? {
             crate::format::L2Mapping::Zero {
                 preallocated: Some(host),
             } => Ok(Some(host + self.geo.offset_into_cluster(guest))),

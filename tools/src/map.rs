@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use engine::dev::{BlockDev, FileDev};
+use engine::format::L2Mapping;
 use engine::status::Status;
 use engine::{Backing, Image};
 
@@ -219,9 +220,14 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
                         // not be contiguous on the host.
                         let cluster = image.cluster_size();
                         let n = n.min(cluster - pos % cluster);
-                        let host = image.host_offset(pos).await.map_err(status_err)?;
-                        let compressed =
-                            host.is_none() && image.is_compressed(pos).await.map_err(status_err)?;
+                        let (host, compressed) =
+                            match image.mapping_at(pos).await.map_err(status_err)? {
+                                L2Mapping::Normal { host, .. } => {
+                                    (Some(host + pos % cluster), false)
+                                }
+                                L2Mapping::Compressed { .. } => (None, true),
+                                _ => (None, false),
+                            };
                         // As QEMU asks the file under a data cluster of a
                         // preallocated image: a hole there (a cluster never
                         // written) reads as zeroes, and the answer ends
