@@ -49,6 +49,7 @@ mod snapshot;
 mod snapshot_refs;
 pub mod status;
 mod sync;
+mod vmstate;
 mod write;
 mod writeback;
 

@@ -20,6 +20,11 @@ impl<D: BlockDev> Image<D> {
             c.guest_reads += 1;
             c.guest_bytes_read += buf.len() as u64;
         });
+        self.read_steps(offset, buf).await
+    }
+
+    /// The read loop over a range already checked.
+    pub(crate) async fn read_steps(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let mut done = 0usize;
         while done < buf.len() {
             done += self

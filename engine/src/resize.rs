@@ -116,7 +116,6 @@ impl<D: BlockDev> Image<D> {
     /// Point the header at an L1 table long enough for `new_size` (a new
     /// one if the current one is too short) and record the size.
     async fn set_size(&mut self, new_size: u64) -> Result<()> {
-        let cs = self.geo.cluster_size;
         let needed = self.geo.l1_entries_for(new_size);
         if needed * 8 > MAX_L1_BYTES {
             return Err(Error::MetadataLimit {
@@ -125,7 +124,23 @@ impl<D: BlockDev> Image<D> {
                 limit: MAX_L1_BYTES,
             });
         }
+        self.switch_l1(needed, new_size).await?;
+        self.geo.virtual_size = new_size;
+        Ok(())
+    }
+
+    /// Point the header at an L1 table of at least `needed` entries (a
+    /// new one, with the old entries, if the current one is shorter) and
+    /// at the size `new_size`, in one header write; the old table freed
+    /// once that is durable. Does not change `geo`: the caller does.
+    pub(crate) async fn switch_l1(&self, needed: u64, new_size: u64) -> Result<()> {
+        let cs = self.geo.cluster_size;
         let _g = self.meta_lock.lock().await;
+        // Every table written back first, in order: the new table copies
+        // the L1 entries, and one naming an L2 table not yet durable must
+        // not reach the disk in it (a caller without `&mut self` may have
+        // writes linking until the lock is taken).
+        self.writeback_all().await?;
         let (old_off, old_len) = {
             let h = &self.meta.borrow().header;
             (h.l1_table_offset, h.l1_size as u64)
@@ -159,8 +174,6 @@ impl<D: BlockDev> Image<D> {
             self.free_table_clusters(old_off, old_len * 8);
             self.writeback_all().await?;
         }
-        drop(_g);
-        self.geo.virtual_size = new_size;
         Ok(())
     }
 

@@ -427,6 +427,41 @@ fn next_id(table: &[Snapshot]) -> String {
 }
 
 /// The snapshot with id `id_or_name`, or else the first named so.
+impl<D: BlockDev> Image<D> {
+    /// Read the guest disk as a snapshot holds it, for the rest of this
+    /// open (QEMU's `bdrv_snapshot_load_tmp`, behind `qemu-img convert
+    /// -l`): the first snapshot `pick` accepts becomes the table reads go
+    /// through, and its size the virtual size. Only on an image opened
+    /// read-only: nothing is written, and the image on disk is untouched.
+    pub async fn load_snapshot_tmp(&mut self, pick: impl Fn(&Snapshot) -> bool) -> Result<()> {
+        if !self.opts.read_only {
+            return Err(Error::Unsupported(
+                "loading a snapshot into an image opened read-write".into(),
+            ));
+        }
+        let (table, _) = self.read_snapshot_table().await?;
+        let Some(sn) = table.iter().find(|s| pick(s)) else {
+            return Err(SnapshotError::NotFound(String::new()).into());
+        };
+        let l1 = self
+            .read_inactive_l1(sn.l1_table_offset, sn.l1_size)
+            .await?;
+        let size = sn.disk_size.unwrap_or(self.geo.virtual_size);
+        // Entries past a table shorter than the size needs read as
+        // unallocated, as QEMU's driver reads them.
+        let mut l1: Vec<u64> = l1.iter().map(|e| e & !COPIED).collect();
+        let needed = self.geo.l1_entries_for(size) as usize;
+        if l1.len() < needed {
+            l1.resize(needed, 0);
+        }
+        let _g = self.meta_lock.lock().await;
+        self.meta.borrow_mut().tables.replace_l1(l1);
+        drop(_g);
+        self.geo.virtual_size = size;
+        Ok(())
+    }
+}
+
 fn find(table: &[Snapshot], id_or_name: &str) -> Result<usize> {
     table
         .iter()

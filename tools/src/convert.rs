@@ -70,6 +70,46 @@ pub struct ConvertOptions {
     pub force_share: bool,
     /// qemu-img's `-c`: write the data clusters compressed (qcow2 only).
     pub compress: bool,
+    /// qemu-img's `-l`: copy an internal snapshot of the source rather
+    /// than its active disk.
+    pub snapshot: Option<SnapshotPick>,
+}
+
+/// Which internal snapshot `convert -l` copies: `-l ID_OR_NAME` (an id
+/// first, then a name, as qemu-img looks it up), or `-l
+/// snapshot.id=I,snapshot.name=N` (each given one must match).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotPick {
+    IdOrName(String),
+    Fields {
+        id: Option<String>,
+        name: Option<String>,
+    },
+}
+
+impl SnapshotPick {
+    /// Whether snapshot `s` is the one picked (for `IdOrName`, the id is
+    /// tried on every snapshot before the name is: see [`Self::pick`]).
+    fn fields_match(&self, s: &engine::Snapshot) -> bool {
+        match self {
+            SnapshotPick::IdOrName(x) => s.id == *x || s.name == *x,
+            SnapshotPick::Fields { id, name } => {
+                id.as_ref().is_none_or(|i| s.id == *i) && name.as_ref().is_none_or(|n| s.name == *n)
+            }
+        }
+    }
+
+    /// Load the picked snapshot of `img` for reading.
+    async fn load(&self, img: &mut Image<FileDev>) -> engine::Result<()> {
+        if let SnapshotPick::IdOrName(x) = self {
+            // An id match wins over a name match, as qemu-img's lookup.
+            let by_id = img.snapshots().await?.iter().any(|s| s.id == *x);
+            if by_id {
+                return img.load_snapshot_tmp(|s| s.id == *x).await;
+            }
+        }
+        img.load_snapshot_tmp(|s| self.fields_match(s)).await
+    }
 }
 
 impl Default for ConvertOptions {
@@ -82,6 +122,7 @@ impl Default for ConvertOptions {
             nocache: false,
             force_share: false,
             compress: false,
+            snapshot: None,
         }
     }
 }
@@ -99,6 +140,10 @@ pub enum ConvertError {
     ChainOptions,
     #[error("convert: raw output takes no -o options")]
     RawOptions,
+    /// `-l`: the snapshot could not be loaded (qemu-img's words; an
+    /// unknown snapshot "Can't find snapshot").
+    #[error("Failed to load snapshot: {reason}")]
+    Snapshot { reason: String },
     /// `-c` with an output format that has no compressed clusters (raw),
     /// in qemu-img's words.
     #[error("Compression not supported for this file format")]
@@ -517,7 +562,19 @@ pub async fn convert_reporting(
         force_share: opts.force_share,
         ..OpenOptions::default()
     };
-    let (src, src_files) = open_image_with_files(source, &src_opts).await?;
+    let (mut src, src_files) = open_image_with_files(source, &src_opts).await?;
+    if let Some(pick) = &opts.snapshot {
+        let loaded = match &mut src {
+            Disk::Qcow2(img) => pick.load(img).await.map_err(|e| match e {
+                engine::Error::Snapshot(engine::SnapshotError::NotFound(_)) => {
+                    "Can't find snapshot".to_string()
+                }
+                e => e.to_string(),
+            }),
+            Disk::Raw(_) => Err("the raw format has no internal snapshots".to_string()),
+        };
+        loaded.map_err(|reason| ConvertError::Snapshot { reason })?;
+    }
     let size = src.virtual_size();
     let file_opts = FileOptions {
         direct: opts.nocache,
@@ -592,7 +649,13 @@ pub async fn convert_reporting(
                     path: dst_path(),
                     error,
                 })?;
-            let image = Image::open_with_data(dev, data, EngineOptions::default())
+            // Clusters placed as QEMU places them (a write's new L2 table
+            // before its data), as the other real-file tools open images.
+            let engine = EngineOptions {
+                l2_before_data: true,
+                ..EngineOptions::default()
+            };
+            let image = Image::open_with_data(dev, data, engine)
                 .await
                 .map_err(|error| ConvertError::OpenNew {
                     path: dst_path(),

@@ -313,6 +313,23 @@ impl Disk {
         }
     }
 
+    /// Read from the VM state area (`qemu-io read -b`): a qcow2 image's;
+    /// a raw image has none, as QEMU's raw driver has none.
+    pub async fn read_vmstate(&self, pos: u64, buf: &mut [u8]) -> engine::Result<()> {
+        match self {
+            Disk::Raw(_) => Err(engine::Error::Unsupported("VM state in a raw image".into())),
+            Disk::Qcow2(i) => i.read_vmstate(pos, buf).await,
+        }
+    }
+
+    /// Write to the VM state area (`qemu-io write -b`).
+    pub async fn write_vmstate(&self, pos: u64, buf: &[u8]) -> engine::Result<()> {
+        match self {
+            Disk::Raw(_) => Err(engine::Error::Unsupported("VM state in a raw image".into())),
+            Disk::Qcow2(i) => i.write_vmstate(pos, buf).await,
+        }
+    }
+
     /// A compressed write (`qemu-io write -c`): whole clusters of a qcow2
     /// image; a raw image has no compressed clusters and refuses it, as
     /// QEMU's raw driver does.

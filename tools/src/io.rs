@@ -66,6 +66,8 @@ pub enum Cmd {
         pattern: Option<PatternCheck>,
         verbose: bool,
         report: Report,
+        /// `-b`: the offset is in the VM state area, not the disk.
+        vmstate: bool,
     },
     /// `write`, `writev` and `aio_write`.
     Write {
@@ -76,6 +78,8 @@ pub enum Cmd {
         /// `-f`: force unit access, here a flush after the write.
         fua: bool,
         report: Report,
+        /// `-b`: the offset is in the VM state area, not the disk.
+        vmstate: bool,
     },
     Discard {
         offset: u64,
@@ -411,9 +415,6 @@ fn parse_words(name: &str, rest: &[&str]) -> Result<Cmd, CmdError> {
         "read" | "r" => {
             let o = scan("read", rest, "abCqprv", "Pls")?;
             let (offset, len) = o.offset_len("read")?;
-            if o.has('b') {
-                return err("read -b: VM state is not supported");
-            }
             Cmd::Read {
                 op: "read",
                 offset,
@@ -421,6 +422,7 @@ fn parse_words(name: &str, rest: &[&str]) -> Result<Cmd, CmdError> {
                 pattern: o.pattern_check(len)?,
                 verbose: o.has('v'),
                 report: o.report(),
+                vmstate: o.has('b'),
             }
         }
         "readv" | "aio_read" => {
@@ -434,6 +436,7 @@ fn parse_words(name: &str, rest: &[&str]) -> Result<Cmd, CmdError> {
                 pattern: o.pattern_check(total)?,
                 verbose: o.has('v'),
                 report: o.report(),
+                vmstate: false,
             }
         }
         "write" | "w" => {
@@ -457,9 +460,6 @@ fn parse_words(name: &str, rest: &[&str]) -> Result<Cmd, CmdError> {
             }
             if o.value('s').is_some() {
                 return err("write -s: writing a file's contents is not supported");
-            }
-            if o.has('b') {
-                return err("write -b: VM state is not supported");
             }
             let data = if zero {
                 // qemu-io zeroes without looking at -c.
@@ -489,6 +489,7 @@ fn parse_words(name: &str, rest: &[&str]) -> Result<Cmd, CmdError> {
                 data,
                 fua: o.has('f'),
                 report: o.report(),
+                vmstate: o.has('b'),
             }
         }
         "writev" | "aio_write" => {
@@ -521,6 +522,7 @@ fn parse_words(name: &str, rest: &[&str]) -> Result<Cmd, CmdError> {
                 data,
                 fua: o.has('f'),
                 report: o.report(),
+                vmstate: false,
             }
         }
         "discard" | "d" => {
@@ -754,6 +756,7 @@ pub fn errno_text(error: &engine::Error) -> &'static str {
         engine::Error::Compressed(C::DataFile | C::Format) => "Operation not supported",
         engine::Error::Compressed(C::Misaligned { .. }) => "Invalid argument",
         engine::Error::Compressed(C::Allocated { .. }) => "Input/output error",
+        engine::Error::Unsupported(_) => "Operation not supported",
         engine::Error::OutOfRange { .. } => "Input/output error",
         _ => "Input/output error",
     }
@@ -919,6 +922,9 @@ impl Session {
             })
         };
         let range = match cmd {
+            // The VM state area lies past the disk: its bounds are the
+            // engine's.
+            Cmd::Read { vmstate: true, .. } | Cmd::Write { vmstate: true, .. } => None,
             Cmd::Read {
                 op, offset, lens, ..
             }
@@ -942,6 +948,7 @@ impl Session {
                 pattern,
                 verbose,
                 report,
+                vmstate,
             } => {
                 let offset = *offset;
                 let len: u64 = lens.iter().sum();
@@ -959,7 +966,12 @@ impl Session {
                 let mut held: Option<Vec<u8>> = None;
                 for (at, n) in pieces(offset, len) {
                     buf.resize(n as usize, 0);
-                    if let Err(e) = disk.read(at, &mut buf).await {
+                    let r = if *vmstate {
+                        disk.read_vmstate(at, &mut buf).await
+                    } else {
+                        disk.read(at, &mut buf).await
+                    };
+                    if let Err(e) = r {
                         return Ok(failed(op, e));
                     }
                     if let Some((byte, from, to)) = check {
@@ -1003,10 +1015,24 @@ impl Session {
                 data,
                 fua,
                 report,
+                vmstate,
             } => {
                 let offset = *offset;
                 let len: u64 = lens.iter().sum();
                 let mut result = match (data, self.detect_zeroes) {
+                    // qemu-io saves VM state as it is given, whatever -c
+                    // or detect-zeroes say.
+                    (WriteData::Pattern(p) | WriteData::Compressed(p), _) if *vmstate => {
+                        let buf = vec![*p; len.min(PIECE) as usize];
+                        let mut result = Ok(());
+                        for (at, n) in pieces(offset, len) {
+                            result = disk.write_vmstate(at, &buf[..n as usize]).await;
+                            if result.is_err() {
+                                break;
+                            }
+                        }
+                        result
+                    }
                     (WriteData::Zeroes { unmap }, _) => {
                         disk.write_zeroes(offset, len, *unmap).await
                     }
@@ -1303,6 +1329,7 @@ mod tests {
                 }),
                 verbose: false,
                 report: Report::default(),
+                vmstate: false,
             }
         );
         assert_eq!(
@@ -1318,8 +1345,17 @@ mod tests {
                 }),
                 verbose: true,
                 report: Report::default(),
+                vmstate: false,
             }
         );
+        assert!(matches!(
+            parse("read -b 0 512"),
+            Cmd::Read { vmstate: true, .. }
+        ));
+        assert!(matches!(
+            parse("write -b -P 1 1T 4k"),
+            Cmd::Write { vmstate: true, .. }
+        ));
         assert_eq!(
             parse("write -q 512 1k"),
             Cmd::Write {
@@ -1332,6 +1368,7 @@ mod tests {
                     quiet: true,
                     csv: false
                 },
+                vmstate: false,
             }
         );
         assert_eq!(
@@ -1343,6 +1380,7 @@ mod tests {
                 data: WriteData::Pattern(3),
                 fua: false,
                 report: Report::default(),
+                vmstate: false,
             }
         );
         assert_eq!(parse("write -zu 0 1M"), parse("write -z -u 0 1M"));

@@ -62,6 +62,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         nocache: args.nocache,
         force_share: args.force_share,
         compress: args.compress,
+        snapshot: None,
     };
     let result = futures::executor::block_on(convert(&args.source, &args.destination, &opts));
     // A copy that was made prints its figures, even when closing the

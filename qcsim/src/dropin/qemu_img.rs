@@ -615,6 +615,30 @@ fn convert_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
     }
 }
 
+/// `convert -l`'s value: `snapshot.id=I,snapshot.name=N` (either or
+/// both), or a snapshot's id or name.
+fn parse_snapshot_pick(v: &str) -> Result<tools::convert::SnapshotPick, Fail> {
+    use tools::convert::SnapshotPick;
+    if !v.starts_with("snapshot.") {
+        return Ok(SnapshotPick::IdOrName(v.to_owned()));
+    }
+    let (mut id, mut name) = (None, None);
+    for (k, val) in tools::qemu_args::split_option_list(v) {
+        let val = val.unwrap_or_default();
+        match k.as_str() {
+            "snapshot.id" => id = Some(val),
+            "snapshot.name" => name = Some(val),
+            // qemu-img's two lines: the key, then the whole value.
+            _ => {
+                return fail(format!(
+                    "Invalid parameter '{k}'\nqemu-img: Failed in parsing snapshot param '{v}'"
+                ))
+            }
+        }
+    }
+    Ok(SnapshotPick::Fields { id, name })
+}
+
 /// qemu-img's progress report on standard output.
 type Report = Progress<crate::output::Stdout>;
 
@@ -622,7 +646,6 @@ type Report = Progress<crate::output::Stdout>;
 /// asks for it (after the checks qemu-img makes before its own report).
 fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail> {
     for (flag, what) in [
-        ("l", "-l (snapshots)"),
         ("C", "-C (copy offloading)"),
         ("image-opts", "--image-opts"),
         ("target-image-opts", "--target-image-opts"),
@@ -664,6 +687,10 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
     let compress = p.has("c");
     if compress && output_format == Format::Raw {
         return fail("Compression not supported for this file format");
+    }
+    let snapshot = p.value("l").map(parse_snapshot_pick).transpose()?;
+    if snapshot.is_some() && (p.has("n") || p.has("B")) {
+        return fail("convert -l with -n or -B is not supported by qcsim");
     }
     if p.has("p") && !p.has("q") {
         let mut report = Progress::new(crate::output::stdout(), 1.0);
@@ -711,6 +738,7 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
         nocache,
         force_share: p.has("U"),
         compress,
+        snapshot,
     };
     let wanted = progress.is_some();
     let mut report = |percent: f32| {

@@ -16,6 +16,7 @@ mod dd;
 mod measure;
 mod snapshot;
 mod truncate;
+mod vmstate;
 mod zeroes;
 
 /// Two directories holding the same files: one for QEMU's tools, one for
@@ -81,6 +82,15 @@ impl Twins {
         let o = exec(program, args, &self.ours);
         assert_eq!(o.status.code(), Some(0), "{program} {args:?}: {o:?}");
         String::from_utf8(o.stdout).unwrap()
+    }
+
+    /// `qemu-img create -q -f qcow2 -o OPTS NAME SIZE` by both tools,
+    /// which must print alike.
+    fn create_qcow2(&self, opts: &str, name: &str, size: &str) {
+        self.same(
+            "qemu-img",
+            &["create", "-q", "-f", "qcow2", "-o", opts, name, size],
+        );
     }
 
     /// The qcsim binary under the name of `tool`.

@@ -329,3 +329,57 @@ fn snapshots_of_compressed_and_extended_l2_images_stay_clean() {
         );
     }
 }
+
+/// `convert -l`: a snapshot copied instead of the active disk, picked by
+/// id or name, or by `snapshot.id`/`snapshot.name` (each given must
+/// match); an unknown one and an unknown key refused in qemu-img's words.
+#[test]
+fn convert_l_copies_a_snapshot_as_qemu_img_does() {
+    let t = Twins::new();
+    t.create_qcow2("cluster_size=64k", "a.qcow2", "1M");
+    t.same("qemu-io", &["-c", "write -P 1 0 64k", "a.qcow2"]);
+    t.same("qemu-img", &["snapshot", "-c", "foo", "a.qcow2"]);
+    t.same("qemu-io", &["-c", "write -P 2 0 64k", "a.qcow2"]);
+    for (n, l) in [
+        "foo",
+        "1",
+        "snapshot.name=foo",
+        "snapshot.id=1",
+        "snapshot.id=1,snapshot.name=foo",
+        "bar",
+        "snapshot.id=2",
+        "x=1",
+        "snapshot.foo=1",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let out = format!("o{n}.raw");
+        t.same(
+            "qemu-img",
+            &["convert", "-l", l, "-O", "raw", "a.qcow2", &out],
+        );
+        if t.ours.join(&out).exists() {
+            t.on_both(
+                "qemu-io",
+                &[
+                    "-f",
+                    "raw",
+                    "-c",
+                    "read -P 1 0 64k",
+                    "-c",
+                    "read -P 0 64k 960k",
+                    &out,
+                ],
+            );
+        }
+    }
+    // Into qcow2: the snapshot's data, the source untouched.
+    t.same(
+        "qemu-img",
+        &["convert", "-l", "foo", "-O", "qcow2", "a.qcow2", "s.qcow2"],
+    );
+    t.same("qemu-img", &["map", "--output=json", "s.qcow2"]);
+    t.on_both("qemu-io", &["-c", "read -P 2 0 64k", "a.qcow2"]);
+    t.same("qemu-img", &["check", "a.qcow2"]);
+}

@@ -6,17 +6,10 @@
 
 use super::Twins;
 
-fn create(t: &Twins, name: &str, size: &str, opts: &str) {
-    t.same(
-        "qemu-img",
-        &["create", "-q", "-f", "qcow2", "-o", opts, name, size],
-    );
-}
-
 #[test]
 fn truncate_grows_and_shrinks_as_qemu_io_does() {
     let t = Twins::new();
-    create(&t, "a.qcow2", "1M", "cluster_size=64k");
+    t.create_qcow2("cluster_size=64k", "a.qcow2", "1M");
     t.same(
         "qemu-io",
         &[
@@ -71,7 +64,7 @@ fn truncate_grows_and_shrinks_as_qemu_io_does() {
     t.on_both("qemu-img", &["snapshot", "-a", "s", "a.qcow2"]);
     t.on_both("qemu-io", &["-c", "read -P 1 0 512k", "a.qcow2"]);
     // A version 2 image with a snapshot cannot be resized.
-    create(&t, "b.qcow2", "1M", "compat=0.10");
+    t.create_qcow2("compat=0.10", "b.qcow2", "1M");
     t.same("qemu-img", &["snapshot", "-c", "s", "b.qcow2"]);
     t.same("qemu-io", &["-c", "truncate 2M", "b.qcow2"]);
     // A raw file: any length, counted in whole sectors.
@@ -86,12 +79,12 @@ fn truncate_grows_and_shrinks_as_qemu_io_does() {
 fn a_shrink_through_empty_and_shared_tables_lays_out_as_qemus() {
     let t = Twins::new();
     // No L2 table under the new end: QEMU allocates one.
-    create(&t, "a.qcow2", "4M", "cluster_size=64k");
+    t.create_qcow2("cluster_size=64k", "a.qcow2", "4M");
     t.same("qemu-io", &["-c", "truncate 1M", "a.qcow2"]);
     t.same("qemu-img", &["check", "a.qcow2"]);
     // Two tables, both shared with a snapshot: the kept one is copied,
     // the other dropped.
-    create(&t, "c.qcow2", "1G", "cluster_size=64k");
+    t.create_qcow2("cluster_size=64k", "c.qcow2", "1G");
     t.same(
         "qemu-io",
         &[
@@ -122,7 +115,7 @@ fn a_shrink_through_empty_and_shared_tables_lays_out_as_qemus() {
 #[test]
 fn reopen_changes_what_qemu_lets_it_change() {
     let t = Twins::new();
-    create(&t, "d.qcow2", "1M", "cluster_size=64k");
+    t.create_qcow2("cluster_size=64k", "d.qcow2", "1M");
     t.same(
         "qemu-io",
         &[
