@@ -792,28 +792,8 @@ fn convert_onto_backing(
     compress: bool,
     mut progress: Option<&mut Report>,
 ) -> Result<i32, Fail> {
-    let open_err = |file: &Path, e: tools::files::OpenError| {
-        Fail(
-            format!(
-                "Could not open '{}': {}",
-                file.display(),
-                super::open_error_text(file, &e)
-            ),
-            1,
-        )
-    };
     futures::executor::block_on(async {
-        let s = open_image(
-            src,
-            &OpenOptions {
-                format: src_format,
-                read_only: true,
-                force_share,
-                ..OpenOptions::default()
-            },
-        )
-        .await
-        .map_err(|e| open_err(src, e))?;
+        let s = open_source(src, src_format, force_share).await?;
         let size = s.virtual_size();
         let opts = CreateImageOptions {
             format: dst_format,
@@ -830,26 +810,8 @@ fn convert_onto_backing(
             .write()
             .await
             .map_err(|e| Fail(create_error(&file, &e), 1))?;
-        let d = open_image(
-            dst,
-            &OpenOptions {
-                format: Some(dst_format),
-                ..OpenOptions::default()
-            },
-        )
-        .await
-        .map_err(|e| open_err(dst, e))?;
+        let d = open_target(dst, dst_format).await?;
         let io_err = |what: &str, e: engine::Error| Fail(format!("error while {what}: {e}"), 1);
-        // qemu-img's words for a failed copy request: the byte, the errno.
-        let at_err = |what: &str, at: u64, e: engine::Error| {
-            Fail(
-                format!(
-                    "error while {what} at byte {at}: {}",
-                    tools::io::errno_text(&e)
-                ),
-                1,
-            )
-        };
         let target_cluster = d.qcow2().map_or(CHUNK, |i| i.cluster_size());
         // A compressed write takes whole clusters of the target.
         let step = if compress {
@@ -892,7 +854,9 @@ fn convert_onto_backing(
             }
             for (a, b) in held {
                 let buf = &mut want[(a - pos) as usize..(b - pos) as usize];
-                s.read(a, buf).await.map_err(|e| at_err("reading", a, e))?;
+                s.read(a, buf)
+                    .await
+                    .map_err(|e| copy_fail("reading", a, e))?;
                 let r = if buf.iter().all(|&x| x == 0) {
                     d.write_zeroes(a, b - a, false).await
                 } else if compress {
@@ -900,7 +864,7 @@ fn convert_onto_backing(
                 } else {
                     d.write(a, buf).await
                 };
-                r.map_err(|e| at_err("writing", a, e))?;
+                r.map_err(|e| copy_fail("writing", a, e))?;
             }
             pos += n;
             report_reached(&mut plan, &mut progress, pos);
@@ -909,6 +873,54 @@ fn convert_onto_backing(
         d.close().await.map_err(|e| io_err("closing", e))?;
         Ok(0)
     })
+}
+
+/// qemu-img's words for an image it could not open: the file, then the
+/// driver's reason.
+pub(super) fn open_fail(file: &Path, e: tools::files::OpenError) -> Fail {
+    Fail(
+        format!(
+            "Could not open '{}': {}",
+            file.display(),
+            super::open_error_text(file, &e)
+        ),
+        1,
+    )
+}
+
+/// qemu-img's words for a failed copy request: the byte, the errno.
+pub(super) fn copy_fail(what: &str, at: u64, e: engine::Error) -> Fail {
+    Fail(
+        format!(
+            "error while {what} at byte {at}: {}",
+            tools::io::errno_text(&e)
+        ),
+        1,
+    )
+}
+
+/// A copy's source, opened read-only (`-f`, `-U` as given).
+pub(super) async fn open_source(
+    src: &Path,
+    format: Option<Format>,
+    force_share: bool,
+) -> Result<tools::files::Disk, Fail> {
+    let opts = OpenOptions {
+        format,
+        read_only: true,
+        force_share,
+        ..OpenOptions::default()
+    };
+    open_image(src, &opts).await.map_err(|e| open_fail(src, e))
+}
+
+/// A copy's target, opened writable in `format`.
+pub(super) async fn open_target(dst: &Path, format: Format) -> Result<tools::files::Disk, Fail> {
+    let opts = OpenOptions {
+        format: Some(format),
+        ..OpenOptions::default()
+    };
+    open_image(dst, &opts).await.map_err(|e| open_fail(dst, e))
 }
 
 /// `convert -n`: the source's guest data into the existing destination.
@@ -921,36 +933,8 @@ async fn copy_into(
     compress: bool,
     mut progress: Option<&mut Report>,
 ) -> Result<(), Fail> {
-    let open_err = |file: &Path, e: tools::files::OpenError| {
-        Fail(
-            format!(
-                "Could not open '{}': {}",
-                file.display(),
-                super::open_error_text(file, &e)
-            ),
-            1,
-        )
-    };
-    let s = open_image(
-        src,
-        &OpenOptions {
-            format: src_format,
-            read_only: true,
-            force_share,
-            ..OpenOptions::default()
-        },
-    )
-    .await
-    .map_err(|e| open_err(src, e))?;
-    let d = open_image(
-        dst,
-        &OpenOptions {
-            format: Some(dst_format),
-            ..OpenOptions::default()
-        },
-    )
-    .await
-    .map_err(|e| open_err(dst, e))?;
+    let s = open_source(src, src_format, force_share).await?;
+    let d = open_target(dst, dst_format).await?;
     let size = s.virtual_size();
     if d.virtual_size() < size {
         return fail("error while converting: the target image is smaller than the source");
@@ -964,21 +948,11 @@ async fn copy_into(
     let mut buf = vec![0u8; step as usize];
     let mut pos = 0;
     let io_err = |what: &str, e: engine::Error| Fail(format!("error while {what}: {e}"), 1);
-    // qemu-img's words for a failed copy request: the byte, the errno.
-    let at_err = |what: &str, at: u64, e: engine::Error| {
-        Fail(
-            format!(
-                "error while {what} at byte {at}: {}",
-                tools::io::errno_text(&e)
-            ),
-            1,
-        )
-    };
     while pos < size {
         let n = (size - pos).min(step) as usize;
         s.read(pos, &mut buf[..n])
             .await
-            .map_err(|e| at_err("reading", pos, e))?;
+            .map_err(|e| copy_fail("reading", pos, e))?;
         let r = if buf[..n].iter().all(|&b| b == 0) {
             d.write_zeroes(pos, n as u64, true).await
         } else if compress {
@@ -986,7 +960,7 @@ async fn copy_into(
         } else {
             d.write(pos, &buf[..n]).await
         };
-        r.map_err(|e| at_err("writing", pos, e))?;
+        r.map_err(|e| copy_fail("writing", pos, e))?;
         pos += n as u64;
         report_reached(&mut plan, &mut progress, pos);
     }

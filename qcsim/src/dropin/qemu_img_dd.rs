@@ -8,11 +8,11 @@
 //! output and a warning, not an error, as qemu-img does.
 
 use tools::create::{prepare_image, CreateImageOptions};
-use tools::files::{open_image, Format, OpenOptions};
+use tools::files::Format;
 use tools::qemu_args::parse_size;
 
 use super::getopt::long;
-use super::qemu_img::{fail, parse_format, scan, Fail};
+use super::qemu_img::{fail, open_source, open_target, parse_format, scan, Fail};
 
 /// The largest block size qemu-img's dd takes.
 const MAX_BS: u64 = i32::MAX as u64;
@@ -107,27 +107,7 @@ async fn copy(
     force_share: bool,
     b: Blocks,
 ) -> Result<(), Fail> {
-    let s = open_image(
-        src,
-        &OpenOptions {
-            format: src_format,
-            read_only: true,
-            force_share,
-            ..OpenOptions::default()
-        },
-    )
-    .await
-    .map_err(|e| {
-        // qemu-img names the input, then the driver's reason.
-        Fail(
-            format!(
-                "Could not open '{}': {}",
-                src.display(),
-                super::open_error_text(src, &e)
-            ),
-            1,
-        )
-    })?;
+    let s = open_source(src, src_format, force_share).await?;
     let mut size = s.virtual_size();
     if let Some(n) = b.count.and_then(|n| n.checked_mul(b.bs)) {
         size = size.min(n);
@@ -149,24 +129,7 @@ async fn copy(
         .write()
         .await
         .map_err(|e| Fail(format!("{name}: {}", super::chain(&e)), 1))?;
-    let d = open_image(
-        dst,
-        &OpenOptions {
-            format: Some(dst_format),
-            ..OpenOptions::default()
-        },
-    )
-    .await
-    .map_err(|e| {
-        Fail(
-            format!(
-                "Could not open '{}': {}",
-                dst.display(),
-                super::open_error_text(dst, &e)
-            ),
-            1,
-        )
-    })?;
+    let d = open_target(dst, dst_format).await?;
     let mut at = match start {
         Some(at) => at,
         None => {
