@@ -588,3 +588,33 @@ fn a_compressed_write_is_data_among_zeroes() {
     let v = only(r.read(9, &[S::W(7)]));
     assert_eq!(v.allowed, vec![Value::Zero]);
 }
+
+/// Runs of sectors the model holds nothing for are passed over with a test
+/// for zero (`Model::read_completed`, `Model::check_recovered`): junk in the
+/// middle of such a run, right after a recorded sector, and at the very end
+/// of the disk is still found, each sector once.
+#[test]
+fn junk_inside_runs_of_unrecorded_sectors_is_found() {
+    let mut r = Run::new();
+    r.write(1, 10, 1);
+    let mut contents = vec![S::Zero; 20];
+    contents[10] = S::W(1);
+    contents[5] = S::Junk;
+    contents[11] = S::Junk;
+    contents[19] = S::Junk;
+    let v = r.read(0, &contents).expect_err("junk must be found");
+    let at: Vec<u64> = v.iter().map(|v| v.sector).collect();
+    assert_eq!(at, vec![5, 11, 19]);
+
+    r.flush();
+    let mut contents = vec![S::Zero; DISK as usize];
+    contents[10] = S::W(1);
+    contents[3] = S::Junk;
+    contents[11] = S::Junk;
+    contents[DISK as usize - 1] = S::Junk;
+    let v = r
+        .recover(0, &contents, S::Zero)
+        .expect_err("junk must be found");
+    let at: Vec<u64> = v.iter().map(|v| v.sector).collect();
+    assert_eq!(at, vec![3, 11, DISK - 1]);
+}
