@@ -36,25 +36,24 @@ impl<D: BlockDev> Image<D> {
         let mut h = self.meta.borrow().header.clone();
         h.backing_file = name.map(str::to_owned);
         let fmt = name.and(format);
-        match (
-            h.extensions
-                .iter()
-                .position(|e| e.kind == ext::BACKING_FORMAT),
-            fmt,
-        ) {
-            (Some(i), Some(f)) => h.extensions[i].data = f.as_bytes().to_vec(),
-            (Some(i), None) => {
-                h.extensions.remove(i);
-            }
-            // First, where QEMU writes it.
-            (None, Some(f)) => h.extensions.insert(
-                0,
+        // Every backing format extension goes (QEMU reads the last of
+        // several, so keeping any could keep the wrong one); the new one
+        // takes the first one's place, or the first place, where QEMU
+        // writes it.
+        let at = h
+            .extensions
+            .iter()
+            .position(|e| e.kind == ext::BACKING_FORMAT)
+            .unwrap_or(0);
+        h.extensions.retain(|e| e.kind != ext::BACKING_FORMAT);
+        if let Some(f) = fmt {
+            h.extensions.insert(
+                at.min(h.extensions.len()),
                 Extension {
                     kind: ext::BACKING_FORMAT,
                     data: f.as_bytes().to_vec(),
                 },
-            ),
-            (None, None) => {}
+            );
         }
         // Refused before anything is written if it does not fit; parsed
         // back so that the fields placing the name are the ones written.

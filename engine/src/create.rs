@@ -335,7 +335,11 @@ impl<D: BlockDev> Image<D> {
                     .await?;
             }
         } else if l1_clusters > 0 {
-            dev.write_zeroes(l1_off, l1_clusters * cs, Default::default())
+            // The table's own bytes, not its whole clusters: QEMU's file
+            // ends there (a 64 MiB image with 64 KiB clusters is 196,616
+            // bytes long, not 262,144), and a file's length shows in
+            // `du -b` and in what a script prints of it.
+            dev.write_zeroes(l1_off, l1_entries * 8, Default::default())
                 .await?;
         }
         if let Some(data) = data {

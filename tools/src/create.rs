@@ -578,6 +578,8 @@ async fn prepare_raw(path: &Path, opts: &ImageOpts) -> Result<PreparedImage, Cre
     let only_size = ImageOpts {
         size: opts.size,
         preallocation: opts.preallocation,
+        nocow: opts.nocow,
+        extent_size_hint: opts.extent_size_hint,
         ..ImageOpts::default()
     };
     if *opts != only_size {
@@ -586,12 +588,23 @@ async fn prepare_raw(path: &Path, opts: &ImageOpts) -> Result<PreparedImage, Cre
         });
     }
     let size = checked_size(path, opts.size)?;
+    // qemu-img's order: nocow, preallocation, extent_size_hint.
+    let nocow = ImageOpts {
+        nocow: opts.nocow,
+        ..ImageOpts::default()
+    };
+    let hint = ImageOpts {
+        extent_size_hint: opts.extent_size_hint,
+        ..ImageOpts::default()
+    };
     let formatting_line = format!(
-        "Formatting '{}', fmt=raw size={size}{}",
+        "Formatting '{}', fmt=raw size={size}{}{}{}",
         path.display(),
+        nocow.file_options_line(),
         opts.preallocation
             .map(|p| format!(" preallocation={}", p.name()))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        hint.file_options_line(),
     );
     let preallocation = opts.preallocation.unwrap_or_default();
     if preallocation == Preallocation::Metadata {
@@ -681,7 +694,7 @@ async fn prepare_qcow2(
         opts.compat_name.as_deref(),
         opts.data_file_raw,
         opts.preallocation,
-    );
+    ) + &opts.file_options_line();
     ImageOpts::check_create_options(&create).map_err(|error| CreateImageError::Driver {
         path: file.to_owned(),
         formatting_line: line.clone(),

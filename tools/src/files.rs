@@ -167,6 +167,9 @@ pub struct OpenOptions {
     /// Take QEMU's image locks on the top image's file (`locking=off`
     /// clears it; the other files of the chain are locked as ever).
     pub locking: bool,
+    /// The format of the top image's backing file, over what its header
+    /// names (QEMU's `backing.driver` option).
+    pub backing_format: Option<Format>,
 }
 
 impl Default for OpenOptions {
@@ -186,6 +189,7 @@ impl Default for OpenOptions {
             force_share: false,
             char_device: false,
             locking: true,
+            backing_format: None,
         }
     }
 }
@@ -463,6 +467,8 @@ struct Chain {
     force_share: bool,
     /// The top image's file may be a character device.
     char_device: bool,
+    /// `OpenOptions::backing_format`.
+    backing_format: Option<Format>,
     open: Vec<(FileId, FirstOpen)>,
 }
 
@@ -597,14 +603,16 @@ async fn open_backing_files(
                 reason: "only plain file names are supported".into(),
             });
         }
-        let format = match fmt_name {
-            Some(f) => Some(f.parse::<Format>().map_err(|error| {
+        let format = match (fmt_name, chain.backing_format) {
+            // The option names the top image's backing file only.
+            (_, Some(f)) if levels.len() == 1 => Some(f),
+            (Some(f), _) => Some(f.parse::<Format>().map_err(|error| {
                 backing_err(OpenError::Format {
                     path: current_path.clone(),
                     error,
                 })
             })?),
-            None => None,
+            (None, _) => None,
         };
         let backing_path = resolve_backing_path(&current_path, &name);
         let reference = Reference {
@@ -677,6 +685,7 @@ pub async fn open_image_with_files(
         direct: opts.direct,
         force_share: opts.force_share,
         char_device: opts.char_device,
+        backing_format: opts.backing_format,
         open: Vec::new(),
     };
     let fs = chain.force_share;

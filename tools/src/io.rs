@@ -29,6 +29,45 @@ pub const MAX_REQUEST: u64 = (i32::MAX as u64) & !511;
 /// memory stays bounded whatever length a command names.
 const PIECE: u64 = 16 << 20;
 
+/// Zero `len` bytes at `offset` on `disk`; with `align`, as
+/// [`Session::with_zero_alignment`] says: the pieces before the first and
+/// after the last multiple of it are written as zeroes.
+async fn zero_aligned(
+    disk: &Disk,
+    offset: u64,
+    len: u64,
+    unmap: bool,
+    align: Option<u64>,
+) -> engine::Result<()> {
+    let Some(a) = align else {
+        return disk.write_zeroes(offset, len, unmap).await;
+    };
+    let end = offset + len;
+    let bulk_start = offset.next_multiple_of(a).min(end);
+    let bulk_end = (end / a * a).max(bulk_start);
+    let write = |from: u64, to: u64| async move {
+        let buf = vec![0u8; (to - from).min(PIECE) as usize];
+        for (at, n) in pieces(from, to - from) {
+            disk.write(at, &buf[..n as usize]).await?;
+        }
+        Ok::<(), engine::Error>(())
+    };
+    write(offset, bulk_start).await?;
+    if bulk_end > bulk_start {
+        disk.write_zeroes(bulk_start, bulk_end - bulk_start, unmap)
+            .await?;
+    }
+    write(bulk_end, end).await
+}
+
+/// `len` bytes at `offset` in [`PIECE`]s, as `(offset, len)`.
+fn pieces(offset: u64, len: u64) -> impl Iterator<Item = (u64, u64)> {
+    (0..len.div_ceil(PIECE)).map(move |i| {
+        let at = i * PIECE;
+        (offset + at, (len - at).min(PIECE))
+    })
+}
+
 /// Default data byte of `write` without `-P`, as in qemu-io.
 const DEFAULT_PATTERN: u8 = 0xcd;
 
@@ -790,6 +829,9 @@ pub struct Session {
     /// QEMU's `detect-zeroes`: a write whose data is all zeroes is made a
     /// write_zeroes, unmapping when `Some(true)`.
     detect_zeroes: Option<bool>,
+    /// A zeroing is cut at multiples of this, and a piece shorter than it
+    /// is written as zeroes (`with_zero_alignment`).
+    zero_alignment: Option<u64>,
 }
 
 impl Session {
@@ -802,7 +844,18 @@ impl Session {
             path: path.to_owned(),
             timing: false,
             detect_zeroes: None,
+            zero_alignment: None,
         })
+    }
+
+    /// Zero as QEMU's block layer does over a node whose preferred zeroing
+    /// alignment is `align` that refuses shorter requests (blkdebug with
+    /// `opt-write-zero`): the head and tail of a zeroing, up to and from
+    /// its multiples, are written as zeroes; the whole units between are
+    /// zeroed.
+    pub fn with_zero_alignment(mut self, align: Option<u64>) -> Session {
+        self.zero_alignment = align.filter(|&a| a > 0);
+        self
     }
 
     /// Writes of zeroes become write_zeroes (`Some(unmap)`), as QEMU's
@@ -913,12 +966,6 @@ impl Session {
                 op,
                 path: self.path.clone(),
                 error,
-            })
-        };
-        let pieces = |offset: u64, len: u64| {
-            (0..len.div_ceil(PIECE)).map(move |i| {
-                let at = i * PIECE;
-                (offset + at, (len - at).min(PIECE))
             })
         };
         let range = match cmd {
@@ -1034,12 +1081,12 @@ impl Session {
                         result
                     }
                     (WriteData::Zeroes { unmap }, _) => {
-                        disk.write_zeroes(offset, len, *unmap).await
+                        zero_aligned(disk, offset, len, *unmap, self.zero_alignment).await
                     }
                     // detect-zeroes turns a write of zeroes into zeroing,
                     // compressed or not, as QEMU's block layer does.
                     (WriteData::Pattern(0) | WriteData::Compressed(0), Some(unmap)) => {
-                        disk.write_zeroes(offset, len, unmap).await
+                        zero_aligned(disk, offset, len, unmap, self.zero_alignment).await
                     }
                     (WriteData::Pattern(p) | WriteData::Compressed(p), _) => {
                         let compressed = matches!(data, WriteData::Compressed(_));

@@ -13,7 +13,8 @@ pub enum ArgError {
     Size(String),
     #[error("size '{0}' is too large")]
     SizeTooLarge(String),
-    #[error("parameter '{key}' expects 'on' or 'off', not '{value}'")]
+    /// QEMU's words: the value given is not repeated.
+    #[error("Parameter '{key}' expects 'on' or 'off'")]
     Switch { key: String, value: String },
     #[error("invalid parameter '{0}'")]
     UnknownOption(String),
@@ -153,10 +154,16 @@ pub struct ImageOpts {
     pub data_file: Option<String>,
     pub data_file_raw: Option<bool>,
     pub preallocation: Option<Preallocation>,
+    /// The file protocol's `nocow` and `extent_size_hint`: attributes of
+    /// the host file that QEMU sets where the file system has them. Taken,
+    /// checked and echoed as qemu-img does; qcsim sets no file attributes,
+    /// so they change nothing else.
+    pub nocow: Option<bool>,
+    pub extent_size_hint: Option<u64>,
 }
 
 /// The `-o` names accepted for qcow2, with a line of help each.
-pub const QCOW2_OPTION_HELP: [(&str, &str); 12] = [
+pub const QCOW2_OPTION_HELP: [(&str, &str); 14] = [
     ("backing_file", "file name of a base image"),
     (
         "backing_fmt",
@@ -181,6 +188,14 @@ pub const QCOW2_OPTION_HELP: [(&str, &str); 12] = [
     ),
     ("refcount_bits", "width of a reference count entry in bits"),
     ("size", "virtual disk size"),
+    (
+        "nocow",
+        "host file attribute: no copy-on-write (on/off; ignored here)",
+    ),
+    (
+        "extent_size_hint",
+        "host file attribute: extent size hint (ignored here)",
+    ),
 ];
 
 /// Whether a `-o` list asks for help (`help` or `?`) instead of options.
@@ -262,6 +277,8 @@ impl ImageOpts {
             "preallocation" => {
                 self.preallocation = Some(value.parse().map_err(|e: String| bad(&e))?)
             }
+            "nocow" => self.nocow = Some(parse_switch(key, value)?),
+            "extent_size_hint" => self.extent_size_hint = Some(parse_size(value)?),
             _ => {}
         }
         Ok(())
@@ -352,6 +369,21 @@ impl ImageOpts {
             });
         }
         Ok(())
+    }
+}
+
+impl ImageOpts {
+    /// The file protocol's options as the "Formatting" line ends with
+    /// them, each only when given (`nocow` first, as qemu-img lists them).
+    pub fn file_options_line(&self) -> String {
+        let mut s = String::new();
+        if let Some(n) = self.nocow {
+            s.push_str(if n { " nocow=on" } else { " nocow=off" });
+        }
+        if let Some(h) = self.extent_size_hint {
+            s.push_str(&format!(" extent_size_hint={h}"));
+        }
+        s
     }
 }
 

@@ -9,9 +9,7 @@ use std::path::Path;
 
 use engine::Status;
 
-use crate::files::{
-    open_image, probe_path, resolve_backing_path, Disk, Format, OpenError, OpenOptions, Probed,
-};
+use crate::files::{open_image, resolve_backing_path, Disk, Format, OpenError, OpenOptions};
 
 /// Bytes compared at a time (whole clusters of any size up to it).
 const CHUNK: u64 = 1 << 20;
@@ -22,10 +20,16 @@ pub struct RebaseOptions {
     /// The new backing file's name as it is to be stored; `None` or empty
     /// for no backing file.
     pub backing: Option<String>,
-    /// Its format; probed when `None` (safe mode) or left out (`-u`).
-    pub backing_format: Option<Format>,
+    /// Its format's driver name, stored as given: required with a backing
+    /// file, as QEMU requires it (an image whose backing format is probed
+    /// can be turned into another format by what a guest writes). In safe
+    /// mode the new backing file is opened with it, so it must then be a
+    /// format qcsim reads (`raw` or `qcow2`).
+    pub backing_format: Option<String>,
     /// `-u`: the header only.
     pub unsafe_mode: bool,
+    /// `-c`: the clusters copied in are written compressed.
+    pub compress: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +41,11 @@ pub enum RebaseError {
     NewBacking { name: String, error: OpenError },
     #[error("{0}: rebase needs a qcow2 image")]
     NotQcow2(String),
+    #[error("Could not change the backing file to '{0}': backing format must be specified")]
+    FormatRequired(String),
+    /// Safe mode with a backing format qcsim cannot open.
+    #[error("Could not open new backing file '{name}': Unknown driver '{format}'")]
+    UnknownFormat { name: String, format: String },
     #[error(transparent)]
     Engine(#[from] engine::Error),
 }
@@ -53,11 +62,16 @@ pub async fn rebase_image(
         backing: !r.unsafe_mode,
         ..opts.clone()
     };
+    // Refused before anything is opened or copied: a rebase that fails
+    // leaves the image as it was.
+    let format_name = r.backing_format.as_deref();
+    if let (Some(n), None) = (name, format_name) {
+        return Err(RebaseError::FormatRequired(n.to_owned()));
+    }
     let mut disk = open_image(path, &open).await?;
     let Disk::Qcow2(img) = &mut disk else {
         return Err(RebaseError::NotQcow2(path.display().to_string()));
     };
-    let mut format = r.backing_format;
     if !r.unsafe_mode {
         let new = match name {
             None => None,
@@ -67,35 +81,39 @@ pub async fn rebase_image(
                     name: n.to_owned(),
                     error,
                 };
-                if format.is_none() {
-                    format = match probe_path(&p).map_err(new_err)? {
-                        Probed::Format(f) => Some(f),
-                        Probed::Foreign(_) => None,
-                    };
-                }
+                let f = format_name.unwrap_or_default();
+                let format = f
+                    .parse::<Format>()
+                    .map_err(|_| RebaseError::UnknownFormat {
+                        name: n.to_owned(),
+                        format: f.to_owned(),
+                    })?;
                 let ro = OpenOptions {
                     read_only: true,
-                    format,
+                    format: Some(format),
                     ..opts.clone()
                 };
                 Some(open_image(&p, &ro).await.map_err(new_err)?)
             }
         };
-        copy_differences(img, new.as_ref()).await?;
+        copy_differences(img, new.as_ref(), r.compress).await?;
         if let Some(n) = new {
             n.close().await?;
         }
     }
-    img.set_backing_file(name, format.map(Format::name)).await?;
+    img.set_backing_file(name, format_name).await?;
     disk.close().await?;
     Ok(())
 }
 
 /// Copy into `img` every cluster it does not allocate where its current
-/// chain and `new` (zeroes where `None` or past its end) differ.
+/// chain and `new` (zeroes where `None` or past its end) differ; with
+/// `compress`, the data clusters compressed (the zero ones past the old
+/// backing file's end stay zero clusters).
 async fn copy_differences(
     img: &engine::Image<engine::dev::FileDev>,
     new: Option<&Disk>,
+    compress: bool,
 ) -> Result<(), RebaseError> {
     let size = img.virtual_size();
     let cs = img.cluster_size();
@@ -136,6 +154,10 @@ async fn copy_differences(
                     // showed is zeroes: a zero cluster, as QEMU writes
                     // it, not a data cluster.
                     img.write_zeroes(c, len as u64, false).await?;
+                } else if compress {
+                    // A whole cluster (or the disk's last part of one):
+                    // the copy is cluster by cluster from its start.
+                    img.write_compressed(c, &old_buf[..len]).await?;
                 } else {
                     img.write(c, &old_buf[..len]).await?;
                 }

@@ -274,9 +274,14 @@ impl Header {
         self.extensions.iter().find(|e| e.kind == kind)
     }
 
-    /// The backing format the header extension names, if any.
+    /// The backing format the header extension names, if any: the last
+    /// one where there are several, as QEMU reads them (each replaces the
+    /// one before).
     pub fn backing_format(&self) -> Option<String> {
-        self.extension(ext::BACKING_FORMAT)
+        self.extensions
+            .iter()
+            .rev()
+            .find(|e| e.kind == ext::BACKING_FORMAT)
             .map(|e| String::from_utf8_lossy(&e.data).into_owned())
     }
 

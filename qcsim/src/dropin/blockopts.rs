@@ -83,6 +83,13 @@ pub struct BlockOpts {
     pub l2_cache_size: Option<u64>,
     pub refcount_cache_size: Option<u64>,
     pub l2_cache_entry_size: Option<u64>,
+    /// `backing.driver`: the backing file's format over what the image's
+    /// header names.
+    pub backing_format: Option<Format>,
+    /// A rule-less blkdebug node's `opt-write-zero`: it refuses to zero a
+    /// piece shorter than that, and the block layer writes such a piece
+    /// (the head and tail of a request cut at its multiples) as zeroes.
+    pub zero_alignment: Option<u64>,
 }
 
 impl BlockOpts {
@@ -90,11 +97,19 @@ impl BlockOpts {
     /// `positional`, the file named beside `open -o`, if any. The error is
     /// QEMU's message, without the `can't open: ` it is printed after.
     pub fn parse(list: &str, positional: Option<&str>) -> Result<BlockOpts, String> {
+        let via_blkdebug = positional.is_some_and(|p| p.starts_with("blkdebug:"));
+        let positional = positional.map(blkdebug_file).transpose()?;
         let mut o = BlockOpts {
-            filename: positional.map(str::to_owned),
+            filename: positional.clone(),
             ..BlockOpts::default()
         };
-        let items = split_option_list(list);
+        let positional = positional.as_deref();
+        let (items, limits) = without_blkdebug(split_option_list(list), via_blkdebug)?;
+        o.zero_alignment = limits
+            .iter()
+            .find(|(k, _)| k == "opt-write-zero")
+            .map(|&(_, n)| n)
+            .filter(|&n| n > 0);
         // Neither a driver nor a file: QEMU says so before looking at any
         // other option.
         let names_file = |k: &str| k == "driver" || k == "file" || k.starts_with("file.");
@@ -141,6 +156,19 @@ impl BlockOpts {
                 "cache.direct" => o.cache_direct = Some(switch(k)?),
                 "cache.no-flush" => o.cache_no_flush = Some(switch(k)?),
                 "node-name" => {}
+                "backing.driver" if top_protocol.is_none() => {
+                    o.backing_format = Some(value.parse::<Format>().map_err(|_| {
+                        match super::QEMU_DRIVERS.contains(&value) {
+                            true => format!(
+                                "Could not open backing file: a '{value}' backing file \
+                                 is not supported by qcsim"
+                            ),
+                            false => {
+                                format!("Could not open backing file: Unknown driver '{value}'")
+                            }
+                        }
+                    })?)
+                }
                 "cache-size" | "l2-cache-size" | "refcount-cache-size" | "l2-cache-entry-size"
                     if o.format != Some(Format::Raw) && top_protocol.is_none() =>
                 {
@@ -318,6 +346,118 @@ fn locking(value: &str) -> Result<bool, String> {
             "Parameter 'locking' does not accept value '{value}'"
         )),
     }
+}
+
+/// Options of QEMU's `blkdebug` driver that shape requests (sizes in
+/// bytes): alignment, transfer and zeroing/discard limits.
+const BLKDEBUG_LIMITS: [&str; 6] = [
+    "align",
+    "max-transfer",
+    "opt-write-zero",
+    "max-write-zero",
+    "opt-discard",
+    "max-discard",
+];
+
+/// The file a `blkdebug:CONFIG:FILE` name (or any other) stands for.
+/// blkdebug with no configuration passes every request through, so it is
+/// the file; a configuration (rules that inject errors or suspend
+/// requests) is refused, qcsim having no such rules.
+pub fn blkdebug_file(name: &str) -> Result<String, String> {
+    let Some(rest) = name.strip_prefix("blkdebug:") else {
+        return Ok(name.to_owned());
+    };
+    match rest.split_once(':') {
+        Some(("", file)) => Ok(file.to_owned()),
+        Some(_) => Err(BLKDEBUG_RULES.into()),
+        None => Err(format!("Could not parse blkdebug filename '{name}'")),
+    }
+}
+
+const BLKDEBUG_RULES: &str =
+    "blkdebug rules (config, inject-error, set-state) are not supported by qcsim";
+
+/// The options of an `--image-opts` string, a rule-less blkdebug node
+/// taken out (`without_blkdebug`).
+pub fn image_opts_items(list: &str) -> Result<Vec<(String, Option<String>)>, String> {
+    Ok(without_blkdebug(split_option_list(list), false)?.0)
+}
+
+/// `items` without a rule-less blkdebug node: on top (`driver=blkdebug`,
+/// its child's options under `image.`), or under the format
+/// (`file.driver=blkdebug`, or a positional `blkdebug::FILE`, with the
+/// file's options under `file.image.`). Its request limits are checked and
+/// returned beside the items: qcsim's engine splits requests by none of
+/// them, and only `opt-write-zero` changes what a request leaves behind
+/// (`BlockOpts::zero_alignment`).
+#[allow(clippy::type_complexity)]
+fn without_blkdebug(
+    items: Vec<(String, Option<String>)>,
+    positional_blkdebug: bool,
+) -> Result<(Vec<(String, Option<String>)>, Vec<(String, u64)>), String> {
+    let is = |items: &[(String, Option<String>)], key: &str| {
+        items
+            .iter()
+            .any(|(k, v)| k == key && v.as_deref() == Some("blkdebug"))
+    };
+    let (prefix, child) = if is(&items, "driver") {
+        ("", "image.")
+    } else if is(&items, "file.driver") || positional_blkdebug {
+        ("file.", "file.image.")
+    } else {
+        return Ok((items, Vec::new()));
+    };
+    let mut limits = Vec::new();
+    let mut out = Vec::new();
+    for (k, v) in items {
+        if let Some(rest) = k.strip_prefix(child) {
+            out.push((format!("{prefix}{rest}"), v));
+            continue;
+        }
+        let Some(own) = k.strip_prefix(prefix) else {
+            out.push((k, v));
+            continue;
+        };
+        match own {
+            "driver" => {}
+            "node-name" | "take-child-perms" | "unshare-child-perms" => {}
+            "config" | "image" | "x-image" => return Err(BLKDEBUG_RULES.into()),
+            _ if own.starts_with("inject-error") || own.starts_with("set-state") => {
+                return Err(BLKDEBUG_RULES.into())
+            }
+            _ if BLKDEBUG_LIMITS.contains(&own) => {
+                let value = v.unwrap_or_default();
+                let n = parse_size(&value).map_err(|_| {
+                    format!("Parameter '{own}' expects a non-negative number below 2^64")
+                })?;
+                limits.push((own.to_owned(), n));
+            }
+            // Not blkdebug's: the node's generic options stay.
+            _ => out.push((k, v)),
+        }
+    }
+    check_blkdebug_limits(&limits)?;
+    Ok((out, limits))
+}
+
+/// blkdebug's own checks of its limits: a power-of-two alignment below
+/// 2 GiB, and every other limit below 2 GiB and a multiple of the
+/// alignment when one is set (any size when not).
+fn check_blkdebug_limits(limits: &[(String, u64)]) -> Result<(), String> {
+    let get = |key: &str| limits.iter().find(|(k, _)| k == key).map(|&(_, n)| n);
+    let align = get("align").unwrap_or(0);
+    if align != 0 && (align >= i32::MAX as u64 || !align.is_power_of_two()) {
+        return Err(format!("Cannot meet constraints with align {align}"));
+    }
+    let unit = align.max(1);
+    for key in &BLKDEBUG_LIMITS[1..] {
+        if let Some(n) = get(key) {
+            if n >= i32::MAX as u64 || n % unit != 0 {
+                return Err(format!("Cannot meet constraints with {key} {n}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

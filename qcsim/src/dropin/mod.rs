@@ -48,6 +48,54 @@ pub fn run(tool: Tool, args: &[String]) -> i32 {
     }
 }
 
+/// The block drivers QEMU's tools know by name (`qemu-img --help` lists
+/// them under "Supported formats"): a name among them that qcsim does not
+/// open is still a valid name to store, as in `rebase -u -F host_device`.
+pub const QEMU_DRIVERS: &[&str] = &[
+    "blkdebug",
+    "blklogwrites",
+    "blkverify",
+    "bochs",
+    "cloop",
+    "compress",
+    "copy-before-write",
+    "copy-on-read",
+    "dmg",
+    "file",
+    "ftp",
+    "ftps",
+    "gluster",
+    "host_cdrom",
+    "host_device",
+    "http",
+    "https",
+    "iscsi",
+    "iser",
+    "luks",
+    "nbd",
+    "nfs",
+    "null-aio",
+    "null-co",
+    "nvme",
+    "parallels",
+    "preallocate",
+    "qcow",
+    "qcow2",
+    "qed",
+    "quorum",
+    "raw",
+    "rbd",
+    "replication",
+    "snapshot-access",
+    "ssh",
+    "throttle",
+    "vdi",
+    "vhdx",
+    "vmdk",
+    "vpc",
+    "vvfat",
+];
+
 /// QEMU's cache modes (`-t`), as what they mean here: O_DIRECT, and a
 /// flush after every write.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -73,11 +121,15 @@ impl CacheMode {
     }
 }
 
-/// The file a filename on the command line names: a `file:` protocol
-/// prefix is dropped, as QEMU's file driver drops it. What is left may
-/// itself look like a protocol prefix (a colon in its first component);
-/// QEMU then names it with a leading `./`, and so does this.
+/// The file a filename on the command line names: a `blkdebug::` node
+/// with no configuration (it passes requests through) and a `file:`
+/// protocol prefix are dropped, as QEMU's file driver drops the latter.
+/// What is left may itself look like a protocol prefix (a colon in its
+/// first component); QEMU then names it with a leading `./`, and so does
+/// this.
 pub fn plain_file_name(name: &str) -> PathBuf {
+    // blkdebug with no configuration passes requests through: its file.
+    let name = name.strip_prefix("blkdebug::").unwrap_or(name);
     let Some(rest) = name.strip_prefix("file:") else {
         return PathBuf::from(name);
     };
@@ -122,6 +174,11 @@ pub fn open_error_text(file: &Path, e: &OpenError) -> String {
         }
         OpenError::Lock(l) => l.to_string(),
         OpenError::File(FileOpenError::Lock(l)) => l.to_string(),
+        // A name no QEMU driver has: QEMU's words. One QEMU has but
+        // qcsim does not open keeps qcsim's, which say what it opens.
+        OpenError::Format { error, .. } if !QEMU_DRIVERS.contains(&error.0.as_str()) => {
+            format!("Unknown driver '{}'", error.0)
+        }
         OpenError::Format { error, .. } => error.to_string(),
         // Not a qcow2 image where one was asked for: the driver's words.
         OpenError::Engine {

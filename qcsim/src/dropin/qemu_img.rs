@@ -90,10 +90,11 @@ pub(super) fn image_name(p: &Parsed, operand: &str) -> Result<(PathBuf, Option<S
     }
     let mut file = None;
     let mut driver = None;
-    for kv in operand.split(',') {
-        match kv.split_once('=') {
-            Some(("file.filename" | "filename", v)) => file = Some(PathBuf::from(v)),
-            Some(("driver", d)) => driver = Some(d.to_owned()),
+    let items = super::blockopts::image_opts_items(operand).map_err(|e| Fail(e, 1))?;
+    for (k, v) in items {
+        match (k.as_str(), v) {
+            ("file.filename" | "filename", Some(v)) => file = Some(PathBuf::from(v)),
+            ("driver", Some(d)) => driver = Some(d),
             _ => {}
         }
     }
@@ -709,10 +710,16 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
         ))
         .map(|()| 0);
     }
-    let backing_option = options
-        .iter()
-        .flat_map(|o| o.split(','))
-        .any(|kv| kv.starts_with("backing_file="));
+    let option_set = |key: &str| {
+        options
+            .iter()
+            .flat_map(|o| o.split(','))
+            .any(|kv| kv.starts_with(key))
+    };
+    let backing_option = option_set("backing_file=");
+    if (p.has("B") || backing_option) && !p.has("F") && !option_set("backing_fmt=") {
+        return fail("Use of backing file requires explicit backing format");
+    }
     if p.has("B") || backing_option {
         if p.has("n") {
             return fail("-B and -n cannot be used together");

@@ -103,9 +103,6 @@ pub(super) fn rebase(prog: &str, args: &[String]) -> Result<i32, Fail> {
     let [operand] = p.operands.as_slice() else {
         return fail("Expecting one image file name");
     };
-    if p.has("c") {
-        return fail("rebase -c (compressed writes) is not supported by qcsim");
-    }
     let Some(backing) = p.value("b") else {
         return fail(format!(
             "Must specify backing file (-b) or use unsafe mode (-u)\nTry '{prog} rebase --help' for more info"
@@ -116,9 +113,19 @@ pub(super) fn rebase(prog: &str, args: &[String]) -> Result<i32, Fail> {
         format: parse_format(p.value("f").map(str::to_owned).or(driver))?,
         ..OpenOptions::default()
     };
+    if p.has("c") && opts.format == Some(tools::files::Format::Raw) {
+        return fail("Compression not supported for this file format");
+    }
     let r = RebaseOptions {
+        compress: p.has("c"),
         backing: Some(backing.to_owned()),
-        backing_format: parse_format(p.value("F").map(str::to_owned))?,
+        backing_format: p
+            .value("F")
+            .map(|f| match super::QEMU_DRIVERS.contains(&f) {
+                true => Ok(f.to_owned()),
+                false => Err(Fail(format!("Invalid format name: '{f}'"), 1)),
+            })
+            .transpose()?,
         unsafe_mode: p.has("u"),
     };
     futures::executor::block_on(rebase_image(&file, &opts, &r)).map_err(|e| {

@@ -80,6 +80,10 @@ struct OpenSpec {
     locking: bool,
     /// L2 tables the engine's cache holds (`l2-cache-size`), when set.
     l2_cache_tables: Option<usize>,
+    /// `backing.driver`.
+    backing_format: Option<Format>,
+    /// blkdebug's `opt-write-zero` (`BlockOpts::zero_alignment`).
+    zero_alignment: Option<u64>,
 }
 
 /// The open image: its session, the cache mode (for writethrough's flush
@@ -162,6 +166,8 @@ fn run(prog: &str, args: &[String]) -> Result<i32, String> {
         char_device: false,
         locking: true,
         l2_cache_tables: None,
+        backing_format: None,
+        zero_alignment: None,
     };
 
     let commands: Vec<String> = p.values("c").into_iter().map(str::to_owned).collect();
@@ -177,6 +183,8 @@ fn run(prog: &str, args: &[String]) -> Result<i32, String> {
                 (file, String::new(), spec)
             } else {
                 let spec = OpenSpec { format, ..spec };
+                super::blockopts::blkdebug_file(name)
+                    .map_err(|e| format!("can't open device {name}: {e}"))?;
                 (
                     super::plain_file_name(name),
                     format!(" device {name}"),
@@ -291,10 +299,18 @@ async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &O
                     eprintln!("{prog}: can't open: Must specify either driver or file");
                     return Step::Next(false);
                 };
+                if let Err(e) = super::blockopts::blkdebug_file(file) {
+                    eprintln!("{prog}: can't open{what}: {e}");
+                    return Step::Next(false);
+                }
                 return open_into(prog, current, &super::plain_file_name(file), &s, &what).await;
             }
             let opts = match BlockOpts::parse(&options.join(","), file.as_deref()) {
-                Ok(o) if file.is_some() && o.filename.as_deref() != file.as_deref() => {
+                Ok(o)
+                    if file.as_deref().is_some_and(|f| {
+                        o.filename.as_deref() != super::blockopts::blkdebug_file(f).ok().as_deref()
+                    }) =>
+                {
                     eprintln!(
                         "{prog}: can't open{what}: Can't specify 'file' and 'filename' options at the same time"
                     );
@@ -549,6 +565,7 @@ async fn open(file: &Path, spec: &OpenSpec) -> Result<Current, String> {
         force_share: spec.force_share,
         char_device: spec.char_device,
         locking: spec.locking,
+        backing_format: spec.backing_format,
         ..OpenOptions::default()
     };
     if let Some(n) = spec.l2_cache_tables {
@@ -558,7 +575,8 @@ async fn open(file: &Path, spec: &OpenSpec) -> Result<Current, String> {
         Ok(session) => Ok(Current {
             session: session
                 .with_timing(true)
-                .with_detect_zeroes(spec.detect_zeroes),
+                .with_detect_zeroes(spec.detect_zeroes)
+                .with_zero_alignment(spec.zero_alignment),
             file: file.to_owned(),
             spec: spec.clone(),
             cache: spec.cache,
@@ -613,6 +631,8 @@ fn apply_block_opts(opts: &BlockOpts, mut spec: OpenSpec) -> Result<OpenSpec, St
     }
     spec.force_share |= opts.force_share;
     spec.locking &= !opts.no_locking;
+    spec.backing_format = opts.backing_format.or(spec.backing_format);
+    spec.zero_alignment = opts.zero_alignment.or(spec.zero_alignment);
     spec.format = match (opts.format, opts.protocol) {
         (Some(f), _) => Some(f),
         // A protocol node alone is the file's bytes.

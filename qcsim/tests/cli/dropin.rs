@@ -11,6 +11,8 @@ use std::process::{Command, Output, Stdio};
 use crate::support::{exec, untimed, QCSIM};
 
 mod amend;
+mod backing_format;
+mod blkdebug;
 mod convert_compressed;
 mod dd;
 mod measure;
@@ -91,6 +93,16 @@ impl Twins {
             "qemu-img",
             &["create", "-q", "-f", "qcow2", "-o", opts, name, size],
         );
+    }
+
+    /// `qemu-img create -q -f qcow2 -b BASE -F qcow2 NAME [SIZE]` by both
+    /// tools, which must print alike: a qcow2 overlay over a qcow2 image.
+    fn create_overlay(&self, base: &str, name: &str, size: Option<&str>) {
+        let mut args = vec![
+            "create", "-q", "-f", "qcow2", "-b", base, "-F", "qcow2", name,
+        ];
+        args.extend(size);
+        self.same("qemu-img", &args);
     }
 
     /// The qcsim binary under the name of `tool`.

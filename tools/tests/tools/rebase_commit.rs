@@ -7,7 +7,7 @@ use std::path::Path;
 
 use testkit::{assert_clean, qemu_create, qemu_io, qemu_raw};
 use tools::commit::{commit_image, CommitError};
-use tools::files::{Format, OpenOptions};
+use tools::files::OpenOptions;
 use tools::rebase::{rebase_image, RebaseOptions};
 
 fn both_clean(path: &Path) {
@@ -58,10 +58,26 @@ fn a_safe_rebase_keeps_what_the_guest_reads() {
     let new = dir.path().join("new.qcow2");
     qemu_create(&new, "", "512k", None);
     qemu_io(None, &new, &["write -P 2 256k 128k".to_owned()]);
+    // A backing file without its format is refused, as QEMU refuses it,
+    // before anything is copied.
+    let old_name = backing_name(&top);
+    let unnamed = RebaseOptions {
+        backing: Some("new.qcow2".into()),
+        backing_format: None,
+        ..RebaseOptions::default()
+    };
+    let e = futures::executor::block_on(rebase_image(&top, &OpenOptions::default(), &unnamed))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "Could not change the backing file to 'new.qcow2': backing format must be specified"
+    );
+    assert_eq!(backing_name(&top), old_name);
+    assert_eq!(qemu_raw(&top), before);
     let r = RebaseOptions {
         backing: Some("new.qcow2".into()),
-        backing_format: Some(Format::Qcow2),
-        unsafe_mode: false,
+        backing_format: Some("qcow2".into()),
+        ..RebaseOptions::default()
     };
     futures::executor::block_on(rebase_image(&top, &OpenOptions::default(), &r)).unwrap();
     assert_eq!(backing_name(&top).as_deref(), Some("new.qcow2"));

@@ -4,7 +4,8 @@
 //! all the same, what the source leaves to its own backing file left to
 //! the new one, and a compressed write over an allocated cluster refused
 //! in qemu-img's words. zstd, whose bytes are libzstd's as QEMU's are, so
-//! the packing and the end offset compare too.
+//! the packing and the end offset compare too. And `rebase -c`, which
+//! writes what it copies in compressed.
 
 use super::Twins;
 
@@ -119,5 +120,38 @@ fn convert_c_into_an_existing_image_is_qemus() {
     t.same(
         "qemu-img",
         &["convert", "-c", "-n", "-O", "qcow2", "src.qcow2", "n.qcow2"],
+    );
+}
+
+/// `rebase -c`: what the rebase copies in is written compressed, placed
+/// where QEMU places it (`check` counts the compressed clusters and
+/// names the image's end); on a raw image it is refused in QEMU's words.
+#[test]
+fn rebase_c_copies_compressed_as_qemu_img_does() {
+    let t = Twins::new();
+    t.same("qemu-img", &["create", "-q", "-f", "raw", "r.raw", "4M"]);
+    t.same(
+        "qemu-img",
+        &["rebase", "-c", "-f", "raw", "-b", "", "r.raw"],
+    );
+    t.create_qcow2("cluster_size=64k", "base.qcow2", "4M");
+    t.create_overlay("base.qcow2", "top.qcow2", Some("4M"));
+    t.same("qemu-io", &["-c", "write -c -P 0xaa 0 2M", "base.qcow2"]);
+    t.same("qemu-io", &["-c", "write -c -P 0xbb 2M 1M", "top.qcow2"]);
+    t.same("qemu-io", &["-c", "write -P 0xcc 3M 32767", "base.qcow2"]);
+    t.same("qemu-img", &["rebase", "-c", "-b", "", "top.qcow2"]);
+    t.same("qemu-img", &["check", "top.qcow2"]);
+    t.same("qemu-img", &["map", "--output=json", "top.qcow2"]);
+    t.same(
+        "qemu-io",
+        &[
+            "-c",
+            "read -P 0xaa 0 2M",
+            "-c",
+            "read -P 0xbb 2M 1M",
+            "-c",
+            "read -P 0xcc 3M 32767",
+            "top.qcow2",
+        ],
     );
 }
