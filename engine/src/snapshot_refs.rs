@@ -125,7 +125,11 @@ impl<D: BlockDev> Image<D> {
                     c * self.geo.cluster_size,
                 ));
             }
-            if rc.saturating_add(n) > max {
+            // Checked, not saturating: a 64-bit count at its maximum
+            // saturates to the maximum itself, which passed for fitting
+            // and then wrapped to zero on the add (a cluster referenced
+            // twice with refcount 0).
+            if rc.checked_add(n).is_none_or(|sum| sum > max) {
                 return Err(SnapshotError::RefcountOverflow { cluster: c, bits }.into());
             }
         }

@@ -694,6 +694,7 @@ async fn prepare_qcow2(
         opts.compat_name.as_deref(),
         opts.data_file_raw,
         opts.preallocation,
+        opts.refcount_bits,
     ) + &opts.file_options_line();
     ImageOpts::check_create_options(&create).map_err(|error| CreateImageError::Driver {
         path: file.to_owned(),
@@ -766,8 +767,8 @@ async fn prepare_qcow2(
 
 /// The line qemu-img prints before creating a qcow2 image, in its order.
 /// `compat_name` is the `compat` option as given, if it was, and
-/// `data_file_raw` and `preallocation` likewise; `size` is the size
-/// asked for.
+/// `data_file_raw`, `preallocation` and `refcount_bits` likewise; `size`
+/// is the size asked for.
 fn formatting_line(
     file: &Path,
     c: &CreateOptions,
@@ -775,6 +776,7 @@ fn formatting_line(
     compat_name: Option<&str>,
     data_file_raw: Option<bool>,
     preallocation: Option<Preallocation>,
+    refcount_bits: Option<i64>,
 ) -> String {
     let onoff = |b: bool| if b { "on" } else { "off" };
     let mut s = format!(
@@ -809,7 +811,7 @@ fn formatting_line(
     s.push_str(&format!(
         " lazy_refcounts={} refcount_bits={}",
         onoff(c.lazy_refcounts),
-        c.refcount_bits
+        refcount_bits.unwrap_or(i64::from(c.refcount_bits))
     ));
     s
 }
@@ -975,7 +977,7 @@ mod tests {
             ..CreateOptions::default()
         };
         assert_eq!(
-            formatting_line(Path::new("top.qcow2"), &c, c.size, None, None, None),
+            formatting_line(Path::new("top.qcow2"), &c, c.size, None, None, None, None),
             "Formatting 'top.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
              compression_type=zlib size=1048576 backing_file=base.raw backing_fmt=raw \
              lazy_refcounts=off refcount_bits=16"
@@ -992,7 +994,8 @@ mod tests {
                 c.size,
                 Some("0.10"),
                 None,
-                Some(Preallocation::Metadata)
+                Some(Preallocation::Metadata),
+                None
             ),
             "Formatting 'v2.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
              preallocation=metadata compression_type=zlib size=1073741824 compat=0.10 \

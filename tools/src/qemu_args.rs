@@ -22,6 +22,8 @@ pub enum ArgError {
     MissingValue(String),
     #[error("parameter '{key}': {reason}")]
     BadValue { key: String, reason: String },
+    #[error("Parameter '{0}' expects a number")]
+    NotANumber(String),
     #[error("{0}")]
     Conflict(String),
     #[error("invalid image size {0}: it must be between 0 and {MAX_IMAGE_SIZE} bytes (the largest file offset)")]
@@ -141,7 +143,8 @@ pub fn split_option_list(list: &str) -> Vec<(String, Option<String>)> {
 pub struct ImageOpts {
     pub size: Option<u64>,
     pub cluster_size: Option<u64>,
-    pub refcount_bits: Option<u32>,
+    /// As given: `check_create_options` checks the width.
+    pub refcount_bits: Option<i64>,
     pub compat: Option<Compat>,
     /// `compat` as it was spelled (`v2`, `0.10`, ...), which qemu-img echoes.
     pub compat_name: Option<String>,
@@ -246,15 +249,12 @@ impl ImageOpts {
             // Its range is the driver's check (`to_create_options`),
             // which qemu-img makes after its "Formatting" line.
             "cluster_size" => self.cluster_size = Some(parse_size(value)?),
+            // Any number here (negative too: qemu-img echoes it on its
+            // "Formatting" line); its range is the driver's check.
             "refcount_bits" => {
-                let v: u32 = value
+                let v: i64 = value
                     .parse()
-                    .map_err(|_| bad(&format!("'{value}' is not a number")))?;
-                if !v.is_power_of_two() || v > 64 {
-                    return Err(bad(
-                        "refcount width must be a power of two and may be at most 64 bits",
-                    ));
-                }
+                    .map_err(|_| ArgError::NotANumber(key.to_owned()))?;
                 self.refcount_bits = Some(v);
             }
             "compat" => {
@@ -299,7 +299,10 @@ impl ImageOpts {
         CreateOptions {
             size,
             cluster_size: self.cluster_size.unwrap_or(defaults.cluster_size),
-            refcount_bits: self.refcount_bits.unwrap_or(defaults.refcount_bits),
+            // Out of range is 0, which the check refuses.
+            refcount_bits: self
+                .refcount_bits
+                .map_or(defaults.refcount_bits, |v| u32::try_from(v).unwrap_or(0)),
             compat: self.compat.unwrap_or(defaults.compat),
             lazy_refcounts: self.lazy_refcounts.unwrap_or(defaults.lazy_refcounts),
             extended_l2: self.extended_l2.unwrap_or(defaults.extended_l2),
@@ -322,31 +325,46 @@ impl ImageOpts {
             });
         }
         let conflict = |msg: &str| Err(ArgError::Conflict(msg.to_owned()));
+        if !opts.refcount_bits.is_power_of_two() || opts.refcount_bits > 64 {
+            return conflict("Refcount width must be a power of two and may not exceed 64 bits");
+        }
         if opts.compat == Compat::V2 {
             if opts.refcount_bits != 16 {
-                return conflict("refcount widths other than 16 bits require compat=1.1 (v3)");
+                return conflict(
+                    "Different refcount widths than 16 bits require compatibility level 1.1 or above (use version=v3 or greater)",
+                );
             }
             if opts.lazy_refcounts {
-                return conflict("lazy refcounts require compat=1.1 (v3)");
+                return conflict(
+                    "Lazy refcounts only supported with compatibility level 1.1 and above (use version=v3 or greater)",
+                );
             }
             if opts.compression_type != CompressionType::Zlib {
-                return conflict("compression types other than zlib require compat=1.1 (v3)");
+                return conflict(
+                    "Non-zlib compression type is only supported with compatibility level 1.1 and above (use version=v3 or greater)",
+                );
             }
             if opts.data_file.is_some() {
-                return conflict("external data files require compat=1.1 (v3)");
+                return conflict(
+                    "External data files are only supported with compatibility level 1.1 and above (use version=v3 or greater)",
+                );
             }
             if opts.extended_l2 {
-                return conflict("extended L2 entries require compat=1.1 (v3)");
+                return conflict(
+                    "Extended L2 entries are only supported with compatibility level 1.1 and above (use version=v3 or greater)",
+                );
             }
         }
         if opts.extended_l2 && opts.cluster_size < 16384 {
-            return conflict("extended L2 entries need a cluster size of at least 16k");
+            return conflict(
+                "Extended L2 entries are only supported with cluster sizes of at least 16384 bytes",
+            );
         }
         if opts.backing_format.is_some() && opts.backing_file.is_none() {
-            return conflict("a backing format cannot be used without a backing file");
+            return conflict("Backing format cannot be used without backing file");
         }
         if opts.data_file_raw && opts.data_file.is_none() {
-            return conflict("data_file_raw requires data_file");
+            return conflict("data-file-raw requires data-file");
         }
         if opts.data_file_raw && opts.backing_file.is_some() {
             return conflict("Backing file and data-file-raw cannot be used at the same time");
@@ -490,9 +508,8 @@ mod tests {
     fn bad_qcow2_options_are_refused() {
         let cases = [
             ("bogus=1", "'bogus'"),
-            ("refcount_bits=3", "power of two"),
-            ("refcount_bits=128", "at most 64"),
-            ("refcount_bits=x", "not a number"),
+            ("refcount_bits=x", "expects a number"),
+            ("refcount_bits=1.5", "expects a number"),
             ("compat=2.0", "compatibility level"),
             ("lazy_refcounts=maybe", "'on' or 'off'"),
             ("size", "needs a value"),
@@ -512,14 +529,19 @@ mod tests {
             ("cluster_size=3000", "power of two"),
             ("cluster_size=4M", "power of two"),
             ("cluster_size=256", "power of two"),
+            // The width is the driver's check, after the option list.
+            ("refcount_bits=3", "power of two"),
+            ("refcount_bits=128", "may not exceed 64"),
+            ("refcount_bits=0", "power of two"),
+            ("refcount_bits=-1", "power of two"),
             ("compat=0.10,refcount_bits=8", "16 bits"),
-            ("compat=0.10,lazy_refcounts=on", "lazy"),
-            ("compat=v2,extended_l2=on", "extended"),
-            ("extended_l2=on,cluster_size=4k", "16k"),
-            ("backing_fmt=raw", "without a backing file"),
-            ("compat=0.10,compression_type=zstd", "compat=1.1"),
-            ("compat=0.10,data_file=d.raw", "compat=1.1"),
-            ("data_file_raw=on", "requires data_file"),
+            ("compat=0.10,lazy_refcounts=on", "Lazy"),
+            ("compat=v2,extended_l2=on", "Extended"),
+            ("extended_l2=on,cluster_size=4k", "16384 bytes"),
+            ("backing_fmt=raw", "without backing file"),
+            ("compat=0.10,compression_type=zstd", "compatibility level 1.1"),
+            ("compat=0.10,data_file=d.raw", "compatibility level 1.1"),
+            ("data_file_raw=on", "requires data-file"),
             (
                 "data_file=d.raw,data_file_raw=on,backing_file=b,backing_fmt=raw",
                 "cannot be used at the same time",

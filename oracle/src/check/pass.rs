@@ -157,7 +157,16 @@ impl<'a, 'b> Pass<'a, 'b> {
             }
             if !imrt.inc(k) {
                 let at = k << self.img.h.cluster_bits;
-                self.corruption(Some(at), format!("ERROR: overflow cluster offset={at:#x}"));
+                // With qemu-img's advice on its next line, as it prints it.
+                self.corruption(
+                    Some(at),
+                    format!(
+                        "ERROR: overflow cluster offset={at:#x}\n\
+                         Use qemu-img amend to increase the refcount entry width or \
+                         qemu-img convert to create a clean copy if the image cannot be \
+                         opened for writing"
+                    ),
+                );
             }
         }
     }

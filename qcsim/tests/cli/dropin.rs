@@ -235,9 +235,29 @@ fn create_prints_qemu_imgs_formatting_line() {
     for args in cases {
         t.same("qemu-img", args);
     }
-    // The size each tool gives the odd-sized image: whole sectors. (The
-    // files' lengths differ: qcsim lays out a new image's metadata in its
-    // own way, see ARCHITECTURE.md.)
+    // Refused options: the refcount width and the version 3 features
+    // after the "Formatting" line, a width that is no number before it.
+    for opts in [
+        "refcount_bits=0",
+        "refcount_bits=-1",
+        "refcount_bits=42",
+        "refcount_bits=128",
+        "refcount_bits=x",
+        "compat=0.10,refcount_bits=1",
+        "compat=0.10,lazy_refcounts=on",
+        "compat=0.10,compression_type=zstd",
+        "compat=0.10,data_file=d.img",
+        "compat=0.10,extended_l2=on",
+        "extended_l2=on,cluster_size=4k",
+        "backing_fmt=raw",
+        "data_file_raw=on",
+    ] {
+        t.same(
+            "qemu-img",
+            &["create", "-f", "qcow2", "-o", opts, "r.qcow2", "64M"],
+        );
+    }
+    // The size each tool gives the odd-sized image: whole sectors.
     t.same("qemu-img", &["create", "-f", "qcow2", "odd.qcow2", "1234"]);
     let (theirs, ours) = t.both("qemu-img", &["info", "odd.qcow2"]);
     let size = |o: &Output| {
@@ -1683,4 +1703,28 @@ fn convert_c_from_small_clusters_writes_whole_target_clusters() {
     assert!(map.contains("\"compressed\": true"), "{map}");
     let check = t.on_both("qemu-img", &["check", "c.qcow2"]);
     assert!(check.contains("No errors were found"), "{check}");
+}
+
+/// A cluster referenced more often than its refcount field can count:
+/// check's error and the advice qemu-img prints on the line after it.
+#[test]
+fn an_overflowing_reference_count_is_reported_with_qemus_advice() {
+    let t = Twins::new();
+    t.create_qcow2("refcount_bits=1", "t.qcow2", "1M");
+    t.same("qemu-io", &["-c", "write 0 64k", "t.qcow2"]);
+    // Guest cluster 1 mapped to guest cluster 0's host cluster (5), in
+    // both images: three references where one bit counts one.
+    for dir in [&t.qemu, &t.ours] {
+        let img = dir.join("t.qcow2");
+        let entry = peek_be(&img, 0x40000);
+        poke_be(&img, 0x40008, 8, entry);
+        poke_be(&img, 0x40010, 8, entry);
+    }
+    t.same("qemu-img", &["check", "t.qcow2"]);
+    let (_, ours) = t.both("qemu-img", &["check", "t.qcow2"]);
+    let err = String::from_utf8_lossy(&ours.stderr);
+    assert!(
+        err.contains("ERROR: overflow cluster offset=0x50000\nUse qemu-img amend"),
+        "{err}"
+    );
 }

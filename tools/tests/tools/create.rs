@@ -62,7 +62,7 @@ fn bad_options_name_the_option_and_leave_the_file_untouched() {
     let err = block_on(create_image(&path, &v2_lazy)).unwrap_err();
     assert!(
         matches!(&err, CreateImageError::Driver { error: ArgError::Conflict(m), formatting_line, .. }
-            if m.contains("lazy refcounts") && formatting_line.contains("compat=0.10")),
+            if m.contains("Lazy refcounts") && formatting_line.contains("compat=0.10")),
         "{err:?}"
     );
     // An L1 table past QEMU's 32 MiB: the driver's error, as qemu-img's.

@@ -383,3 +383,40 @@ fn convert_l_copies_a_snapshot_as_qemu_img_does() {
     t.on_both("qemu-io", &["-c", "read -P 2 0 64k", "a.qcow2"]);
     t.same("qemu-img", &["check", "a.qcow2"]);
 }
+
+/// A snapshot that would take a refcount past its field's maximum is
+/// refused and changes nothing: a 1-bit refcount after one write, and a
+/// 64-bit one set to its maximum (2^64 - 1, where a saturating check once
+/// let the add wrap to 0: the data cluster referenced twice with refcount
+/// 0). QEMU's check finds no corruption afterwards.
+#[test]
+fn a_refcount_at_its_maximum_refuses_the_snapshot_and_corrupts_nothing() {
+    for (bits, poke) in [("1", false), ("64", true)] {
+        let t = Twins::new();
+        t.create_qcow2(&format!("refcount_bits={bits}"), "t.qcow2", "64M");
+        t.same("qemu-io", &["-c", "write 0 512", "t.qcow2"]);
+        let img = t.ours.join("t.qcow2");
+        if poke {
+            // The data cluster (cluster 5) at the maximum, and its L2
+            // entry without COPIED, as a shared cluster's would be.
+            super::poke_be(&img, 0x20028, 8, u64::MAX);
+            super::poke_be(&img, 0x40000, 8, 0x5_0000);
+        }
+        let o = exec(
+            &t.ours_as("qemu-img"),
+            &["snapshot", "-c", "s", "t.qcow2"],
+            &t.ours,
+        );
+        assert_eq!(o.status.code(), Some(1), "{bits}: {o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("would overflow its {bits}-bit field")),
+            "{bits}: {err}"
+        );
+        let check = exec("qemu-img", &["check", "t.qcow2"], &t.ours);
+        let text = String::from_utf8_lossy(&check.stdout);
+        assert!(!text.contains("ERROR"), "{bits}: {text}");
+        let list = exec("qemu-img", &["snapshot", "-l", "t.qcow2"], &t.ours);
+        assert!(list.stdout.is_empty(), "{bits}: {list:?}");
+    }
+}
