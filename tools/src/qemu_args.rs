@@ -539,7 +539,10 @@ mod tests {
             ("compat=v2,extended_l2=on", "Extended"),
             ("extended_l2=on,cluster_size=4k", "16384 bytes"),
             ("backing_fmt=raw", "without backing file"),
-            ("compat=0.10,compression_type=zstd", "compatibility level 1.1"),
+            (
+                "compat=0.10,compression_type=zstd",
+                "compatibility level 1.1",
+            ),
             ("compat=0.10,data_file=d.raw", "compatibility level 1.1"),
             ("data_file_raw=on", "requires data-file"),
             (

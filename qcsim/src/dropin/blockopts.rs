@@ -86,6 +86,9 @@ pub struct BlockOpts {
     /// `backing.driver`: the backing file's format over what the image's
     /// header names.
     pub backing_format: Option<Format>,
+    /// The node names given (`node-name`, `file.node-name`,
+    /// `backing.node-name`, with their values): a reopen may repeat them.
+    pub node_names: Vec<(String, String)>,
     /// A rule-less blkdebug node's `opt-write-zero`: it refuses to zero a
     /// piece shorter than that, and the block layer writes such a piece
     /// (the head and tail of a request cut at its multiples) as zeroes.
@@ -155,7 +158,10 @@ impl BlockOpts {
                 "force-share" => o.force_share = switch(k)?,
                 "cache.direct" => o.cache_direct = Some(switch(k)?),
                 "cache.no-flush" => o.cache_no_flush = Some(switch(k)?),
-                "node-name" => {}
+                "node-name" => o.node_names.push((k.clone(), value.to_owned())),
+                "backing.node-name" if top_protocol.is_none() => {
+                    o.node_names.push((k.clone(), value.to_owned()))
+                }
                 "backing.driver" if top_protocol.is_none() => {
                     o.backing_format = Some(value.parse::<Format>().map_err(|_| {
                         match super::QEMU_DRIVERS.contains(&value) {
@@ -291,7 +297,9 @@ impl BlockOpts {
             },
             "filename" => self.filename = Some(value.to_owned()),
             "locking" => self.no_locking = !locking(value)?,
-            "node-name" => {}
+            "node-name" => self
+                .node_names
+                .push(("file.node-name".into(), value.to_owned())),
             _ => {
                 let p = self.protocol.unwrap_or(Protocol::File).name();
                 return Err(format!(

@@ -84,6 +84,8 @@ struct OpenSpec {
     backing_format: Option<Format>,
     /// blkdebug's `opt-write-zero` (`BlockOpts::zero_alignment`).
     zero_alignment: Option<u64>,
+    /// The node names the open gave (`BlockOpts::node_names`).
+    node_names: Vec<(String, String)>,
 }
 
 /// The open image: its session, the cache mode (for writethrough's flush
@@ -168,6 +170,7 @@ fn run(prog: &str, args: &[String]) -> Result<i32, String> {
         l2_cache_tables: None,
         backing_format: None,
         zero_alignment: None,
+        node_names: Vec::new(),
     };
 
     let commands: Vec<String> = p.values("c").into_iter().map(str::to_owned).collect();
@@ -182,7 +185,10 @@ fn run(prog: &str, args: &[String]) -> Result<i32, String> {
                 let file = super::plain_file_name(opts.filename.as_deref().unwrap_or_default());
                 (file, String::new(), spec)
             } else {
-                let spec = OpenSpec { format, ..spec };
+                let spec = OpenSpec {
+                    format,
+                    ..spec.clone()
+                };
                 super::blockopts::blkdebug_file(name)
                     .map_err(|e| format!("can't open device {name}: {e}"))?;
                 (
@@ -357,9 +363,18 @@ async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &O
                 }
             }
             let list = options.join(",");
+            let sets_cache = tools::qemu_args::split_option_list(&list)
+                .iter()
+                .any(|(k, _)| k.starts_with("cache."));
+            if cache.is_some() && sets_cache {
+                eprintln!("{prog}: Cannot set both -c and the cache options");
+                *current = Some(c);
+                return Step::Next(false);
+            }
             if !list.is_empty() {
                 let file = c.snapshot.clone().unwrap_or_else(|| c.file.clone());
-                match reopen_options(&list, &file, s, read_only.is_some(), c.spec.read_only) {
+                let graph = Graph::of(&c);
+                match reopen_options(&list, &file, s, read_only.is_some(), &graph) {
                     Ok(changed) => s = changed,
                     Err(e) => {
                         eprintln!("{prog}: {e}");
@@ -488,24 +503,68 @@ async fn reopen_as(
 /// option"), qcow2's runtime options that the engine has no switch for
 /// refused as not supported. `rw_flag`: `-r` or `-w` was given too;
 /// `was_read_only`: the image is open read-only now.
+/// What a reopen may not change of the open image's node graph, and so
+/// may only repeat: the drivers of the image, its file and its backing
+/// file, and the node names the open gave.
+struct Graph {
+    format: &'static str,
+    backing_format: Option<String>,
+    node_names: Vec<(String, String)>,
+    was_read_only: bool,
+}
+
+impl Graph {
+    fn of(c: &Current) -> Graph {
+        let disk = c.session.disk();
+        let backing_format = match disk {
+            tools::files::Disk::Qcow2(img) => img.header().backing_format(),
+            tools::files::Disk::Raw(_) => None,
+        };
+        Graph {
+            format: disk.format().name(),
+            backing_format,
+            node_names: c.spec.node_names.clone(),
+            was_read_only: c.spec.read_only,
+        }
+    }
+
+    /// Whether `key=value` repeats what the graph already has.
+    fn unchanged(&self, key: &str, value: &str) -> bool {
+        match key {
+            "driver" => value == self.format,
+            "file.driver" => value == "file",
+            "backing.driver" => self.backing_format.as_deref() == Some(value),
+            _ => self.node_names.iter().any(|(k, v)| k == key && v == value),
+        }
+    }
+}
+
 fn reopen_options(
     list: &str,
     file: &Path,
     spec: OpenSpec,
     rw_flag: bool,
-    was_read_only: bool,
+    graph: &Graph,
 ) -> Result<OpenSpec, String> {
     let items = tools::qemu_args::split_option_list(list);
     for (k, v) in &items {
+        let value = v.as_deref().unwrap_or("on");
         match k.as_str() {
             "read-only" if rw_flag => {
                 return Err("Cannot set both -r/-w and 'read-only'".into());
             }
             // The session's user of the image writes: QEMU refuses to
             // make the node under it read-only.
-            "read-only" if v.as_deref() == Some("on") && !was_read_only => {
+            "read-only" if value == "on" && !graph.was_read_only => {
                 return Err("Read-only block node cannot support read-write users".into());
             }
+            "auto-read-only" if value != "on" && value != "off" => {
+                return Err(format!("Parameter '{k}' expects 'on' or 'off'"));
+            }
+            "auto-read-only" => {}
+            "driver" | "file.driver" | "backing.driver" | "node-name" | "file.node-name"
+            | "backing.node-name"
+                if graph.unchanged(k, value) => {}
             "read-only"
             | "cache.direct"
             | "cache.no-flush"
@@ -527,7 +586,10 @@ fn reopen_options(
                 return Err(format!("reopen -o {k}: not supported by qcsim"));
             }
             other => {
-                let name = other.strip_prefix("file.").unwrap_or(other);
+                let name = other
+                    .strip_prefix("file.")
+                    .or_else(|| other.strip_prefix("backing."))
+                    .unwrap_or(other);
                 return Err(format!("Cannot change the option '{name}'"));
             }
         }
@@ -633,6 +695,9 @@ fn apply_block_opts(opts: &BlockOpts, mut spec: OpenSpec) -> Result<OpenSpec, St
     spec.locking &= !opts.no_locking;
     spec.backing_format = opts.backing_format.or(spec.backing_format);
     spec.zero_alignment = opts.zero_alignment.or(spec.zero_alignment);
+    if !opts.node_names.is_empty() {
+        spec.node_names = opts.node_names.clone();
+    }
     spec.format = match (opts.format, opts.protocol) {
         (Some(f), _) => Some(f),
         // A protocol node alone is the file's bytes.

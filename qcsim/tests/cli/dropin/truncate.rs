@@ -2,7 +2,8 @@
 //! images (the file cut after a shrink, the L2 table under the new end
 //! made writable even when a snapshot shares it, so the layout is
 //! QEMU's), the refusals in QEMU's words, the usage line after a bad
-//! option, and the options a reopen may and may not change.
+//! option, the options a reopen may and may not change, and the node
+//! graph (drivers, node names) a reopen may repeat but not change.
 
 use super::Twins;
 
@@ -161,4 +162,75 @@ fn reopen_changes_what_qemu_lets_it_change() {
         ],
     );
     t.same("qemu-img", &["map", "--output=json", "d.qcow2"]);
+}
+
+/// A reopen may repeat the node graph (drivers, node names given at open)
+/// but not change it, and `-c` and `-r`/`-w` may not be mixed with the
+/// options they stand for: each line beside QEMU's.
+#[test]
+fn reopen_may_repeat_the_node_graph_but_not_change_it() {
+    let t = Twins::new();
+    t.create_qcow2("cluster_size=64k", "b.qcow2", "1M");
+    t.create_overlay("b.qcow2", "t.qcow2", None);
+    let lines: &[&[&str]] = &[
+        &["-c", "reopen -o node-name=foo"],
+        &["-c", "reopen -o file.node-name=foo"],
+        &["-c", "reopen -o backing.node-name=foo"],
+        &[
+            "-c",
+            "open -o node-name=foo t.qcow2",
+            "-c",
+            "reopen -o node-name=foo",
+        ],
+        &[
+            "-c",
+            "open -o node-name=foo t.qcow2",
+            "-c",
+            "reopen -o node-name=bar",
+        ],
+        &[
+            "-c",
+            "open -o file.node-name=foo t.qcow2",
+            "-c",
+            "reopen -o file.node-name=foo",
+        ],
+        &[
+            "-c",
+            "open -o backing.node-name=foo t.qcow2",
+            "-c",
+            "reopen -o backing.node-name=foo",
+        ],
+        &[
+            "-c",
+            "open -o backing.node-name=foo t.qcow2",
+            "-c",
+            "reopen",
+        ],
+        &["-c", "reopen -o driver=raw"],
+        &["-c", "reopen -o file.driver=qcow2"],
+        &["-c", "reopen -o backing.driver=file"],
+        &[
+            "-c",
+            "reopen -o driver=qcow2,file.driver=file,backing.driver=qcow2",
+        ],
+        &["-c", "reopen -c none -o cache.direct=on"],
+        &["-c", "reopen -c directsync -o cache.no-flush=on"],
+        &["-c", "reopen -o auto-read-only=qux"],
+        &[
+            "-c",
+            "reopen -o auto-read-only=on",
+            "-c",
+            "write -P 1 0 512",
+            "-c",
+            "read -P 1 0 512",
+        ],
+    ];
+    for line in lines {
+        let mut args = line.to_vec();
+        // The image named on the command line unless the line opens it.
+        if !line.iter().any(|a| a.starts_with("open ")) {
+            args.push("t.qcow2");
+        }
+        t.same("qemu-io", &args);
+    }
 }
