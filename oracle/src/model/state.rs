@@ -95,6 +95,12 @@ pub struct Model {
     /// Sectors a failed flush may have rolled back (see
     /// [`Model::flush_completed`]).
     lost: BTreeMap<u64, Lost>,
+    /// The sectors of `lost` that a write was issued to since their doubt
+    /// began: the only ones a successful flush can settle
+    /// (`settle_lost`), so that it need not look at every sector in
+    /// doubt (most stay so: a failed flush casts doubt on every sector
+    /// written since the last durable point).
+    lost_written: BTreeSet<u64>,
     ids: BTreeSet<WriteId>,
     recovery: Option<Recovery>,
     stats: Stats,
@@ -118,6 +124,7 @@ impl Model {
             flushes: BTreeMap::new(),
             durable_point: 0,
             lost: BTreeMap::new(),
+            lost_written: BTreeSet::new(),
             ids: BTreeSet::new(),
             recovery: None,
             stats: Stats::default(),
@@ -209,6 +216,10 @@ impl Model {
         let old = self.writes.insert(op, PendingWrite::Range(range));
         assert!(old.is_none(), "{op} issued twice");
         let keep_from = self.compaction_point();
+        if !self.lost.is_empty() {
+            let in_doubt = self.lost.range(range.start..range.start + range.len);
+            self.lost_written.extend(in_doubt.map(|(&s, _)| s));
+        }
         for s in range.sectors() {
             let entries = self.history.entry(s).or_default();
             history::compact(entries, keep_from);
@@ -247,6 +258,11 @@ impl Model {
         );
         assert!(old.is_none(), "{op} issued twice");
         let keep_from = self.compaction_point();
+        for &(s, _) in values {
+            if self.lost.contains_key(&s) {
+                self.lost_written.insert(s);
+            }
+        }
         for &(s, v) in values {
             let entries = self.history.entry(s).or_default();
             history::compact(entries, keep_from);
@@ -343,6 +359,9 @@ impl Model {
                 since: now,
             });
             lost.since = now;
+            // Its doubt begins again: writes issued before now settle
+            // nothing.
+            self.lost_written.remove(&s);
             history::settled(base, entries, d, unwritten, &mut lost.values);
             history::pending(entries, d, now, unwritten, &mut lost.values);
             history::normalise(&mut lost.values);
@@ -352,14 +371,26 @@ impl Model {
     /// A flush issued at `flush_issued` succeeded: a sector a failed flush
     /// left in doubt is certain again once a write issued after that
     /// failure completed before this flush was issued.
+    ///
+    /// Only sectors in `lost_written` can: a settling write was issued
+    /// after the sector's doubt began, and every write issued to a sector
+    /// in doubt puts it there. One that is settled, or no longer in
+    /// doubt, leaves it.
     fn settle_lost(&mut self, flush_issued: Seq) {
-        let history = &self.history;
-        self.lost.retain(|s, lost| {
-            !history.get(s).is_some_and(|entries| {
+        let (history, lost) = (&self.history, &mut self.lost);
+        self.lost_written.retain(|s| {
+            let Some(l) = lost.get(s) else {
+                return false;
+            };
+            let settled = history.get(s).is_some_and(|entries| {
                 entries
                     .iter()
-                    .any(|e| e.issued > lost.since && Self::durable_value_write(e, flush_issued))
-            })
+                    .any(|e| e.issued > l.since && Self::durable_value_write(e, flush_issued))
+            });
+            if settled {
+                lost.remove(s);
+            }
+            !settled
         });
     }
 
@@ -677,6 +708,7 @@ impl Model {
         self.base = rec.base.into_iter().collect();
         self.history.clear();
         self.lost.clear();
+        self.lost_written.clear();
         self.durable_point = self.tick();
         self.epoch += 1;
     }

@@ -618,3 +618,32 @@ fn junk_inside_runs_of_unrecorded_sectors_is_found() {
     let at: Vec<u64> = v.iter().map(|v| v.sector).collect();
     assert_eq!(at, vec![3, 11, DISK - 1]);
 }
+
+/// Write 1 durable over sectors 0 and 1, write 2 over both, a failed
+/// flush, then a write of per-sector values (a compressed write, a
+/// snapshot applied) of write 3 to sector 0 alone, done, and a flush.
+fn value_write_after_failed_flush() -> Run {
+    let mut r = Run::new();
+    r.write(1, 0, 2);
+    r.flush();
+    r.write(2, 0, 2);
+    r.failed_flush();
+    let op = r.op();
+    r.m.write_issued_values(op, Some(WriteId(3)), &[(0, Value::Data(WriteId(3)))]);
+    r.m.write_completed(op, Status::Ok);
+    r.flush();
+    r
+}
+
+/// Doubt cast by a failed flush also ends with a write of per-sector
+/// values made durable, and only for the sectors it wrote: after a crash,
+/// sector 0 holds write 3 and nothing else, and sector 1 may still show
+/// the rollback to write 1.
+#[test]
+fn doubt_ends_when_a_later_value_write_is_made_durable() {
+    let mut r = value_write_after_failed_flush();
+    let v = only(r.recover(0, &[S::W(1), S::W(1)], S::Zero));
+    assert_eq!((v.sector, v.allowed), (0, vec![Value::Data(WriteId(3))]));
+    let mut r = value_write_after_failed_flush();
+    r.recover(0, &[S::W(3), S::W(1)], S::Zero).unwrap();
+}
