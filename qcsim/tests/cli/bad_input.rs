@@ -202,7 +202,7 @@ fn create_errors_leave_existing_files_alone() {
                 "keep",
                 "1M",
             ],
-            &["lazy refcounts"],
+            &["Lazy refcounts"],
         ),
         // The data file is emptied only once the image is known good.
         (
@@ -254,7 +254,7 @@ fn convert_errors_leave_the_existing_destination_alone() {
                 "src.qcow2",
                 "keep",
             ],
-            &["lazy refcounts"],
+            &["Lazy refcounts"],
         ),
         (
             &[
@@ -266,7 +266,7 @@ fn convert_errors_leave_the_existing_destination_alone() {
                 "src.qcow2",
                 "keep",
             ],
-            &["external data files"],
+            &["External data files"],
         ),
         // Only the source's size shows that 512-byte clusters need an L1
         // table above 32 MiB.

@@ -188,7 +188,7 @@ fn create_refuses_bad_sizes_and_options() {
                 "x.qcow2",
                 "1M",
             ],
-            "compat=1.1",
+            "compatibility level 1.1",
         ),
         (
             &["create", "-b", "base.raw", "x.qcow2"],
