@@ -60,4 +60,5 @@ pub use guards::{Guard, GuardCounts};
 pub use image::{Backing, Compat, CreateOptions, Image, MAX_L1_BYTES};
 pub use options::{EngineOptions, Switches};
 pub use prealloc::{fill_zeroes, Preallocation};
+pub use snapshot::find_snapshot;
 pub use status::Status;

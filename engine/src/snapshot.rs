@@ -211,7 +211,7 @@ impl<D: BlockDev> Image<D> {
 
     async fn delete_locked(&self, id_or_name: &str) -> Result<()> {
         let (mut table, old_len) = self.read_snapshot_table().await?;
-        let i = find(&table, id_or_name)?;
+        let i = find_snapshot(&table, id_or_name)?;
         let sn = table.remove(i);
         let l1 = self
             .read_inactive_l1(sn.l1_table_offset, sn.l1_size)
@@ -230,7 +230,7 @@ impl<D: BlockDev> Image<D> {
     /// to set once the lock is released.
     async fn apply_locked(&self, id_or_name: &str) -> Result<u64> {
         let (table, _) = self.read_snapshot_table().await?;
-        let sn = table[find(&table, id_or_name)?].clone();
+        let sn = table[find_snapshot(&table, id_or_name)?].clone();
         let new_size = sn.disk_size.unwrap_or(self.geo.virtual_size);
         let sn_l1 = self
             .read_inactive_l1(sn.l1_table_offset, sn.l1_size)
@@ -426,7 +426,6 @@ fn next_id(table: &[Snapshot]) -> String {
     (max + 1).to_string()
 }
 
-/// The snapshot with id `id_or_name`, or else the first named so.
 impl<D: BlockDev> Image<D> {
     /// Read the guest disk as a snapshot holds it, for the rest of this
     /// open (QEMU's `bdrv_snapshot_load_tmp`, behind `qemu-img convert
@@ -462,7 +461,10 @@ impl<D: BlockDev> Image<D> {
     }
 }
 
-fn find(table: &[Snapshot], id_or_name: &str) -> Result<usize> {
+/// The index in `table` of the snapshot with id `id_or_name`, or else of
+/// the first named so: qemu-img's lookup, an id match winning over a name
+/// match.
+pub fn find_snapshot(table: &[Snapshot], id_or_name: &str) -> Result<usize> {
     table
         .iter()
         .position(|s| s.id == id_or_name)

@@ -88,27 +88,24 @@ pub enum SnapshotPick {
 }
 
 impl SnapshotPick {
-    /// Whether snapshot `s` is the one picked (for `IdOrName`, the id is
-    /// tried on every snapshot before the name is: see [`Self::pick`]).
-    fn fields_match(&self, s: &engine::Snapshot) -> bool {
-        match self {
-            SnapshotPick::IdOrName(x) => s.id == *x || s.name == *x,
-            SnapshotPick::Fields { id, name } => {
-                id.as_ref().is_none_or(|i| s.id == *i) && name.as_ref().is_none_or(|n| s.name == *n)
-            }
-        }
-    }
-
-    /// Load the picked snapshot of `img` for reading.
+    /// Load the picked snapshot of `img` for reading: by id or else by
+    /// name (`engine::find_snapshot`, qemu-img's lookup), or the first
+    /// whose given fields all match.
     async fn load(&self, img: &mut Image<FileDev>) -> engine::Result<()> {
-        if let SnapshotPick::IdOrName(x) = self {
-            // An id match wins over a name match, as qemu-img's lookup.
-            let by_id = img.snapshots().await?.iter().any(|s| s.id == *x);
-            if by_id {
-                return img.load_snapshot_tmp(|s| s.id == *x).await;
+        match self {
+            SnapshotPick::IdOrName(x) => {
+                let table = img.snapshots().await?;
+                let id = table[engine::find_snapshot(&table, x)?].id.clone();
+                img.load_snapshot_tmp(|s| s.id == id).await
+            }
+            SnapshotPick::Fields { id, name } => {
+                img.load_snapshot_tmp(|s| {
+                    id.as_ref().is_none_or(|i| s.id == *i)
+                        && name.as_ref().is_none_or(|n| s.name == *n)
+                })
+                .await
             }
         }
-        img.load_snapshot_tmp(|s| self.fields_match(s)).await
     }
 }
 

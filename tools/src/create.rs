@@ -589,22 +589,14 @@ async fn prepare_raw(path: &Path, opts: &ImageOpts) -> Result<PreparedImage, Cre
     }
     let size = checked_size(path, opts.size)?;
     // qemu-img's order: nocow, preallocation, extent_size_hint.
-    let nocow = ImageOpts {
-        nocow: opts.nocow,
-        ..ImageOpts::default()
-    };
-    let hint = ImageOpts {
-        extent_size_hint: opts.extent_size_hint,
-        ..ImageOpts::default()
-    };
     let formatting_line = format!(
         "Formatting '{}', fmt=raw size={size}{}{}{}",
         path.display(),
-        nocow.file_options_line(),
+        opts.nocow_option(),
         opts.preallocation
             .map(|p| format!(" preallocation={}", p.name()))
             .unwrap_or_default(),
-        hint.file_options_line(),
+        opts.extent_size_hint_option(),
     );
     let preallocation = opts.preallocation.unwrap_or_default();
     if preallocation == Preallocation::Metadata {
@@ -687,15 +679,7 @@ async fn prepare_qcow2(
     // QEMU's qcow2 disks are whole sectors: a size that is not is rounded
     // up (the "Formatting" line still shows the size asked for).
     let create = opts.unchecked_create_options(size.next_multiple_of(512));
-    let line = formatting_line(
-        file,
-        &create,
-        size,
-        opts.compat_name.as_deref(),
-        opts.data_file_raw,
-        opts.preallocation,
-        opts.refcount_bits,
-    ) + &opts.file_options_line();
+    let line = formatting_line(file, &create, size, &opts);
     ImageOpts::check_create_options(&create).map_err(|error| CreateImageError::Driver {
         path: file.to_owned(),
         formatting_line: line.clone(),
@@ -765,19 +749,11 @@ async fn prepare_qcow2(
     })
 }
 
-/// The line qemu-img prints before creating a qcow2 image, in its order.
-/// `compat_name` is the `compat` option as given, if it was, and
-/// `data_file_raw`, `preallocation` and `refcount_bits` likewise; `size`
-/// is the size asked for.
-fn formatting_line(
-    file: &Path,
-    c: &CreateOptions,
-    size: u64,
-    compat_name: Option<&str>,
-    data_file_raw: Option<bool>,
-    preallocation: Option<Preallocation>,
-    refcount_bits: Option<i64>,
-) -> String {
+/// The line qemu-img prints before creating a qcow2 image, in its order:
+/// `c` the options in effect, `given` those the command line gave (which
+/// qemu-img echoes as given: `compat`, `data_file_raw`, `preallocation`,
+/// `refcount_bits` and the file protocol's); `size` the size asked for.
+fn formatting_line(file: &Path, c: &CreateOptions, size: u64, given: &ImageOpts) -> String {
     let onoff = |b: bool| if b { "on" } else { "off" };
     let mut s = format!(
         "Formatting '{}', fmt=qcow2 cluster_size={} extended_l2={}",
@@ -785,7 +761,7 @@ fn formatting_line(
         c.cluster_size,
         onoff(c.extended_l2),
     );
-    if let Some(p) = preallocation {
+    if let Some(p) = given.preallocation {
         s.push_str(&format!(" preallocation={}", p.name()));
     }
     s.push_str(&format!(
@@ -799,20 +775,22 @@ fn formatting_line(
     if let Some(f) = &c.backing_format {
         s.push_str(&format!(" backing_fmt={f}"));
     }
-    if let Some(name) = compat_name {
+    if let Some(name) = &given.compat_name {
         s.push_str(&format!(" compat={name}"));
     }
     if let Some(d) = &c.data_file {
         s.push_str(&format!(" data_file={d}"));
     }
-    if let Some(raw) = data_file_raw {
+    if let Some(raw) = given.data_file_raw {
         s.push_str(&format!(" data_file_raw={}", onoff(raw)));
     }
     s.push_str(&format!(
         " lazy_refcounts={} refcount_bits={}",
         onoff(c.lazy_refcounts),
-        refcount_bits.unwrap_or(i64::from(c.refcount_bits))
+        given.refcount_bits.unwrap_or(i64::from(c.refcount_bits))
     ));
+    s.push_str(&given.nocow_option());
+    s.push_str(&given.extent_size_hint_option());
     s
 }
 
@@ -977,7 +955,7 @@ mod tests {
             ..CreateOptions::default()
         };
         assert_eq!(
-            formatting_line(Path::new("top.qcow2"), &c, c.size, None, None, None, None),
+            formatting_line(Path::new("top.qcow2"), &c, c.size, &ImageOpts::default()),
             "Formatting 'top.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
              compression_type=zlib size=1048576 backing_file=base.raw backing_fmt=raw \
              lazy_refcounts=off refcount_bits=16"
@@ -992,10 +970,11 @@ mod tests {
                 Path::new("v2.qcow2"),
                 &c,
                 c.size,
-                Some("0.10"),
-                None,
-                Some(Preallocation::Metadata),
-                None
+                &ImageOpts {
+                    compat_name: Some("0.10".into()),
+                    preallocation: Some(Preallocation::Metadata),
+                    ..ImageOpts::default()
+                }
             ),
             "Formatting 'v2.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
              preallocation=metadata compression_type=zlib size=1073741824 compat=0.10 \

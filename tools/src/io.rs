@@ -45,19 +45,43 @@ async fn zero_aligned(
     let end = offset + len;
     let bulk_start = offset.next_multiple_of(a).min(end);
     let bulk_end = (end / a * a).max(bulk_start);
-    let write = |from: u64, to: u64| async move {
-        let buf = vec![0u8; (to - from).min(PIECE) as usize];
-        for (at, n) in pieces(from, to - from) {
-            disk.write(at, &buf[..n as usize]).await?;
-        }
-        Ok::<(), engine::Error>(())
-    };
-    write(offset, bulk_start).await?;
+    write_filled(disk, offset, bulk_start - offset, 0, Fill::Data).await?;
     if bulk_end > bulk_start {
         disk.write_zeroes(bulk_start, bulk_end - bulk_start, unmap)
             .await?;
     }
-    write(bulk_end, end).await
+    write_filled(disk, bulk_end, end - bulk_end, 0, Fill::Data).await
+}
+
+/// Where a filled write goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fill {
+    Data,
+    Compressed,
+    VmState,
+}
+
+/// Write `len` bytes of `byte` at `offset`, in [`PIECE`]s (so that memory
+/// stays bounded), stopping at the first error. Pieces are whole clusters
+/// of any cluster size (at most 2 MiB), so a compressed write stays
+/// aligned.
+async fn write_filled(
+    disk: &Disk,
+    offset: u64,
+    len: u64,
+    byte: u8,
+    to: Fill,
+) -> engine::Result<()> {
+    let buf = vec![byte; len.min(PIECE) as usize];
+    for (at, n) in pieces(offset, len) {
+        let piece = &buf[..n as usize];
+        match to {
+            Fill::Data => disk.write(at, piece).await?,
+            Fill::Compressed => disk.write_compressed(at, piece).await?,
+            Fill::VmState => disk.write_vmstate(at, piece).await?,
+        }
+    }
+    Ok(())
 }
 
 /// `len` bytes at `offset` in [`PIECE`]s, as `(offset, len)`.
@@ -1070,15 +1094,7 @@ impl Session {
                     // qemu-io saves VM state as it is given, whatever -c
                     // or detect-zeroes say.
                     (WriteData::Pattern(p) | WriteData::Compressed(p), _) if *vmstate => {
-                        let buf = vec![*p; len.min(PIECE) as usize];
-                        let mut result = Ok(());
-                        for (at, n) in pieces(offset, len) {
-                            result = disk.write_vmstate(at, &buf[..n as usize]).await;
-                            if result.is_err() {
-                                break;
-                            }
-                        }
-                        result
+                        write_filled(disk, offset, len, *p, Fill::VmState).await
                     }
                     (WriteData::Zeroes { unmap }, _) => {
                         zero_aligned(disk, offset, len, *unmap, self.zero_alignment).await
@@ -1088,24 +1104,11 @@ impl Session {
                     (WriteData::Pattern(0) | WriteData::Compressed(0), Some(unmap)) => {
                         zero_aligned(disk, offset, len, unmap, self.zero_alignment).await
                     }
-                    (WriteData::Pattern(p) | WriteData::Compressed(p), _) => {
-                        let compressed = matches!(data, WriteData::Compressed(_));
-                        let buf = vec![*p; len.min(PIECE) as usize];
-                        let mut result = Ok(());
-                        // Pieces are whole clusters of any cluster size (at
-                        // most 2 MiB), so a compressed write stays aligned.
-                        for (at, n) in pieces(offset, len) {
-                            let piece = &buf[..n as usize];
-                            result = if compressed {
-                                disk.write_compressed(at, piece).await
-                            } else {
-                                disk.write(at, piece).await
-                            };
-                            if result.is_err() {
-                                break;
-                            }
-                        }
-                        result
+                    (WriteData::Pattern(p), _) => {
+                        write_filled(disk, offset, len, *p, Fill::Data).await
+                    }
+                    (WriteData::Compressed(p), _) => {
+                        write_filled(disk, offset, len, *p, Fill::Compressed).await
                     }
                 };
                 if result.is_ok() && *fua {

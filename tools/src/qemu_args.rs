@@ -391,17 +391,21 @@ impl ImageOpts {
 }
 
 impl ImageOpts {
-    /// The file protocol's options as the "Formatting" line ends with
-    /// them, each only when given (`nocow` first, as qemu-img lists them).
-    pub fn file_options_line(&self) -> String {
-        let mut s = String::new();
-        if let Some(n) = self.nocow {
-            s.push_str(if n { " nocow=on" } else { " nocow=off" });
+    /// The file protocol's `nocow` as the "Formatting" line shows it,
+    /// when given (with its leading space).
+    pub fn nocow_option(&self) -> String {
+        match self.nocow {
+            Some(true) => " nocow=on".into(),
+            Some(false) => " nocow=off".into(),
+            None => String::new(),
         }
-        if let Some(h) = self.extent_size_hint {
-            s.push_str(&format!(" extent_size_hint={h}"));
-        }
-        s
+    }
+
+    /// The file protocol's `extent_size_hint` likewise.
+    pub fn extent_size_hint_option(&self) -> String {
+        self.extent_size_hint
+            .map(|h| format!(" extent_size_hint={h}"))
+            .unwrap_or_default()
     }
 }
 

@@ -258,12 +258,10 @@ impl Model {
         );
         assert!(old.is_none(), "{op} issued twice");
         let keep_from = self.compaction_point();
-        for &(s, _) in values {
+        for &(s, v) in values {
             if self.lost.contains_key(&s) {
                 self.lost_written.insert(s);
             }
-        }
-        for &(s, v) in values {
             let entries = self.history.entry(s).or_default();
             history::compact(entries, keep_from);
             entries.push(Entry {
@@ -454,9 +452,8 @@ impl Model {
                     .min(next(self.lost.range(cur..).next().map(|(&k, _)| k)))
                     .min(end);
                 let from = cur;
-                while cur < stop && is_zero(sector_bytes(cur)) {
-                    cur += 1;
-                }
+                let (i, stop_i) = ((cur - first) as usize, (stop - first) as usize);
+                cur = first + zero_sectors(bytes, i, stop_i) as u64;
                 if cur > from {
                     continue;
                 }
@@ -600,9 +597,7 @@ impl Model {
                 let next_history = histories.peek().map_or(end, |(h, _)| *h);
                 let stop = (next_base.min(next_history) - first_sector) as usize;
                 let from = i;
-                while i < stop && is_zero(sector_bytes(i)) {
-                    i += 1;
-                }
+                i = zero_sectors(bytes, i, stop);
                 if i > from {
                     continue;
                 }
@@ -735,6 +730,17 @@ impl Model {
 /// file's data where it has some, else zeroes ([`Model::unwritten`]; a
 /// free function so that a loop holding the recovery state mutably can
 /// call it).
+/// The end of the run of all-zero sectors of `bytes` from sector index
+/// `from`, at most `stop`: the first index in `from..stop` that holds a
+/// byte other than zero, or `stop`. The fast path of the whole-disk
+/// checks (`Model::read_completed`, `Model::check_recovered`) over
+/// sectors the model holds nothing for.
+fn zero_sectors(bytes: &[u8], from: usize, stop: usize) -> usize {
+    (from..stop)
+        .find(|&i| !is_zero(&bytes[i * SECTOR_SIZE..(i + 1) * SECTOR_SIZE]))
+        .unwrap_or(stop)
+}
+
 fn unwritten(backing: Option<&BackingData>, sector: u64) -> Value {
     match backing {
         Some(b) if b.has_data(sector) => Value::Backing,

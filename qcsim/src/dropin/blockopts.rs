@@ -164,15 +164,10 @@ impl BlockOpts {
                 }
                 "backing.driver" if top_protocol.is_none() => {
                     o.backing_format = Some(value.parse::<Format>().map_err(|_| {
-                        match super::QEMU_DRIVERS.contains(&value) {
-                            true => format!(
-                                "Could not open backing file: a '{value}' backing file \
-                                 is not supported by qcsim"
-                            ),
-                            false => {
-                                format!("Could not open backing file: Unknown driver '{value}'")
-                            }
-                        }
+                        format!(
+                            "Could not open backing file: {}",
+                            super::format_error_text(value)
+                        )
                     })?)
                 }
                 "cache-size" | "l2-cache-size" | "refcount-cache-size" | "l2-cache-entry-size"

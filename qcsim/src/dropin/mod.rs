@@ -51,7 +51,7 @@ pub fn run(tool: Tool, args: &[String]) -> i32 {
 /// The block drivers QEMU's tools know by name (`qemu-img --help` lists
 /// them under "Supported formats"): a name among them that qcsim does not
 /// open is still a valid name to store, as in `rebase -u -F host_device`.
-pub const QEMU_DRIVERS: &[&str] = &[
+const QEMU_DRIVERS: &[&str] = &[
     "blkdebug",
     "blklogwrites",
     "blkverify",
@@ -95,6 +95,22 @@ pub const QEMU_DRIVERS: &[&str] = &[
     "vpc",
     "vvfat",
 ];
+
+/// Whether QEMU's tools know `name` as a block driver.
+pub fn is_qemu_driver(name: &str) -> bool {
+    QEMU_DRIVERS.contains(&name)
+}
+
+/// Why `name` does not open as a format: QEMU's words for a name no QEMU
+/// driver has; for one QEMU has but qcsim does not open, qcsim's, which
+/// say what it opens.
+pub fn format_error_text(name: &str) -> String {
+    if is_qemu_driver(name) {
+        tools::files::UnknownFormat(name.to_owned()).to_string()
+    } else {
+        format!("Unknown driver '{name}'")
+    }
+}
 
 /// QEMU's cache modes (`-t`), as what they mean here: O_DIRECT, and a
 /// flush after every write.
@@ -174,12 +190,7 @@ pub fn open_error_text(file: &Path, e: &OpenError) -> String {
         }
         OpenError::Lock(l) => l.to_string(),
         OpenError::File(FileOpenError::Lock(l)) => l.to_string(),
-        // A name no QEMU driver has: QEMU's words. One QEMU has but
-        // qcsim does not open keeps qcsim's, which say what it opens.
-        OpenError::Format { error, .. } if !QEMU_DRIVERS.contains(&error.0.as_str()) => {
-            format!("Unknown driver '{}'", error.0)
-        }
-        OpenError::Format { error, .. } => error.to_string(),
+        OpenError::Format { error, .. } => format_error_text(&error.0),
         // Not a qcow2 image where one was asked for: the driver's words.
         OpenError::Engine {
             error: engine::Error::Format { field, .. },

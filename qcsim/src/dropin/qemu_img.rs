@@ -713,11 +713,11 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
     let option_set = |key: &str| {
         options
             .iter()
-            .flat_map(|o| o.split(','))
-            .any(|kv| kv.starts_with(key))
+            .flat_map(|o| tools::qemu_args::split_option_list(o))
+            .any(|(k, v)| k == key && v.is_some())
     };
-    let backing_option = option_set("backing_file=");
-    if (p.has("B") || backing_option) && !p.has("F") && !option_set("backing_fmt=") {
+    let backing_option = option_set("backing_file");
+    if (p.has("B") || backing_option) && !p.has("F") && !option_set("backing_fmt") {
         return fail("Use of backing file requires explicit backing format");
     }
     if p.has("B") || backing_option {

@@ -121,7 +121,7 @@ pub(super) fn rebase(prog: &str, args: &[String]) -> Result<i32, Fail> {
         backing: Some(backing.to_owned()),
         backing_format: p
             .value("F")
-            .map(|f| match super::QEMU_DRIVERS.contains(&f) {
+            .map(|f| match super::is_qemu_driver(f) {
                 true => Ok(f.to_owned()),
                 false => Err(Fail(format!("Invalid format name: '{f}'"), 1)),
             })

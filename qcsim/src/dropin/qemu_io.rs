@@ -374,7 +374,8 @@ async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &O
             if !list.is_empty() {
                 let file = c.snapshot.clone().unwrap_or_else(|| c.file.clone());
                 let graph = Graph::of(&c);
-                match reopen_options(&list, &file, s, read_only.is_some(), &graph) {
+                let was_read_only = c.spec.read_only;
+                match reopen_options(&list, &file, s, read_only.is_some(), was_read_only, &graph) {
                     Ok(changed) => s = changed,
                     Err(e) => {
                         eprintln!("{prog}: {e}");
@@ -496,13 +497,6 @@ async fn reopen_as(
     }
 }
 
-/// `reopen -o LIST`: the open spec `spec` with the options QEMU lets a
-/// reopen change (the node's `read-only`, `cache.*`, `detect-zeroes`,
-/// `discard` and qcow2's cache sizes) changed as LIST says, the others
-/// kept; any other option refused in QEMU's words ("Cannot change the
-/// option"), qcow2's runtime options that the engine has no switch for
-/// refused as not supported. `rw_flag`: `-r` or `-w` was given too;
-/// `was_read_only`: the image is open read-only now.
 /// What a reopen may not change of the open image's node graph, and so
 /// may only repeat: the drivers of the image, its file and its backing
 /// file, and the node names the open gave.
@@ -510,7 +504,6 @@ struct Graph {
     format: &'static str,
     backing_format: Option<String>,
     node_names: Vec<(String, String)>,
-    was_read_only: bool,
 }
 
 impl Graph {
@@ -524,7 +517,6 @@ impl Graph {
             format: disk.format().name(),
             backing_format,
             node_names: c.spec.node_names.clone(),
-            was_read_only: c.spec.read_only,
         }
     }
 
@@ -539,11 +531,20 @@ impl Graph {
     }
 }
 
+/// `reopen -o LIST`: the open spec `spec` with the options QEMU lets a
+/// reopen change (the node's `read-only`, `cache.*`, `detect-zeroes`,
+/// `discard` and qcow2's cache sizes) changed as LIST says, the others
+/// kept; what `graph` has may be repeated; any other option refused in
+/// QEMU's words ("Cannot change the option"), qcow2's runtime options
+/// that the engine has no switch for refused as not supported.
+/// `rw_flag`: `-r` or `-w` was given too; `was_read_only`: the image is
+/// open read-only now.
 fn reopen_options(
     list: &str,
     file: &Path,
     spec: OpenSpec,
     rw_flag: bool,
+    was_read_only: bool,
     graph: &Graph,
 ) -> Result<OpenSpec, String> {
     let items = tools::qemu_args::split_option_list(list);
@@ -555,7 +556,7 @@ fn reopen_options(
             }
             // The session's user of the image writes: QEMU refuses to
             // make the node under it read-only.
-            "read-only" if value == "on" && !graph.was_read_only => {
+            "read-only" if value == "on" && !was_read_only => {
                 return Err("Read-only block node cannot support read-write users".into());
             }
             "auto-read-only" if value != "on" && value != "off" => {

@@ -98,6 +98,15 @@ impl SparseStore {
         })
     }
 
+    /// The chunks present from index `first` to `last` (both included), in
+    /// order, found by walking the groups and chunks the range holds
+    /// rather than looking each index up.
+    fn chunks_in(&self, first: u64, last: u64) -> impl Iterator<Item = (u64, &Rc<Chunk>)> + '_ {
+        self.groups
+            .range(first / GROUP_CHUNKS..=last / GROUP_CHUNKS)
+            .flat_map(move |(_, g)| g.range(first..=last).map(|(&idx, c)| (idx, c)))
+    }
+
     /// The chunk at `idx` to write into, made if absent and unshared.
     fn chunk_mut(&mut self, idx: u64) -> &mut Chunk {
         let group = Rc::make_mut(self.groups.entry(idx / GROUP_CHUNKS).or_default());
@@ -113,23 +122,16 @@ impl SparseStore {
     pub fn read(&self, offset: u64, buf: &mut [u8]) {
         let end = (offset + buf.len() as u64).min(self.len);
         // Bytes before `done` are set: each present chunk is copied once and
-        // only the gaps between them are zeroed, walking the chunks the
-        // range holds rather than looking each index up.
+        // only the gaps between them are zeroed.
         let mut done = offset;
         if end > offset {
-            let (first, last) = (offset / CHUNK, (end - 1) / CHUNK);
-            for (_, group) in self
-                .groups
-                .range(first / GROUP_CHUNKS..=last / GROUP_CHUNKS)
-            {
-                for (&idx, chunk) in group.range(first..=last) {
-                    let (start, stop) = ((idx * CHUNK).max(offset), ((idx + 1) * CHUNK).min(end));
-                    buf[(done - offset) as usize..(start - offset) as usize].fill(0);
-                    let within = (start - idx * CHUNK) as usize;
-                    buf[(start - offset) as usize..(stop - offset) as usize]
-                        .copy_from_slice(&chunk[within..within + (stop - start) as usize]);
-                    done = stop;
-                }
+            for (idx, chunk) in self.chunks_in(offset / CHUNK, (end - 1) / CHUNK) {
+                let (start, stop) = ((idx * CHUNK).max(offset), ((idx + 1) * CHUNK).min(end));
+                buf[(done - offset) as usize..(start - offset) as usize].fill(0);
+                let within = (start - idx * CHUNK) as usize;
+                buf[(start - offset) as usize..(stop - offset) as usize]
+                    .copy_from_slice(&chunk[within..within + (stop - start) as usize]);
+                done = stop;
             }
         }
         buf[(done - offset) as usize..].fill(0);
@@ -156,11 +158,9 @@ impl SparseStore {
     pub fn zero(&mut self, offset: u64, len: u64) {
         let end = offset + len;
         if len > 0 {
-            let (first, last) = (offset / CHUNK, (end - 1) / CHUNK);
             let present: Vec<u64> = self
-                .groups
-                .range(first / GROUP_CHUNKS..=last / GROUP_CHUNKS)
-                .flat_map(|(_, g)| g.range(first..=last).map(|(&idx, _)| idx))
+                .chunks_in(offset / CHUNK, (end - 1) / CHUNK)
+                .map(|(idx, _)| idx)
                 .collect();
             for idx in present {
                 let (start, stop) = ((idx * CHUNK).max(offset), ((idx + 1) * CHUNK).min(end));

@@ -34,6 +34,17 @@ fn add_backing_format_extension(file: &Path, format: &str) {
     std::fs::write(file, b).unwrap();
 }
 
+/// `rebase -u` of top.qcow2 onto base.qcow2, its format named.
+const UNSAFE_REBASE_ONTO_BASE: &[&str] = &[
+    "rebase",
+    "-u",
+    "-b",
+    "base.qcow2",
+    "-F",
+    "qcow2",
+    "top.qcow2",
+];
+
 #[test]
 fn rebase_stores_any_qemu_driver_name_and_needs_one() {
     let t = Twins::new();
@@ -70,18 +81,7 @@ fn rebase_stores_any_qemu_driver_name_and_needs_one() {
         &["rebase", "-u", "-b", "base.qcow2", "top.qcow2"],
     );
     t.same("qemu-img", &["info", "top.qcow2"]);
-    t.same(
-        "qemu-img",
-        &[
-            "rebase",
-            "-u",
-            "-b",
-            "base.qcow2",
-            "-F",
-            "qcow2",
-            "top.qcow2",
-        ],
-    );
+    t.same("qemu-img", UNSAFE_REBASE_ONTO_BASE);
     // Safe mode needs the format too. QEMU copies the clusters that
     // differ first and then refuses; qcsim refuses before it writes
     // anything (what the guest reads is the same either way), so only
@@ -127,18 +127,7 @@ fn the_last_backing_format_counts_and_backing_driver_overrides_it() {
         ],
     );
     // A rebase writes one extension in place of them all.
-    t.same(
-        "qemu-img",
-        &[
-            "rebase",
-            "-u",
-            "-b",
-            "base.qcow2",
-            "-F",
-            "qcow2",
-            "top.qcow2",
-        ],
-    );
+    t.same("qemu-img", UNSAFE_REBASE_ONTO_BASE);
     t.same("qemu-io", &["-c", "read 0 4k", "top.qcow2"]);
     t.same("qemu-img", &["info", "top.qcow2"]);
 }
