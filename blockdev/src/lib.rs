@@ -59,17 +59,24 @@ impl IoOp {
     }
 }
 
-impl fmt::Display for IoOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = match self {
+impl IoOp {
+    /// The kind's name, as it is displayed: without a `String` for the
+    /// simulated disk, which hashes it into the trace for every request.
+    pub const fn name(self) -> &'static str {
+        match self {
             IoOp::Read => "read",
             IoOp::Write => "write",
             IoOp::WriteZeroes => "write_zeroes",
             IoOp::Discard => "discard",
             IoOp::Flush => "flush",
             IoOp::Truncate => "truncate",
-        };
-        f.write_str(s)
+        }
+    }
+}
+
+impl fmt::Display for IoOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

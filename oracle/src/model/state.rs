@@ -162,13 +162,6 @@ impl Model {
         self.now
     }
 
-    fn base_of(&self, sector: u64) -> Value {
-        self.base
-            .get(&sector)
-            .copied()
-            .unwrap_or_else(|| self.unwritten(sector))
-    }
-
     fn assert_running(&self) {
         assert!(
             self.recovery.is_none(),
@@ -220,15 +213,26 @@ impl Model {
             let in_doubt = self.lost.range(range.start..range.start + range.len);
             self.lost_written.extend(in_doubt.map(|(&s, _)| s));
         }
-        for s in range.sectors() {
-            let entries = self.history.entry(s).or_default();
+        let entry = Entry {
+            op,
+            put,
+            issued,
+            completed: None,
+        };
+        // The sectors with a history already are walked in one pass (a
+        // lookup per sector was most of this function's time); the others
+        // are inserted after.
+        let mut fresh = Vec::new();
+        let mut next = range.start;
+        for (&s, entries) in self.history.range_mut(range.start..range.end()) {
+            fresh.extend(next..s);
+            next = s + 1;
             history::compact(entries, keep_from);
-            entries.push(Entry {
-                op,
-                put,
-                issued,
-                completed: None,
-            });
+            entries.push(entry);
+        }
+        fresh.extend(next..range.end());
+        for s in fresh {
+            self.history.insert(s, Entries::from_elem(entry, 1));
         }
     }
 
@@ -298,17 +302,25 @@ impl Model {
             .remove(&op)
             .unwrap_or_else(|| panic!("{op} completed but is not an issued write"));
         let done = self.tick();
-        let mut mark = |s: u64| {
-            let entry = self
-                .history
-                .get_mut(&s)
+        let mark = |entries: Option<&mut Entries>| {
+            let entry = entries
                 .and_then(|es| es.iter_mut().rev().find(|e| e.op == op))
                 .expect("an issued write has an entry in every sector it covers");
             entry.completed = Some((done, status));
         };
         match w {
-            PendingWrite::Range(r) => r.sectors().for_each(&mut mark),
-            PendingWrite::Sectors(v) => v.into_iter().for_each(mark),
+            PendingWrite::Range(r) => {
+                // One walk over the range, not a lookup per sector.
+                let mut marked = 0;
+                for (_, entries) in self.history.range_mut(r.start..r.end()) {
+                    mark(Some(entries));
+                    marked += 1;
+                }
+                if marked != r.len {
+                    mark(None);
+                }
+            }
+            PendingWrite::Sectors(v) => v.into_iter().for_each(|s| mark(self.history.get_mut(&s))),
         }
     }
 
@@ -343,6 +355,13 @@ impl Model {
             return;
         }
         let d = self.durable_point;
+        // The history, the bases and the sectors already in doubt are all
+        // walked in sector order and the new doubt built as one sorted
+        // list: a lookup per written sector in two maps was most of the
+        // time a failed flush took.
+        let mut old = std::mem::take(&mut self.lost).into_iter().peekable();
+        let mut bases = self.base.iter().peekable();
+        let mut doubt = Vec::new();
         for (&s, entries) in &self.history {
             if !entries
                 .iter()
@@ -350,12 +369,21 @@ impl Model {
             {
                 continue;
             }
+            while let Some(kept) = old.next_if(|(k, _)| *k < s) {
+                doubt.push(kept);
+            }
+            while bases.next_if(|(&b, _)| b < s).is_some() {}
             let unwritten = self.unwritten(s);
-            let base = self.base.get(&s).copied().unwrap_or(unwritten);
-            let lost = self.lost.entry(s).or_insert_with(|| Lost {
-                values: Vec::new(),
-                since: now,
-            });
+            let base = bases
+                .next_if(|(&b, _)| b == s)
+                .map_or(unwritten, |(_, &v)| v);
+            let mut lost = old.next_if(|(k, _)| *k == s).map_or(
+                Lost {
+                    values: Vec::new(),
+                    since: now,
+                },
+                |(_, l)| l,
+            );
             lost.since = now;
             // Its doubt begins again: writes issued before now settle
             // nothing.
@@ -363,7 +391,11 @@ impl Model {
             history::settled(base, entries, d, unwritten, &mut lost.values);
             history::pending(entries, d, now, unwritten, &mut lost.values);
             history::normalise(&mut lost.values);
+            doubt.push((s, lost));
         }
+        doubt.extend(old);
+        // Sorted already: the map is built in one pass.
+        self.lost = doubt.into_iter().collect();
     }
 
     /// A flush issued at `flush_issued` succeeded: a sector a failed flush
@@ -443,14 +475,18 @@ impl Model {
             let i = (s - first) as usize;
             &bytes[i * SECTOR_SIZE..(i + 1) * SECTOR_SIZE]
         };
+        // The three maps are walked in step with the sectors, each once,
+        // rather than looked up per sector.
+        let mut bases = self.base.range(first..end).peekable();
+        let mut histories = self.history.range(first..end).peekable();
+        let mut doubts = self.lost.range(first..end).peekable();
         let mut cur = first;
         while cur < end {
             if cur >= plain_from {
-                let next = |m: Option<u64>| m.unwrap_or(end);
-                let stop = next(self.base.range(cur..).next().map(|(&k, _)| k))
-                    .min(next(self.history.range(cur..).next().map(|(&k, _)| k)))
-                    .min(next(self.lost.range(cur..).next().map(|(&k, _)| k)))
-                    .min(end);
+                let next = |k: Option<u64>| k.unwrap_or(end);
+                let stop = next(bases.peek().map(|(&k, _)| k))
+                    .min(next(histories.peek().map(|(&k, _)| k)))
+                    .min(next(doubts.peek().map(|(&k, _)| k)));
                 let from = cur;
                 let (i, stop_i) = ((cur - first) as usize, (stop - first) as usize);
                 cur = first + zero_sectors(bytes, i, stop_i) as u64;
@@ -463,20 +499,23 @@ impl Model {
             let chunk = sector_bytes(s);
             allowed.clear();
             let unwritten = self.unwritten(s);
-            let base = self.base_of(s);
-            match self.history.get(&s) {
+            let base = bases
+                .next_if(|(&k, _)| k == s)
+                .map_or(unwritten, |(_, &v)| v);
+            let entries = histories.next_if(|(&k, _)| k == s).map(|(_, e)| e);
+            match entries {
                 Some(entries) => {
                     history::settled(base, entries, r.issued, unwritten, &mut allowed);
                     history::pending(entries, r.issued, now, unwritten, &mut allowed);
                 }
                 None => allowed.push(base),
             }
-            if let Some(lost) = self.lost.get(&s) {
+            if let Some((_, lost)) = doubts.next_if(|(&k, _)| k == s) {
                 // A write issued after the failure and done before this
                 // read was issued hides the rolled-back values from it: only
                 // another failed flush could drop that write, and that one
                 // recomputes the doubt.
-                let hidden = self.history.get(&s).is_some_and(|entries| {
+                let hidden = entries.is_some_and(|entries| {
                     entries
                         .iter()
                         .any(|e| e.issued > lost.since && Self::durable_value_write(e, r.issued))

@@ -24,7 +24,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::rc::Rc;
 
 use engine::dev::IoOp;
 use rand::Rng;
@@ -32,7 +31,6 @@ use serde::{Deserialize, Serialize};
 
 use super::durability::{Durability, Payload, Pending};
 use super::options::{CrashOptions, TearFill, PPM};
-use super::payload::Data;
 use super::simdisk::SimDisk;
 use super::store::SparseStore;
 
@@ -411,11 +409,11 @@ impl SimDisk {
                 (IoOp::Write | IoOp::WriteZeroes | IoOp::Discard, false) => {
                     if let Some((at, n)) = e.landed {
                         let payload = match e.op {
-                            IoOp::Write => Payload::Data(Rc::new(Data::new(
-                                e.data
-                                    .as_deref()
+                            IoOp::Write => Payload::Data(
+                                e.payload
+                                    .clone()
                                     .ok_or(CrashError::LogIncomplete { request: e.id })?,
-                            ))),
+                            ),
                             _ => Payload::Zeroes,
                         };
                         dur.issue(e.id, at, n, payload, e.fua && !o.faults.ignores_flush);

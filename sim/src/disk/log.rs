@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use engine::dev::{DevError, IoOp};
 
 use super::faults::FaultKind;
+use super::payload::Data;
 use crate::exec::Nanos;
 
 /// One request, from issue to completion.
@@ -42,8 +43,11 @@ pub struct LogEntry {
     pub result: Option<Result<(), DevError>>,
     /// The trace's hash of a write's payload (`trace::hash_bytes`).
     pub data_hash: Option<u64>,
-    /// A write's payload, while the log's data budget lasts.
-    pub data: Option<Rc<[u8]>>,
+    /// A write's payload, while the log's data budget lasts: shared with
+    /// the disk's pending write where that holds all of it ([`Data`]
+    /// keeps guest data compact and exact). [`LogEntry::data`] gives the
+    /// bytes.
+    pub(crate) payload: Option<Rc<Data>>,
     /// The fault injected into this request, if any.
     pub fault: Option<FaultKind>,
     /// For a write-like request: where its payload went, as `(offset,
@@ -53,6 +57,15 @@ pub struct LogEntry {
 }
 
 impl LogEntry {
+    /// A write's payload bytes, while the log's data budget lasted.
+    pub fn data(&self) -> Option<Vec<u8>> {
+        self.payload.as_ref().map(|d| {
+            let mut out = vec![0; d.len() as usize];
+            d.copy_out(0, &mut out);
+            out
+        })
+    }
+
     /// Whether this request could change the disk's content.
     pub fn is_write(&self) -> bool {
         matches!(

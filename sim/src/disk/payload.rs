@@ -106,6 +106,11 @@ impl Data {
         }
     }
 
+    /// The payload's length in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
     /// Bytes this payload holds in memory beyond its fixed size: the raw
     /// bytes and the run records.
     pub(crate) fn heap_bytes(&self) -> u64 {

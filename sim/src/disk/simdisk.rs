@@ -498,7 +498,7 @@ impl SimDisk {
             t.event("dev.issue");
             t.write_u64(u64::from(self.inner.index));
             t.write_u64(id);
-            t.write_str(&req.op.to_string());
+            t.write_str(req.op.name());
             t.write_u64(req.offset);
             t.write_u64(req.len);
             t.write_u64(
@@ -507,16 +507,17 @@ impl SimDisk {
             t.write_u64(data_hash.unwrap_or(0));
             t.write_u64(now);
         });
-        if o.log.enabled {
-            // The log keeps its own copy (the pending write keeps a compact
-            // one), while its data budget lasts.
-            let keep: Option<Rc<[u8]>> = req
+        // The log keeps a write's payload while its data budget (counted
+        // in the payload's bytes) lasts; the caller puts it there
+        // (`keep_payload`), sharing the pending write's compact copy.
+        let log_payload = o.log.enabled
+            && req
                 .data
-                .filter(|d| st.log_data_bytes + d.len() as u64 <= o.log.data_bytes_max)
-                .map(Rc::from);
-            if let Some(d) = &keep {
-                st.log_data_bytes += d.len() as u64;
-            }
+                .is_some_and(|d| st.log_data_bytes + d.len() as u64 <= o.log.data_bytes_max);
+        if log_payload {
+            st.log_data_bytes += req.len;
+        }
+        if o.log.enabled {
             st.log.push(LogEntry {
                 id,
                 op: req.op,
@@ -531,7 +532,7 @@ impl SimDisk {
                 complete_seq: None,
                 result: None,
                 data_hash,
-                data: keep,
+                payload: None,
                 fault,
                 landed: None,
             });
@@ -543,6 +544,7 @@ impl SimDisk {
             fault,
             done,
             issue_seq,
+            log_payload,
         }
     }
 
@@ -621,6 +623,7 @@ impl SimDisk {
             if issued.fault != Some(FaultKind::NoSpace) && lands.is_some() {
                 st.len = st.len.max(offset + land_len);
             }
+            let mut shared = None;
             if let (Some((at, n)), Some(lands)) = (landing, lands) {
                 // A misdirected write may land past the end it claimed.
                 st.len = st.len.max(at + n);
@@ -635,11 +638,17 @@ impl SimDisk {
                         Lands::Bytes(b) => Payload::Data(Rc::new(Data::raw(&b[..n as usize]))),
                         Lands::Zeroes => Payload::Zeroes,
                     };
+                    if let Payload::Data(d) = &payload {
+                        shared = Some(d.clone());
+                    }
                     // A disk that ignores flushes ignores FUA too.
                     let fua = req.flags.fua && !self.inner.options.faults.ignores_flush;
                     st.dur.issue(issued.id, at, n, payload, fua);
                 }
                 Self::log_landing(&mut st, issued.id, at, n);
+            }
+            if let (true, Some(bytes)) = (issued.log_payload, req.data) {
+                Self::keep_payload(&mut st, issued.id, bytes, shared);
             }
             issued
         };
@@ -678,6 +687,18 @@ impl SimDisk {
     }
 
     /// Record in the log where a write-like request's payload landed.
+    /// Keep write `id`'s payload `bytes` in its log entry: the pending
+    /// write's copy (`landed`) when the whole payload landed, so that the
+    /// log costs no copy of its own, else a compact copy of all of it.
+    fn keep_payload(st: &mut State, id: u64, bytes: &[u8], landed: Option<Rc<Data>>) {
+        let payload = landed
+            .filter(|d| d.len() == bytes.len() as u64)
+            .unwrap_or_else(|| Rc::new(Data::new(bytes)));
+        if let Some(e) = st.log.get_mut(id as usize) {
+            e.payload = Some(payload);
+        }
+    }
+
     fn log_landing(st: &mut State, id: u64, at: u64, len: u64) {
         if let Some(e) = st.log.get_mut(id as usize) {
             e.landed = Some((at, len));
@@ -736,6 +757,8 @@ struct Issued {
     done: Nanos,
     /// Its place among the disk's events.
     issue_seq: u64,
+    /// Whether its log entry is to keep its payload (`keep_payload`).
+    log_payload: bool,
 }
 
 impl BlockDev for SimDisk {

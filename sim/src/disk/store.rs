@@ -8,6 +8,7 @@
 //! the durable one every time nothing is pending, so a copy of the store
 //! must cost the number of groups, not of chunks.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -141,13 +142,37 @@ impl SparseStore {
     pub fn write(&mut self, offset: u64, data: &[u8]) {
         let end = offset + data.len() as u64;
         let mut pos = offset;
+        // Group by group: each group is looked up (and unshared) once, not
+        // once per chunk.
         while pos < end {
-            let idx = pos / CHUNK;
-            let within = (pos % CHUNK) as usize;
-            let n = ((CHUNK - pos % CHUNK).min(end - pos)) as usize;
-            let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
-            self.chunk_mut(idx)[within..within + n].copy_from_slice(src);
-            pos += n as u64;
+            let gi = pos / CHUNK / GROUP_CHUNKS;
+            let group_end = ((gi + 1) * GROUP_CHUNKS * CHUNK).min(end);
+            let group = Rc::make_mut(self.groups.entry(gi).or_default());
+            while pos < group_end {
+                let idx = pos / CHUNK;
+                let within = (pos % CHUNK) as usize;
+                let n = ((CHUNK - pos % CHUNK).min(group_end - pos)) as usize;
+                let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
+                match group.entry(idx) {
+                    Entry::Occupied(o) => {
+                        let chunk = o.into_mut();
+                        if n == CHUNK as usize && Rc::get_mut(chunk).is_none() {
+                            // Shared and overwritten whole: a new chunk, not
+                            // a copy of the old one written over.
+                            *chunk = Rc::new(src.try_into().expect("one chunk"));
+                        } else {
+                            Rc::make_mut(chunk)[within..within + n].copy_from_slice(src);
+                        }
+                    }
+                    Entry::Vacant(v) => {
+                        let mut chunk = Rc::new([0; CHUNK as usize]);
+                        Rc::get_mut(&mut chunk).expect("new")[within..within + n]
+                            .copy_from_slice(src);
+                        v.insert(chunk);
+                    }
+                }
+                pos += n as u64;
+            }
         }
         self.len = self.len.max(end);
     }

@@ -84,10 +84,7 @@ fn allowed(log: &[LogEntry]) -> BTreeMap<u64, BTreeSet<u8>> {
         Some(c) => w.fua || flushes.iter().any(|&f| f > c),
         None => false,
     };
-    let value = |w: &LogEntry| match &w.data {
-        Some(d) => d[0],
-        None => 0,
-    };
+    let value = |w: &LogEntry| w.data().map_or(0, |d| d[0]);
     let mut out = BTreeMap::new();
     for s in 0..SECTORS {
         let (lo, hi) = (s * SECTOR, (s + 1) * SECTOR);
@@ -253,7 +250,7 @@ fn four_k_sectors_take_only_what_landed_writes_put_there() {
                 let ok = g == o
                     || c.landed.iter().any(|&w| {
                         let e = &log[w as usize];
-                        let v = e.data.as_ref().map_or(0, |d| d[0]);
+                        let v = e.data().map_or(0, |d| d[0]);
                         e.offset <= p && p < e.offset + e.len && v == g
                     });
                 assert!(

@@ -301,7 +301,7 @@ fn counters_are_exact_and_reads_past_the_end_are_zero() {
         touching.iter().map(|e| e.id).collect::<Vec<_>>(),
         vec![0, 1, 5]
     );
-    assert_eq!(touching[1].data.as_deref(), Some(&[2u8; 24][..]));
+    assert_eq!(touching[1].data().as_deref(), Some(&[2u8; 24][..]));
 }
 
 /// A concurrent workload whose trace hash stands for the whole run.
