@@ -556,14 +556,7 @@ impl SimDisk {
 
     /// Record a request's completion (order number `seq`) in the log, trace
     /// and counters.
-    fn finish(
-        &self,
-        st: &mut State,
-        id: u64,
-        seq: u64,
-        result: &Result<(), DevError>,
-        read_hash: u64,
-    ) {
+    fn finish(&self, st: &mut State, id: u64, seq: u64, result: &Result<(), DevError>) {
         let now = self.inner.sim.now();
         if result.is_err() {
             st.counters.errors += 1;
@@ -589,7 +582,6 @@ impl SimDisk {
                 Err(DevError::NotSupported { .. }) => 3,
                 Err(DevError::Os { .. }) => 4,
             });
-            t.write_u64(read_hash);
         });
     }
 
@@ -672,7 +664,7 @@ impl SimDisk {
             }
             Self::share_if_settled(&mut st);
         }
-        self.finish(&mut st, issued.id, seq, &result, 0);
+        self.finish(&mut st, issued.id, seq, &result);
         result
     }
 
@@ -778,13 +770,10 @@ impl BlockDev for SimDisk {
         let mut st = self.inner.state.borrow_mut();
         let seq = Self::next_seq(&mut st);
         let result = Self::io_error(issued.fault, IoOp::Read, offset, len);
-        let hash = if result.is_ok() {
+        if result.is_ok() {
             st.volatile.read(offset, buf);
-            hash_bytes(buf)
-        } else {
-            0
-        };
-        self.finish(&mut st, issued.id, seq, &result, hash);
+        }
+        self.finish(&mut st, issued.id, seq, &result);
         result
     }
 
@@ -837,7 +826,7 @@ impl BlockDev for SimDisk {
                     op: IoOp::WriteZeroes,
                 });
                 let seq = Self::next_seq(&mut st);
-                self.finish(&mut st, issued.id, seq, &result, 0);
+                self.finish(&mut st, issued.id, seq, &result);
                 return result;
             }
             st.counters.fua_writes += u64::from(flags.fua);
@@ -886,7 +875,7 @@ impl BlockDev for SimDisk {
             st.dur.flush(issued.issue_seq);
             Self::share_if_settled(&mut st);
         }
-        self.finish(&mut st, issued.id, seq, &result, 0);
+        self.finish(&mut st, issued.id, seq, &result);
         result
     }
 
@@ -919,7 +908,7 @@ impl BlockDev for SimDisk {
                 st.dur.truncate(issued.id, len);
             }
         }
-        self.finish(&mut st, issued.id, seq, &result, 0);
+        self.finish(&mut st, issued.id, seq, &result);
         result
     }
 }
