@@ -8,7 +8,6 @@
 //! the durable one every time nothing is pending, so a copy of the store
 //! must cost the number of groups, not of chunks.
 
-use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -22,8 +21,76 @@ pub const GROUP_CHUNKS: u64 = 256;
 /// one allocation and not a vector's two.
 type Chunk = [u8; CHUNK as usize];
 
-/// The chunks of one group, by chunk index (over the whole store).
-type Group = BTreeMap<u64, Rc<Chunk>>;
+/// The chunks of one group, by their index within it: a table, not a map,
+/// so that finding a chunk is an index and unsharing a group (the first
+/// write to it after the durable view took the volatile one) one copy of
+/// 256 pointers rather than a tree rebuilt node by node. The price: a
+/// group's table is 2 KiB however few chunks it holds, so writes scattered
+/// one per megabyte cost 6 KiB each instead of about 4.
+#[derive(Debug, Clone)]
+struct Group {
+    chunks: [Option<Rc<Chunk>>; GROUP_CHUNKS as usize],
+    /// How many of `chunks` are present.
+    present: usize,
+}
+
+impl Default for Group {
+    fn default() -> Self {
+        Group {
+            chunks: std::array::from_fn(|_| None),
+            present: 0,
+        }
+    }
+}
+
+impl Group {
+    /// The present chunks with an index in `first..=last` (within the
+    /// group), in order.
+    fn range(&self, first: usize, last: usize) -> impl Iterator<Item = (usize, &Rc<Chunk>)> {
+        self.chunks[first..=last]
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, c)| c.as_ref().map(|c| (first + i, c)))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (usize, &Rc<Chunk>)> {
+        self.range(0, GROUP_CHUNKS as usize - 1)
+    }
+
+    /// Chunk `i`, made (zeroes) if absent.
+    fn slot(&mut self, i: usize) -> &mut Rc<Chunk> {
+        let present = &mut self.present;
+        self.chunks[i].get_or_insert_with(|| {
+            *present += 1;
+            Rc::new([0; CHUNK as usize])
+        })
+    }
+
+    fn remove(&mut self, i: usize) {
+        if self.chunks[i].take().is_some() {
+            self.present -= 1;
+        }
+    }
+
+    /// Drops every chunk from index `i` on.
+    fn remove_from(&mut self, i: usize) {
+        for c in &mut self.chunks[i..] {
+            if c.take().is_some() {
+                self.present -= 1;
+            }
+        }
+    }
+}
+
+/// Whether `chunk` is held elsewhere too (`Rc::make_mut` would copy it).
+fn shared(chunk: &Rc<Chunk>) -> bool {
+    Rc::strong_count(chunk) > 1 || Rc::weak_count(chunk) > 0
+}
+
+/// A chunk index's group and its place within the group.
+fn split(idx: u64) -> (u64, usize) {
+    (idx / GROUP_CHUNKS, (idx % GROUP_CHUNKS) as usize)
+}
 
 /// A sparse, growable byte array with a length (bytes past it read as zero).
 /// Two stores are equal when their lengths and contents are, however their
@@ -75,27 +142,34 @@ impl SparseStore {
 
     /// Bytes held in memory (allocated chunks).
     pub fn allocated(&self) -> u64 {
-        self.groups.values().map(|g| g.len() as u64).sum::<u64>() * CHUNK
+        self.groups.values().map(|g| g.present as u64).sum::<u64>() * CHUNK
     }
 
     fn chunk(&self, idx: u64) -> Option<&Rc<Chunk>> {
-        self.groups.get(&(idx / GROUP_CHUNKS))?.get(&idx)
+        let (gi, i) = split(idx);
+        self.groups.get(&gi)?.chunks[i].as_ref()
+    }
+
+    /// Every present chunk, in order, with its index over the whole store.
+    fn all_chunks(&self) -> impl Iterator<Item = (u64, &Rc<Chunk>)> + '_ {
+        self.groups.iter().flat_map(|(&gi, g)| {
+            g.iter()
+                .map(move |(i, c)| (gi * GROUP_CHUNKS + i as u64, c))
+        })
     }
 
     fn chunk_indices(&self) -> impl Iterator<Item = u64> + '_ {
-        self.groups.values().flat_map(|g| g.keys().copied())
+        self.all_chunks().map(|(idx, _)| idx)
     }
 
     /// The allocated chunks in offset order, as `(offset, bytes)`, the last
     /// one cut at the length: what a sparse copy of the store to a file
     /// writes (everything else reads as zeroes).
     pub fn chunks(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
-        self.groups.values().flat_map(move |g| {
-            g.iter().filter_map(move |(&idx, c)| {
-                let at = idx * CHUNK;
-                let n = CHUNK.min(self.len.saturating_sub(at)) as usize;
-                (n > 0).then(|| (at, &c[..n]))
-            })
+        self.all_chunks().filter_map(move |(idx, c)| {
+            let at = idx * CHUNK;
+            let n = CHUNK.min(self.len.saturating_sub(at)) as usize;
+            (n > 0).then(|| (at, &c[..n]))
         })
     }
 
@@ -105,17 +179,20 @@ impl SparseStore {
     fn chunks_in(&self, first: u64, last: u64) -> impl Iterator<Item = (u64, &Rc<Chunk>)> + '_ {
         self.groups
             .range(first / GROUP_CHUNKS..=last / GROUP_CHUNKS)
-            .flat_map(move |(_, g)| g.range(first..=last).map(|(&idx, c)| (idx, c)))
+            .flat_map(move |(&gi, g)| {
+                let base = gi * GROUP_CHUNKS;
+                let lo = first.max(base) - base;
+                let hi = last.min(base + GROUP_CHUNKS - 1) - base;
+                g.range(lo as usize, hi as usize)
+                    .map(move |(i, c)| (base + i as u64, c))
+            })
     }
 
     /// The chunk at `idx` to write into, made if absent and unshared.
     fn chunk_mut(&mut self, idx: u64) -> &mut Chunk {
-        let group = Rc::make_mut(self.groups.entry(idx / GROUP_CHUNKS).or_default());
-        Rc::make_mut(
-            group
-                .entry(idx)
-                .or_insert_with(|| Rc::new([0; CHUNK as usize])),
-        )
+        let (gi, i) = split(idx);
+        let group = Rc::make_mut(self.groups.entry(gi).or_default());
+        Rc::make_mut(group.slot(i))
     }
 
     /// Fill `buf` from `offset`; bytes past the length or never written read
@@ -153,23 +230,14 @@ impl SparseStore {
                 let within = (pos % CHUNK) as usize;
                 let n = ((CHUNK - pos % CHUNK).min(group_end - pos)) as usize;
                 let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
-                match group.entry(idx) {
-                    Entry::Occupied(o) => {
-                        let chunk = o.into_mut();
-                        if n == CHUNK as usize && Rc::get_mut(chunk).is_none() {
-                            // Shared and overwritten whole: a new chunk, not
-                            // a copy of the old one written over.
-                            *chunk = Rc::new(src.try_into().expect("one chunk"));
-                        } else {
-                            Rc::make_mut(chunk)[within..within + n].copy_from_slice(src);
-                        }
+                let i = split(idx).1;
+                match &mut group.chunks[i] {
+                    Some(chunk) if n == CHUNK as usize && shared(chunk) => {
+                        // Shared and overwritten whole: a new chunk, not a
+                        // copy of the old one written over.
+                        *chunk = Rc::new(src.try_into().expect("one chunk"));
                     }
-                    Entry::Vacant(v) => {
-                        let mut chunk = Rc::new([0; CHUNK as usize]);
-                        Rc::get_mut(&mut chunk).expect("new")[within..within + n]
-                            .copy_from_slice(src);
-                        v.insert(chunk);
-                    }
+                    _ => Rc::make_mut(group.slot(i))[within..within + n].copy_from_slice(src),
                 }
                 pos += n as u64;
             }
@@ -189,15 +257,15 @@ impl SparseStore {
                 .collect();
             for idx in present {
                 let (start, stop) = ((idx * CHUNK).max(offset), ((idx + 1) * CHUNK).min(end));
-                let gi = idx / GROUP_CHUNKS;
+                let (gi, i) = split(idx);
                 let group = Rc::make_mut(self.groups.get_mut(&gi).expect("present"));
                 if stop - start == CHUNK {
-                    group.remove(&idx);
-                    if group.is_empty() {
+                    group.remove(i);
+                    if group.present == 0 {
                         self.groups.remove(&gi);
                     }
                 } else {
-                    let chunk = Rc::make_mut(group.get_mut(&idx).expect("present"));
+                    let chunk = Rc::make_mut(group.chunks[i].as_mut().expect("present"));
                     let within = (start - idx * CHUNK) as usize;
                     chunk[within..within + (stop - start) as usize].fill(0);
                 }
@@ -211,12 +279,12 @@ impl SparseStore {
     pub fn truncate(&mut self, len: u64) {
         if len < self.len {
             let first_dead = len.div_ceil(CHUNK);
-            let gi = first_dead / GROUP_CHUNKS;
+            let (gi, i) = split(first_dead);
             let mut tail = self.groups.split_off(&gi);
             if let Some(mut group) = tail.remove(&gi) {
                 let kept = Rc::make_mut(&mut group);
-                kept.split_off(&first_dead);
-                if !kept.is_empty() {
+                kept.remove_from(i);
+                if kept.present > 0 {
                     self.groups.insert(gi, group);
                 }
             }
@@ -238,8 +306,8 @@ impl SparseStore {
         const K: u64 = 0x9e37_79b9_7f4a_7c15;
         let step = |h: u64, v: u64| (h ^ v).wrapping_mul(K).rotate_left(29);
         let mut h = step(K, self.len);
-        for group in self.groups.values() {
-            for (&idx, chunk) in group.iter() {
+        for (idx, chunk) in self.all_chunks() {
+            {
                 if chunk.iter().all(|&b| b == 0) {
                     continue;
                 }
