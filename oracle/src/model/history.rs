@@ -12,11 +12,49 @@ use smallvec::SmallVec;
 
 use super::types::{OpId, Status, Value};
 
-/// One sector's entries. Most sectors have one or two within an epoch
-/// (compaction drops superseded ones), so they are kept inline: a heap
-/// list per written sector cost a campaign more in allocation and freeing
-/// than its checks.
-pub(super) type Entries = SmallVec<[Entry; 2]>;
+/// An entry's place in the epoch's [`Book`].
+pub(super) type EntryId = u32;
+
+/// One sector's entries, as places in the [`Book`]. Most sectors have one
+/// or two within an epoch (compaction drops superseded ones), so they are
+/// kept inline: a heap list per written sector cost a campaign more in
+/// allocation and freeing than its checks.
+pub(super) type Entries = SmallVec<[EntryId; 4]>;
+
+/// Every entry of the epoch, once: a write puts the same entry in every
+/// sector it covers, so the sectors hold its place in the book rather
+/// than a copy each. A write's completion then marks one entry, not one
+/// per sector, and a sector's record is a few bytes, not a few words per
+/// entry. Entries dropped from every sector by compaction stay until the
+/// epoch ends (one per guest write and distinct value: as many as the
+/// requests the epoch saw).
+#[derive(Default)]
+pub(super) struct Book(Vec<Entry>);
+
+impl Book {
+    pub(super) fn add(&mut self, e: Entry) -> EntryId {
+        let id = EntryId::try_from(self.0.len()).expect("fewer than 2^32 writes in one epoch");
+        self.0.push(e);
+        id
+    }
+
+    pub(super) fn get(&self, id: EntryId) -> &Entry {
+        &self.0[id as usize]
+    }
+
+    pub(super) fn get_mut(&mut self, id: EntryId) -> &mut Entry {
+        &mut self.0[id as usize]
+    }
+
+    /// The entries `ids` name, in order.
+    pub(super) fn all<'a>(&'a self, ids: &'a [EntryId]) -> impl Iterator<Item = &'a Entry> + 'a {
+        ids.iter().map(|&id| self.get(id))
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.0.clear();
+    }
+}
 
 /// The model's logical clock: one tick per event.
 pub(super) type Seq = u64;
@@ -63,12 +101,8 @@ impl Entry {
 
 /// The latest issue time of the entries that hide older values at `t`:
 /// a value completed before it is superseded.
-fn latest_hiding_issue(entries: &[Entry], t: Seq) -> Option<Seq> {
-    entries
-        .iter()
-        .filter(|w| w.hides(t))
-        .map(|w| w.issued)
-        .max()
+fn latest_hiding_issue(book: &Book, ids: &[EntryId], t: Seq) -> Option<Seq> {
+    book.all(ids).filter(|w| w.hides(t)).map(|w| w.issued).max()
 }
 
 /// The values a sector may hold at time `t` when only the writes done
@@ -77,16 +111,17 @@ fn latest_hiding_issue(entries: &[Entry], t: Seq) -> Option<Seq> {
 /// (backing data or zeroes), which a discard may expose.
 pub(super) fn settled(
     base: Value,
-    entries: &[Entry],
+    book: &Book,
+    ids: &[EntryId],
     t: Seq,
     unwritten: Value,
     out: &mut Vec<Value>,
 ) {
-    let latest = latest_hiding_issue(entries, t);
+    let latest = latest_hiding_issue(book, ids, t);
     if latest.is_none() {
         out.push(base);
     }
-    for e in entries.iter() {
+    for e in book.all(ids) {
         match e.completed {
             Some((c, _)) if c < t && latest.is_none_or(|l| l < c) => e.values(unwritten, out),
             _ => {}
@@ -97,14 +132,15 @@ pub(super) fn settled(
 /// The values of writes not done before `t` (in flight at `t`, or done
 /// later) that were issued before `until`.
 pub(super) fn pending(
-    entries: &[Entry],
+    book: &Book,
+    ids: &[EntryId],
     t: Seq,
     until: Seq,
     unwritten: Value,
     out: &mut Vec<Value>,
 ) {
-    for e in entries
-        .iter()
+    for e in book
+        .all(ids)
         .filter(|e| !e.completed_before(t) && e.issued < until)
     {
         e.values(unwritten, out);
@@ -113,9 +149,9 @@ pub(super) fn pending(
 
 /// Drops the entries no moment from `t` on can see: done before `t` and
 /// superseded by another entry done before `t`.
-pub(super) fn compact(entries: &mut Entries, t: Seq) {
-    if let Some(latest) = latest_hiding_issue(entries, t) {
-        entries.retain(|e| !matches!(e.completed, Some((c, _)) if c < t && c < latest));
+pub(super) fn compact(book: &Book, ids: &mut Entries, t: Seq) {
+    if let Some(latest) = latest_hiding_issue(book, ids, t) {
+        ids.retain(|id| !matches!(book.get(*id).completed, Some((c, _)) if c < t && c < latest));
     }
 }
 

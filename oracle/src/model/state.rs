@@ -9,7 +9,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::history::{self, Entries, Entry, Put, Seq};
+use smallvec::SmallVec;
+
+use super::history::{self, Book, Entries, Entry, EntryId, Put, Seq};
 use super::types::{DiscardContract, OpId, SectorRange, Status, Value, WriteKind};
 use super::violation::{Violation, When};
 use crate::data::{compressible_has_data, decode, is_zero, BackingData, WriteId, SECTOR_SIZE};
@@ -36,12 +38,9 @@ struct Lost {
     since: Seq,
 }
 
-/// The sectors a write in flight covers: a run of them, or (a snapshot
-/// being applied) the scattered sectors whose value it changes.
-enum PendingWrite {
-    Range(SectorRange),
-    Sectors(Vec<u64>),
-}
+/// The entries a write in flight put in the sectors it covers: one, or
+/// (a compressed write, a snapshot being applied) one per value it puts.
+type PendingWrite = SmallVec<[EntryId; 2]>;
 
 struct PendingRead {
     range: SectorRange,
@@ -86,6 +85,8 @@ pub struct Model {
     /// [`Model::unwritten`].
     base: BTreeMap<u64, Value>,
     history: BTreeMap<u64, Entries>,
+    /// The entries `history` names.
+    book: Book,
     writes: BTreeMap<OpId, PendingWrite>,
     reads: BTreeMap<OpId, PendingRead>,
     flushes: BTreeMap<OpId, Seq>,
@@ -119,6 +120,7 @@ impl Model {
             epoch: 0,
             base: BTreeMap::new(),
             history: BTreeMap::new(),
+            book: Book::default(),
             writes: BTreeMap::new(),
             reads: BTreeMap::new(),
             flushes: BTreeMap::new(),
@@ -206,19 +208,19 @@ impl Model {
                 DiscardContract::Unspecified => Put::Value(Value::Unspecified),
             },
         };
-        let old = self.writes.insert(op, PendingWrite::Range(range));
+        let entry = self.book.add(Entry {
+            op,
+            put,
+            issued,
+            completed: None,
+        });
+        let old = self.writes.insert(op, SmallVec::from_elem(entry, 1));
         assert!(old.is_none(), "{op} issued twice");
         let keep_from = self.compaction_point();
         if !self.lost.is_empty() {
             let in_doubt = self.lost.range(range.start..range.start + range.len);
             self.lost_written.extend(in_doubt.map(|(&s, _)| s));
         }
-        let entry = Entry {
-            op,
-            put,
-            issued,
-            completed: None,
-        };
         // The sectors with a history already are walked in one pass (a
         // lookup per sector was most of this function's time); the others
         // are inserted after.
@@ -227,7 +229,7 @@ impl Model {
         for (&s, entries) in self.history.range_mut(range.start..range.end()) {
             fresh.extend(next..s);
             next = s + 1;
-            history::compact(entries, keep_from);
+            history::compact(&self.book, entries, keep_from);
             entries.push(entry);
         }
         fresh.extend(next..range.end());
@@ -256,25 +258,28 @@ impl Model {
             self.assert_in_disk(SectorRange::new(first, last - first + 1));
         }
         let issued = self.tick();
-        let old = self.writes.insert(
-            op,
-            PendingWrite::Sectors(values.iter().map(|&(s, _)| s).collect()),
-        );
-        assert!(old.is_none(), "{op} issued twice");
+        assert!(!self.writes.contains_key(&op), "{op} issued twice");
         let keep_from = self.compaction_point();
+        // One entry per value the request puts, shared by its sectors.
+        let mut entry_of: BTreeMap<Value, EntryId> = BTreeMap::new();
         for &(s, v) in values {
             if self.lost.contains_key(&s) {
                 self.lost_written.insert(s);
             }
-            let entries = self.history.entry(s).or_default();
-            history::compact(entries, keep_from);
-            entries.push(Entry {
-                op,
-                put: Put::Value(v),
-                issued,
-                completed: None,
+            let book = &mut self.book;
+            let entry = *entry_of.entry(v).or_insert_with(|| {
+                book.add(Entry {
+                    op,
+                    put: Put::Value(v),
+                    issued,
+                    completed: None,
+                })
             });
+            let entries = self.history.entry(s).or_default();
+            history::compact(&self.book, entries, keep_from);
+            entries.push(entry);
         }
+        self.writes.insert(op, entry_of.into_values().collect());
     }
 
     /// What a compressed write `id` of `sectors` sectors from `sector`
@@ -297,30 +302,14 @@ impl Model {
     /// [`Model::write_issued_values`] returned.
     pub fn write_completed(&mut self, op: OpId, status: Status) {
         self.assert_running();
-        let w = self
+        let entries = self
             .writes
             .remove(&op)
             .unwrap_or_else(|| panic!("{op} completed but is not an issued write"));
         let done = self.tick();
-        let mark = |entries: Option<&mut Entries>| {
-            let entry = entries
-                .and_then(|es| es.iter_mut().rev().find(|e| e.op == op))
-                .expect("an issued write has an entry in every sector it covers");
-            entry.completed = Some((done, status));
-        };
-        match w {
-            PendingWrite::Range(r) => {
-                // One walk over the range, not a lookup per sector.
-                let mut marked = 0;
-                for (_, entries) in self.history.range_mut(r.start..r.end()) {
-                    mark(Some(entries));
-                    marked += 1;
-                }
-                if marked != r.len {
-                    mark(None);
-                }
-            }
-            PendingWrite::Sectors(v) => v.into_iter().for_each(|s| mark(self.history.get_mut(&s))),
+        // Its sectors share its entries: marking them marks every sector.
+        for id in entries {
+            self.book.get_mut(id).completed = Some((done, status));
         }
     }
 
@@ -363,8 +352,9 @@ impl Model {
         let mut bases = self.base.iter().peekable();
         let mut doubt = Vec::new();
         for (&s, entries) in &self.history {
-            if !entries
-                .iter()
+            if !self
+                .book
+                .all(entries)
                 .any(|e| e.completed.is_none_or(|(c, _)| c >= d))
             {
                 continue;
@@ -388,8 +378,8 @@ impl Model {
             // Its doubt begins again: writes issued before now settle
             // nothing.
             self.lost_written.remove(&s);
-            history::settled(base, entries, d, unwritten, &mut lost.values);
-            history::pending(entries, d, now, unwritten, &mut lost.values);
+            history::settled(base, &self.book, entries, d, unwritten, &mut lost.values);
+            history::pending(&self.book, entries, d, now, unwritten, &mut lost.values);
             history::normalise(&mut lost.values);
             doubt.push((s, lost));
         }
@@ -407,14 +397,13 @@ impl Model {
     /// in doubt puts it there. One that is settled, or no longer in
     /// doubt, leaves it.
     fn settle_lost(&mut self, flush_issued: Seq) {
-        let (history, lost) = (&self.history, &mut self.lost);
+        let (history, lost, book) = (&self.history, &mut self.lost, &self.book);
         self.lost_written.retain(|s| {
             let Some(l) = lost.get(s) else {
                 return false;
             };
             let settled = history.get(s).is_some_and(|entries| {
-                entries
-                    .iter()
+                book.all(entries)
                     .any(|e| e.issued > l.since && Self::durable_value_write(e, flush_issued))
             });
             if settled {
@@ -505,8 +494,8 @@ impl Model {
             let entries = histories.next_if(|(&k, _)| k == s).map(|(_, e)| e);
             match entries {
                 Some(entries) => {
-                    history::settled(base, entries, r.issued, unwritten, &mut allowed);
-                    history::pending(entries, r.issued, now, unwritten, &mut allowed);
+                    history::settled(base, &self.book, entries, r.issued, unwritten, &mut allowed);
+                    history::pending(&self.book, entries, r.issued, now, unwritten, &mut allowed);
                 }
                 None => allowed.push(base),
             }
@@ -516,8 +505,8 @@ impl Model {
                 // another failed flush could drop that write, and that one
                 // recomputes the doubt.
                 let hidden = entries.is_some_and(|entries| {
-                    entries
-                        .iter()
+                    self.book
+                        .all(entries)
                         .any(|e| e.issued > lost.since && Self::durable_value_write(e, r.issued))
                 });
                 if !hidden {
@@ -568,8 +557,8 @@ impl Model {
                 .next_if(|(&b, _)| b == s)
                 .map_or(unwritten, |(_, &v)| v);
             own.clear();
-            history::settled(base, entries, d, unwritten, &mut own);
-            history::pending(entries, d, Seq::MAX, unwritten, &mut own);
+            history::settled(base, &self.book, entries, d, unwritten, &mut own);
+            history::pending(&self.book, entries, d, Seq::MAX, unwritten, &mut own);
             if let Some(lost) = self.lost.get(&s) {
                 own.extend_from_slice(&lost.values);
             }
@@ -741,6 +730,7 @@ impl Model {
         // Sorted already: the map is built in one pass.
         self.base = rec.base.into_iter().collect();
         self.history.clear();
+        self.book.clear();
         self.lost.clear();
         self.lost_written.clear();
         self.durable_point = self.tick();
