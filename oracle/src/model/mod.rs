@@ -8,6 +8,7 @@
 //! model answers with the violations it finds.
 
 mod history;
+mod sectors;
 mod state;
 mod types;
 mod violation;

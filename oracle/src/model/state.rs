@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use smallvec::SmallVec;
 
 use super::history::{self, Book, Entries, Entry, EntryId, Put, Seq};
+use super::sectors::SectorMap;
 use super::types::{DiscardContract, OpId, SectorRange, Status, Value, WriteKind};
 use super::violation::{Violation, When};
 use crate::data::{compressible_has_data, decode, is_zero, BackingData, WriteId, SECTOR_SIZE};
@@ -84,7 +85,7 @@ pub struct Model {
     /// The epoch's starting values, where they differ from
     /// [`Model::unwritten`].
     base: BTreeMap<u64, Value>,
-    history: BTreeMap<u64, Entries>,
+    history: SectorMap<Entries>,
     /// The entries `history` names.
     book: Book,
     writes: BTreeMap<OpId, PendingWrite>,
@@ -119,7 +120,7 @@ impl Model {
             now: 0,
             epoch: 0,
             base: BTreeMap::new(),
-            history: BTreeMap::new(),
+            history: SectorMap::default(),
             book: Book::default(),
             writes: BTreeMap::new(),
             reads: BTreeMap::new(),
@@ -221,21 +222,13 @@ impl Model {
             let in_doubt = self.lost.range(range.start..range.start + range.len);
             self.lost_written.extend(in_doubt.map(|(&s, _)| s));
         }
-        // The sectors with a history already are walked in one pass (a
-        // lookup per sector was most of this function's time); the others
-        // are inserted after.
-        let mut fresh = Vec::new();
-        let mut next = range.start;
-        for (&s, entries) in self.history.range_mut(range.start..range.end()) {
-            fresh.extend(next..s);
-            next = s + 1;
-            history::compact(&self.book, entries, keep_from);
-            entries.push(entry);
-        }
-        fresh.extend(next..range.end());
-        for s in fresh {
-            self.history.insert(s, Entries::from_elem(entry, 1));
-        }
+        // One pass over the range, page by page (`SectorMap::fill_range`).
+        let book = &self.book;
+        self.history
+            .fill_range(range.start, range.end(), |_, entries| {
+                history::compact(book, entries, keep_from);
+                entries.push(entry);
+            });
     }
 
     /// A guest request that puts its own value in each sector it covers
@@ -275,7 +268,7 @@ impl Model {
                     completed: None,
                 })
             });
-            let entries = self.history.entry(s).or_default();
+            let entries = self.history.entry(s);
             history::compact(&self.book, entries, keep_from);
             entries.push(entry);
         }
@@ -351,7 +344,7 @@ impl Model {
         let mut old = std::mem::take(&mut self.lost).into_iter().peekable();
         let mut bases = self.base.iter().peekable();
         let mut doubt = Vec::new();
-        for (&s, entries) in &self.history {
+        for (s, entries) in self.history.iter() {
             if !self
                 .book
                 .all(entries)
@@ -402,7 +395,7 @@ impl Model {
             let Some(l) = lost.get(s) else {
                 return false;
             };
-            let settled = history.get(s).is_some_and(|entries| {
+            let settled = history.get(*s).is_some_and(|entries| {
                 book.all(entries)
                     .any(|e| e.issued > l.since && Self::durable_value_write(e, flush_issued))
             });
@@ -467,14 +460,14 @@ impl Model {
         // The three maps are walked in step with the sectors, each once,
         // rather than looked up per sector.
         let mut bases = self.base.range(first..end).peekable();
-        let mut histories = self.history.range(first..end).peekable();
+        let mut histories = self.history.range(first, end).peekable();
         let mut doubts = self.lost.range(first..end).peekable();
         let mut cur = first;
         while cur < end {
             if cur >= plain_from {
                 let next = |k: Option<u64>| k.unwrap_or(end);
                 let stop = next(bases.peek().map(|(&k, _)| k))
-                    .min(next(histories.peek().map(|(&k, _)| k)))
+                    .min(next(histories.peek().map(|(k, _)| *k)))
                     .min(next(doubts.peek().map(|(&k, _)| k)));
                 let from = cur;
                 let (i, stop_i) = ((cur - first) as usize, (stop - first) as usize);
@@ -491,7 +484,7 @@ impl Model {
             let base = bases
                 .next_if(|(&k, _)| k == s)
                 .map_or(unwritten, |(_, &v)| v);
-            let entries = histories.next_if(|(&k, _)| k == s).map(|(_, e)| e);
+            let entries = histories.next_if(|(k, _)| *k == s).map(|(_, e)| e);
             match entries {
                 Some(entries) => {
                     history::settled(base, &self.book, entries, r.issued, unwritten, &mut allowed);
@@ -550,7 +543,7 @@ impl Model {
         let mut all = Vec::new();
         let mut own = Vec::new();
         let mut bases = self.base.range(..).peekable();
-        for (&s, entries) in &self.history {
+        for (s, entries) in self.history.iter() {
             let unwritten = self.unwritten(s);
             while bases.next_if(|(&b, _)| b < s).is_some() {}
             let base = bases
@@ -696,7 +689,7 @@ impl Model {
     /// size.
     pub fn recorded_sectors(&self) -> BTreeSet<u64> {
         let mut out: BTreeSet<u64> = self.base.keys().copied().collect();
-        out.extend(self.history.keys().copied());
+        out.extend(self.history.iter().map(|(s, _)| s));
         out.extend(self.lost.keys().copied());
         if let Some(rec) = &self.recovery {
             out.extend(rec.allowed.iter().map(|(s, _)| *s));
