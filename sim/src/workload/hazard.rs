@@ -90,8 +90,7 @@ impl Hazards {
             // Clusters no write has touched yet, where a write allocates
             // (and so may take the host cluster just freed); any other
             // when the workload has touched them all.
-            let touched = b.touched_clusters();
-            let fresh = untouched(geom.clusters(), &touched, a, 64);
+            let fresh = b.untouched_clusters(Some(a), 64);
             let other = |rng: &mut ChaCha8Rng| {
                 if !fresh.is_empty() {
                     return pick(rng, &fresh);
@@ -337,27 +336,4 @@ fn spread(rng: &mut ChaCha8Rng, b: &mut Builder, geom: &Geometry, crash: bool) {
     if !ops.is_empty() {
         b.group(ops);
     }
-}
-
-/// The first `most` clusters below `clusters` that are neither in
-/// `touched` nor `a`, in order: the set is walked in step with the
-/// clusters, not searched for each (a workload that touched every cluster
-/// of a large image made that a search per cluster, every cycle).
-fn untouched(
-    clusters: u64,
-    touched: &std::collections::BTreeSet<u64>,
-    a: u64,
-    most: usize,
-) -> Vec<u64> {
-    let mut out = Vec::new();
-    let mut t = touched.iter().copied().peekable();
-    let mut c = 0;
-    while c < clusters && out.len() < most {
-        while t.next_if(|&x| x < c).is_some() {}
-        if c != a && t.peek() != Some(&c) {
-            out.push(c);
-        }
-        c += 1;
-    }
-    out
 }

@@ -77,11 +77,7 @@ impl SnapshotsAndCompression {
         let geom = b.geom;
         let cs = geom.cluster_sectors;
         for _ in 0..self.compressed {
-            let touched = b.touched_clusters();
-            let fresh: Vec<u64> = (0..geom.clusters())
-                .filter(|c| !touched.contains(c))
-                .take(256)
-                .collect();
+            let fresh = b.untouched_clusters(None, 256);
             // Mostly a cluster nothing else writes; now and then any, which
             // the engine may refuse.
             let c = if !fresh.is_empty() && rng.gen_bool(0.85) {
