@@ -57,9 +57,7 @@ impl IoOp {
             IoOp::Truncate => 5,
         }
     }
-}
 
-impl IoOp {
     /// The kind's name, as it is displayed: without a `String` for the
     /// simulated disk, which hashes it into the trace for every request.
     pub const fn name(self) -> &'static str {

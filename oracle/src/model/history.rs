@@ -10,7 +10,7 @@
 
 use smallvec::SmallVec;
 
-use super::types::{OpId, Status, Value};
+use super::types::{Status, Value};
 
 /// An entry's place in the epoch's [`Book`].
 pub(super) type EntryId = u32;
@@ -68,7 +68,6 @@ pub(super) enum Put {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Entry {
-    pub op: OpId,
     pub put: Put,
     pub issued: Seq,
     /// Completion time and status, None while in flight.

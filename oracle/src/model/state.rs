@@ -210,7 +210,6 @@ impl Model {
             },
         };
         let entry = self.book.add(Entry {
-            op,
             put,
             issued,
             completed: None,
@@ -262,7 +261,6 @@ impl Model {
             let book = &mut self.book;
             let entry = *entry_of.entry(v).or_insert_with(|| {
                 book.add(Entry {
-                    op,
                     put: Put::Value(v),
                     issued,
                     completed: None,

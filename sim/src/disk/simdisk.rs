@@ -678,7 +678,6 @@ impl SimDisk {
         }
     }
 
-    /// Record in the log where a write-like request's payload landed.
     /// Keep write `id`'s payload `bytes` in its log entry: the pending
     /// write's copy (`landed`) when the whole payload landed, so that the
     /// log costs no copy of its own, else a compact copy of all of it.
@@ -691,6 +690,7 @@ impl SimDisk {
         }
     }
 
+    /// Record in the log where a write-like request's payload landed.
     fn log_landing(st: &mut State, id: u64, at: u64, len: u64) {
         if let Some(e) = st.log.get_mut(id as usize) {
             e.landed = Some((at, len));

@@ -307,14 +307,12 @@ impl SparseStore {
         let step = |h: u64, v: u64| (h ^ v).wrapping_mul(K).rotate_left(29);
         let mut h = step(K, self.len);
         for (idx, chunk) in self.all_chunks() {
-            {
-                if chunk.iter().all(|&b| b == 0) {
-                    continue;
-                }
-                h = step(h, idx);
-                for w in chunk.chunks_exact(8) {
-                    h = step(h, u64::from_le_bytes(w.try_into().expect("8 bytes")));
-                }
+            if chunk.iter().all(|&b| b == 0) {
+                continue;
+            }
+            h = step(h, idx);
+            for w in chunk.chunks_exact(8) {
+                h = step(h, u64::from_le_bytes(w.try_into().expect("8 bytes")));
             }
         }
         h

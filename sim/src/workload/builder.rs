@@ -104,10 +104,10 @@ impl Builder {
 
     /// The first `most` clusters of the image that no operation so far
     /// touches (still unallocated, so a write there allocates), other than
-    /// `except`, in order: the touched set is walked in
-    /// step with the clusters, not searched for each (a workload that
-    /// touched every cluster of a large image made that a search per
-    /// cluster, every cycle).
+    /// `except`, in order: the touched set is walked in step with the
+    /// clusters, not searched for each (a workload that touched every
+    /// cluster of a large image made that a search per cluster, every
+    /// cycle).
     pub fn untouched_clusters(&mut self, except: Option<u64>, most: usize) -> Vec<u64> {
         let geom = self.geom;
         let groups = &self.groups;
@@ -121,7 +121,7 @@ impl Builder {
         let mut out = Vec::new();
         let mut t = touched.iter().copied().peekable();
         let mut c = 0;
-        while c < self.geom.clusters() && out.len() < most {
+        while c < geom.clusters() && out.len() < most {
             while t.next_if(|&x| x < c).is_some() {}
             if Some(c) != except && t.peek() != Some(&c) {
                 out.push(c);
