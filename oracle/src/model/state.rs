@@ -83,8 +83,11 @@ pub struct Model {
     now: Seq,
     epoch: u32,
     /// The epoch's starting values, where they differ from
-    /// [`Model::unwritten`].
-    base: BTreeMap<u64, Value>,
+    /// [`Model::unwritten`], sorted by sector. Only ever walked in order
+    /// and replaced whole after a crash (the recovery check collects it
+    /// in order), so a vector: rebuilding and dropping a map of every
+    /// such sector at each crash was over 1% of a campaign.
+    base: Vec<(u64, Value)>,
     history: SectorMap<Entries>,
     /// The entries `history` names.
     book: Book,
@@ -119,7 +122,7 @@ impl Model {
             backing,
             now: 0,
             epoch: 0,
-            base: BTreeMap::new(),
+            base: Vec::new(),
             history: SectorMap::default(),
             book: Book::default(),
             writes: BTreeMap::new(),
@@ -340,7 +343,7 @@ impl Model {
         // list: a lookup per written sector in two maps was most of the
         // time a failed flush took.
         let mut old = std::mem::take(&mut self.lost).into_iter().peekable();
-        let mut bases = self.base.iter().peekable();
+        let mut bases = bases_in(&self.base, 0, u64::MAX).peekable();
         let mut doubt = Vec::new();
         for (s, entries) in self.history.iter() {
             if !self
@@ -457,7 +460,7 @@ impl Model {
         };
         // The three maps are walked in step with the sectors, each once,
         // rather than looked up per sector.
-        let mut bases = self.base.range(first..end).peekable();
+        let mut bases = bases_in(&self.base, first, end).peekable();
         let mut histories = self.history.range(first, end).peekable();
         let mut doubts = self.lost.range(first..end).peekable();
         let mut cur = first;
@@ -540,7 +543,7 @@ impl Model {
         let mut allowed = Vec::with_capacity(self.history.len());
         let mut all = Vec::new();
         let mut own = Vec::new();
-        let mut bases = self.base.range(..).peekable();
+        let mut bases = bases_in(&self.base, 0, u64::MAX).peekable();
         for (s, entries) in self.history.iter() {
             let unwritten = self.unwritten(s);
             while bases.next_if(|(&b, _)| b < s).is_some() {}
@@ -595,7 +598,7 @@ impl Model {
         );
         let backing = self.backing.as_ref();
         // Both walked in step with the sectors: each holds sectors in order.
-        let mut bases = self.base.range(first_sector..end).peekable();
+        let mut bases = bases_in(&self.base, first_sector, end).peekable();
         let in_range = rec.allowed_in(end).len();
         let mut histories = rec.allowed[rec.cursor..rec.cursor + in_range]
             .iter()
@@ -661,7 +664,7 @@ impl Model {
     pub fn skip_recovered(&mut self, first_sector: u64, sectors: u64) {
         let end = first_sector + sectors;
         assert!(
-            self.base.range(first_sector..end).next().is_none(),
+            self.bases(first_sector, end).next().is_none(),
             "recovery skips a sector with a base value"
         );
         let rec = self
@@ -686,7 +689,7 @@ impl Model {
     /// sparse sweep must read. As many as were written, whatever the disk's
     /// size.
     pub fn recorded_sectors(&self) -> BTreeSet<u64> {
-        let mut out: BTreeSet<u64> = self.base.keys().copied().collect();
+        let mut out: BTreeSet<u64> = self.base.iter().map(|(s, _)| *s).collect();
         out.extend(self.history.iter().map(|(s, _)| s));
         out.extend(self.lost.keys().copied());
         if let Some(rec) = &self.recovery {
@@ -708,6 +711,11 @@ impl Model {
                 .map_or(0, |r| r.allowed.len() + r.base.len())
     }
 
+    /// The base values of sectors `[first, end)`, in order.
+    fn bases(&self, first: u64, end: u64) -> Bases<'_> {
+        bases_in(&self.base, first, end)
+    }
+
     /// Ends the recovery check and starts the next epoch.
     pub fn finish_recovery(&mut self) {
         let rec = self
@@ -718,8 +726,9 @@ impl Model {
             rec.next, self.sectors,
             "recovery did not read the whole disk"
         );
-        // Sorted already: the map is built in one pass.
-        self.base = rec.base.into_iter().collect();
+        // Collected in sector order, each sector once.
+        debug_assert!(rec.base.windows(2).all(|w| w[0].0 < w[1].0));
+        self.base = rec.base;
         self.history.clear();
         self.book.clear();
         self.lost.clear();
@@ -746,10 +755,23 @@ impl Model {
     }
 }
 
-/// What `sector` reads when the image does not cover it: the backing
-/// file's data where it has some, else zeroes ([`Model::unwritten`]; a
-/// free function so that a loop holding the recovery state mutably can
-/// call it).
+/// The entries of `base` (sorted by sector) for sectors `[first, end)`,
+/// as a map's range would give them (a free function so that a loop
+/// holding the recovery state mutably can call it).
+fn bases_in(base: &[(u64, Value)], first: u64, end: u64) -> Bases<'_> {
+    let from = base.partition_point(|(s, _)| *s < first);
+    let to = from + base[from..].partition_point(|(s, _)| *s < end);
+    base[from..to].iter().map(|(s, v)| (s, v))
+}
+
+/// What [`bases_in`] returns: a named type, not `impl Iterator`, so that
+/// the borrow checker sees it holds nothing to drop and frees the base
+/// as soon as the walk's last use.
+type Bases<'a> = std::iter::Map<
+    std::slice::Iter<'a, (u64, Value)>,
+    for<'b> fn(&'b (u64, Value)) -> (&'b u64, &'b Value),
+>;
+
 /// The end of the run of all-zero sectors of `bytes` from sector index
 /// `from`, at most `stop`: the first index in `from..stop` that holds a
 /// byte other than zero, or `stop`. The fast path of the whole-disk
@@ -761,6 +783,10 @@ fn zero_sectors(bytes: &[u8], from: usize, stop: usize) -> usize {
         .unwrap_or(stop)
 }
 
+/// What `sector` reads when the image does not cover it: the backing
+/// file's data where it has some, else zeroes ([`Model::unwritten`]; a
+/// free function so that a loop holding the recovery state mutably can
+/// call it).
 fn unwritten(backing: Option<&BackingData>, sector: u64) -> Value {
     match backing {
         Some(b) if b.has_data(sector) => Value::Backing,
