@@ -42,7 +42,7 @@ use engine::Guard;
 
 use crate::driver::{Driver, DriverKind, EngineDriver};
 use oracle::check::FindingKind;
-use oracle::data::{decode, fill_compressible_buffer, fill_write_buffer, WriteId, SECTOR_SIZE};
+use oracle::data::{decode, fill_compressible_buffer, write_buffer, WriteId, SECTOR_SIZE};
 use oracle::model::{Model, OpId, SectorRange, Status, Value, Violation, WriteKind};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -790,8 +790,7 @@ impl<'a> Run<'a> {
             let faults_at_issue: Vec<usize> = disks.iter().map(SimDisk::fault_count).collect();
             let result = match op {
                 Op::Write { sector, sectors } => {
-                    let mut buf = vec![0u8; (sectors * ss) as usize];
-                    fill_write_buffer(&mut buf, WriteId(n), sector);
+                    let buf = write_buffer(WriteId(n), sector, sectors);
                     let range = SectorRange::new(sector, sectors);
                     shared
                         .model
