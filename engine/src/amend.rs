@@ -389,12 +389,6 @@ impl<D: BlockDev> Image<D> {
         Ok(())
     }
 
-    /// The L2 table holding guest offset `guest`'s entry (loaded).
-    fn l2_table_of(&self, guest: u64) -> u64 {
-        let l1i = self.geo.offset_to_l1_index(guest);
-        self.meta.borrow().tables.l1_entry(l1i).l2_offset()
-    }
-
     /// Whether the active layer has a compressed cluster.
     async fn has_compressed_clusters(&self) -> Result<bool> {
         let cs = self.geo.cluster_size;

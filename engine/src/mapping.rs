@@ -116,22 +116,28 @@ impl<D: BlockDev> Image<D> {
         }
     }
 
+    /// The offset of the L2 table holding guest offset `guest`'s entry, as
+    /// the L1 table names it (0: none). Whether it is cached is not asked.
+    pub(crate) fn l2_table_of(&self, guest: u64) -> u64 {
+        let l1i = self.geo.offset_to_l1_index(guest);
+        self.meta.borrow().tables.l1_entry(l1i).l2_offset()
+    }
+
     /// The L2 entry for guest offset `guest` (unallocated where no table).
     pub(crate) async fn l2_entry(&self, guest: u64) -> Result<L2Entry> {
-        let l1i = self.geo.offset_to_l1_index(guest);
-        let l2_off = self.meta.borrow().tables.l1_entry(l1i).l2_offset();
+        let l2_off = self.l2_table_of(guest);
         if l2_off == 0 {
             return Ok(L2Entry::UNALLOCATED);
         }
         self.load_l2(l2_off).await?;
-        let idx = self.geo.offset_to_l2_index(guest);
-        let e = self.meta.borrow_mut().tables.l2_entry(l2_off, idx);
-        self.checked_l2_entry(e, l2_off, idx, guest)
+        self.cached_l2_entry(l2_off, guest)
     }
 
-    /// `e`, entry `idx` of the L2 table at `l2_off` (mapping guest offset
-    /// `guest`), if it is one the image may hold; else the corruption.
-    fn checked_l2_entry(&self, e: L2Entry, l2_off: u64, idx: usize, guest: u64) -> Result<L2Entry> {
+    /// The entry for guest offset `guest` in the L2 table at `l2_off`
+    /// (cached), if it is one the image may hold; else the corruption.
+    fn cached_l2_entry(&self, l2_off: u64, guest: u64) -> Result<L2Entry> {
+        let idx = self.geo.offset_to_l2_index(guest);
+        let e = self.meta.borrow_mut().tables.l2_entry(l2_off, idx);
         e.validate(
             l2_off,
             idx,
@@ -190,10 +196,7 @@ impl<D: BlockDev> Image<D> {
         } else {
             self.geo.cluster_start(off) + cs
         };
-        let l2_off = {
-            let l1i = self.geo.offset_to_l1_index(off);
-            self.meta.borrow().tables.l1_entry(l1i).l2_offset()
-        };
+        let l2_off = self.l2_table_of(off);
         if l2_off == 0 {
             return Ok((run, (span_end - off).min(max_len)));
         }
@@ -203,9 +206,7 @@ impl<D: BlockDev> Image<D> {
         while len < max_len && next < span_end {
             let cstart = self.geo.cluster_start(next);
             if entry.0 != cstart {
-                let idx = self.geo.offset_to_l2_index(next);
-                let e = self.meta.borrow_mut().tables.l2_entry(l2_off, idx);
-                entry = (cstart, self.checked_l2_entry(e, l2_off, idx, next)?);
+                entry = (cstart, self.cached_l2_entry(l2_off, next)?);
             }
             let same = match (run, self.run_of(entry.1, next)) {
                 (

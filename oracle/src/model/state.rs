@@ -343,7 +343,7 @@ impl Model {
         // list: a lookup per written sector in two maps was most of the
         // time a failed flush took.
         let mut old = std::mem::take(&mut self.lost).into_iter().peekable();
-        let mut bases = bases_in(&self.base, 0, u64::MAX).peekable();
+        let mut bases = BaseWalk::new(&self.base, 0, u64::MAX);
         let mut doubt = Vec::new();
         for (s, entries) in self.history.iter() {
             if !self
@@ -356,11 +356,8 @@ impl Model {
             while let Some(kept) = old.next_if(|(k, _)| *k < s) {
                 doubt.push(kept);
             }
-            while bases.next_if(|(&b, _)| b < s).is_some() {}
             let unwritten = self.unwritten(s);
-            let base = bases
-                .next_if(|(&b, _)| b == s)
-                .map_or(unwritten, |(_, &v)| v);
+            let base = bases.at(s, unwritten);
             let mut lost = old.next_if(|(k, _)| *k == s).map_or(
                 Lost {
                     values: Vec::new(),
@@ -460,14 +457,14 @@ impl Model {
         };
         // The three maps are walked in step with the sectors, each once,
         // rather than looked up per sector.
-        let mut bases = bases_in(&self.base, first, end).peekable();
+        let mut bases = BaseWalk::new(&self.base, first, end);
         let mut histories = self.history.range(first, end).peekable();
         let mut doubts = self.lost.range(first..end).peekable();
         let mut cur = first;
         while cur < end {
             if cur >= plain_from {
                 let next = |k: Option<u64>| k.unwrap_or(end);
-                let stop = next(bases.peek().map(|(&k, _)| k))
+                let stop = next(bases.next_sector())
                     .min(next(histories.peek().map(|(k, _)| *k)))
                     .min(next(doubts.peek().map(|(&k, _)| k)));
                 let from = cur;
@@ -482,9 +479,7 @@ impl Model {
             let chunk = sector_bytes(s);
             allowed.clear();
             let unwritten = self.unwritten(s);
-            let base = bases
-                .next_if(|(&k, _)| k == s)
-                .map_or(unwritten, |(_, &v)| v);
+            let base = bases.at(s, unwritten);
             let entries = histories.next_if(|(k, _)| *k == s).map(|(_, e)| e);
             match entries {
                 Some(entries) => {
@@ -543,13 +538,10 @@ impl Model {
         let mut allowed = Vec::with_capacity(self.history.len());
         let mut all = Vec::new();
         let mut own = Vec::new();
-        let mut bases = bases_in(&self.base, 0, u64::MAX).peekable();
+        let mut bases = BaseWalk::new(&self.base, 0, u64::MAX);
         for (s, entries) in self.history.iter() {
             let unwritten = self.unwritten(s);
-            while bases.next_if(|(&b, _)| b < s).is_some() {}
-            let base = bases
-                .next_if(|(&b, _)| b == s)
-                .map_or(unwritten, |(_, &v)| v);
+            let base = bases.at(s, unwritten);
             own.clear();
             history::settled(base, &self.book, entries, d, unwritten, &mut own);
             history::pending(&self.book, entries, d, Seq::MAX, unwritten, &mut own);
@@ -598,7 +590,7 @@ impl Model {
         );
         let backing = self.backing.as_ref();
         // Both walked in step with the sectors: each holds sectors in order.
-        let mut bases = bases_in(&self.base, first_sector, end).peekable();
+        let mut bases = BaseWalk::new(&self.base, first_sector, end);
         let in_range = rec.allowed_in(end).len();
         let mut histories = rec.allowed[rec.cursor..rec.cursor + in_range]
             .iter()
@@ -615,7 +607,7 @@ impl Model {
         while i < count as usize {
             let s = first_sector + i as u64;
             if s >= plain_from {
-                let next_base = bases.peek().map_or(end, |(&b, _)| b);
+                let next_base = bases.next_sector().unwrap_or(end);
                 let next_history = histories.peek().map_or(end, |(h, _)| *h);
                 let stop = (next_base.min(next_history) - first_sector) as usize;
                 let from = i;
@@ -627,9 +619,7 @@ impl Model {
             let chunk = sector_bytes(i);
             i += 1;
             let unwritten = unwritten(backing, s);
-            let base = bases
-                .next_if(|(&b, _)| b == s)
-                .map_or(unwritten, |(_, &v)| v);
+            let base = bases.at(s, unwritten);
             allowed.clear();
             match histories.next_if(|(h, _)| *h == s) {
                 Some((_, values)) => allowed.extend_from_slice(&rec.values[values.clone()]),
@@ -664,7 +654,9 @@ impl Model {
     pub fn skip_recovered(&mut self, first_sector: u64, sectors: u64) {
         let end = first_sector + sectors;
         assert!(
-            self.bases(first_sector, end).next().is_none(),
+            BaseWalk::new(&self.base, first_sector, end)
+                .next_sector()
+                .is_none(),
             "recovery skips a sector with a base value"
         );
         let rec = self
@@ -711,11 +703,6 @@ impl Model {
                 .map_or(0, |r| r.allowed.len() + r.base.len())
     }
 
-    /// The base values of sectors `[first, end)`, in order.
-    fn bases(&self, first: u64, end: u64) -> Bases<'_> {
-        bases_in(&self.base, first, end)
-    }
-
     /// Ends the recovery check and starts the next epoch.
     pub fn finish_recovery(&mut self) {
         let rec = self
@@ -755,22 +742,40 @@ impl Model {
     }
 }
 
-/// The entries of `base` (sorted by sector) for sectors `[first, end)`,
-/// as a map's range would give them (a free function so that a loop
-/// holding the recovery state mutably can call it).
-fn bases_in(base: &[(u64, Value)], first: u64, end: u64) -> Bases<'_> {
-    let from = base.partition_point(|(s, _)| *s < first);
-    let to = from + base[from..].partition_point(|(s, _)| *s < end);
-    base[from..to].iter().map(|(s, v)| (s, v))
-}
+/// The base values of a span of sectors, walked forward: every caller
+/// visits sectors in ascending order, so each lookup moves on from the
+/// last instead of searching.
+struct BaseWalk<'a>(&'a [(u64, Value)]);
 
-/// What [`bases_in`] returns: a named type, not `impl Iterator`, so that
-/// the borrow checker sees it holds nothing to drop and frees the base
-/// as soon as the walk's last use.
-type Bases<'a> = std::iter::Map<
-    std::slice::Iter<'a, (u64, Value)>,
-    for<'b> fn(&'b (u64, Value)) -> (&'b u64, &'b Value),
->;
+impl<'a> BaseWalk<'a> {
+    /// Over sectors `[first, end)` of `base` (sorted by sector).
+    fn new(base: &'a [(u64, Value)], first: u64, end: u64) -> Self {
+        let from = base.partition_point(|(s, _)| *s < first);
+        let to = from + base[from..].partition_point(|(s, _)| *s < end);
+        BaseWalk(&base[from..to])
+    }
+
+    /// The next sector with a base value, if one is left.
+    fn next_sector(&self) -> Option<u64> {
+        self.0.first().map(|&(s, _)| s)
+    }
+
+    /// The base value of `s` (no lower than any sector asked for before),
+    /// or `unwritten` where it has none. Sectors passed over are left
+    /// behind.
+    fn at(&mut self, s: u64, unwritten: Value) -> Value {
+        while let [(b, v), rest @ ..] = self.0 {
+            if *b > s {
+                break;
+            }
+            self.0 = rest;
+            if *b == s {
+                return *v;
+            }
+        }
+        unwritten
+    }
+}
 
 /// The end of the run of all-zero sectors of `bytes` from sector index
 /// `from`, at most `stop`: the first index in `from..stop` that holds a
