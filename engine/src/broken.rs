@@ -1,14 +1,20 @@
-//! The deliberately broken engine variants (cargo feature `broken`,
-//! [`Broken`]), gated in one place.
+//! The deliberately broken engine variants ([`Broken`]), gated in one
+//! place.
 //!
 //! Each variant is a hook in the correct code that reads as ordinary code,
-//! `if broken::is(&self.opts, Broken::X) { ... }`. Without the feature
-//! [`is`] is a `const fn` answering false, so the compiler removes every
-//! hook and the code only a hook reaches; with it, the case's
-//! `EngineOptions::broken` picks the one variant that runs. What a variant
-//! does beyond a skipped step lives here, so the correct paths carry no
-//! more than the hook. Only tests that prove the harness catches these
-//! bugs turn them on.
+//! `if broken::is(&self.opts, Broken::X) { ... }`; `EngineOptions::broken`
+//! picks the one variant that runs, and is `None` unless a simulated case
+//! names one. What a variant does beyond a skipped step lives here, so the
+//! correct paths carry no more than the hook.
+//!
+//! The variants are compiled into every build, not behind a cargo
+//! feature: a feature made the README's "watch the harness catch a bug"
+//! example a second full build (minutes, and it replaced the release
+//! binary), and the test suite a second build configuration. A hook costs
+//! one comparison of an option that is `None`. Only the simulation sets
+//! it (`qcsim campaign|run|exhaust --broken`, or a saved case that names
+//! a variant); the real-file tools, the NBD server and the drop-in
+//! `qemu-img`/`qemu-io` build their `EngineOptions` without one.
 
 use crate::allocs::AllocId;
 use crate::allocs::CowFailure;
@@ -20,16 +26,9 @@ use crate::options::EngineOptions;
 pub(crate) use crate::options::Broken;
 
 /// Whether the image runs broken variant `b`.
-#[cfg(feature = "broken")]
+#[inline(always)]
 pub(crate) fn is(opts: &EngineOptions, b: Broken) -> bool {
     opts.broken == Some(b)
-}
-
-/// Whether the image runs broken variant `b`: never, in this build.
-#[cfg(not(feature = "broken"))]
-#[inline(always)]
-pub(crate) const fn is(_opts: &EngineOptions, _b: Broken) -> bool {
-    false
 }
 
 impl<D: BlockDev> Image<D> {

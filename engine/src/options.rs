@@ -1,6 +1,6 @@
 //! The engine's options: the five optimisation switches from the seeds, the
-//! metadata cache sizes and limits, and (with the `broken` feature only) the
-//! deliberately broken variants the harness must catch.
+//! metadata cache sizes and limits, and the deliberately broken variants the
+//! harness must catch (`crate::broken`).
 
 use serde::{Deserialize, Serialize};
 
@@ -101,8 +101,7 @@ impl Default for Switches {
 /// Deliberately broken engine variants. Each reintroduces one classic
 /// crash-consistency bug so a test can prove the harness catches it. The
 /// type exists in every build, so the hooks (`broken::is`) read as ordinary
-/// code; only a build with the `broken` feature can select one
-/// (`EngineOptions::broken`).
+/// code; a simulated case selects one (`EngineOptions::broken`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Broken {
@@ -287,9 +286,9 @@ pub struct EngineOptions {
     /// pinned seeds were measured with. Left out of the JSON when off.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub l2_before_data: bool,
-    /// A broken variant to run instead of the correct engine. Left out of
-    /// the JSON when unset, so cases replay in builds without the feature.
-    #[cfg(feature = "broken")]
+    /// A broken variant to run instead of the correct engine (only the
+    /// simulation sets one). Left out of the JSON when unset.
+    #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub broken: Option<Broken>,
 }
@@ -304,7 +303,6 @@ impl Default for EngineOptions {
             read_only: false,
             grow_ahead: DEFAULT_GROW_AHEAD,
             l2_before_data: false,
-            #[cfg(feature = "broken")]
             broken: None,
         }
     }

@@ -75,6 +75,76 @@ pub struct Garbage {
     /// The generated sector whose header it carries, if its header is
     /// intact: a torn write usually keeps one.
     pub header_of: Option<Claim>,
+    /// What the bytes look like when they carry no header: a guest that
+    /// reads qcow2 metadata has met a cluster mapped to a table, which
+    /// says far more than "garbage".
+    pub looks_like: Option<Metadata>,
+}
+
+/// qcow2 metadata recognised in a sector that holds no guest data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Metadata {
+    /// Starts with the qcow2 magic.
+    Header,
+    /// Big-endian 64-bit words, each zero or a plausible L1/L2 entry
+    /// (a cluster offset with only the flag bits qcow2 defines).
+    TableEntries,
+    /// Big-endian 16-bit words, each a small count: a refcount block of
+    /// the default width.
+    Refcounts,
+}
+
+impl Metadata {
+    /// The kind of metadata `buf` (one sector, neither zero nor generated
+    /// data) looks like, if any. Only called on garbage, so never on the
+    /// hot path of a read that matches.
+    pub fn recognise(buf: &[u8]) -> Option<Metadata> {
+        if buf.starts_with(b"QFI\xfb") {
+            return Some(Metadata::Header);
+        }
+        let words = || {
+            buf.chunks_exact(8)
+                .map(|w| u64::from_be_bytes(w.try_into().expect("8 bytes")))
+        };
+        // Two words at least: one stray byte is no table.
+        if words().filter(|w| w & OFFSET_BITS != 0).count() >= 2
+            && words().all(plausible_table_entry)
+        {
+            return Some(Metadata::TableEntries);
+        }
+        let counts = || {
+            buf.chunks_exact(2)
+                .map(|w| u16::from_be_bytes(w.try_into().expect("2 bytes")))
+        };
+        if counts().filter(|&c| c != 0).count() >= 2
+            && counts().all(|c| c <= MAX_PLAUSIBLE_REFCOUNT)
+        {
+            return Some(Metadata::Refcounts);
+        }
+        None
+    }
+}
+
+/// The bits of an L1 or L2 entry that hold the offset.
+const OFFSET_BITS: u64 = 0x00ff_ffff_ffff_fe00;
+
+/// Cluster offsets the simulation's images can hold stay far below this
+/// (a virtual disk of at most 1 TiB, and its metadata): a word above it
+/// is not an offset.
+const MAX_PLAUSIBLE_OFFSET: u64 = 1 << 42;
+
+/// The largest count a refcount block of a simulated image plausibly
+/// holds: snapshots raise counts by one each, and a case takes few.
+const MAX_PLAUSIBLE_REFCOUNT: u16 = 0xff;
+
+/// Whether `w` could be a standard L1 or L2 entry: zero, or a 512-byte
+/// aligned offset below [`MAX_PLAUSIBLE_OFFSET`] with no bit set but
+/// COPIED (63) and, in an L2 entry, the zero flag (0). Compressed entries
+/// (bit 62) and subcluster bitmaps are not recognised; such a sector
+/// stays plain garbage.
+fn plausible_table_entry(w: u64) -> bool {
+    let body = w & !(1 << 63) & !1;
+    body & 0x1ff == 0 && body < MAX_PLAUSIBLE_OFFSET
 }
 
 /// A decoded header: the generated data a sector claims to be.
@@ -90,14 +160,41 @@ impl std::fmt::Display for Content {
             Content::Zero => write!(f, "zeroes"),
             Content::Written { id, sector } => write!(f, "{id} (data for sector {sector})"),
             Content::Backing { sector } => write!(f, "backing data for sector {sector}"),
-            Content::Garbage(Garbage { header_of: None }) => write!(f, "garbage"),
+            Content::Garbage(Garbage {
+                header_of: None,
+                looks_like: None,
+            }) => write!(f, "garbage"),
+            Content::Garbage(Garbage {
+                header_of: None,
+                looks_like: Some(m),
+            }) => write!(f, "{m}"),
             Content::Garbage(Garbage {
                 header_of: Some(Claim::Written { id, sector }),
+                ..
             }) => write!(f, "garbage with the header of {id} for sector {sector}"),
             Content::Garbage(Garbage {
                 header_of: Some(Claim::Backing { sector }),
+                ..
             }) => write!(f, "garbage with the header of backing sector {sector}"),
         }
+    }
+}
+
+impl std::fmt::Display for Metadata {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Metadata::Header => {
+                "not guest data but a qcow2 header (it starts with the magic QFI\\xfb)"
+            }
+            Metadata::TableEntries => {
+                "not guest data but what looks like qcow2 L1/L2 table entries \
+                 (big-endian 64-bit cluster offsets)"
+            }
+            Metadata::Refcounts => {
+                "not guest data but what looks like a refcount block \
+                 (big-endian 16-bit counts)"
+            }
+        })
     }
 }
 
@@ -171,7 +268,10 @@ pub fn decode(buf: &[u8]) -> Content {
         if is_zero(buf) {
             return Content::Zero;
         }
-        return Content::Garbage(Garbage { header_of: None });
+        return Content::Garbage(Garbage {
+            header_of: None,
+            looks_like: Metadata::recognise(buf),
+        });
     };
     let (tag, id, sector) = match claim {
         Claim::Written { id, sector } => (TAG_WRITTEN, id.0, sector),
@@ -180,6 +280,7 @@ pub fn decode(buf: &[u8]) -> Content {
     if !body_matches(buf, tag, id, sector) {
         return Content::Garbage(Garbage {
             header_of: Some(claim),
+            looks_like: None,
         });
     }
     match claim {
@@ -366,7 +467,10 @@ mod tests {
             torn[i] ^= 0x40;
             assert_eq!(
                 decode(&torn),
-                Content::Garbage(Garbage { header_of: claim }),
+                Content::Garbage(Garbage {
+                    header_of: claim,
+                    looks_like: None
+                }),
                 "byte {i} changed"
             );
         }
@@ -382,7 +486,13 @@ mod tests {
         assert_eq!(decode(&[0u8; SECTOR_SIZE]), Content::Zero);
         let mut one = [0u8; SECTOR_SIZE];
         one[SECTOR_SIZE - 1] = 1;
-        assert_eq!(decode(&one), Content::Garbage(Garbage { header_of: None }));
+        assert_eq!(
+            decode(&one),
+            Content::Garbage(Garbage {
+                header_of: None,
+                looks_like: None
+            })
+        );
         let mut b = [0u8; SECTOR_SIZE];
         fill_backing(&mut b, 5);
         assert_eq!(decode(&b), Content::Backing { sector: 5 });
@@ -393,5 +503,32 @@ mod tests {
         let mut w2 = [0u8; SECTOR_SIZE];
         fill_written(&mut w2, WriteId(0), 6);
         assert_ne!(w[FILLER_OFFSET..], w2[FILLER_OFFSET..]);
+    }
+
+    /// A guest that reads metadata is told what it read: L2 entries,
+    /// refcounts or a header, not "garbage"; data that is none of them
+    /// stays garbage.
+    #[test]
+    fn metadata_read_as_guest_data_is_named() {
+        let mut l2 = [0u8; SECTOR_SIZE];
+        for (i, w) in l2.chunks_exact_mut(8).take(5).enumerate() {
+            let entry = (1u64 << 63) | (0x50000 + 0x10000 * i as u64);
+            w.copy_from_slice(&entry.to_be_bytes());
+        }
+        let shown = decode(&l2).to_string();
+        assert!(shown.contains("L1/L2 table entries"), "{shown}");
+        let mut refcounts = [0u8; SECTOR_SIZE];
+        for w in refcounts.chunks_exact_mut(2).take(9) {
+            w.copy_from_slice(&1u16.to_be_bytes());
+        }
+        assert!(decode(&refcounts).to_string().contains("refcount block"));
+        let mut header = [0u8; SECTOR_SIZE];
+        header[..4].copy_from_slice(b"QFI\xfb");
+        header[7] = 3;
+        assert!(decode(&header).to_string().contains("qcow2 header"));
+        // A compressed entry's bits, or a high word: not recognised.
+        let mut data = l2;
+        data[8..16].copy_from_slice(&(0x4000_0000_0005_0000u64).to_be_bytes());
+        assert_eq!(decode(&data).to_string(), "garbage");
     }
 }

@@ -4,7 +4,7 @@
 //! with the default options; prints the original and shrunk sizes and the
 //! runs spent, the figures ARCHITECTURE.md's "Measured" section quotes.
 //!
-//! `cargo run --release -p sim --features broken --example shrink_broken
+//! `cargo run --release -p sim --example shrink_broken
 //! [SEEDS_PER_VARIANT] [VARIANT...]`
 
 use engine::options::Broken;

@@ -56,7 +56,6 @@ pub struct CampaignPlan {
     pub disk_ignores_flush: bool,
     /// Run every case with this deliberately broken engine variant, to see
     /// how soon the campaign catches it.
-    #[cfg(feature = "broken")]
     pub broken: Option<engine::options::Broken>,
 }
 
@@ -329,14 +328,12 @@ pub fn case_for(plan: &CampaignPlan, seed: u64) -> Case {
     if plan.disk_ignores_flush {
         case.disk.faults.ignores_flush = true;
     }
-    #[cfg(feature = "broken")]
     set_broken(&mut case, plan.broken);
     case
 }
 
 /// Run `case` with broken variant `broken`, if one is given: the one
 /// place a campaign's or a single run's `--broken` reaches a case.
-#[cfg(feature = "broken")]
 pub fn set_broken(case: &mut Case, broken: Option<engine::options::Broken>) {
     if broken.is_some() {
         case.engine.broken = broken;

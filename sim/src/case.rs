@@ -312,6 +312,44 @@ pub enum Op {
     Crash,
 }
 
+impl std::fmt::Display for Op {
+    /// The operation as a person names it: `write of 8 sectors at sector
+    /// 40`, `flush`; never Rust's debug text.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = |f: &mut std::fmt::Formatter<'_>, what: &str, sector: u64, n: u64| {
+            write!(f, "{what} of {n} sectors at sector {sector}")
+        };
+        match *self {
+            Op::Write { sector, sectors } => at(f, "write", sector, sectors),
+            Op::Read { sector, sectors } => at(f, "read", sector, sectors),
+            Op::BackgroundRead {
+                sector, sectors, ..
+            } => at(f, "background read", sector, sectors),
+            Op::WriteZeroes {
+                sector,
+                sectors,
+                unmap,
+            } => at(
+                f,
+                if unmap {
+                    "write_zeroes (unmap)"
+                } else {
+                    "write_zeroes"
+                },
+                sector,
+                sectors,
+            ),
+            Op::Discard { sector, sectors } => at(f, "discard", sector, sectors),
+            Op::WriteCompressed { sector, sectors } => at(f, "compressed write", sector, sectors),
+            Op::SnapshotCreate => write!(f, "snapshot create"),
+            Op::SnapshotApply { pick } => write!(f, "snapshot apply (pick {pick})"),
+            Op::SnapshotDelete { pick } => write!(f, "snapshot delete (pick {pick})"),
+            Op::Flush => write!(f, "flush"),
+            Op::Crash => write!(f, "crash"),
+        }
+    }
+}
+
 impl Op {
     /// The sectors the operation covers, as (first sector, count).
     pub fn range(&self) -> Option<(u64, u64)> {

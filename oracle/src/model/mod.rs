@@ -15,4 +15,4 @@ mod violation;
 
 pub use state::{Model, Stats};
 pub use types::{DiscardContract, OpId, SectorRange, Status, Value, WriteKind};
-pub use violation::{summarize, Violation, When};
+pub use violation::{summarize, Violation, When, READ_BACK_OPS};

@@ -13,6 +13,26 @@ pub enum When {
     Recovery { epoch: u32 },
 }
 
+/// The first op id of the reads a driver sends at the end of a run to
+/// read the whole disk back: ids from here on are not the workload's
+/// operations, and are named for what they are.
+pub const READ_BACK_OPS: u64 = 1 << 63;
+
+impl std::fmt::Display for When {
+    /// `read op 12`, `the read-back at the end`, `after crash 1`: crashes
+    /// are numbered from 1 here, as the runner's labels (`crash-1`) and a
+    /// QEMU run's epochs (crash K ends `epoch-(K-1)`) number them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            When::Read { op } if op.0 >= READ_BACK_OPS => {
+                write!(f, "the read-back at the end")
+            }
+            When::Read { op } => write!(f, "read {op}"),
+            When::Recovery { epoch } => write!(f, "after crash {}", u64::from(epoch) + 1),
+        }
+    }
+}
+
 /// A guest sector that held something the model did not allow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -30,10 +50,7 @@ pub struct Violation {
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let byte = self.sector * SECTOR_SIZE as u64;
-        match self.when {
-            When::Read { op } => write!(f, "read {op}: ")?,
-            When::Recovery { epoch } => write!(f, "after crash {epoch}: ")?,
-        }
+        write!(f, "{}: ", self.when)?;
         write!(
             f,
             "guest sector {} (byte {byte:#x}) held {}, but the model allowed only ",

@@ -53,7 +53,8 @@ fn torn_sector_keeps_its_header_claim() {
             header_of: Some(Claim::Written {
                 id: WriteId(5),
                 sector: 3
-            })
+            }),
+            looks_like: None,
         })
     );
 }

@@ -152,7 +152,12 @@ fn run_sim(a: &Args) -> anyhow::Result<i32> {
             0
         };
     let workload_count = workloads.len() + if a.extra { Workload::EXTRA.len() } else { 0 };
-    let bar = crate::progress::bar((jobs_per_workload * workload_count) as u64, "jobs", a.quiet);
+    let bar = crate::progress::bar(
+        "bench",
+        (jobs_per_workload * workload_count) as u64,
+        "jobs",
+        a.quiet,
+    );
     let rows = run_all_with(&workloads, size, a.hdd, a.extra, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);

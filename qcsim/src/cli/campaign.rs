@@ -16,7 +16,7 @@ use sim::campaign::{run_campaign, CampaignPlan, SwitchPlan};
 
 use crate::report;
 
-use super::run::{cargo_qcsim, save_case, BrokenArg, ProfileArg};
+use super::run::{save_case, BrokenArg, ProfileArg, CARGO_QCSIM};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -226,7 +226,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         jobs,
         harsh: args.harsh,
         disk_ignores_flush: args.disk_ignores_flush,
-        #[cfg(feature = "broken")]
         broken: args.broken.variant(),
     };
     let broken = args.broken.variant();
@@ -250,8 +249,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let bench = bench_path.as_deref().map(report::read_bench).transpose()?;
     // A timed campaign's length is its time: the bar counts up to it.
     let bar = match time_limit {
-        Some(t) => crate::progress::bar(t.as_secs(), "s", args.quiet),
+        Some(t) => crate::progress::bar("campaign", t.as_secs(), "s", args.quiet),
         None => crate::progress::bar(
+            "campaign",
             (seeds.end - seeds.start).div_ceil(plan.shard.1),
             "cases",
             args.quiet,
@@ -364,11 +364,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             Some(Ok(case)) => save_case(&case, &path)?,
             _ => save_case(&f.case, &path)?,
         }
-        let replay = format!(
-            "{} replay {}",
-            cargo_qcsim(broken.is_some()),
-            path.display()
-        );
+        let replay = format!("{} replay {}", CARGO_QCSIM, path.display());
         println!(
             "FAIL seed {}{}: replay with: {replay}",
             f.case.seed,

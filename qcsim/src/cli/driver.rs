@@ -11,7 +11,14 @@ use anyhow::Context;
 use sim::campaign::CampaignPlan;
 use sim::case::Case;
 
-use crate::qemu::run::{run_case_on, Engine, QemuReport};
+use crate::qemu::run::{run_case_on, DiskTally, Engine, QemuReport};
+
+use super::run::CARGO_QCSIM;
+
+/// Failing cases explained in the terminal, and lines of each, as the
+/// engine's campaign explains its own.
+const FAILURES_EXPLAINED: usize = 3;
+const EXPLAIN_LINES: usize = 60;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum DriverArg {
@@ -75,7 +82,70 @@ pub fn run_qemu(case: &Case, corpus: &Path, engine: Engine) -> anyhow::Result<Qe
     report
 }
 
-/// One case's verdict, as `qcsim run --driver qemu` prints it.
+/// What each simulated disk saw from the driver, a line each (indented by
+/// `indent`): kept apart, since a cause often shows in one disk's figures
+/// only (a data file never flushed).
+fn disk_lines(disks: &[DiskTally], who: &str, indent: &str) -> String {
+    let mut out = String::new();
+    let one = disks.len() <= 1;
+    for (k, d) in disks.iter().enumerate() {
+        let name = if one {
+            "the simulated disk"
+        } else {
+            QemuReport::DISK_NAMES.get(k).copied().unwrap_or("a disk")
+        };
+        out.push_str(&format!(
+            "{indent}{name} saw {} writes ({} FUA) and {} flushes from {who}\n",
+            d.writes, d.fua_writes, d.flushes
+        ));
+    }
+    out
+}
+
+/// The command that runs a kept failing case on its driver again.
+fn replay_command(r: &QemuReport, engine: Engine) -> String {
+    format!(
+        "{CARGO_QCSIM} replay --driver {} {}",
+        engine.name(),
+        r.dir.join("case.json").display()
+    )
+}
+
+/// A failing case's explanation, as the engine's failures are explained
+/// (`report::explain`): each failure in words, a wrong read's sectors
+/// with the hex diff against what the model allowed, the replay command.
+fn explanation(r: &QemuReport, engine: Engine) -> String {
+    let entry = serde_json::json!({
+        "seed": r.seed,
+        "replay": replay_command(r, engine),
+        "failures": serde_json::to_value(&r.failures).unwrap_or_default(),
+    });
+    crate::report::explain::explain(&entry)
+}
+
+/// Where a failing case's evidence was kept, and how to rebuild the
+/// states its disks went through without the driver.
+fn kept_lines(r: &QemuReport) -> String {
+    let samples = crate::qemu::run::SAMPLES;
+    let mut out = format!(
+        "kept in {}: case.json, and per epoch K requests.log, what the driver sent the image's disk; its crash states again without the driver: qcsim disk-replay epoch-K/requests.log --samples {samples} --crash-seed S --crash-dir DIR, where S = {} + K\n",
+        r.dir.display(),
+        r.seed,
+    );
+    if r.data_file {
+        // The data file's disk draws its samples from a crash stream of
+        // its own, as in-process runs do.
+        out.push_str(&format!(
+            "and epoch-K/data-requests.log, the data file's disk: qcsim disk-replay epoch-K/data-requests.log --samples {samples} --crash-seed S --crash-stream {} --crash-dir DIR (its data-crash-N.raw as crash-N.raw)\n",
+            sim::runner::DATA_CRASH_STREAM
+        ));
+    }
+    out
+}
+
+/// One case's verdict, as `qcsim run|replay --driver qemu|imago` prints
+/// it: the counts, each disk's requests, and a failure explained as the
+/// engine's are.
 pub fn print_qemu_report(r: &QemuReport, engine: Engine) {
     let name = engine.name();
     if let Some(why) = &r.skipped {
@@ -94,47 +164,14 @@ pub fn print_qemu_report(r: &QemuReport, engine: Engine) {
         "  checked: {} guest ops, {} read sectors, {} crash states, {} recovered sectors",
         r.guest_ops, r.read_sectors, r.crash_states, r.recovered_sectors
     );
-    println!(
-        "  the simulated {} saw {} writes ({} FUA) and {} flushes from {}",
-        if r.data_file {
-            "disks (image and data file)"
-        } else {
-            "disk"
-        },
-        r.device_writes,
-        r.device_fua_writes,
-        r.device_flushes,
-        engine.who()
-    );
-    for f in &r.failures {
-        // The first lines say what failed; the kept directory has the rest.
-        let lines: Vec<&str> = f.lines().collect();
-        println!(
-            "  {}",
-            lines
-                .iter()
-                .take(12)
-                .copied()
-                .collect::<Vec<_>>()
-                .join("\n    ")
-        );
-        if lines.len() > 12 {
-            println!("    ({} more lines)", lines.len() - 12);
-        }
-    }
+    print!("{}", disk_lines(&r.disks, engine.who(), "  "));
     if !r.passed() {
-        let samples = crate::qemu::run::SAMPLES;
-        println!(
-            "  kept in {}: case.json, and per epoch requests.log (replay its crash states without QEMU: qcsim disk-replay epoch-K/requests.log --samples {samples} --crash-seed SEED+K --crash-dir DIR)",
-            r.dir.display(),
-        );
-        if r.data_file {
-            // The data file's disk draws its samples from a crash stream
-            // of its own, as in-process runs do.
-            println!(
-                "  and the data file's disk, epoch-K/data-requests.log (qcsim disk-replay epoch-K/data-requests.log --samples {samples} --crash-seed SEED+K --crash-stream {} --crash-dir DIR: its data-crash-K.raw as crash-K.raw)",
-                sim::runner::DATA_CRASH_STREAM
-            );
+        // The explanation's first line repeats the seed.
+        for line in explanation(r, engine).lines().skip(1) {
+            println!("  {line}");
+        }
+        for line in kept_lines(r).lines() {
+            println!("  {line}");
         }
     }
 }
@@ -151,10 +188,12 @@ pub fn run_qemu_campaign(
     use std::sync::atomic::{AtomicU64, Ordering};
     let started = std::time::Instant::now();
     let next = AtomicU64::new(plan.seeds.start);
+    let failed_so_far = AtomicU64::new(0);
     let reports = Mutex::new(Vec::new());
     let errors = Mutex::new(Vec::new());
     let (shard, of) = plan.shard;
     let bar = crate::progress::bar(
+        &format!("campaign --driver {}", engine.name()),
         (plan.seeds.end - plan.seeds.start).div_ceil(of.max(1)),
         "cases",
         quiet,
@@ -174,7 +213,13 @@ pub fn run_qemu_campaign(
                 }
                 let case = sim::campaign::case_for(plan, seed);
                 match run_qemu(&case, corpus, engine) {
-                    Ok(r) => reports.lock().unwrap_or_else(|e| e.into_inner()).push(r),
+                    Ok(r) => {
+                        if !r.passed() {
+                            let n = failed_so_far.fetch_add(1, Ordering::SeqCst) + 1;
+                            bar.set_message(format!("{n} failed"));
+                        }
+                        reports.lock().unwrap_or_else(|e| e.into_inner()).push(r)
+                    }
                     Err(e) => errors
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -200,7 +245,7 @@ pub fn run_qemu_campaign(
         plan.jobs,
         started.elapsed().as_secs_f64()
     );
-    let sum = |f: fn(&crate::qemu::run::QemuReport) -> u64| run.iter().map(|r| f(r)).sum::<u64>();
+    let sum = |f: fn(&QemuReport) -> u64| run.iter().map(|r| f(r)).sum::<u64>();
     println!(
         "checked: {} guest ops, {} read sectors, {} crash states, {} recovered sectors",
         sum(|r| r.guest_ops),
@@ -208,12 +253,19 @@ pub fn run_qemu_campaign(
         sum(|r| r.crash_states),
         sum(|r| r.recovered_sectors)
     );
-    println!(
-        "the simulated disks saw {} writes ({} FUA) and {} flushes from {}",
-        sum(|r| r.device_writes),
-        sum(|r| r.device_fua_writes),
-        sum(|r| r.device_flushes),
-        engine.who()
+    let mut disks: Vec<DiskTally> = Vec::new();
+    for r in &run {
+        for (k, d) in r.disks.iter().enumerate() {
+            if disks.len() <= k {
+                disks.resize(k + 1, DiskTally::default());
+            }
+            disks[k].add(d);
+        }
+    }
+    print!(
+        "{}",
+        disk_lines(&disks, engine.who(), "")
+            .replace("the simulated disk saw", "the simulated disks saw")
     );
     let mut skipped: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
     for r in &reports {
@@ -224,14 +276,32 @@ pub fn run_qemu_campaign(
     for (why, n) in skipped {
         println!("skipped: {n} cases with {why} (not run on this driver)");
     }
-    for r in &failed {
-        let first = r.failures.first().map(String::as_str).unwrap_or("");
+    // Each failure as the engine's are printed: the replay command, then
+    // the first few explained (what was read, what the model allowed).
+    for (k, r) in failed.iter().enumerate() {
         println!(
-            "FAIL seed {}: {} (kept in {})",
+            "FAIL seed {}: replay with: {}",
             r.seed,
-            first.lines().next().unwrap_or(""),
-            r.dir.display()
+            replay_command(r, engine)
         );
+        if k < FAILURES_EXPLAINED {
+            let text = explanation(r, engine);
+            let lines: Vec<&str> = text.lines().skip(1).collect();
+            for line in lines.iter().take(EXPLAIN_LINES) {
+                println!("    {line}");
+            }
+            if lines.len() > EXPLAIN_LINES {
+                println!(
+                    "    ({} more lines: run the replay command)",
+                    lines.len() - EXPLAIN_LINES
+                );
+            }
+            for line in kept_lines(r).lines() {
+                println!("    {line}");
+            }
+        } else if k == FAILURES_EXPLAINED {
+            println!("    (later failures: run their replay commands)");
+        }
     }
     for e in &errors {
         println!("ERROR {e}");

@@ -86,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let at = args.at_flush.map_or(CrashAt::Drawn, CrashAt::DeviceFlush);
     // The states' number is known only once the crash point is reached;
     // the cap bounds it.
-    let bar = crate::progress::bar(args.cap, "crash states (at most)", false);
+    let bar = crate::progress::bar("enumerate", args.cap, "crash states (at most)", false);
     let report = enumerate_crash_states_at(
         &case,
         at,

@@ -16,7 +16,7 @@ use sim::runner::{EnumerateOptions, Granularity};
 use super::campaign::{parse_jobs, parse_switches, MAX_JOBS};
 use super::enumerate::GranularityArg;
 use super::run::save_case;
-use super::run::{cargo_qcsim, BrokenArg};
+use super::run::{BrokenArg, CARGO_QCSIM};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -136,7 +136,6 @@ fn options(args: &Args) -> anyhow::Result<ExhaustOptions> {
     o.jobs = args.jobs.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_JOBS))
     });
-    #[cfg(feature = "broken")]
     {
         o.broken = args.broken.variant();
     }
@@ -167,7 +166,7 @@ fn granularity_name(g: Granularity) -> &'static str {
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let o = options(&args)?;
-    let bar = crate::progress::bar(o.workload_count(), "workloads", args.quiet);
+    let bar = crate::progress::bar("exhaust", o.workload_count(), "workloads", args.quiet);
     let report = run_exhaust(&o, &|done, _, failed| {
         bar.set_position(done);
         bar.set_message(format!("{failed} failed"));
@@ -255,7 +254,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     ),
                     format!(
                         "; every state again: {} enumerate --case {}{at} --granularity {granularity} --cap {}",
-                        cargo_qcsim(args.broken.variant().is_some()),
+                        CARGO_QCSIM,
                         path.display(),
                         report.cap
                     ),
@@ -268,7 +267,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
         println!(
             "  replay with: {} replay {}{again}",
-            cargo_qcsim(args.broken.variant().is_some()),
+            CARGO_QCSIM,
             path.display()
         );
         for fail in f.failures.iter().take(2) {

@@ -41,60 +41,32 @@ pub struct Args {
     pub broken: BrokenArg,
 }
 
-/// `--broken VARIANT`, only in builds with the `broken` feature: run with
-/// one of the engine's deliberately broken variants.
+/// `--broken VARIANT`: run with one of the engine's deliberately broken
+/// variants.
 #[derive(clap::Args, Default)]
 pub struct BrokenArg {
     /// Run with this deliberately broken engine variant, one per guard of
-    /// the engine (ARCHITECTURE.md, "Guards"), e.g. reuse-before-durable;
-    /// an unknown name is refused with the list of them all.
-    #[cfg(feature = "broken")]
+    /// the engine (ARCHITECTURE.md, "Guards"), e.g. reuse-before-durable,
+    /// to see the harness catch it; an unknown name is refused with the
+    /// list of them all.
     #[arg(long, value_name = "VARIANT")]
     pub broken: Option<engine::options::Broken>,
 }
 
 impl BrokenArg {
-    /// The variant asked for (never one, without the feature).
-    #[cfg(feature = "broken")]
+    /// The variant asked for.
     pub fn variant(&self) -> Option<engine::options::Broken> {
         self.broken
     }
 
-    /// The variant asked for (never one, without the feature).
-    #[cfg(not(feature = "broken"))]
-    pub fn variant(&self) -> Option<engine::options::Broken> {
-        None
-    }
-
-    /// Put the variant into `case` (nothing, without the feature).
-    pub fn apply(&self, _case: &mut Case) {
-        #[cfg(feature = "broken")]
-        sim::campaign::set_broken(_case, self.broken);
+    /// Put the variant into `case`.
+    pub fn apply(&self, case: &mut Case) {
+        sim::campaign::set_broken(case, self.broken);
     }
 }
 
-/// Whether `case` names a deliberately broken variant (never, in a build
-/// without the feature, where such a case does not load).
-pub fn names_broken(_case: &Case) -> bool {
-    #[cfg(feature = "broken")]
-    {
-        _case.engine.broken.is_some()
-    }
-    #[cfg(not(feature = "broken"))]
-    {
-        false
-    }
-}
-
-/// The command a printed hint runs qcsim with: a case that names a broken
-/// variant loads only in a build with the `broken` feature.
-pub fn cargo_qcsim(broken: bool) -> &'static str {
-    if broken {
-        "cargo run --release --features broken --bin qcsim --"
-    } else {
-        "cargo run --release --bin qcsim --"
-    }
-}
+/// The command a printed hint runs qcsim with.
+pub const CARGO_QCSIM: &str = "cargo run --release --bin qcsim --";
 
 /// Profiles as the command line spells them.
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -301,7 +273,16 @@ pub fn print_report(report: &RunReport, json: bool) {
             report.schedule, s.held_requests
         );
         for f in &report.failures {
-            let _ = writeln!(out, "  {f}");
+            // The failure's first line names it; the lines after it (the
+            // wrong sectors, a check's findings) stand under it.
+            let text = f.to_string();
+            let mut lines = text.lines();
+            if let Some(first) = lines.next() {
+                let _ = writeln!(out, "  {first}");
+            }
+            for line in lines {
+                let _ = writeln!(out, "    {line}");
+            }
             // The wrong sectors' hex diff, a failed check's dump diff.
             if let Ok(v) = serde_json::to_value(f) {
                 for line in crate::report::explain::evidence(&v).lines() {

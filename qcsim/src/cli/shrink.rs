@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use sim::shrink::{shrink_failing, CaseSize, ShrinkOptions, DEFAULT_MAX_RUNS, DEFAULT_RESEEDS};
 
-use super::run::{cargo_qcsim, load_case, names_broken, save_case};
+use super::run::{load_case, save_case, CARGO_QCSIM};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -47,7 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     );
     let quiet = args.quiet;
     // The run budget bounds the runs; a shrink usually ends before it.
-    let bar = crate::progress::bar(args.max_runs, "runs (budget)", quiet);
+    let bar = crate::progress::bar("shrink", args.max_runs, "runs (budget)", quiet);
     let shrunk = shrink_failing(
         &case,
         &ShrinkOptions {
@@ -77,10 +77,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         },
         out.display()
     );
-    println!(
-        "replay with: {} replay {}",
-        cargo_qcsim(names_broken(&shrunk.case)),
-        out.display()
-    );
+    println!("replay with: {} replay {}", CARGO_QCSIM, out.display());
     Ok(0)
 }

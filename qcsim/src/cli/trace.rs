@@ -318,7 +318,7 @@ fn run_trace(args: RunArgs) -> anyhow::Result<i32> {
     }
     say(&shape);
 
-    let bar = crate::progress::bar(s.groups, "groups", false);
+    let bar = crate::progress::bar("trace run", s.groups, "groups", false);
     let started = Instant::now();
     let report = run_case_with_progress(
         &tc.case,

@@ -26,6 +26,7 @@ use oracle::model::{summarize, DiscardContract, Model, OpId, SectorRange, Status
 use serde::Serialize;
 use sim::case::{BackingSpec, Case, Op};
 use sim::disk::DiskOptions;
+use sim::runner::{wrong_sector, Failure};
 
 use super::disk::{DiskEnd, DiskPlan, DiskThread, EndPlan};
 
@@ -39,26 +40,106 @@ const READ_PIECE: u64 = 4 << 20;
 #[derive(Debug, Default, Serialize)]
 pub struct QemuReport {
     pub seed: u64,
+    /// The driver, in a sentence (`QEMU`, `imago`).
+    pub who: &'static str,
     /// Why the case was not run (a feature this driver does not cover).
     pub skipped: Option<String>,
-    pub failures: Vec<String>,
+    /// What failed, as the engine's runs report it, so that one
+    /// explanation (`report::explain`) serves every driver.
+    pub failures: Vec<Failure>,
     pub guest_ops: u64,
     pub read_sectors: u64,
     pub crash_states: u64,
     pub recovered_sectors: u64,
     /// The case has an external data file, on a simulated disk of its own.
     pub data_file: bool,
-    /// Device requests the simulated disks saw.
-    pub device_writes: u64,
-    pub device_flushes: u64,
-    pub device_fua_writes: u64,
+    /// Device requests each simulated disk saw, over every epoch: the
+    /// image's, then the data file's. Kept apart, because a cause often
+    /// shows in one disk's figures only (a data file never flushed).
+    pub disks: Vec<DiskTally>,
     /// The directory with each epoch's request log and crash states.
     pub dir: PathBuf,
+}
+
+/// The requests one simulated disk saw from the driver.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DiskTally {
+    /// Writes, write_zeroes and discards.
+    pub writes: u64,
+    /// Of those, writes with FUA.
+    pub fua_writes: u64,
+    pub flushes: u64,
+}
+
+impl DiskTally {
+    pub fn add(&mut self, o: &DiskTally) {
+        self.writes += o.writes;
+        self.fua_writes += o.fua_writes;
+        self.flushes += o.flushes;
+    }
 }
 
 impl QemuReport {
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
+    }
+
+    /// The disks' names, in the order of [`QemuReport::disks`].
+    pub const DISK_NAMES: [&'static str; 2] = ["the image's disk", "the data file's disk"];
+
+    /// A failure of the driver itself (`Failure::Driver`).
+    fn driver_failed(&mut self, what: String) {
+        self.failures.push(Failure::Driver {
+            driver: self.who.to_owned(),
+            what,
+        });
+    }
+
+    /// The model found wrong sectors: `summary` in words, the first
+    /// sectors as data.
+    fn model_failed(&mut self, summary: String, vs: &[oracle::model::Violation]) {
+        let f = model_failure(summary, vs, self.who);
+        self.failures.push(f);
+    }
+
+    /// A check of `label` failed: `summary` says what it found.
+    fn check_failed(&mut self, label: &str, summary: String) {
+        self.failures.push(Failure::Check {
+            label: label.to_owned(),
+            summary,
+            dump_diff: None,
+        });
+    }
+}
+
+/// The wrong sectors described as data, for the report's hex diffs: the
+/// first [`SECTORS_DESCRIBED`] of them. Where the sector maps in the
+/// driver's image is not looked up (the driver's own mapping; `qcsim
+/// disk-replay` rebuilds what it sent each disk).
+fn model_failure(summary: String, vs: &[oracle::model::Violation], who: &str) -> Failure {
+    let sectors = vs
+        .iter()
+        .take(SECTORS_DESCRIBED)
+        .map(|v| {
+            let mut w = wrong_sector(v, None, Vec::new());
+            w.driver = Some(who.to_owned());
+            w
+        })
+        .collect();
+    Failure::Model {
+        text: summary,
+        sectors,
+    }
+}
+
+/// Wrong sectors kept as data per model failure, as the engine's runs keep.
+const SECTORS_DESCRIBED: usize = 8;
+
+/// A process's exit in words: `exit status 2`, `killed by signal 9`.
+pub fn exit_text(status: Option<i32>) -> String {
+    match status {
+        Some(code) => format!("exit status {code}"),
+        None => "killed by a signal".into(),
     }
 }
 
@@ -565,12 +646,12 @@ fn pairs(
     report: &mut QemuReport,
 ) -> anyhow::Result<Built> {
     let image = image?;
-    add_counters(report, &image.counters);
+    add_counters(report, 0, &image.counters);
     let data = match data {
         None => None,
         Some(d) => {
             let d = d.context("the data file's disk")?;
-            add_counters(report, &d.counters);
+            add_counters(report, 1, &d.counters);
             Some(d.files)
         }
     };
@@ -597,6 +678,7 @@ fn pairs(
 pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<QemuReport> {
     let mut report = QemuReport {
         seed: case.seed,
+        who: engine.who(),
         data_file: case.image.data_file.is_some(),
         dir: dir.to_owned(),
         ..QemuReport::default()
@@ -699,7 +781,9 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
                 if e == 0 && engine == Engine::Imago {
                     report.skipped = Some(format!("an image imago cannot open ({err:#})"));
                 } else {
-                    report.failures.push(format!("opening the image: {err:#}"));
+                    report.driver_failed(format!(
+                        "opening the image after crash {e} (epoch-{e}): {err:#}"
+                    ));
                 }
                 return Ok(report);
             }
@@ -707,13 +791,13 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
         let mut failed_op = None;
         for (n, op) in &ops {
             if let Err(e) = run_op(guest.as_mut(), &mut model, *n, *op, &mut report) {
-                failed_op = Some(format!("operation {n} {op:?}: {e:#}"));
+                failed_op = Some(format!("operation {n} ({op}) failed: {e:#}"));
                 break;
             }
             report.guest_ops += 1;
         }
         if let Some(f) = failed_op {
-            report.failures.push(f);
+            report.driver_failed(f);
             guest.crash();
             let _ = disks.clean(&edir, "content", &mut report);
             return Ok(report);
@@ -726,11 +810,12 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
             // The model judges the state the run goes on from; the others
             // are judged by the checkers alone.
             for (s, d) in std::iter::once(&all_durable).chain(states.as_slice()) {
-                judge_state(s, d.as_deref(), &edir, &mut report, None)?;
+                judge_state(e + 1, s, d.as_deref(), &edir, &mut report, None)?;
             }
             let (go_on, go_on_data) = go_on.unwrap_or(all_durable);
             model.crash();
             judge_state(
+                e + 1,
                 &go_on,
                 go_on_data.as_deref(),
                 &edir,
@@ -746,12 +831,10 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
             // The end: everything read back through QEMU, then a clean
             // close, which must leave the image clean.
             if let Err(e) = read_back(guest.as_mut(), &mut model, case, &mut report) {
-                report
-                    .failures
-                    .push(format!("reading back at the end: {e:#}"));
+                report.driver_failed(format!("reading the disk back at the end: {e:#}"));
             }
             if let Err(e) = guest.close() {
-                report.failures.push(format!("the clean close: {e:#}"));
+                report.driver_failed(format!("the clean close: {e:#}"));
             }
             let mut built = disks.clean(&edir, "final", &mut report)?;
             let (out, data_out) = built.pop().expect("the final content");
@@ -762,10 +845,16 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
     Ok(report)
 }
 
-fn add_counters(report: &mut QemuReport, c: &sim::disk::DiskCounters) {
-    report.device_writes += c.writes + c.write_zeroes + c.discards;
-    report.device_flushes += c.flushes;
-    report.device_fua_writes += c.fua_writes;
+/// Add what disk `which` (0 the image's, 1 the data file's) saw.
+fn add_counters(report: &mut QemuReport, which: usize, c: &sim::disk::DiskCounters) {
+    if report.disks.len() <= which {
+        report.disks.resize(which + 1, DiskTally::default());
+    }
+    report.disks[which].add(&DiskTally {
+        writes: c.writes + c.write_zeroes + c.discards,
+        fua_writes: c.fua_writes,
+        flushes: c.flushes,
+    });
 }
 
 fn status<T, E>(r: &Result<T, E>) -> Status {
@@ -845,10 +934,7 @@ fn run_op(
                 Ok(()) => {
                     report.read_sectors += sectors;
                     if let Err(vs) = model.read_completed(id, &buf) {
-                        report.failures.push(format!(
-                            "model violation in operation {n}:\n{}",
-                            summarize(&vs, 8).join("\n")
-                        ));
+                        report.model_failed(summarize(&vs, 8).join("\n"), &vs);
                     }
                 }
                 Err(e) => {
@@ -874,8 +960,8 @@ fn read_back(
 ) -> anyhow::Result<()> {
     let ss = SECTOR_SIZE as u64;
     let sectors = case.sectors();
-    // Op ids past every operation of the case.
-    let mut op = case.numbered_ops().count() as u64 + 1;
+    // Op ids no operation of the case has, named as the read-back.
+    let mut op = oracle::model::READ_BACK_OPS;
     let mut at = 0;
     while at < sectors {
         let n = (sectors - at).min(READ_PIECE / ss);
@@ -884,10 +970,7 @@ fn read_back(
         client.read(at * ss, &mut buf)?;
         report.read_sectors += n;
         if let Err(vs) = model.read_completed(OpId(op), &buf) {
-            report.failures.push(format!(
-                "model violation reading back at the end:\n{}",
-                summarize(&vs, 8).join("\n")
-            ));
+            report.model_failed(summarize(&vs, 8).join("\n"), &vs);
         }
         at += n;
         op += 1;
@@ -921,10 +1004,14 @@ fn check_image(
     let code = out.status.code();
     let qemu_ok = code == Some(0) || (leaks_allowed && code == Some(3));
     if !qemu_ok {
-        report.failures.push(format!(
-            "qemu-img check of {label} (exit {code:?}):\n{}",
-            output_text(&out)
-        ));
+        report.check_failed(
+            label,
+            format!(
+                "qemu-img check ({}):\n{}",
+                exit_text(code),
+                output_text(&out).trim_end()
+            ),
+        );
     }
     let bytes = std::fs::read(image)?;
     let ours = oracle::check::check(&bytes);
@@ -933,13 +1020,20 @@ fn check_image(
         && ours.failure.is_none()
         && (leaks_allowed || ours.leaks == 0);
     if !ours_ok {
-        report.failures.push(format!(
-            "qcsim's checker on {label}: {} corruptions, {} leaks, {} check errors{}",
-            ours.corruptions,
-            ours.leaks,
-            ours.check_errors,
-            ours.failure.map(|f| format!(": {f}")).unwrap_or_default()
-        ));
+        report.check_failed(
+            label,
+            format!(
+                "qcsim's checker: {} corruptions, {} leaks, {} check errors{}\n{}",
+                ours.corruptions,
+                ours.leaks,
+                ours.check_errors,
+                ours.failure
+                    .as_ref()
+                    .map(|f| format!(": {f}"))
+                    .unwrap_or_default(),
+                ours.human().trim_end()
+            ),
+        );
     }
     Ok(qemu_ok && ours_ok)
 }
@@ -959,6 +1053,7 @@ fn file_label(path: &Path) -> String {
 /// left it dirty (as opening it would), then checked; with `model`, its
 /// guest view as QEMU reads it must be what the model allows.
 fn judge_state(
+    crash: usize,
     state: &Path,
     data: Option<&Path>,
     dir: &Path,
@@ -967,9 +1062,15 @@ fn judge_state(
 ) -> anyhow::Result<()> {
     report.crash_states += 1;
     let image_label = file_label(state);
+    // Named as everywhere else: crash K (numbered from 1) ends epoch
+    // K-1, whose directory holds the states.
     let label = match data {
-        None => image_label.clone(),
-        Some(d) => format!("{image_label} with {}", file_label(d)),
+        None => format!("crash {crash} ({}/{image_label})", file_label(dir)),
+        Some(d) => format!(
+            "crash {crash} ({}/{image_label} with {})",
+            file_label(dir),
+            file_label(d)
+        ),
     };
     // A dirty state is repaired in a copy: the state as built stays, for
     // `qcsim disk-replay` to be compared with. The data file's state is
@@ -1000,11 +1101,14 @@ fn judge_state(
         args.extend(image_args(state, data)?);
         let out = run_tool("qemu-img", &strs(&args), dir)?;
         if !matches!(out.status.code(), Some(0) | Some(3)) {
-            report.failures.push(format!(
-                "QEMU's repair of {label} (exit {:?}): {}",
-                out.status.code(),
-                output_text(&out)
-            ));
+            report.check_failed(
+                &label,
+                format!(
+                    "QEMU's repair (qemu-img check -r all, {}):\n{}",
+                    exit_text(out.status.code()),
+                    output_text(&out).trim_end()
+                ),
+            );
             return Ok(());
         }
     }
@@ -1021,9 +1125,10 @@ fn judge_state(
     args.extend(["-O".into(), "raw".into(), utf8(&guest)?.to_owned()]);
     let out = run_tool("qemu-img", &strs(&args), dir)?;
     if !out.status.success() {
-        report.failures.push(format!(
-            "qemu-img convert of {label}: {}",
-            output_text(&out)
+        report.driver_failed(format!(
+            "qemu-img convert of {label} ({}): {}",
+            exit_text(out.status.code()),
+            output_text(&out).trim_end()
         ));
         return Ok(());
     }
@@ -1032,10 +1137,13 @@ fn judge_state(
     remove_copies();
     report.recovered_sectors += (bytes.len() / SECTOR_SIZE) as u64;
     if let Err(vs) = model.after_crash_check(&bytes) {
-        report.failures.push(format!(
-            "model violation after the crash ({label}):\n{}",
-            summarize(&vs, 8).join("\n")
-        ));
+        report.model_failed(
+            format!(
+                "the guest view of {label}, as qemu-img convert reads it:\n{}",
+                summarize(&vs, 8).join("\n")
+            ),
+            &vs,
+        );
     }
     Ok(())
 }
@@ -1047,15 +1155,13 @@ fn judge_final(
     leaks_allowed: bool,
     report: &mut QemuReport,
 ) -> anyhow::Result<()> {
-    if dirty(image)? {
-        report
-            .failures
-            .push("the image is left dirty after a clean close".into());
-    }
     let label = match data {
-        None => "the final image".to_owned(),
-        Some(d) => format!("the final image with {}", file_label(d)),
+        None => "final (final.raw)".to_owned(),
+        Some(d) => format!("final (final.raw with {})", file_label(d)),
     };
+    if dirty(image)? {
+        report.check_failed(&label, "the image is left dirty after a clean close".into());
+    }
     check_image(image, data, &label, dir, leaks_allowed, report)?;
     Ok(())
 }

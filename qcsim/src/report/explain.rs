@@ -58,6 +58,7 @@ fn explain_failure(f: &Value) -> String {
         "engine" => out.push_str(&format!("engine: {}\n", s("what"))),
         "hang" => out.push_str(&format!("group {}: {}\n", f["group"], s("message"))),
         "panic" => out.push_str(&format!("panic: {}\n", s("message"))),
+        "driver" => out.push_str(&format!("{}: {}\n", s("driver"), s("what"))),
         other => out.push_str(&format!("{other}: {f}\n")),
     }
     out
@@ -109,6 +110,11 @@ fn explain_sector(v: &Value) -> String {
         out.push_str(&format!("    write ids involved: {}\n", ids.join(", ")));
     }
     match v["host_offset"].as_u64() {
+        None if v["driver"].is_string() => out.push_str(&format!(
+            "    read through {}, whose mapping is its own and not looked up \
+             (the replay's disk-replay command rebuilds what it sent each disk)\n",
+            v["driver"].as_str().unwrap_or("?")
+        )),
         Some(h) => {
             out.push_str(&format!(
                 "    maps to host offset {h:#x}; the device writes that last touched it:\n"

@@ -3,7 +3,9 @@
 //! as a number, profiles as the CLI spells them, one directory per range
 //! and shard), shards merging into the totals and trace hash of one
 //! campaign, merge refusing bad input without touching its output, and
-//! report.html rendering in headless Chromium with no console error.
+//! report.html rendering in headless Chromium with no console error,
+//! opening with the failures (or that all passed) and a table of contents
+//! whose links all land.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -15,10 +17,16 @@ use crate::support::{exec, text, QCSIM};
 
 /// Run a campaign in `dir`; it must pass. Returns its standard output.
 fn campaign(dir: &Path, args: &[&str]) -> String {
+    campaign_exiting(dir, args, 0)
+}
+
+/// Run a campaign in `dir`; it must exit with `code` (1: cases failed).
+/// Returns its standard output.
+fn campaign_exiting(dir: &Path, args: &[&str], code: i32) -> String {
     let mut all = vec!["campaign", "--jobs", "2", "--quiet", "--corpus", "c"];
     all.extend_from_slice(args);
     let out = exec(QCSIM, &all, dir);
-    assert_eq!(out.status.code(), Some(0), "{all:?}: {}", text(&out));
+    assert_eq!(out.status.code(), Some(code), "{all:?}: {}", text(&out));
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -127,7 +135,11 @@ fn a_campaign_writes_summary_markdown_and_html() {
         assert!(md.contains(section), "no {section} in report.md");
     }
     let html = std::fs::read_to_string(rep.join("report.html")).unwrap();
-    assert!(html.contains("<table id=\"summary\">"), "no summary table");
+    assert!(
+        html.contains("<h2 id=\"summary\">Summary</h2>")
+            && html.contains("<table id=\"summary-table\">"),
+        "no summary table"
+    );
     assert!(html.matches("<svg").count() >= 4, "too few charts");
     // Self-contained: nothing to run or fetch.
     for external in ["<script", " src=", "<link"] {
@@ -344,6 +356,49 @@ fn console_errors(log: &str) -> Vec<&str> {
     log.lines().filter(|l| l.contains(":CONSOLE")).collect()
 }
 
+/// The values of every `attr="..."` in a page (Chromium's DOM dump
+/// quotes every attribute with `"`).
+fn attr_values<'a>(page: &'a str, attr: &str) -> Vec<&'a str> {
+    let open = format!(" {attr}=\"");
+    page.match_indices(&open)
+        .map(|(i, _)| {
+            let v = &page[i + open.len()..];
+            &v[..v.find('"').unwrap_or(v.len())]
+        })
+        .collect()
+}
+
+/// Where `needle` is in the rendered `dom`; it must be there.
+fn position(dom: &str, needle: &str) -> usize {
+    dom.find(needle)
+        .unwrap_or_else(|| panic!("{needle:?} is not in the DOM:\n{dom:.4000}"))
+}
+
+/// The page has a `<nav>` whose links all land on an id in the DOM, and
+/// no link in the page points anywhere else (nothing is fetched).
+/// Returns the nav's link targets.
+fn assert_contents_links_land(dom: &str) -> Vec<String> {
+    let start = position(dom, "<nav");
+    let end = start + position(&dom[start..], "</nav>");
+    let ids = attr_values(dom, "id");
+    let targets: Vec<String> = attr_values(&dom[start..end], "href")
+        .iter()
+        .map(|h| {
+            h.strip_prefix('#')
+                .unwrap_or_else(|| panic!("a contents link out of the page: {h}"))
+                .to_string()
+        })
+        .collect();
+    assert!(targets.len() >= 5, "too few contents links: {targets:?}");
+    for href in attr_values(dom, "href") {
+        let id = href
+            .strip_prefix('#')
+            .unwrap_or_else(|| panic!("link out: {href}"));
+        assert!(ids.contains(&id), "#{id} has no target; ids: {ids:?}");
+    }
+    targets
+}
+
 #[test]
 fn report_html_renders_in_headless_chromium_without_console_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -351,7 +406,7 @@ fn report_html_renders_in_headless_chromium_without_console_errors() {
     campaign(d, &["--seeds", "0..12", "--report", "rep"]);
     let (dom, log) = chromium_dump(&d.join("rep/report.html"), &d.join("profile"));
     assert!(
-        dom.contains("<table id=\"summary\">"),
+        dom.contains("<table id=\"summary-table\">"),
         "the summary table is not in the DOM:\n{dom:.2000}\n{log}"
     );
     assert!(dom.contains("<td>trace hash</td>"), "{dom:.2000}");
@@ -362,6 +417,19 @@ fn report_html_renders_in_headless_chromium_without_console_errors() {
     assert!(dom.contains("<rect"), "no bars rendered");
     let errors = console_errors(&log);
     assert!(errors.is_empty(), "console errors: {errors:#?}");
+    // All passed, said first: the banner above the contents and the
+    // summary table, and no failure rows.
+    let banner = position(&dom, "All 12 cases passed.");
+    assert!(banner > position(&dom, "<h1") && banner < position(&dom, "<nav"));
+    assert!(banner < position(&dom, "<h2 id=\"summary\">"));
+    assert!(
+        !dom.contains("href=\"#seed-"),
+        "failure links on a passing page"
+    );
+    let targets = assert_contents_links_land(&dom);
+    for id in ["failures", "summary", "charts", "totals", "timing"] {
+        assert!(targets.iter().any(|t| t == id), "no #{id} in {targets:?}");
+    }
 
     // The check sees console errors: a page that logs one is caught.
     std::fs::write(
@@ -374,6 +442,65 @@ fn report_html_renders_in_headless_chromium_without_console_errors() {
     assert!(
         !console_errors(&log).is_empty(),
         "the planted console error was not seen:\n{log}"
+    );
+}
+
+/// A failing campaign's page lists every failing case before the summary
+/// table, each row's link landing on that case's explanation below.
+#[test]
+fn report_html_of_a_failing_campaign_opens_with_its_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    campaign_exiting(
+        d,
+        &[
+            "--seeds",
+            "0..12",
+            "--disk-ignores-flush",
+            "--report",
+            "rep",
+        ],
+        1,
+    );
+    let seeds: Vec<u64> = summary(&d.join("rep"))["result"]["failing_seeds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_u64().unwrap())
+        .collect();
+    assert!(!seeds.is_empty(), "the broken disk failed no case");
+    let (dom, log) = chromium_dump(&d.join("rep/report.html"), &d.join("profile"));
+    let errors = console_errors(&log);
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    let list = position(&dom, "<table class=\"list\" id=\"failures-table\">");
+    let summary_table = position(&dom, "<h2 id=\"summary\">");
+    assert!(list < position(&dom, "<nav") && list < summary_table);
+    assert!(position(&dom, &format!("{} of 12 cases failed.", seeds.len())) < list);
+    assert!(
+        !dom.contains("cases passed"),
+        "a pass banner on a failing page"
+    );
+    for seed in &seeds {
+        let link = position(&dom, &format!("<a href=\"#seed-{seed}\">seed {seed}</a>"));
+        assert!(
+            list < link && link < summary_table,
+            "seed {seed}'s row is not first"
+        );
+        let target = position(&dom, &format!("<h3 id=\"seed-{seed}\">"));
+        assert!(
+            target > summary_table,
+            "seed {seed}'s explanation is not below"
+        );
+    }
+    assert_eq!(
+        dom.matches("back to the failures").count(),
+        seeds.len(),
+        "a back link per explanation"
+    );
+    let targets = assert_contents_links_land(&dom);
+    assert!(
+        targets.iter().any(|t| t == "failures-explained"),
+        "{targets:?}"
     );
 }
 

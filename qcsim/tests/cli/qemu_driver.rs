@@ -211,7 +211,7 @@ fn cases_with_a_data_file_run_on_qemus_driver() {
         assert!(out.contains(&format!("seed {seed} (qemu): PASS")), "{out}");
         assert!(number_before(&out, "crash states") > 0, "{out}");
         assert!(number_before(&out, "recovered sectors") > 0, "{out}");
-        assert!(out.contains("disks (image and data file)"), "{out}");
+        assert!(out.contains("the data file's disk saw"), "{out}");
     }
 }
 
@@ -228,7 +228,7 @@ fn a_data_file_case_fails_on_disks_that_ignore_flush_and_its_states_replay() {
     let out = run_data_file_seed(18, true, &["--disk-ignores-flush"], d);
     assert!(out.contains("seed 18 (qemu): FAIL"), "{out}");
     assert!(
-        out.contains("model violation after the crash (crash-1.raw with data-crash-1.raw)"),
+        out.contains("the guest view of crash 1 (epoch-0/crash-1.raw with data-crash-1.raw)"),
         "{out}"
     );
     assert!(

@@ -48,7 +48,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-#[cfg(feature = "broken")]
 use engine::options::Broken;
 use engine::{EngineOptions, Switches};
 
@@ -131,7 +130,6 @@ pub struct ExhaustOptions {
     pub jobs: usize,
     /// A deliberately broken engine variant to run instead of the correct
     /// engine (tests that prove exhaust catches each).
-    #[cfg(feature = "broken")]
     pub broken: Option<Broken>,
 }
 
@@ -145,7 +143,6 @@ impl Default for ExhaustOptions {
                 cap: DEFAULT_CAP,
             },
             jobs: 1,
-            #[cfg(feature = "broken")]
             broken: None,
         }
     }
@@ -157,7 +154,6 @@ impl ExhaustOptions {
         EngineOptions {
             switches,
             grow_ahead: GROW_AHEAD,
-            #[cfg(feature = "broken")]
             broken: self.broken,
             ..EngineOptions::default()
         }

@@ -128,6 +128,10 @@ struct Run<'a> {
     /// The image's disk as it was when the power went, until the crash
     /// state is judged: a failed check shows the metadata dump's diff.
     before_crash: Option<SimDisk>,
+    /// The data file's disk as it was when the power went, until the
+    /// crash's wrong reads are described: its log holds the writes made
+    /// before the crash, which the new disk's log does not.
+    data_before_crash: Option<SimDisk>,
     /// The image as the last crash's check judged it (`None` before any
     /// crash): the clusters it leaked, counting those past its end that a
     /// refcount still claims, are the only leaks a crash-free epoch may
@@ -488,6 +492,7 @@ impl<'a> Run<'a> {
             crashes: 0,
             gone: GoneDisks::default(),
             before_crash: None,
+            data_before_crash: None,
             last_crash_image: None,
             epoch_start: DiskCounters::default(),
             group_flushes: Vec::new(),
@@ -848,7 +853,8 @@ impl<'a> Run<'a> {
                         Ok(()) => {
                             let v = shared.model.borrow_mut().read_completed(id, &buf);
                             if let Err(vs) = v {
-                                let (text, sectors) = describe_violations(&img, &disk, &vs).await;
+                                let (text, sectors) =
+                                    describe_violations(&img, &disk, None, &vs).await;
                                 shared
                                     .failures
                                     .borrow_mut()
@@ -1041,7 +1047,7 @@ impl<'a> Run<'a> {
             if let Err(vs) = checked {
                 let (text, sectors) = self.block(
                     "describing the violations of a snapshot's read",
-                    describe_owned(img.clone(), self.data_disk(), vs),
+                    describe_owned(img.clone(), self.data_disk(), None, vs),
                 )?;
                 self.fail(Failure::Model { text, sectors });
             }
@@ -1207,7 +1213,8 @@ impl<'a> Run<'a> {
         let next = self.disk.reopen(image.content);
         self.before_crash = Some(std::mem::replace(&mut self.disk, next));
         if let (Some(d), Some(i)) = (&self.data, data_image) {
-            self.data = Some(d.reopen(i.content));
+            let next = d.reopen(i.content);
+            self.data_before_crash = self.data.replace(next);
         }
         self.recover(&format!("crash-{}", self.crashes))
     }
@@ -1268,8 +1275,16 @@ impl<'a> Run<'a> {
         let judged = if dirty { self.disk.volatile() } else { raw };
         // A crash may leak clusters (allocated, never linked).
         let leaks = self.judge(label, &judged, None);
-        // Judged: a later check (the final one) is not of this crash.
-        self.before_crash = None;
+        // Judged: a later check (the final one) is not of this crash. The
+        // disk as the power went stays for describing wrong reads: its log
+        // has the writes before the crash.
+        let image_before = self.before_crash.take();
+        let data_before = self.data_before_crash.take();
+        let disk_before = if self.data.is_some() {
+            data_before
+        } else {
+            image_before
+        };
         self.shared.stats.borrow_mut().leaked_clusters += leaks;
         self.last_crash_image = Some(judged);
         self.shared.stats.borrow_mut().crash_states_checked += 1;
@@ -1296,7 +1311,7 @@ impl<'a> Run<'a> {
         if !violations.is_empty() {
             let (text, sectors) = self.block(
                 &format!("describing the violations after {label}"),
-                describe_owned(img.clone(), self.data_disk(), violations),
+                describe_owned(img.clone(), self.data_disk(), disk_before, violations),
             )?;
             self.fail(Failure::Model { text, sectors });
         }
@@ -1415,9 +1430,9 @@ impl<'a> Run<'a> {
     fn finish(&mut self, img: Rc<Img>) {
         self.set_faults_enabled(false);
         let reads = sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
-        let mut op = u64::MAX / 2;
-        for (first, n) in reads {
-            op += 1;
+        // Op ids the workload never uses, which violations name as the
+        // read-back (`oracle::model::READ_BACK_OPS`).
+        for (op, (first, n)) in (oracle::model::READ_BACK_OPS..).zip(reads) {
             self.shared
                 .model
                 .borrow_mut()
@@ -1432,7 +1447,7 @@ impl<'a> Run<'a> {
                     {
                         match self.block(
                             "describing the violations of the final read",
-                            describe_owned(img.clone(), self.data_disk(), vs),
+                            describe_owned(img.clone(), self.data_disk(), None, vs),
                         ) {
                             Ok((text, sectors)) => self.fail(Failure::Model { text, sectors }),
                             Err(f) => return self.fail(f),
@@ -1525,7 +1540,7 @@ fn account(
                 )
             };
             shared.failures.borrow_mut().push(Failure::Engine {
-                what: format!("op {n} ({op:?}) failed with {why}: {e}"),
+                what: format!("op {n} ({op}) failed with {why}: {e}"),
             });
         }
     }
@@ -1681,6 +1696,7 @@ fn status<T, E>(r: &Result<T, E>) -> Status {
 async fn describe_violations(
     img: &Img,
     disk: &SimDisk,
+    before: Option<&SimDisk>,
     vs: &[Violation],
 ) -> (String, Vec<WrongSector>) {
     let mut text = String::new();
@@ -1698,9 +1714,19 @@ async fn describe_violations(
                     text.push_str(&format!("    {w}\n"));
                     last_device_writes.push(w.to_string());
                 }
+                // Each crash reopens the image on a new disk with a new
+                // log: after a crash, the writes that made the sector
+                // what it is are on the disk as the power went.
                 if last_device_writes.is_empty() {
-                    // Each crash reopens the image on a new disk with a
-                    // new log: the writes were before the last crash.
+                    if let Some(b) = before {
+                        for w in b.writes_touching(host, SECTOR_SIZE as u64, 4) {
+                            let w = format!("before the crash: {w}");
+                            text.push_str(&format!("    {w}\n"));
+                            last_device_writes.push(w);
+                        }
+                    }
+                }
+                if last_device_writes.is_empty() {
                     text.push_str(&format!("    {NO_WRITES_LOGGED}\n"));
                 }
                 host_offset = Some(host);
@@ -1719,19 +1745,21 @@ async fn describe_violations(
     (text, sectors)
 }
 
-/// What a wrong sector's description says when the disk's log holds no
+/// What a wrong sector's description says when neither the disk's log
+/// nor, after a crash, the log of the disk as the power went holds a
 /// write to it.
-pub const NO_WRITES_LOGGED: &str =
-    "none on this disk's log, which starts anew when the image is reopened after a crash";
+pub const NO_WRITES_LOGGED: &str = "none since the epoch began (each crash starts the disk's log \
+     anew): the sector was last written in an earlier epoch, or never";
 
-/// One violation as data, each allowed value with the bytes it stands for.
-fn wrong_sector(
+/// One violation as data, each allowed value with the bytes it stands for
+/// (also what a `--driver qemu` run reports of a wrong sector).
+pub fn wrong_sector(
     v: &Violation,
     host_offset: Option<u64>,
     last_device_writes: Vec<String>,
 ) -> WrongSector {
     use oracle::data::Content;
-    use oracle::model::{Value, When};
+    use oracle::model::Value;
     let mut write_ids = Vec::new();
     let allowed = v
         .allowed
@@ -1765,25 +1793,24 @@ fn wrong_sector(
     write_ids.dedup();
     WrongSector {
         sector: v.sector,
-        when: match v.when {
-            When::Read { op } => format!("read {op}"),
-            When::Recovery { epoch } => format!("after crash {epoch}"),
-        },
+        when: v.when.to_string(),
         observed: v.observed.to_string(),
         got: to_hex(&v.got),
         allowed,
         write_ids,
         host_offset,
         last_device_writes,
+        driver: None,
     }
 }
 
 async fn describe_owned(
     img: Rc<Img>,
     disk: SimDisk,
+    before: Option<SimDisk>,
     vs: Vec<Violation>,
 ) -> (String, Vec<WrongSector>) {
-    describe_violations(&img, &disk, &vs).await
+    describe_violations(&img, &disk, before.as_ref(), &vs).await
 }
 
 /// Write `LABEL.qcow2` and its verdict (and the data file as it was then,

@@ -36,6 +36,10 @@ pub enum Failure {
     Hang { group: usize, message: String },
     /// The engine panicked (caught by the campaign).
     Panic { message: String },
+    /// A driver other than the engine (`--driver qemu|imago`) failed
+    /// where nothing excuses it: a request returned an error, the image
+    /// did not open, its process exited. `driver` names it (`QEMU`).
+    Driver { driver: String, what: String },
 }
 
 impl std::fmt::Display for Failure {
@@ -48,6 +52,7 @@ impl std::fmt::Display for Failure {
             Failure::Engine { what } => write!(f, "engine: {what}"),
             Failure::Hang { group, message } => write!(f, "group {group}: {message}"),
             Failure::Panic { message } => write!(f, "panic: {message}"),
+            Failure::Driver { driver, what } => write!(f, "{driver}: {what}"),
         }
     }
 }
@@ -73,6 +78,10 @@ pub struct WrongSector {
     pub host_offset: Option<u64>,
     /// The last device writes that touched that host sector, oldest first.
     pub last_device_writes: Vec<String>,
+    /// The driver that read it, when not the engine (`QEMU`): where the
+    /// sector maps is then the driver's own and not looked up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
 }
 
 /// One value the model allowed a sector to hold.

@@ -2,7 +2,7 @@
 //! the failure allows (no backing or data file, default options) and its
 //! virtual disk as small as its requests allow.
 //!
-//! The broken variant (`EngineOptions::broken`, feature `broken`) is never
+//! The broken variant (`EngineOptions::broken`) is never
 //! touched: each edit sets one named option, so the failure stays the one
 //! being shrunk.
 

@@ -103,7 +103,8 @@ impl FailureKind {
         match f {
             Failure::Model { .. } => FailureKind::Model,
             Failure::Check { .. } => FailureKind::Check,
-            Failure::Engine { .. } => FailureKind::Engine,
+            // A driver's own failure is its engine's.
+            Failure::Engine { .. } | Failure::Driver { .. } => FailureKind::Engine,
             Failure::Hang { .. } => FailureKind::Hang,
             Failure::Panic { .. } => FailureKind::Panic,
         }

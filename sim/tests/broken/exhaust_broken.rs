@@ -334,5 +334,5 @@ fn the_default_run_catches_double_alloc() {
 // a test build. The smallest-slice test above runs the one workload of
 // that slice that shows it (`W(A) F D(A) W(B)`), taken from the default
 // run's own slice; the whole default run with the variant is a command:
-// `cargo run --release --features broken --bin qcsim -- exhaust --broken
+// `cargo run --release --bin qcsim -- exhaust --broken
 // reuse-before-durable` (it fails, 120 failing workloads under all on).

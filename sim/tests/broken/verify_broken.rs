@@ -1,9 +1,9 @@
 //! The harness finds real bugs: each deliberately broken engine variant
-//! (behind the `broken` feature) is caught by a campaign of at most 2,000
+//! is caught by a campaign of at most 2,000
 //! seeds, and the failing case replays to the same failures and trace
 //! hash, directly and through its JSON form.
 //!
-//! Run with `cargo test -p sim --features broken --test verify_broken`.
+//! Run with `cargo test --workspace --test broken verify_broken`.
 
 use engine::options::Broken;
 use engine::Switches;

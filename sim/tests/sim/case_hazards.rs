@@ -137,7 +137,6 @@ fn a_campaign_counts_cases_by_schedule_and_outliers() {
         jobs: 2,
         harsh: false,
         disk_ignores_flush: false,
-        #[cfg(feature = "broken")]
         broken: None,
     };
     let s = run_campaign(&plan, &|| false, &|_, _| {});

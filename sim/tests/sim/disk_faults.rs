@@ -459,7 +459,6 @@ fn cases_on_a_disk_that_ignores_flush_fail() {
         jobs: 1,
         harsh: false,
         disk_ignores_flush: broken_disk,
-        #[cfg(feature = "broken")]
         broken: None,
     };
     let (mut failed, mut model) = (0, 0);

@@ -71,7 +71,6 @@ fn a_campaign_at_the_top_of_the_seed_space_runs_its_range_and_ends() {
         jobs: 2,
         harsh: false,
         disk_ignores_flush: false,
-        #[cfg(feature = "broken")]
         broken: None,
     };
     let draws = std::sync::atomic::AtomicU64::new(0);
@@ -94,7 +93,6 @@ fn a_campaign_with_an_empty_shard_runs_nothing() {
             jobs: 2,
             harsh: false,
             disk_ignores_flush: false,
-            #[cfg(feature = "broken")]
             broken: None,
         };
         let summary = run_campaign(&plan, &|| false, &|_, _| {});
