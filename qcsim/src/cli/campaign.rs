@@ -230,13 +230,33 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     let broken = args.broken.variant();
     if let Some(engine) = args.driver.external() {
-        if args.shrink || args.report.is_some() || args.bench_json.is_some() || args.harsh {
-            bail!("--shrink, --report, --bench-json and --harsh are not for --driver qemu (its cases run without injected faults and print their summary)");
+        if args.shrink || args.bench_json.is_some() || args.harsh {
+            bail!("--shrink, --bench-json and --harsh are not for --driver qemu|imago (its cases run without injected faults, and its driver's scheduling is not seeded)");
         }
+        // A report directory named for the driver too, so it never
+        // overwrites the engine's campaign over the same seeds.
+        let report_dir = args.report.clone().unwrap_or_else(|| {
+            let shard = if plan.shard.1 > 1 {
+                format!("-shard-{}-of-{}", plan.shard.0, plan.shard.1)
+            } else {
+                String::new()
+            };
+            let end = if time_limit.is_some() {
+                "timed".to_string()
+            } else {
+                seeds.end.to_string()
+            };
+            args.reports.join(format!(
+                "campaign-{}-{}-{end}{shard}",
+                engine.name(),
+                seeds.start
+            ))
+        });
         return super::driver::run_qemu_campaign(
             engine,
             &plan,
             &args.corpus,
+            &report_dir,
             args.quiet,
             time_limit,
         );

@@ -96,6 +96,21 @@ fn a_campaign_on_qemus_driver_passes() {
     assert!(stdout.contains("campaign (qemu): 3 cases"), "{stdout}");
     assert!(stdout.contains(" 0 failed"), "{stdout}");
     assert!(number_before(&stdout, "crash states") > 0, "{stdout}");
+    // Its report directory, named for the driver, renders as an engine
+    // campaign's does.
+    let report = d.join("reports/campaign-qemu-0-3");
+    assert!(
+        stdout.contains("report: reports/campaign-qemu-0-3/report.html"),
+        "{stdout}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["campaign"]["driver"], "qemu");
+    assert_eq!(summary["result"]["cases"], 3);
+    assert!(summary["result"]["totals"]["image_disk_flushes"].as_u64() > Some(0));
+    let html = std::fs::read_to_string(report.join("report.html")).unwrap();
+    assert!(html.contains("cases passed."), "{html:.2000}");
 }
 
 /// QEMU reuses a discarded cluster before the L2 change unlinking it is
