@@ -27,7 +27,7 @@
 # the repository, not of a new recording. Rerun: scripts/record-workloads.sh
 # [OUT_DIR] (needs strace, mke2fs, sqlite3, python3, zstd and a built qcsim:
 # `cargo build --release -p qcsim`; `scripts/setup-recording.sh` installs the packages), then
-# update the counts in trace_recorded.rs and ARCHITECTURE.md "Measured".
+# update the counts in trace_recorded.rs and docs/measured.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(cd "${1:-$here/../sim/tests/sim/traces}" && pwd)

@@ -5,7 +5,7 @@
 //! data writes that follow land inside the file. Without it, every
 //! sequential 4 KiB write into a fresh cluster extends the file, and a file
 //! system serialises and journals each extension (measured on ext4 with
-//! O_DIRECT at depth 64: 2.4 times slower; ARCHITECTURE.md, "Measured").
+//! O_DIRECT at depth 64: 2.4 times slower; docs/measured.md).
 //! Closing trims the file back to the clusters in use, as QEMU's preallocate
 //! filter does.
 //!

@@ -1,5 +1,43 @@
 //! The `qcsim` command line: seeded simulation campaigns over the engine,
 //! and the engine on real image files in the manner of qemu-img and qemu-io.
+//!
+//! ## What it holds
+//!
+//! the `qcsim` binary, the only crate that uses `anyhow`: one module per
+//! subcommand in `cli/`, each parsing its arguments with clap, calling `sim` or
+//! `tools`, printing and mapping the result to the exit code (`create`, `info`,
+//! `check`, `convert`, `dump` and `bench FILE` are only that; `bench --sim`
+//! calls `sim::bench`; `serve` joins `tools` and `nbd`: `serve::image` is the
+//! image's guest view as an `nbd::Export`, `serve::record` an export that
+//! writes a `sim::iotrace` trace of what it is asked and passes it on;
+//! `serve::sim` a simulated disk as an export, over `sim::served`, and
+//! `disk-replay` its request log run again; `qemu/` is `--driver qemu`, a case
+//! on QEMU's qcow2 driver (`qemu::disk` an epoch's simulated disk, the image's
+//! or a data file's, on a thread of its own, `qemu::run` the case), and
+//! `cli::driver` the flag and what it prints); `dropin/` is the drop-in layer
+//! (see "The drop-in tools" below): qcsim as `qemu-img` and `qemu-io`; `output`
+//! is every command's standard output: the crate's `print!`/`println!` (defined
+//! in `main.rs`, shadowing std's, which panic on a failed write) and qemu-io's
+//! writer go through it, the first failed write is recorded and later ones fail
+//! at once, the command finishes (an image is still closed, a campaign report
+//! still written) and `main` exits 141 with no message when the reader had gone
+//! (`\| head -1`; the status of a program killed by SIGPIPE) or 1 with `writing
+//! standard output: ...` on another error; SIGPIPE stays ignored (the Rust
+//! runtime's default), so a write to a closed pipe or socket is an `EPIPE`
+//! error, never a signal, and sockets need no `MSG_NOSIGNAL`; `build.rs`
+//! records the git revision that campaign reports carry; `progress` is every
+//! long command's progress bar (rate, time left; hidden when standard error is
+//! not a terminal); `report/` is the campaign report directory, everything but
+//! `summary::build` working on the summary's JSON so that a merged report
+//! renders alike and new totals fields need no change: `summary`
+//! (`summary.json`: `campaign`, the deterministic `result`, the wall-clock
+//! `timing` apart), `merge` (`qcsim report merge`: inputs checked to be
+//! disjoint parts of one campaign, totals added field by field, the trace hash
+//! recombined from `case_hashes` with `sim::campaign::combined_trace_hash`),
+//! `explain` (a failure in words, with the hex diff of a wrong read),
+//! `sections` (the tables both renderings show), `markdown`, `html` and `svg`
+//! (inline charts, no script), `files` (temporary files renamed into place, so
+//! a failed command destroys no report)
 
 // Before `mod cli`, so that every command's `print!` and `println!` are
 // these: standard output through `output`, where a failed write (a reader

@@ -2,7 +2,7 @@
 //! (feature `broken`): for each variant, the first failing seeds of the
 //! setting `tests/broken/verify_broken.rs` catches it with, each shrunk
 //! with the default options; prints the original and shrunk sizes and the
-//! runs spent, the figures ARCHITECTURE.md's "Measured" section quotes.
+//! runs spent, the figures docs/measured.md quotes.
 //!
 //! `cargo run --release -p sim --example shrink_broken
 //! [SEEDS_PER_VARIANT] [VARIANT...]`

@@ -8,6 +8,10 @@
 //! crate's `clippy.toml`, refuses it): a case is a pure function of its
 //! inputs. The real-file tools live in the `tools` crate, the command line
 //! in `qcsim`.
+//!
+//! docs/simulation.md describes each module in more words: the disk's
+//! payloads and latency outliers, the executor's schedules, the runner's
+//! epochs and judges, shrinking, enumeration and exhaust.
 
 pub mod bench;
 pub mod campaign;

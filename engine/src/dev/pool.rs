@@ -13,7 +13,7 @@
 //! request's future, so it cannot borrow the caller's buffer) and two
 //! thread wake-ups. At queue depth 1 that is most of the CPU a large
 //! O_DIRECT write costs (the copy alone was 66% of the samples of 1 MiB
-//! writes; ARCHITECTURE.md, "Measured"). "About to be issued" is learnt by
+//! writes; docs/measured.md). "About to be issued" is learnt by
 //! yielding once before deciding: every other task the executor has ready
 //! runs first, and a request among them registers as deciding too, so at
 //! queue depth 64 no request runs alone but the last ones.

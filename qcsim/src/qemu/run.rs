@@ -746,7 +746,7 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
     // discard contract, not the engine's stricter one: QEMU reuses a
     // cluster a discard freed before the L2 change unlinking it is
     // durable, so after a crash the discarded range may show data the
-    // guest wrote elsewhere afterwards (ARCHITECTURE.md, external drivers).
+    // guest wrote elsewhere afterwards (docs/drivers.md).
     let mut model = Model::new(case.sectors(), case.backing_data())
         .with_discard_contract(DiscardContract::Unspecified);
     let mut content = base;

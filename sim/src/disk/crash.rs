@@ -1,6 +1,6 @@
 //! Crash images: what the disk may hold after a power cut at this moment.
 //!
-//! The rule (ARCHITECTURE.md, "The fault model"): the durable state, plus, independently for every
+//! The rule (ARCHITECTURE.md, "The fault contract"): the durable state, plus, independently for every
 //! sector, any one of the values that the pending writes (in flight, or
 //! completed but not yet flushed) put there, or none of them. The value a
 //! write put there is the sector as it stood once that write had landed:

@@ -392,7 +392,7 @@ impl LatencyOptions {
             channels: 0,
             // ext4 with O_DIRECT, 4 KiB writes at depth 64: writes that
             // extend the file cost about 46 us more each than writes inside
-            // it (0.93 s over 20000 writes; ARCHITECTURE.md, "Measured").
+            // it (0.93 s over 20000 writes; docs/measured.md).
             extend: 40_000,
             stroke: 0,
             stroke_span: 0,

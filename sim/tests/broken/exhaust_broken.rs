@@ -231,8 +231,8 @@ fn exhaust_catches_double_alloc() {
 /// `broken` fails the default run restricted to `geometries` and workloads
 /// of up to `max_ops` operations: every vocabulary operation, every switch
 /// set of the default run on those geometries. Only the broken engine runs
-/// here: the correct one passes the whole default run (ARCHITECTURE.md,
-/// "Measured"), and the slice tests above run it on their slices.
+/// here: the correct one passes the whole default run (docs/measured.md),
+/// and the slice tests above run it on their slices.
 fn default_run_catches(broken: Broken, geometries: &[&str], max_ops: usize) -> ExhaustReport {
     let geometries: Vec<Geometry> = geometries
         .iter()

@@ -16,7 +16,7 @@
 //! reaches the first of them is also pinned by a saved case.
 //!
 //! The figures (failing seeds of 500, first failing seed) are in
-//! ARCHITECTURE.md's guard table.
+//! docs/guards.md's guard table.
 
 use engine::options::Broken;
 use engine::Guard;

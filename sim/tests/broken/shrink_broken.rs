@@ -15,12 +15,12 @@ use sim::workload::Profile;
 const MAX_SHRUNK_OPS: usize = 8;
 
 /// Seeds searched for a failing case: every variant fails within the
-/// first 30 of its setting (ARCHITECTURE.md, "Measured").
+/// first 30 of its setting (docs/measured.md).
 const SEEDS: u64 = 200;
 
-/// A run budget well above what each variant needs (ARCHITECTURE.md,
-/// "Measured"), so that a slower shrink shows as a larger shrunk case
-/// rather than as a budget cut.
+/// A run budget well above what each variant needs (docs/measured.md), so
+/// that a slower shrink shows as a larger shrunk case rather than as a
+/// budget cut.
 const MAX_RUNS: u64 = 1500;
 
 fn failing_case(broken: Broken, profile: Profile) -> Case {

@@ -1,0 +1,410 @@
+//! Spawning the guest operations of a group, snapshot operations among
+//! them, and what a snapshot operation leaves the model to expect.
+
+use super::*;
+
+impl Run<'_> {
+    /// Spawn guest operation number `n` as a task.
+    pub(super) fn spawn_op(&self, img: &Rc<Img>, n: u64, op: Op) -> JoinHandle<()> {
+        self.spawn_op_marked(img, n, op, None)
+    }
+
+    /// `spawn_op`, setting `started` at the task's first poll (a group
+    /// waits for its background reads to start, not to end).
+    pub(super) fn spawn_op_marked(
+        &self,
+        img: &Rc<Img>,
+        n: u64,
+        op: Op,
+        started: Option<Rc<Cell<bool>>>,
+    ) -> JoinHandle<()> {
+        let img = img.clone();
+        let shared = self.shared.clone();
+        let disk = self.data_disk();
+        let mut ledger = self.fault_ledger();
+        let name = format!("op {n} {op:?}");
+        self.sim.spawn_named(name, async move {
+            if let Some(s) = started {
+                s.set(true);
+            }
+            let id = OpId(n);
+            let ss = SECTOR_SIZE as u64;
+            // This epoch's faults so far: one injected from here until the
+            // operation ends is what may explain its error.
+            ledger.issued();
+            let result = match op {
+                Op::Write { sector, sectors } => {
+                    let buf = write_buffer(WriteId(n), sector, sectors);
+                    let range = SectorRange::new(sector, sectors);
+                    shared
+                        .model
+                        .borrow_mut()
+                        .write_issued(id, range, WriteKind::Data(WriteId(n)));
+                    let r = img.write(sector * ss, &buf).await;
+                    shared.model.borrow_mut().write_completed(id, status(&r));
+                    shared.stats.borrow_mut().guest_writes += 1;
+                    r
+                }
+                Op::WriteZeroes {
+                    sector,
+                    sectors,
+                    unmap,
+                } => {
+                    let range = SectorRange::new(sector, sectors);
+                    shared
+                        .model
+                        .borrow_mut()
+                        .write_issued(id, range, WriteKind::Zero);
+                    let r = img.write_zeroes(sector * ss, sectors * ss, unmap).await;
+                    shared.model.borrow_mut().write_completed(id, status(&r));
+                    shared.stats.borrow_mut().guest_writes += 1;
+                    r
+                }
+                Op::Discard { sector, sectors } => {
+                    let range = SectorRange::new(sector, sectors);
+                    shared
+                        .model
+                        .borrow_mut()
+                        .write_issued(id, range, WriteKind::Discard);
+                    let r = img.discard(sector * ss, sectors * ss).await;
+                    shared.model.borrow_mut().write_completed(id, status(&r));
+                    r
+                }
+                Op::Flush => {
+                    shared.model.borrow_mut().flush_issued(id);
+                    let r = img.flush().await;
+                    shared.model.borrow_mut().flush_completed(id, status(&r));
+                    shared.stats.borrow_mut().guest_flushes += 1;
+                    r
+                }
+                Op::Read { sector, sectors }
+                | Op::BackgroundRead {
+                    sector, sectors, ..
+                } => {
+                    let mut buf = vec![0u8; (sectors * ss) as usize];
+                    shared
+                        .model
+                        .borrow_mut()
+                        .read_issued(id, SectorRange::new(sector, sectors));
+                    let r = img.read(sector * ss, &mut buf).await;
+                    shared.stats.borrow_mut().guest_reads += 1;
+                    match &r {
+                        Ok(()) => {
+                            let v = shared.model.borrow_mut().read_completed(id, &buf);
+                            if let Err(vs) = v {
+                                let (text, sectors) =
+                                    describe_violations(&img, &disk, None, &vs).await;
+                                shared
+                                    .failures
+                                    .borrow_mut()
+                                    .push(Failure::Model { text, sectors });
+                            }
+                        }
+                        Err(_) => shared.model.borrow_mut().read_failed(id),
+                    }
+                    r
+                }
+                Op::WriteCompressed { sector, sectors } => {
+                    let mut buf = vec![0u8; (sectors * ss) as usize];
+                    fill_compressible_buffer(&mut buf, WriteId(n), sector);
+                    let values = Model::compressible_values(WriteId(n), sector, sectors);
+                    shared
+                        .model
+                        .borrow_mut()
+                        .write_issued_values(id, Some(WriteId(n)), &values);
+                    let r = img.write_compressed(sector * ss, &buf).await;
+                    // A cluster with a host cluster already is refused, as
+                    // QEMU's driver refuses it: no failure, but the model
+                    // is promised nothing of its content.
+                    let refused = matches!(
+                        r,
+                        Err(engine::Error::Compressed(
+                            engine::CompressedWriteError::Allocated { .. }
+                        ))
+                    );
+                    let st = if refused { Status::Failed } else { status(&r) };
+                    shared.model.borrow_mut().write_completed(id, st);
+                    let mut stats = shared.stats.borrow_mut();
+                    stats.guest_writes += 1;
+                    stats.compressed_writes += 1;
+                    stats.compressed_refused += u64::from(refused);
+                    if refused {
+                        Ok(())
+                    } else {
+                        r
+                    }
+                }
+                Op::SnapshotCreate | Op::SnapshotApply { .. } | Op::SnapshotDelete { .. } => {
+                    unreachable!("snapshot operations run alone (run_snapshot_group)")
+                }
+                Op::Crash => unreachable!("crashes are not spawned"),
+            };
+            ledger.account(&shared, n, &op, result);
+        })
+    }
+
+    /// Run snapshot operation `op` (number `n`) of group `g`, alone: every
+    /// request in flight (background reads too) ends first, as QEMU drains
+    /// the disk before one. A create first reads the guest disk back,
+    /// checked by the model, to know what the snapshot holds. `until`
+    /// says when the group stops: at its end, or when the power goes
+    /// (perhaps in the middle of the operation). Returns the image (None
+    /// if the power went before the operation ended and it went with it),
+    /// or None outright if the run cannot go on (a failure is recorded).
+    pub(super) fn run_snapshot_group(
+        &mut self,
+        live: Rc<Img>,
+        g: usize,
+        n: u64,
+        op: Op,
+        until: SnapshotUntil,
+    ) -> Option<Option<Img>> {
+        self.group = g;
+        // Counted from before the drain, as `go` counts a group's flushes.
+        let flush_target = match until {
+            SnapshotUntil::DeviceFlush(k) => self.disk.flushes().saturating_add(k),
+            _ => u64::MAX,
+        };
+        if let Err(e) = self.sim.run() {
+            self.sim.abort_all();
+            self.fail(Failure::Hang {
+                group: g,
+                message: e.to_string(),
+            });
+            return None;
+        }
+        self.background.clear();
+        let plan = match op {
+            Op::SnapshotCreate => match self.capture(&live, n) {
+                Ok(values) => SnapshotPlan::Create(
+                    self.shared
+                        .snapshots
+                        .borrow_mut()
+                        .taking(Snapshots::name_of(n), values),
+                ),
+                Err(f) => {
+                    self.fail(f);
+                    return None;
+                }
+            },
+            Op::SnapshotApply { pick } => {
+                let known = self.shared.snapshots.borrow();
+                match known.pick(pick) {
+                    Some(i) => SnapshotPlan::Apply {
+                        snapshot: i,
+                        values: self.values_after_apply(&known.get(i).values),
+                    },
+                    None => SnapshotPlan::Skip,
+                }
+            }
+            Op::SnapshotDelete { pick } => {
+                let mut known = self.shared.snapshots.borrow_mut();
+                match known.pick(pick) {
+                    Some(i) => {
+                        // Cut short, it may have happened or not.
+                        known.set(i, Presence::Maybe);
+                        SnapshotPlan::Delete(i)
+                    }
+                    None => SnapshotPlan::Skip,
+                }
+            }
+            _ => unreachable!("run_snapshot_group runs snapshot operations"),
+        };
+        let Ok(owned) = Rc::try_unwrap(live) else {
+            self.fail(Failure::Engine {
+                what: "the image is still shared after every request ended".into(),
+            });
+            return None;
+        };
+        let slot: Rc<RefCell<Option<Img>>> = Rc::new(RefCell::new(None));
+        self.spawn_snapshot_op(owned, n, op, plan, slot.clone());
+        let ran = match until {
+            SnapshotUntil::End => self.sim.run().map(|_| ()),
+            SnapshotUntil::PowerFails => self.run_until_power_fails(),
+            SnapshotUntil::DeviceFlush(_) => {
+                let disk = self.disk.clone();
+                self.sim
+                    .run_until(|| disk.flushes() >= flush_target)
+                    .map(|_| ())
+            }
+        };
+        if let Err(e) = ran {
+            self.sim.abort_all();
+            self.fail(Failure::Hang {
+                group: g,
+                message: e.to_string(),
+            });
+            return None;
+        }
+        let back = slot.borrow_mut().take();
+        Some(back)
+    }
+
+    /// What applying a snapshot holding `taken` puts in each sector whose
+    /// value may change: those the model has a record of and those the
+    /// snapshot holds written data in (an unwritten sector reads the same
+    /// in both).
+    pub(super) fn values_after_apply(&self, taken: &[(u64, Value)]) -> Vec<(u64, Value)> {
+        let model = self.shared.model.borrow();
+        let mut sectors = model.recorded_sectors();
+        sectors.extend(taken.iter().map(|&(s, _)| s));
+        let mut taken = taken.iter().peekable();
+        sectors
+            .into_iter()
+            .map(|s| {
+                while taken.next_if(|&&(t, _)| t < s).is_some() {}
+                let v = taken
+                    .next_if(|&&(t, _)| t == s)
+                    .map_or_else(|| model.unwritten(s), |&(_, v)| v);
+                (s, v)
+            })
+            .collect()
+    }
+
+    /// The guest disk read back (faults off) and checked by the model as
+    /// a read, as the values of the sectors that differ from unwritten
+    /// ones, in order: what a snapshot taken now holds.
+    pub(super) fn capture(&mut self, img: &Rc<Img>, n: u64) -> Result<Vec<(u64, Value)>, Failure> {
+        self.set_faults_enabled(false);
+        let reads = sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
+        let mut values = Vec::new();
+        for (first, count) in reads {
+            let buf = self.read_all(img, first, count)?;
+            let checked = self
+                .shared
+                .model
+                .borrow_mut()
+                .check_read(OpId(n), first, &buf);
+            if let Err(vs) = checked {
+                let (text, sectors) = self.block(
+                    "describing the violations of a snapshot's read",
+                    describe_owned(img.clone(), self.data_disk(), None, vs),
+                )?;
+                self.fail(Failure::Model { text, sectors });
+            }
+            let model = self.shared.model.borrow();
+            for (s, chunk) in (first..).zip(buf.chunks_exact(SECTOR_SIZE)) {
+                let v = Value::of_content(decode(chunk), s).unwrap_or(Value::Garbage);
+                if v != model.unwritten(s) {
+                    values.push((s, v));
+                }
+            }
+            drop(model);
+            self.give_back(buf);
+        }
+        self.set_faults_enabled(true);
+        Ok(values)
+    }
+
+    /// Spawn the task that runs snapshot operation `op` (number `n`) as
+    /// `plan` says, on the image it owns meanwhile, and puts the image in
+    /// `slot` when done.
+    pub(super) fn spawn_snapshot_op(
+        &self,
+        owned: Img,
+        n: u64,
+        op: Op,
+        plan: SnapshotPlan,
+        slot: Rc<RefCell<Option<Img>>>,
+    ) {
+        let shared = self.shared.clone();
+        let mut ledger = self.fault_ledger();
+        let name = format!("op {n} {op:?}");
+        self.sim.spawn_named(name, async move {
+            let mut img = owned;
+            let id = OpId(n);
+            ledger.issued();
+            let name_of = |i: usize| shared.snapshots.borrow().get(i).name.clone();
+            let skipped = matches!(plan, SnapshotPlan::Skip);
+            // Each operation first makes everything written before it
+            // durable, as a flush does, and is durable once it returns.
+            let result = match plan {
+                SnapshotPlan::Create(i) => {
+                    let name = name_of(i);
+                    shared.model.borrow_mut().flush_issued(id);
+                    let r = img.snapshot_create(&name).await;
+                    shared.model.borrow_mut().flush_completed(id, status(&r));
+                    if r.is_ok() {
+                        shared.snapshots.borrow_mut().set(i, Presence::Exists);
+                    }
+                    r
+                }
+                SnapshotPlan::Apply { snapshot, values } => {
+                    let name = name_of(snapshot);
+                    {
+                        let mut m = shared.model.borrow_mut();
+                        m.flush_issued(id);
+                        m.write_issued_values(id, None, &values);
+                    }
+                    let r = img.snapshot_apply(&name).await;
+                    let st = status(&r);
+                    let mut m = shared.model.borrow_mut();
+                    m.write_completed(id, st);
+                    m.flush_completed(id, st);
+                    if st == Status::Ok {
+                        m.flush_issued(id);
+                        m.flush_completed(id, Status::Ok);
+                    }
+                    r
+                }
+                SnapshotPlan::Delete(i) => {
+                    let name = name_of(i);
+                    shared.model.borrow_mut().flush_issued(id);
+                    let r = img.snapshot_delete(&name).await;
+                    shared.model.borrow_mut().flush_completed(id, status(&r));
+                    if r.is_ok() {
+                        shared.snapshots.borrow_mut().set(i, Presence::Deleted);
+                    }
+                    r
+                }
+                SnapshotPlan::Skip => Ok(()),
+            };
+            *slot.borrow_mut() = Some(img);
+            // Narrow refcounts cannot count a cluster shared once more:
+            // the engine refuses before changing anything, as QEMU does.
+            // The model took the refusal for a failure, which promises
+            // nothing.
+            let refused = matches!(
+                result,
+                Err(engine::Error::Snapshot(
+                    engine::SnapshotError::RefcountOverflow { .. }
+                ))
+            );
+            let result = if refused { Ok(()) } else { result };
+            {
+                let mut stats = shared.stats.borrow_mut();
+                stats.snapshot_ops += 1;
+                stats.snapshot_ops_skipped += u64::from(skipped);
+                stats.snapshot_ops_refused += u64::from(refused);
+            }
+            ledger.account(&shared, n, &op, result);
+        });
+    }
+
+    /// Hold the run's snapshots against those the image lists (after a
+    /// crash's recovery, and at the end); a run that took none asks
+    /// nothing.
+    pub(super) fn settle_snapshots(
+        &self,
+        img: &Rc<Img>,
+        label: &str,
+        reopened: bool,
+    ) -> Result<(), Failure> {
+        if self.shared.snapshots.borrow().is_empty() {
+            return Ok(());
+        }
+        let i = img.clone();
+        let names = self.block(&format!("listing the snapshots {label}"), async move {
+            i.snapshot_names().await
+        })?;
+        let names = names.map_err(|e| Failure::Engine {
+            what: format!("listing the snapshots {label} failed with faults off: {e}"),
+        })?;
+        if let Err(wrong) = self.shared.snapshots.borrow_mut().settle(&names, reopened) {
+            self.fail(Failure::Engine {
+                what: format!("snapshots {label}: {wrong}"),
+            });
+        }
+        Ok(())
+    }
+}

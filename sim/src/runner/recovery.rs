@@ -1,0 +1,224 @@
+//! A crash and what follows it: the crash states built and judged, the
+//! image reopened on the state the run goes on from and read whole
+//! against the model; and the end of a run without one.
+
+use super::*;
+
+impl Run<'_> {
+    /// The power goes: take a crash image, reopen it, check it.
+    pub(super) fn crash(&mut self) -> Result<Rc<Img>, Failure> {
+        self.crashes += 1;
+        let image = self
+            .disk
+            .crash_image(&mut self.crash_rng)
+            .map_err(|e| Failure::Engine {
+                what: format!("crash image: {e}"),
+            })?;
+        // The data file's disk loses power at the same moment.
+        let data_image = match &self.data {
+            Some(d) => {
+                Some(
+                    d.crash_image(&mut self.data_crash_rng)
+                        .map_err(|e| Failure::Engine {
+                            what: format!("crash image of the data file: {e}"),
+                        })?,
+                )
+            }
+            None => None,
+        };
+        if std::mem::take(&mut self.at_flush) {
+            self.judge_more_states()?;
+        }
+        let torn = image.summary().torn_writes
+            + data_image.as_ref().map_or(0, |i| i.summary().torn_writes);
+        self.shared.stats.borrow_mut().torn_writes += torn;
+        self.shared.model.borrow_mut().crash();
+        self.gone.add(&self.crashing_disks());
+        let next = self.disk.reopen(image.content);
+        self.before_crash = Some(std::mem::replace(&mut self.disk, next));
+        if let (Some(d), Some(i)) = (&self.data, data_image) {
+            let next = d.reopen(i.content);
+            self.data_before_crash = self.data.replace(next);
+        }
+        self.recover(&format!("crash-{}", self.crashes))
+    }
+
+    /// Reopen the image on `self.disk` after a crash (or a failed close),
+    /// check it, read it whole against the model.
+    /// At a crash at a flush, the moment with the most pending metadata:
+    /// [`EXTRA_STATES_AT_FLUSH`] more of its crash states of the image's
+    /// disk, each judged by the checker alone (no reopen, no read-back),
+    /// so that an ordering bug inside a writeback, whose window is a
+    /// single flush, is not left to one draw. Images left dirty are
+    /// skipped: their refcounts are stale by design until the engine's
+    /// repair on open. Drawn after the state the run goes on from, so
+    /// that state is the one it would be without these.
+    pub(super) fn judge_more_states(&mut self) -> Result<(), Failure> {
+        let point = self.disk.crash_point().map_err(|e| Failure::Engine {
+            what: format!("crash image: {e}"),
+        })?;
+        // Few pending writes (a writeback's last steps, a table growth's
+        // header switch): every whole-write state, instead of a draw that
+        // misses the one a missing flush between two of them spoils.
+        let extras: Vec<_> = if point.pending().len() <= EXHAUSTIVE_PENDING_AT_FLUSH {
+            point
+                .states_by_write(1 << EXHAUSTIVE_PENDING_AT_FLUSH)
+                .collect()
+        } else {
+            (0..EXTRA_STATES_AT_FLUSH)
+                .map(|_| point.sample(&mut self.crash_rng))
+                .collect()
+        };
+        for (k, extra) in (1..).zip(extras) {
+            if !dirty_bit(&extra.content) {
+                let label = format!("crash-{} (extra state {k})", self.crashes);
+                // A failure's dump diff is against the disk as the power
+                // went, which is still `self.disk` here.
+                let before = self.before_crash.replace(self.disk.clone());
+                self.judge(&label, &extra.content, None);
+                self.before_crash = before;
+                self.shared.stats.borrow_mut().crash_states_checked += 1;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn recover(&mut self, label: &str) -> Result<Rc<Img>, Failure> {
+        self.set_faults_enabled(false);
+        // A snapshot (chunks are shared and copied on write): the engine's
+        // repair on open does not change it.
+        let raw = self.disk.volatile();
+        let dirty = dirty_bit(&raw);
+        let img = self
+            .open_image(&format!("reopen after {label}"))?
+            .map_err(|e| Failure::Engine {
+                what: format!("reopen after {label} failed: {e}"),
+            })?;
+        // A dirty image's refcounts are stale by design: judge it after the
+        // engine's repair; a clean one exactly as the crash left it.
+        let judged = if dirty { self.disk.volatile() } else { raw };
+        // A crash may leak clusters (allocated, never linked).
+        let leaks = self.judge(label, &judged, None);
+        // Judged: a later check (the final one) is not of this crash. The
+        // disk as the power went stays for describing wrong reads: its log
+        // has the writes before the crash.
+        let image_before = self.before_crash.take();
+        let data_before = self.data_before_crash.take();
+        let disk_before = if self.data.is_some() {
+            data_before
+        } else {
+            image_before
+        };
+        self.shared.stats.borrow_mut().leaked_clusters += leaks;
+        self.last_crash_image = Some(judged);
+        self.shared.stats.borrow_mut().crash_states_checked += 1;
+        let img = Rc::new(img);
+        let sectors = self.case.sectors();
+        let reads = sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
+        let mut violations = Vec::new();
+        let mut next = 0;
+        for (first, n) in reads {
+            if first > next {
+                let mut model = self.shared.model.borrow_mut();
+                model.skip_recovered(next, first - next);
+            }
+            let buf = self.read_all(&img, first, n)?;
+            violations.extend(self.shared.model.borrow_mut().check_recovered(first, &buf));
+            self.give_back(buf);
+            next = first + n;
+        }
+        if next < sectors {
+            let mut model = self.shared.model.borrow_mut();
+            model.skip_recovered(next, sectors - next);
+        }
+        self.shared.model.borrow_mut().finish_recovery();
+        if !violations.is_empty() {
+            let (text, sectors) = self.block(
+                &format!("describing the violations after {label}"),
+                describe_owned(img.clone(), self.data_disk(), disk_before, violations),
+            )?;
+            self.fail(Failure::Model { text, sectors });
+        }
+        self.settle_snapshots(&img, &format!("after {label}"), true)?;
+        self.set_faults_enabled(true);
+        Ok(img)
+    }
+
+    /// The end of a run without a crash: read everything, close cleanly,
+    /// and find neither corruption nor leak.
+    pub(super) fn finish(&mut self, img: Rc<Img>) {
+        self.set_faults_enabled(false);
+        let reads = sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
+        // Op ids the workload never uses, which violations name as the
+        // read-back (`oracle::model::READ_BACK_OPS`).
+        for (op, (first, n)) in (oracle::model::READ_BACK_OPS..).zip(reads) {
+            self.shared
+                .model
+                .borrow_mut()
+                .read_issued(OpId(op), SectorRange::new(first, n));
+            match self.read_all(&img, first, n) {
+                Ok(buf) => {
+                    if let Err(vs) = self
+                        .shared
+                        .model
+                        .borrow_mut()
+                        .read_completed(OpId(op), &buf)
+                    {
+                        match self.block(
+                            "describing the violations of the final read",
+                            describe_owned(img.clone(), self.data_disk(), None, vs),
+                        ) {
+                            Ok((text, sectors)) => self.fail(Failure::Model { text, sectors }),
+                            Err(f) => return self.fail(f),
+                        }
+                    }
+                    self.give_back(buf);
+                }
+                Err(f) => {
+                    self.shared.model.borrow_mut().read_failed(OpId(op));
+                    return self.fail(f);
+                }
+            }
+        }
+        if let Err(f) = self.settle_snapshots(&img, "at the end", false) {
+            return self.fail(f);
+        }
+        let img = match Rc::try_unwrap(img) {
+            Ok(i) => i,
+            Err(_) => {
+                return self.fail(Failure::Engine {
+                    what: "image still shared at the end".into(),
+                })
+            }
+        };
+        self.shared.stats.borrow_mut().engine = img.counters();
+        self.shared.stats.borrow_mut().epoch_disk = self.disk_counters().since(&self.epoch_start);
+        // Drops during the close itself are not counted: close consumes
+        // the image.
+        self.shared.stats.borrow_mut().add_epoch(&img.counters());
+        let closed = match self.block("close", async move { img.close().await }) {
+            Ok(closed) => closed,
+            Err(f) => return self.fail(f),
+        };
+        self.shared.stats.borrow_mut().disk = self.disk_counters();
+        match closed {
+            Ok(_) => {
+                let image = self.disk.volatile();
+                // No new leak since the last crash, unless an injected
+                // fault explains it.
+                let allowed = (self.faults_so_far() == 0).then_some(self.last_crash_image.as_ref());
+                self.judge("final", &image, allowed);
+            }
+            Err(_) if self.faults_so_far() > 0 => {
+                // An injected fault poisoned the image: treat the close as
+                // a crash; what is on disk must still be sound.
+                if let Err(f) = self.crash() {
+                    self.fail(f);
+                }
+            }
+            Err(e) => self.fail(Failure::Engine {
+                what: format!("close failed with no fault injected: {e}"),
+            }),
+        }
+    }
+}
