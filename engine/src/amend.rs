@@ -15,47 +15,13 @@
 //! ([`AmendError::SnapshotZeroClusters`]), not converted.
 
 use crate::dev::{BlockDev, WriteFlags};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::format::header::{compat, ext, incompat, V3_HEADER_LEN};
 use crate::format::{Header, L1Entry, L2Entry, L2Mapping};
 use crate::image::Image;
 use crate::l1l2::decode_slot;
 
-/// Why an amendment was refused; nothing was changed. The messages are
-/// QEMU's where its driver refuses the same.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AmendError {
-    #[error("compat=0.10 requires refcount_bits=16")]
-    DowngradeRefcountBits,
-    #[error("Cannot downgrade an image with a data file")]
-    DowngradeDataFile,
-    #[error("Internal snapshots prevent downgrade of image")]
-    DowngradeSnapshots,
-    #[error("Cannot downgrade an image with incompatible features {0:#x} set")]
-    DowngradeFeatures(u64),
-    #[error(
-        "Cannot downgrade an image with zstd compression type and existing compressed clusters"
-    )]
-    DowngradeZstd,
-    /// qcsim's own refusal: converting zero clusters in a snapshot's L2
-    /// tables is not implemented.
-    #[error("qcsim cannot downgrade an image whose internal snapshots have zero clusters")]
-    SnapshotZeroClusters,
-    #[error("Cannot decrease refcount entry width to {bits} bits: Cluster at offset {offset:#x} has a refcount of {refcount}")]
-    RefcountTooWide {
-        bits: u32,
-        offset: u64,
-        refcount: u64,
-    },
-    #[error("Lazy refcounts only supported with compatibility level 1.1 and above (use compat=1.1 or greater)")]
-    LazyNeedsV3,
-}
-
-impl From<AmendError> for Error {
-    fn from(e: AmendError) -> Self {
-        Error::Amend(e)
-    }
-}
+pub use crate::error::AmendError;
 
 impl<D: BlockDev> Image<D> {
     /// Make a version 2 image version 3: snapshot entries without the

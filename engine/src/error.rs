@@ -70,7 +70,7 @@ pub enum Error {
     /// An amendment of the image's options that cannot be made
     /// (`Image::upgrade_to_v3`, `downgrade_to_v2`, `set_lazy_refcounts`).
     #[error(transparent)]
-    Amend(crate::amend::AmendError),
+    Amend(AmendError),
 }
 
 /// Why an internal snapshot could not be created, applied or deleted.
@@ -174,5 +174,41 @@ mod tests {
         let e = Error::from(dev.clone());
         assert_each_cause_once(&e);
         assert_eq!(e.to_string(), dev.to_string());
+    }
+}
+
+/// Why an amendment was refused; nothing was changed. The messages are
+/// QEMU's where its driver refuses the same.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AmendError {
+    #[error("compat=0.10 requires refcount_bits=16")]
+    DowngradeRefcountBits,
+    #[error("Cannot downgrade an image with a data file")]
+    DowngradeDataFile,
+    #[error("Internal snapshots prevent downgrade of image")]
+    DowngradeSnapshots,
+    #[error("Cannot downgrade an image with incompatible features {0:#x} set")]
+    DowngradeFeatures(u64),
+    #[error(
+        "Cannot downgrade an image with zstd compression type and existing compressed clusters"
+    )]
+    DowngradeZstd,
+    /// qcsim's own refusal: converting zero clusters in a snapshot's L2
+    /// tables is not implemented.
+    #[error("qcsim cannot downgrade an image whose internal snapshots have zero clusters")]
+    SnapshotZeroClusters,
+    #[error("Cannot decrease refcount entry width to {bits} bits: Cluster at offset {offset:#x} has a refcount of {refcount}")]
+    RefcountTooWide {
+        bits: u32,
+        offset: u64,
+        refcount: u64,
+    },
+    #[error("Lazy refcounts only supported with compatibility level 1.1 and above (use compat=1.1 or greater)")]
+    LazyNeedsV3,
+}
+
+impl From<AmendError> for Error {
+    fn from(e: AmendError) -> Self {
+        Error::Amend(e)
     }
 }

@@ -67,6 +67,7 @@ mod compressed_write;
 pub mod counters;
 mod cow;
 mod create;
+mod create_options;
 mod data_file;
 pub mod dev;
 mod discard;

@@ -25,57 +25,13 @@
 
 use std::collections::BTreeMap;
 
+use crate::create_options::{CreateOptions, MAX_REFTABLE_BYTES};
 use crate::dev::{BlockDev, DevError, WriteFlags, ZeroFlags};
 use crate::error::{Error, Result};
 use crate::format::entry::OFFSET_MASK;
 use crate::format::{be64_bytes, refcount, L1Entry, L2Entry};
-use crate::image::{CreateOptions, MAX_REFTABLE_BYTES};
 
-/// How much of a new image is allocated up front (qemu-img's
-/// `preallocation` option).
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Preallocation {
-    /// Nothing: clusters are allocated as the guest writes.
-    #[default]
-    Off,
-    /// L2 tables and data clusters allocated, the file extended sparse.
-    Metadata,
-    /// As `Metadata`, the data clusters' space reserved with fallocate.
-    Falloc,
-    /// As `Metadata`, the data clusters written with zeroes.
-    Full,
-}
-
-impl Preallocation {
-    /// The mode as qemu-img spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Preallocation::Off => "off",
-            Preallocation::Metadata => "metadata",
-            Preallocation::Falloc => "falloc",
-            Preallocation::Full => "full",
-        }
-    }
-}
-
-impl std::str::FromStr for Preallocation {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        [
-            Preallocation::Off,
-            Preallocation::Metadata,
-            Preallocation::Falloc,
-            Preallocation::Full,
-        ]
-        .into_iter()
-        .find(|p| p.name() == s)
-        .ok_or_else(|| format!("Parameter 'preallocation' does not accept value '{s}'"))
-    }
-}
+pub use crate::create_options::Preallocation;
 
 /// Clusters in use (refcount 1), as disjoint runs `start -> end`.
 #[derive(Default)]

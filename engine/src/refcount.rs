@@ -7,6 +7,7 @@
 //! builds assert it where the state changes).
 
 use crate::broken::{self, Broken};
+use crate::create_options::MAX_REFTABLE_BYTES;
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
 use crate::format::be64_bytes;
@@ -512,6 +513,3 @@ impl<D: BlockDev> Image<D> {
         Ok(())
     }
 }
-
-/// Largest refcount table QEMU accepts (8 MiB).
-const MAX_REFTABLE_BYTES: u64 = 8 << 20;

@@ -9,6 +9,7 @@
 
 use std::io::{self, BufWriter, Read, Write};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use futures::channel::mpsc::UnboundedSender;
 
@@ -16,9 +17,39 @@ use crate::export::ExportInfo;
 use crate::handshake::{self, Session};
 use crate::reply;
 use crate::request::{self, Command, Header, HEADER_LEN};
-use crate::server::{Limits, Msg};
 use crate::socket::Stream;
 use crate::wire::CMD_WRITE;
+
+/// Bounds on what clients may hold of the server.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Connections served at once; more are closed on arrival.
+    pub max_connections: usize,
+    /// Requests in flight per connection.
+    pub max_in_flight: usize,
+    /// Bytes of reads and writes in flight per connection (a single
+    /// request of up to the maximum block size is always let through).
+    pub max_in_flight_bytes: u64,
+    /// How long a client may take over each step of the handshake.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 16,
+            max_in_flight: 64,
+            max_in_flight_bytes: 64 << 20,
+            handshake_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What a connection hands the export's executor, or the server's stop.
+pub(crate) enum Msg {
+    Job(Job),
+    Shutdown,
+}
 
 /// A request handed to the executor: what to do, and where its reply goes.
 pub(crate) struct Job {

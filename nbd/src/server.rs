@@ -22,7 +22,8 @@ use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
 use futures::StreamExt;
 
-use crate::conn::{self, Job, Outgoing};
+pub use crate::conn::Limits;
+use crate::conn::{self, Job, Msg, Outgoing};
 use crate::export::{Export, ExportInfo};
 use crate::reply;
 use crate::request::Command;
@@ -32,38 +33,8 @@ use crate::socket::Listener;
 /// fragmented range gets the first part and asks again.
 pub const MAX_EXTENTS: usize = 1024;
 
-/// Bounds on what clients may hold of the server.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Connections served at once; more are closed on arrival.
-    pub max_connections: usize,
-    /// Requests in flight per connection.
-    pub max_in_flight: usize,
-    /// Bytes of reads and writes in flight per connection (a single
-    /// request of up to the maximum block size is always let through).
-    pub max_in_flight_bytes: u64,
-    /// How long a client may take over each step of the handshake.
-    pub handshake_timeout: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_connections: 16,
-            max_in_flight: 64,
-            max_in_flight_bytes: 64 << 20,
-            handshake_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
 /// Where the server reports what happens to connections (one line each).
 pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
-
-pub(crate) enum Msg {
-    Job(Job),
-    Shutdown,
-}
 
 /// Stops a running server, from any thread.
 #[derive(Clone)]

@@ -27,7 +27,7 @@ pub const CASE_VERSION: u32 = 1;
 /// simulated disk's store, its write log and its crash states cost memory
 /// in proportion to what is written, not to the virtual size; the reads
 /// after every crash and at the end cover a disk larger than
-/// `runner::WHOLE_SWEEP_MAX` sparsely (what was written, what the image
+/// [`WHOLE_SWEEP_MAX`] sparsely (what was written, what the image
 /// maps, the backing file's data); what grows with the size is the L1
 /// table ([`MAX_L1_TABLE_BYTES`]).
 pub const MAX_VIRTUAL_SIZE: u64 = 1 << 40;
@@ -39,6 +39,9 @@ pub const MAX_L1_TABLE_BYTES: u64 = 1 << 20;
 /// Largest backing file a case may describe: the runner builds it whole
 /// in memory and writes it in one request.
 pub const MAX_BACKING_SIZE: u64 = 64 << 20;
+/// Largest virtual disk the runner reads whole after every crash and at
+/// the end (`runner::sweep`); a larger one is read where it was written.
+pub const WHOLE_SWEEP_MAX: u64 = 64 << 20;
 /// Most guest operations in one case (2^20, more than 10^6).
 pub const MAX_OPS: usize = 1 << 20;
 /// Most operations in one concurrency group.
@@ -69,7 +72,7 @@ pub const MAX_GROW_AHEAD: u64 = 64 << 20;
 /// allocation; building a qcow2 backing file writes it (at most
 /// `MAX_BACKING_SIZE`) in one request; an L1 table is at most
 /// `MAX_L1_TABLE_BYTES`. The executor's time budget charges
-/// every request as if it moved this much (`runner::exec_options`).
+/// every request as if it moved this much (`Case::exec_options`, `budget`).
 pub const MAX_REQUEST_BYTES: u64 = 128 << 20;
 /// Most sectors the writes, write_zeroes and discards of a workload may
 /// cover in all (512 MiB of guest data). The reference model keeps a
@@ -86,7 +89,7 @@ pub const MAX_WRITTEN_SECTORS: u64 = 1 << 20;
 /// allocating 512-byte clusters with every switch off) peaks near 450 MB.
 pub const MAX_EPOCH_WORK: u64 = 1 << 20;
 /// Most work in a whole case: a run's length, and the executor's budgets
-/// that grow with it (`runner::exec_options`), stay bounded.
+/// that grow with it (`Case::exec_options`, `budget`), stay bounded.
 pub const MAX_WORK: u64 = 1 << 26;
 /// Most payload bytes a case's write log may keep
 /// (`LogOptions::data_bytes_max`, the default): the log keeps them for the
@@ -619,11 +622,11 @@ impl Case {
         let cs = self.image.create.cluster_size / SECTOR_SIZE as u64;
         let disk_clusters = self.sectors().div_ceil(cs);
         // The reads after a crash and at the end: the whole disk, or for a
-        // disk read sparsely (`runner::WHOLE_SWEEP_MAX`), at most what a
+        // disk read sparsely ([`WHOLE_SWEEP_MAX`]), at most what a
         // disk of that size costs (the first and last reads, the backing
         // file's data) and the reads over every range written so far (up
         // to three of 1 MiB each per operation, counted once each).
-        let whole = (crate::runner::WHOLE_SWEEP_MAX / SECTOR_SIZE as u64).div_ceil(cs);
+        let whole = (WHOLE_SWEEP_MAX / SECTOR_SIZE as u64).div_ceil(cs);
         let sweep_read = (1u64 << 20) / SECTOR_SIZE as u64;
         let per_read = sweep_read.div_ceil(cs) + 1;
         let mut swept = whole;
@@ -993,8 +996,8 @@ impl Case {
                  reads the disk back: fewer crashes, a smaller disk or larger clusters)"
             ));
         }
-        if crate::runner::time_budget(self).is_none() {
-            let worst = crate::runner::worst_request(self);
+        if self.time_budget().is_none() {
+            let worst = self.worst_request();
             return Err(CaseError::Disk(OptionsError {
                 field: "latency",
                 reason: format!(

@@ -14,8 +14,10 @@
 //! epochs and judges, shrinking, enumeration and exhaust.
 
 pub mod bench;
+pub mod budget;
 pub mod campaign;
 pub mod case;
+pub mod devices;
 pub mod disk;
 pub mod driver;
 pub mod exec;

@@ -8,6 +8,7 @@
 //! without its backing chain, as qemu-img info does; the qcow2 facts come
 //! from the header the engine read.
 
+pub use crate::size::human_size;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -231,30 +232,6 @@ pub fn info(path: &Path, opts: &InfoOptions) -> Result<InfoReport, InfoError> {
     // even the header untouched.
     drop(disk);
     Ok(info)
-}
-
-/// A size as qemu's `size_to_str`: three significant digits and a binary
-/// unit, chosen so that the number stays below 1000.
-pub fn human_size(bytes: u64) -> String {
-    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut unit = 0;
-    // Move up a unit once the value reaches 1000 of the current one
-    // (0.977 of the next), as qemu does.
-    while unit + 1 < UNITS.len() && bytes as f64 >= 1000.0 * (1u64 << (10 * unit)) as f64 {
-        unit += 1;
-    }
-    let v = bytes as f64 / (1u64 << (10 * unit)) as f64;
-    // printf's %.3g: three significant digits, trailing zeros dropped.
-    let digits = if v > 0.0 {
-        (2 - v.log10().floor() as i32).max(0) as usize
-    } else {
-        0
-    };
-    let mut s = format!("{v:.digits$}");
-    if s.contains('.') {
-        s = s.trim_end_matches('0').trim_end_matches('.').to_owned();
-    }
-    format!("{s} {}", UNITS[unit])
 }
 
 impl InfoReport {

@@ -114,4 +114,5 @@ pub mod progress;
 pub mod qemu_args;
 pub mod rebase;
 pub mod resize;
+pub mod size;
 pub mod snapshot;

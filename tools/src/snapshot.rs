@@ -11,7 +11,7 @@ use engine::Snapshot;
 use serde::Serialize;
 
 use crate::files::{open_image, Disk, OpenError, OpenOptions};
-use crate::info::human_size;
+use crate::size::human_size;
 
 /// Why a snapshot operation failed.
 #[derive(Debug, thiserror::Error)]

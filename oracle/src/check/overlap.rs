@@ -5,18 +5,9 @@
 //! as QEMU does, so that a repair fails where QEMU's fails.
 
 use super::header::{INCOMPAT_CORRUPT, OFF_INCOMPATIBLE};
-use super::pass::{Abort, Pass, L1E_OFFSET_MASK};
+use super::pass::{Abort, Ol, Pass, L1E_OFFSET_MASK};
 use super::refcounts::REFT_OFFSET_MASK;
 use super::report::FindingKind;
-
-/// Metadata kinds a write may be allowed to overlap (QEMU's overlap bits).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ol {
-    None,
-    ActiveL1,
-    ActiveL2,
-    RefcountBlock,
-}
 
 fn ranges_overlap(a: u64, alen: u64, b: u64, blen: u64) -> bool {
     a < b.saturating_add(blen) && b < a.saturating_add(alen)

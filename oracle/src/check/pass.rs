@@ -6,7 +6,6 @@
 
 use super::bitmap;
 use super::image::OpenImage;
-use super::overlap::Ol;
 use super::refcounts::{
     Imrt, RefcountReadError, MAX_CLUSTERS, REFT_OFFSET_MASK, REFT_RESERVED_MASK,
 };
@@ -21,6 +20,16 @@ pub(crate) const L2E_STD_RESERVED_MASK: u64 = 0x3f00_0000_0000_01fe;
 pub(crate) const OFLAG_COPIED: u64 = 1 << 63;
 pub(crate) const OFLAG_COMPRESSED: u64 = 1 << 62;
 pub(crate) const OFLAG_ZERO: u64 = 1;
+/// Metadata kinds a write may be allowed to overlap (QEMU's overlap
+/// bits), what `overlap`'s check of each write is told to ignore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ol {
+    None,
+    ActiveL1,
+    ActiveL2,
+    RefcountBlock,
+}
+
 /// The most findings one pass keeps.
 pub(crate) const MAX_FINDINGS: usize = 10_000;
 const L2_BITMAP_ALL_ALLOC: u64 = 0xffff_ffff;

@@ -6,7 +6,7 @@
 //! frees it.
 
 use super::header::{OFF_REFCOUNT_TABLE_CLUSTERS, OFF_REFCOUNT_TABLE_OFFSET};
-use super::overlap::Ol;
+use super::pass::Ol;
 use super::pass::{Abort, Pass};
 use super::refcounts::{set_entry, Imrt, MAX_CLUSTERS};
 

@@ -4,7 +4,7 @@
 //! is pointed at it and the old table's clusters are freed.
 
 use super::header::OFF_NB_SNAPSHOTS;
-use super::overlap::Ol;
+use super::pass::Ol;
 use super::pass::{Abort, Pass};
 use super::snapshot::encode_table;
 

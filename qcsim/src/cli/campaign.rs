@@ -16,7 +16,8 @@ use sim::campaign::{run_campaign, CampaignPlan, SwitchPlan};
 
 use crate::report;
 
-use super::run::{save_case, BrokenArg, ProfileArg, CARGO_QCSIM};
+use super::hint::CARGO_QCSIM;
+use super::run::{save_case, BrokenArg, ProfileArg};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -13,7 +13,7 @@ use sim::case::Case;
 
 use crate::qemu::run::{run_case_on, DiskTally, Engine, QemuReport};
 
-use super::run::CARGO_QCSIM;
+use super::hint::CARGO_QCSIM;
 
 /// Failing cases explained in the terminal, and lines of each, as the
 /// engine's campaign explains its own.

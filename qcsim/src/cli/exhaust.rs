@@ -15,8 +15,9 @@ use sim::runner::{EnumerateOptions, Granularity};
 
 use super::campaign::{parse_jobs, parse_switches, MAX_JOBS};
 use super::enumerate::GranularityArg;
+use super::hint::CARGO_QCSIM;
 use super::run::save_case;
-use super::run::{BrokenArg, CARGO_QCSIM};
+use super::run::BrokenArg;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -65,9 +65,6 @@ impl BrokenArg {
     }
 }
 
-/// The command a printed hint runs qcsim with.
-pub const CARGO_QCSIM: &str = "cargo run --release --bin qcsim --";
-
 /// Profiles as the command line spells them.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum ProfileArg {

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use sim::shrink::{shrink_failing, CaseSize, ShrinkOptions, DEFAULT_MAX_RUNS, DEFAULT_RESEEDS};
 
-use super::run::{load_case, save_case, CARGO_QCSIM};
+use super::hint::CARGO_QCSIM;
+use super::run::{load_case, save_case};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -10,6 +10,7 @@
 
 mod blockopts;
 pub mod getopt;
+mod img_common;
 pub mod qemu_img;
 mod qemu_img_amend;
 mod qemu_img_dd;

@@ -16,18 +16,15 @@ use tools::map::{map_image, MapError};
 use tools::progress::{ConvertPlan, Progress, CONVERT_BUFFER};
 use tools::qemu_args::{option_help, wants_help, ArgError};
 
-use super::getopt::{getopt, long, Long, Parsed};
+use super::getopt::{long, Parsed};
+use super::img_common::{
+    copy_fail, fail, image_name, open_source, open_target, parse_format, parse_image_size, scan,
+    Fail,
+};
 
 /// qemu-img's exit code for `check` on a format without consistency
 /// checks.
 const CHECK_NOT_SUPPORTED: i32 = 63;
-
-/// A failure: the message (after the `qemu-img: ` prefix) and exit code.
-pub(super) struct Fail(pub(super) String, pub(super) i32);
-
-pub(super) fn fail<T>(msg: impl Into<String>) -> Result<T, Fail> {
-    Err(Fail(msg.into(), 1))
-}
 
 /// Run qemu-img's command line `args` (without the program name); `prog`
 /// is the name messages carry. Returns the exit code.
@@ -69,38 +66,6 @@ pub fn main(prog: &str, args: &[String]) -> i32 {
             eprintln!("{prog}: {msg}");
             code
         }
-    }
-}
-
-pub(super) fn scan(
-    prog: &str,
-    args: &[String],
-    short: &str,
-    longs: &[Long],
-) -> Result<Parsed, Fail> {
-    getopt(args, short, longs)
-        .map_err(|e| Fail(format!("{e}\nTry '{prog} --help' for more information"), 1))
-}
-
-/// `--object` is accepted and ignored (qcsim has no secrets or other
-/// objects); `--image-opts` names the file by `filename=`.
-pub(super) fn image_name(p: &Parsed, operand: &str) -> Result<(PathBuf, Option<String>), Fail> {
-    if !p.has("image-opts") {
-        return Ok((super::plain_file_name(operand), None));
-    }
-    let mut file = None;
-    let mut driver = None;
-    let items = super::blockopts::image_opts_items(operand).map_err(|e| Fail(e, 1))?;
-    for (k, v) in items {
-        match (k.as_str(), v) {
-            ("file.filename" | "filename", Some(v)) => file = Some(PathBuf::from(v)),
-            ("driver", Some(d)) => driver = Some(d),
-            _ => {}
-        }
-    }
-    match file {
-        Some(f) => Ok((f, driver)),
-        None => fail("A block device must be specified for \"file\""),
     }
 }
 
@@ -169,25 +134,6 @@ fn create(prog: &str, args: &[String]) -> Result<i32, Fail> {
             .map_err(|e| Fail(create_error(&file, &e), 1))
     })?;
     Ok(0)
-}
-
-/// An image size operand as qemu-img reads one, with its two messages: a
-/// number out of range (negative ones included), and anything else that
-/// is not a size.
-pub(super) fn parse_image_size(s: &str) -> Result<u64, Fail> {
-    let negative = s
-        .strip_prefix('-')
-        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
-    let parsed = tools::qemu_args::parse_size(s);
-    let too_large = matches!(parsed, Err(ArgError::SizeTooLarge(_)))
-        || matches!(parsed, Ok(v) if v > i64::MAX as u64);
-    if negative || too_large {
-        return fail(format!(
-            "Invalid image size specified. Must be between 0 and {}.",
-            i64::MAX
-        ));
-    }
-    parsed.map_err(|_| Fail(format!("Invalid image size specified: '{s}'."), 1))
 }
 
 /// A create failure as qemu-img words it: "FILE: what is wrong".
@@ -467,14 +413,6 @@ fn map_error(file: &Path, e: &MapError) -> String {
         ),
         other => super::chain(other),
     }
-}
-
-pub(super) fn parse_format(f: Option<String>) -> Result<Option<Format>, Fail> {
-    f.map(|f| {
-        f.parse::<Format>()
-            .map_err(|_| Fail(format!("Unknown driver '{f}'"), 1))
-    })
-    .transpose()
 }
 
 /// Bytes compared or copied at a time.
@@ -880,54 +818,6 @@ fn convert_onto_backing(
         d.close().await.map_err(|e| io_err("closing", e))?;
         Ok(0)
     })
-}
-
-/// qemu-img's words for an image it could not open: the file, then the
-/// driver's reason.
-pub(super) fn open_fail(file: &Path, e: tools::files::OpenError) -> Fail {
-    Fail(
-        format!(
-            "Could not open '{}': {}",
-            file.display(),
-            super::open_error_text(file, &e)
-        ),
-        1,
-    )
-}
-
-/// qemu-img's words for a failed copy request: the byte, the errno.
-pub(super) fn copy_fail(what: &str, at: u64, e: engine::Error) -> Fail {
-    Fail(
-        format!(
-            "error while {what} at byte {at}: {}",
-            tools::io::errno_text(&e)
-        ),
-        1,
-    )
-}
-
-/// A copy's source, opened read-only (`-f`, `-U` as given).
-pub(super) async fn open_source(
-    src: &Path,
-    format: Option<Format>,
-    force_share: bool,
-) -> Result<tools::files::Disk, Fail> {
-    let opts = OpenOptions {
-        format,
-        read_only: true,
-        force_share,
-        ..OpenOptions::default()
-    };
-    open_image(src, &opts).await.map_err(|e| open_fail(src, e))
-}
-
-/// A copy's target, opened writable in `format`.
-pub(super) async fn open_target(dst: &Path, format: Format) -> Result<tools::files::Disk, Fail> {
-    let opts = OpenOptions {
-        format: Some(format),
-        ..OpenOptions::default()
-    };
-    open_image(dst, &opts).await.map_err(|e| open_fail(dst, e))
 }
 
 /// `convert -n`: the source's guest data into the existing destination.

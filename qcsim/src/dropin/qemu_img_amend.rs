@@ -12,7 +12,7 @@ use tools::progress::Progress;
 use tools::qemu_args::wants_help;
 
 use super::getopt::{getopt, long};
-use super::qemu_img::{image_name, parse_format, Fail};
+use super::img_common::{image_name, parse_format, Fail};
 
 pub(super) fn amend(prog: &str, args: &[String]) -> Result<i32, Fail> {
     let try_help = format!("Try '{prog} amend --help' for more info");

@@ -12,7 +12,7 @@ use tools::files::Format;
 use tools::qemu_args::parse_size;
 
 use super::getopt::long;
-use super::qemu_img::{fail, open_source, open_target, parse_format, scan, Fail};
+use super::img_common::{fail, open_source, open_target, parse_format, scan, Fail};
 
 /// The largest block size qemu-img's dd takes.
 const MAX_BS: u64 = i32::MAX as u64;

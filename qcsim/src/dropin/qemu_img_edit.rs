@@ -10,7 +10,7 @@ use tools::rebase::{rebase_image, RebaseError, RebaseOptions};
 use tools::resize::{resize_image, ResizeError, SizeChange};
 
 use super::getopt::long;
-use super::qemu_img::{fail, image_name, parse_format, scan, Fail};
+use super::img_common::{fail, image_name, parse_format, scan, Fail};
 
 /// qemu-img's explanation after a size it cannot parse.
 const SIZE_HELP: &str = "Parameter 'size' expects a non-negative number below 2^64\n\

@@ -9,7 +9,7 @@ use tools::files::OpenOptions;
 use tools::measure::{measure as measure_image, MeasureError, SnapshotRef, Source, Target};
 
 use super::getopt::{getopt, long};
-use super::qemu_img::{image_name, parse_format, parse_image_size, Fail};
+use super::img_common::{image_name, parse_format, parse_image_size, Fail};
 
 /// Formats QEMU knows whose drivers cannot measure.
 const UNMEASURED: &[&str] = &[

@@ -11,7 +11,7 @@ use tools::snapshot::{
 };
 
 use super::getopt::{getopt, long};
-use super::qemu_img::{image_name, parse_format, Fail};
+use super::img_common::{image_name, parse_format, Fail};
 
 /// Longest name qemu-img keeps: its snapshot name buffer holds 255 bytes.
 const MAX_NAME: usize = 255;

@@ -19,7 +19,7 @@ use imago::qcow2::Qcow2;
 use imago::storage::drivers::CommonStorageHelper;
 use imago::{DenyImplicitOpenGate, FormatAccess, FormatDriverBuilder, Storage};
 
-use super::run::Guest;
+use super::guest::Guest;
 
 /// imago's storage: our NBD client of the simulated disk.
 struct NbdStorage {
@@ -123,7 +123,7 @@ pub struct ImagoGuest {
 impl ImagoGuest {
     /// Open the image on the simulated disk at `disk_socket` with imago.
     pub fn start(disk_socket: &Path) -> anyhow::Result<ImagoGuest> {
-        let stream = super::run::connect(disk_socket)?;
+        let stream = super::guest::connect(disk_socket)?;
         let client = nbd::Client::connect(stream).context("imago's storage connecting")?;
         let size = client.export().size;
         let storage = NbdStorage {

@@ -5,8 +5,7 @@
 //! built from the disk as the power went, and each is judged by the model,
 //! the checker and `qemu-img check`; `qemu::run` holds the case's run.
 //!
-//! What differs from the in-process engine (README, "QEMU's qcow2
-//! driver"): QEMU's own scheduling is not seeded, so a seed fixes the
+//! What differs from the in-process engine (docs/drivers.md): QEMU's own scheduling is not seeded, so a seed fixes the
 //! workload, the disk's latencies and the crash states drawn, not QEMU's
 //! interleaving; the operations of a concurrency group are sent one after
 //! another (the client keeps one request in flight); a crash comes between
@@ -19,8 +18,9 @@
 //!
 //! `--driver imago` runs the same way with the imago library in place of
 //! `qemu-nbd` (`qemu::imago`): its storage is an NBD client of the same
-//! simulated disk, the `Guest` trait of `qemu::run` is what both present.
+//! simulated disk, the `Guest` trait of `qemu::guest` is what both present.
 
 pub mod disk;
+pub mod guest;
 pub mod imago;
 pub mod run;

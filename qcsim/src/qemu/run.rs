@@ -29,6 +29,7 @@ use sim::disk::DiskOptions;
 use sim::runner::{wrong_sector, Failure};
 
 use super::disk::{DiskEnd, DiskPlan, DiskThread, EndPlan};
+use super::guest::{connect, Guest};
 
 /// Crash states sampled per crash, besides the all-durable one.
 pub const SAMPLES: u32 = 2;
@@ -324,19 +325,6 @@ fn output_text(out: &std::process::Output) -> String {
     )
 }
 
-/// The driver under test, as the run sends it guest requests.
-pub trait Guest {
-    fn read(&mut self, offset: u64, buf: &mut [u8]) -> anyhow::Result<()>;
-    fn write(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()>;
-    fn write_zeroes(&mut self, offset: u64, len: u64, no_hole: bool) -> anyhow::Result<()>;
-    fn trim(&mut self, offset: u64, len: u64) -> anyhow::Result<()>;
-    fn flush(&mut self) -> anyhow::Result<()>;
-    /// The power cut: the driver stops where it stands.
-    fn crash(self: Box<Self>);
-    /// The clean close: the driver writes back what it holds and ends.
-    fn close(self: Box<Self>) -> anyhow::Result<()>;
-}
-
 /// Which driver a case runs on besides the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Engine {
@@ -502,24 +490,6 @@ impl Drop for QemuNbd {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
-        }
-    }
-}
-
-/// Connect to `socket`, which qemu-nbd may have bound and not yet be
-/// listening on (a connection is refused in between).
-pub fn connect(socket: &Path) -> anyhow::Result<UnixStream> {
-    let start = Instant::now();
-    loop {
-        match UnixStream::connect(socket) {
-            Ok(s) => return Ok(s),
-            Err(e)
-                if e.kind() == std::io::ErrorKind::ConnectionRefused
-                    && start.elapsed() < Duration::from_secs(60) =>
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => return Err(e).with_context(|| format!("{}", socket.display())),
         }
     }
 }

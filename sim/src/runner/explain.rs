@@ -2,7 +2,7 @@
 //! writes that last touched it (before the crash, after one), and the
 //! same as data for a report's hex diff.
 
-use super::*;
+use super::state::*;
 
 /// Violations reported in full per check (the rest are counted).
 pub(super) const VIOLATIONS_SHOWN: usize = 8;

@@ -3,7 +3,7 @@
 //! flight (or of the poisoned image's refusal); what the disks a crash
 //! replaced had injected and held.
 
-use super::*;
+use super::state::*;
 
 /// Count guest operation `n`'s end and judge its error: legitimate only
 /// as the echo of an injected fault, one that met a request while the
@@ -79,49 +79,6 @@ pub(super) fn first_fault_since(disks: &[SimDisk], since: &[usize]) -> Option<Io
         .map(|(_, op)| op)
 }
 
-/// Faults injected so far on `disks`.
-pub(super) fn faults_on(disks: &[SimDisk]) -> u64 {
-    disks.iter().map(|d| d.fault_count() as u64).sum()
-}
-
-/// What disks replaced at a crash injected and held, kept for the run's
-/// report (a crash replaces each crashing disk with a new one).
-#[derive(Debug, Clone, Default)]
-pub(super) struct GoneDisks {
-    /// The faults injected, by kind.
-    pub(super) fault_kinds: FaultCounts,
-    /// The requests held long (latency outliers), by rank.
-    pub(super) held: Vec<HeldRequest>,
-    /// The requests failed with EIO, by rank.
-    pub(super) failed: Vec<NthRequest>,
-}
-
-impl GoneDisks {
-    pub(super) fn add(&mut self, disks: &[SimDisk]) {
-        self.fault_kinds.add(&fault_kinds_on(disks));
-        for d in disks {
-            self.held.extend(d.held_list());
-            self.failed.extend(d.failed_by_rank());
-        }
-    }
-
-    /// Every fault injected: each is counted under exactly one kind.
-    pub(super) fn faults(&self) -> u64 {
-        self.fault_kinds.fields().iter().map(|(_, n)| n).sum()
-    }
-}
-
-/// The faults injected on `disks`, by kind.
-pub(super) fn fault_kinds_on(disks: &[SimDisk]) -> FaultCounts {
-    let mut c = FaultCounts::default();
-    for d in disks {
-        for f in d.injected_faults() {
-            c.count(&f);
-        }
-    }
-    c
-}
-
 pub(super) fn status<T, E>(r: &Result<T, E>) -> Status {
     if r.is_ok() {
         Status::Ok
@@ -175,5 +132,35 @@ impl FaultLedger {
             op,
             result,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{excuse, Excuse};
+    use engine::dev::IoOp;
+
+    #[test]
+    fn an_error_is_excused_only_by_a_fault_it_could_have_met() {
+        let eio = engine::Error::OutOfRange {
+            offset: 0,
+            len: 1,
+            size: 0,
+        };
+        // A fault while it was in flight explains any error, by its kind.
+        assert_eq!(
+            excuse(&eio, Some(IoOp::Flush), 3),
+            Some(Excuse::Fault(IoOp::Flush))
+        );
+        // Faults elsewhere in the run do not.
+        assert_eq!(excuse(&eio, None, 3), None);
+        // The poisoned image's refusal is explained by this epoch's faults
+        // only.
+        assert_eq!(
+            excuse(&engine::Error::Poisoned, None, 1),
+            Some(Excuse::Poisoned)
+        );
+        assert_eq!(excuse(&engine::Error::Poisoned, None, 0), None);
+        assert_eq!(excuse(&engine::Error::ReadOnly, None, 5), None);
     }
 }

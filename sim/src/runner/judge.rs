@@ -2,7 +2,8 @@
 //! crash explains them) and what a failed check shows: the dump diff
 //! against the image as the power went, and the exported files.
 
-use super::*;
+use super::explain::VIOLATIONS_SHOWN;
+use super::state::*;
 
 impl Run<'_> {
     /// The checker's verdict on `bytes`: no corruption, and no leak but

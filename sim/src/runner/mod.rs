@@ -17,16 +17,17 @@
 //! 3. `finish`: a last whole-disk read, a clean close, and a check that
 //!    finds neither corruption nor leak.
 //!
-//! This file holds the loop (`Run::go`, a group at a time) and the run's
-//! state; the rest lives by what it does: `ops` spawns the operations,
-//! `faults` decides which errors an injected fault excuses, `recovery`
-//! is a crash and the reopen after it (and `finish`), `judge` the
-//! checker's verdict on an image, `explain` what a wrong read shows,
-//! `budget` the executor's bounds, `sweep` the whole-disk reads, `setup`
-//! the image and its disks, `snapshots` the snapshots a run knows,
-//! `enumerate` every crash state of one crash point.
+//! This file holds the loop (`Run::go`, a group at a time) and the entry
+//! points; the rest lives by what it does, each importing only from
+//! modules below it: `state` the run's state (the `Run` itself, its
+//! options, its constructor and report), `ops` spawns the operations,
+//! `faults` decides which errors an injected fault excuses, `recovery` is
+//! a crash and the reopen after it (and `finish`), `judge` the checker's
+//! verdict on an image, `explain` what a wrong read shows, `sweep` the
+//! whole-disk reads, `setup` the image and its disks, `snapshots` the
+//! snapshots a run knows, `enumerate` every crash state of one crash
+//! point. The executor's budgets are the case's (`crate::budget`).
 
-mod budget;
 mod enumerate;
 mod explain;
 mod faults;
@@ -36,8 +37,10 @@ mod recovery;
 mod report;
 mod setup;
 mod snapshots;
+mod state;
 mod sweep;
 
+pub use crate::case::WHOLE_SWEEP_MAX;
 pub use enumerate::{
     enumerate_crash_states, enumerate_crash_states_at, CrashAt, EnumerateError, EnumerateOptions,
     EnumerateReport, Granularity, StateFailure,
@@ -45,192 +48,13 @@ pub use enumerate::{
 pub use report::{
     cow_summary, to_hex, AllowedValue, ExcusedErrors, Failure, RunReport, RunStats, WrongSector,
 };
-pub use sweep::{mapped_clusters, WHOLE_SWEEP_MAX};
+pub use sweep::mapped_clusters;
 
-pub use budget::exec_options;
-pub(crate) use budget::{time_budget, worst_request};
-use explain::*;
 pub use explain::{wrong_sector, NO_WRITES_LOGGED};
-use faults::*;
 pub use judge::SAME_DUMP;
-use judge::*;
+use state::*;
 
-use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::rc::Rc;
-
-use engine::dev::IoOp;
-use engine::Guard;
-
-use crate::driver::{Driver, DriverKind, EngineDriver};
-use oracle::check::FindingKind;
-use oracle::data::{decode, fill_compressible_buffer, write_buffer, WriteId, SECTOR_SIZE};
-use oracle::model::{Model, OpId, SectorRange, Status, Value, Violation, WriteKind};
-use rand::Rng;
-use rand_chacha::ChaCha8Rng;
-
-use crate::case::{Case, Op, MAX_REQUEST_BYTES};
-use crate::disk::{
-    DiskCounters, FaultCounts, HeldRequest, NthRequest, SimDisk, SparseStore, AT_FLUSH_MAX, PPM,
-};
-use crate::exec::{ExecError, ExecOptions, JoinHandle, Nanos, RunEnd, Sim};
-use crate::rng::{self, Stream};
-use snapshots::{Presence, Snapshots};
-
-/// What a run does besides running.
-#[derive(Debug, Clone, Default)]
-pub struct RunOptions {
-    /// Write every post-crash image and the final image, with the
-    /// checker's and the model's verdicts, under `DIR/seed-N/`.
-    pub export: Option<PathBuf>,
-}
-
-/// Crash states beyond the one a run goes on from that a crash at a flush
-/// has the checker judge (`Run::judge_more_states`).
-const EXTRA_STATES_AT_FLUSH: u32 = 3;
-/// At a crash at a flush with at most this many pending writes, the extra
-/// states are all 2^n whole-write states instead.
-const EXHAUSTIVE_PENDING_AT_FLUSH: usize = 4;
-
-/// Longest simulated time a crash group runs before the power goes.
-const CRASH_HORIZON_NS: u64 = 3_000_000;
-
-/// The image under test, behind the driver interface (`crate::driver`).
-type Img = Box<dyn Driver>;
-
-/// State shared by the op tasks of a run.
-struct Shared {
-    model: RefCell<Model>,
-    failures: RefCell<Vec<Failure>>,
-    stats: RefCell<RunStats>,
-    /// The internal snapshots the workload took.
-    snapshots: RefCell<Snapshots>,
-}
-
-/// What a snapshot operation will do, decided by the runner before it
-/// hands the image to the operation's task.
-enum SnapshotPlan {
-    /// Take the snapshot at this index of the run's list.
-    Create(usize),
-    /// Revert to the snapshot at this index: each sector in `values` gets
-    /// its value back (the others keep theirs, unwritten in both).
-    Apply {
-        snapshot: usize,
-        values: Vec<(u64, Value)>,
-    },
-    Delete(usize),
-    /// No snapshot surely exists to apply or delete.
-    Skip,
-}
-
-struct Run<'a> {
-    case: &'a Case,
-    opts: &'a RunOptions,
-    /// The driver under test.
-    driver: &'a dyn DriverKind,
-    sim: Sim,
-    /// The group running (0 during setup, the last one at the end): where
-    /// a hang or livelock is reported.
-    group: usize,
-    shared: Rc<Shared>,
-    disk: SimDisk,
-    /// The external data file's disk, when the case has one: faults,
-    /// reordering and crashes apply to it as to `disk`.
-    data: Option<SimDisk>,
-    backing: Option<setup::BackingDisk>,
-    crash_rng: ChaCha8Rng,
-    /// Crash states of the data file's disk: a stream of its own, so that
-    /// the image disk's crash states are drawn as without a data file.
-    data_crash_rng: ChaCha8Rng,
-    crashes: u32,
-    /// What the disks replaced at a crash injected and held.
-    gone: GoneDisks,
-    /// The image's disk as it was when the power went, until the crash
-    /// state is judged: a failed check shows the metadata dump's diff.
-    before_crash: Option<SimDisk>,
-    /// The data file's disk as it was when the power went, until the
-    /// crash's wrong reads are described: its log holds the writes made
-    /// before the crash, which the new disk's log does not.
-    data_before_crash: Option<SimDisk>,
-    /// The image as the last crash's check judged it (`None` before any
-    /// crash): the clusters it leaked, counting those past its end that a
-    /// refcount still claims, are the only leaks a crash-free epoch may
-    /// end with. Kept as the image (its chunks shared, so cheap) and
-    /// checked again only when the final check finds a leak at all, which
-    /// few runs do: a checker pass after every crash was a few per cent of
-    /// a campaign's time.
-    last_crash_image: Option<SparseStore>,
-    /// The disk's counts when the current epoch's guest requests began.
-    epoch_start: DiskCounters,
-    /// The device flushes each group ran so far issued on the image's disk:
-    /// where `CrashAt::DeviceFlush` can put a crash.
-    group_flushes: Vec<u64>,
-    /// The crash about to be taken came the moment a flush reached the
-    /// disk (`CrashOptions::at_flush_ppm`, or a guard's).
-    at_flush: bool,
-    /// The case's armed guards that have not yet taken the power with
-    /// them (`CrashOptions::at_guards`).
-    armed: Vec<Guard>,
-    /// Background reads of earlier groups, perhaps still in flight.
-    background: Vec<JoinHandle<()>>,
-    /// Draws whether an armed guard's condition takes the power with it.
-    guard_rng: ChaCha8Rng,
-    /// The sweeps' read buffer, handed back after each read
-    /// (`Run::read_all`, `Run::give_back`): a fresh zeroed megabyte per
-    /// read was a twentieth of a campaign's time.
-    spare: RefCell<Vec<u8>>,
-}
-
-/// How a group's run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum GroupEnd {
-    /// Its operations ran (to completion, or to its own crash).
-    Ran,
-    /// An armed guard's condition arose and the power went at the next
-    /// device flush, in a group with no crash of its own.
-    GuardCrash,
-    /// The executor could not go on (a hang, recorded).
-    Hung,
-}
-
-/// When a snapshot group stops (`Run::run_snapshot_group`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum SnapshotUntil {
-    /// At the operation's end.
-    End,
-    /// When the power goes: a time drawn from the crash stream, as any
-    /// crash group's.
-    PowerFails,
-    /// Right after the group issued its n-th device flush on the image's
-    /// disk, counting from 1 (`CrashAt::DeviceFlush`); at its end if it
-    /// issued fewer.
-    DeviceFlush(u64),
-}
-
-/// Flushes issued on `disks` so far, together.
-fn flushes_on(disks: &[SimDisk]) -> u64 {
-    disks.iter().map(SimDisk::flushes).sum()
-}
-
-/// What a group waits for: its operations but background reads, and the
-/// start of those.
-struct Foreground {
-    tasks: Vec<JoinHandle<()>>,
-    starts: Vec<Rc<Cell<bool>>>,
-}
-
-impl Foreground {
-    fn done(&self) -> bool {
-        self.tasks.iter().all(|h| h.is_finished()) && self.starts.iter().all(|s| s.get())
-    }
-}
-
-/// The crash substream of the data file's disk (the image disk's is 0);
-/// `--driver qemu` draws its data file's crash states from it too.
-pub const DATA_CRASH_STREAM: u32 = 1;
-/// The substream of the crash stream that draws crashes at armed guards.
-const GUARD_CRASH_STREAM: u32 = 2;
+pub use state::{RunOptions, DATA_CRASH_STREAM};
 
 /// Run one case.
 pub fn run_case(case: &Case, opts: &RunOptions) -> RunReport {
@@ -306,88 +130,7 @@ pub fn run_case_counting_flushes(case: &Case) -> (RunReport, Vec<u64>) {
     (run.report(), flushes)
 }
 
-impl Run<'_> {
-    /// The report of a run that has ended.
-    fn report(&self) -> RunReport {
-        let case = self.case;
-        let trace_hash = self.sim.trace_hash();
-        let mut stats = *self.shared.stats.borrow();
-        let m = self.shared.model.borrow().stats();
-        stats.read_sectors_checked = m.read_sectors;
-        stats.recovered_sectors_checked = m.recovered_sectors;
-        stats.crashes = m.crashes;
-        let mut all = self.gone.clone();
-        all.add(&self.crashing_disks());
-        if let Some(b) = &self.backing {
-            all.held.extend(b.disk().held_list());
-            all.failed.extend(b.disk().failed_by_rank());
-        }
-        stats.faults_injected = all.faults();
-        stats.fault_kinds = all.fault_kinds;
-        stats.held_requests = all.held.len() as u64;
-        stats.polls = self.sim.steps();
-        let mut failures = self.shared.failures.take();
-        if case.harsh() {
-            // Lost, misdirected or torn writes are beyond what qcow2 can
-            // survive without checksums: only a panic or a hang is a failure;
-            // what the model and the checker saw is counted, not judged.
-            let before = failures.len();
-            failures.retain(|f| matches!(f, Failure::Hang { .. } | Failure::Panic { .. }));
-            stats.harsh_findings = (before - failures.len()) as u64;
-        }
-        RunReport {
-            seed: case.seed,
-            profile: case.profile,
-            schedule: case.schedule,
-            failures,
-            trace_hash,
-            stats,
-            held: all.held,
-            failed: all.failed,
-        }
-    }
-}
-
 impl<'a> Run<'a> {
-    /// A run of `case`, not yet started.
-    fn fresh(case: &'a Case, opts: &'a RunOptions, driver: &'a dyn DriverKind) -> Run<'a> {
-        // The case's schedule policy (uniform for a case saved before
-        // cases recorded one, as `Sim::new`), and budgets that no run that
-        // stays within them can observe.
-        let sim = Sim::with_options(case.seed, exec_options(case));
-        let shared = Rc::new(Shared {
-            model: RefCell::new(case.model()),
-            failures: RefCell::new(Vec::new()),
-            stats: RefCell::new(RunStats::default()),
-            snapshots: RefCell::new(Snapshots::default()),
-        });
-        Run {
-            case,
-            opts,
-            driver,
-            disk: SimDisk::new(&sim, setup::quiet_disk()).expect("quiet disk options are valid"),
-            sim,
-            group: 0,
-            shared,
-            data: None,
-            backing: None,
-            crash_rng: rng::stream(case.seed, Stream::Crash),
-            data_crash_rng: rng::substream(case.seed, Stream::Crash, DATA_CRASH_STREAM),
-            crashes: 0,
-            gone: GoneDisks::default(),
-            before_crash: None,
-            data_before_crash: None,
-            last_crash_image: None,
-            epoch_start: DiskCounters::default(),
-            group_flushes: Vec::new(),
-            at_flush: false,
-            armed: case.disk.crash.at_guards.clone(),
-            background: Vec::new(),
-            guard_rng: rng::substream(case.seed, Stream::Crash, GUARD_CRASH_STREAM),
-            spare: RefCell::new(Vec::new()),
-        }
-    }
-
     /// Spawn group `g`'s operations and run them: to completion, or (with
     /// `crash`) until a crash time drawn from the crash stream. Returns
     /// false, with a recorded hang, if the executor could not go on.
@@ -615,63 +358,6 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// The disks that crash together: the image's and the data file's.
-    fn crashing_disks(&self) -> Vec<SimDisk> {
-        std::iter::once(&self.disk)
-            .chain(&self.data)
-            .cloned()
-            .collect()
-    }
-
-    /// Off, or back to what each disk's case options say (`true` never
-    /// turns on the faults of a case whose `faults.enabled` is false: the
-    /// shrinker's "no faults" step relies on it).
-    fn set_faults_enabled(&self, on: bool) {
-        for d in self.crashing_disks() {
-            d.set_faults_enabled(on && d.options().faults.enabled);
-        }
-    }
-
-    /// The request counts of the image's disk and the data file's, together.
-    fn disk_counters(&self) -> DiskCounters {
-        self.crashing_disks()
-            .iter()
-            .fold(DiskCounters::default(), |sum, d| sum.plus(&d.counters()))
-    }
-
-    fn faults_so_far(&self) -> u64 {
-        self.gone.faults() + faults_on(&self.crashing_disks())
-    }
-
-    /// The disk guest data lives on: the data file's, or the image's.
-    fn data_disk(&self) -> SimDisk {
-        self.data.clone().unwrap_or_else(|| self.disk.clone())
-    }
-
-    /// Read `sectors` sectors from `first` through the image, faults off.
-    ///
-    /// The buffer is the last one given back, resized, its old bytes left
-    /// in place: a read that fails to fill part of it returns another
-    /// read's data there, which the model rejects, where zeroes could
-    /// have passed for unwritten sectors.
-    fn read_all(&self, img: &Rc<Img>, first: u64, sectors: u64) -> Result<Vec<u8>, Failure> {
-        let i = img.clone();
-        let ss = SECTOR_SIZE as u64;
-        let mut buf = self.spare.take();
-        buf.resize((sectors * ss) as usize, 0);
-        let r = self.block(&format!("whole-disk read at sector {first}"), async move {
-            i.read(first * ss, &mut buf).await.map(|_| buf)
-        })?;
-        r.map_err(|e| Failure::Engine {
-            what: format!("whole-disk read at sector {first} failed with faults off: {e}"),
-        })
-    }
-
-    /// Keep `buf` for the next `read_all`.
-    fn give_back(&self, buf: Vec<u8>) {
-        *self.spare.borrow_mut() = buf;
-    }
-
     /// Drive one future (one engine request, `what`) to completion on the
     /// simulation. The executor's budgets follow from the case
     /// (`exec_options`), so running out of them, or a hang, is the
@@ -693,32 +379,6 @@ impl<'a> Run<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::{excuse, Excuse};
-    use engine::dev::IoOp;
-
-    #[test]
-    fn an_error_is_excused_only_by_a_fault_it_could_have_met() {
-        let eio = engine::Error::OutOfRange {
-            offset: 0,
-            len: 1,
-            size: 0,
-        };
-        // A fault while it was in flight explains any error, by its kind.
-        assert_eq!(
-            excuse(&eio, Some(IoOp::Flush), 3),
-            Some(Excuse::Fault(IoOp::Flush))
-        );
-        // Faults elsewhere in the run do not.
-        assert_eq!(excuse(&eio, None, 3), None);
-        // The poisoned image's refusal is explained by this epoch's faults
-        // only.
-        assert_eq!(
-            excuse(&engine::Error::Poisoned, None, 1),
-            Some(Excuse::Poisoned)
-        );
-        assert_eq!(excuse(&engine::Error::Poisoned, None, 0), None);
-        assert_eq!(excuse(&engine::Error::ReadOnly, None, 5), None);
-    }
 
     use super::*;
     use crate::workload::Profile;

@@ -1,7 +1,9 @@
 //! Spawning the guest operations of a group, snapshot operations among
 //! them, and what a snapshot operation leaves the model to expect.
 
-use super::*;
+use super::explain::*;
+use super::faults::*;
+use super::state::*;
 
 impl Run<'_> {
     /// Spawn guest operation number `n` as a task.
@@ -266,7 +268,7 @@ impl Run<'_> {
     /// ones, in order: what a snapshot taken now holds.
     pub(super) fn capture(&mut self, img: &Rc<Img>, n: u64) -> Result<Vec<(u64, Value)>, Failure> {
         self.set_faults_enabled(false);
-        let reads = sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
+        let reads = super::sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
         let mut values = Vec::new();
         for (first, count) in reads {
             let buf = self.read_all(img, first, count)?;

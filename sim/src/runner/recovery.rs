@@ -2,7 +2,9 @@
 //! image reopened on the state the run goes on from and read whole
 //! against the model; and the end of a run without one.
 
-use super::*;
+use super::explain::*;
+use super::judge::*;
+use super::state::*;
 
 impl Run<'_> {
     /// The power goes: take a crash image, reopen it, check it.
@@ -114,7 +116,7 @@ impl Run<'_> {
         self.shared.stats.borrow_mut().crash_states_checked += 1;
         let img = Rc::new(img);
         let sectors = self.case.sectors();
-        let reads = sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
+        let reads = super::sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
         let mut violations = Vec::new();
         let mut next = 0;
         for (first, n) in reads {
@@ -148,7 +150,7 @@ impl Run<'_> {
     /// and find neither corruption nor leak.
     pub(super) fn finish(&mut self, img: Rc<Img>) {
         self.set_faults_enabled(false);
-        let reads = sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
+        let reads = super::sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
         // Op ids the workload never uses, which violations name as the
         // read-back (`oracle::model::READ_BACK_OPS`).
         for (op, (first, n)) in (oracle::model::READ_BACK_OPS..).zip(reads) {

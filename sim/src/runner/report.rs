@@ -241,7 +241,7 @@ pub struct RunStats {
     /// on every disk of the run: image, data file and backing file.
     pub held_requests: u64,
     /// Task polls the executor made in the whole run: what the step
-    /// budget (`runner::exec_options`) bounds.
+    /// budget (`Case::exec_options`) bounds.
     pub polls: u64,
     /// In harsh-mode cases (lost, misdirected or torn writes): model
     /// violations and checker findings seen, which are not failures there.

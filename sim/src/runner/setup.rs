@@ -5,41 +5,10 @@
 
 use engine::{Backing, CreateOptions, EngineOptions, Image};
 
-use super::{Failure, Img, Run};
-use crate::case::{BackingSpec, Case};
-use crate::disk::{DeviceRole, DiskOptions, SimDisk, SparseStore};
-
-/// A disk without faults or crash tracking: for backing files, which the
-/// engine only reads.
-pub(super) fn quiet_disk() -> DiskOptions {
-    let mut o = DiskOptions::default();
-    o.crash.track = false;
-    o.log.enabled = false;
-    // Timed as in every version, so that saved cases replay bit for bit.
-    o.latency.extend = 0;
-    o
-}
-
-/// The backing file's disk options in a run of `case`: the quiet disk,
-/// holding requests at the case's backing outlier rates (none in a case
-/// saved before outliers existed, which so replays as it ran).
-pub(super) fn backing_disk(case: &Case) -> DiskOptions {
-    let mut o = quiet_disk();
-    o.latency.outliers = case.disk.latency.outliers.clone();
-    o
-}
-
-/// The backing file of a run: its disk (never crashed) and its format.
-pub(super) struct BackingDisk {
-    disk: SimDisk,
-    spec: BackingSpec,
-}
-
-impl BackingDisk {
-    pub(super) fn disk(&self) -> &SimDisk {
-        &self.disk
-    }
-}
+use super::state::{BackingDisk, Failure, Img, Run};
+use crate::case::BackingSpec;
+use crate::devices::backing_disk;
+use crate::disk::{DeviceRole, SimDisk, SparseStore};
 
 impl Run<'_> {
     /// Create the backing file and the image, and open the image.

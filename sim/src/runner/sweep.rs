@@ -12,16 +12,15 @@
 
 use std::collections::BTreeSet;
 
+/// Bytes of one read of a sweep.
+pub(super) const SWEEP_CHUNK: u64 = 1 << 20;
+
 use oracle::data::SECTOR_SIZE;
 use oracle::model::Model;
 
-use crate::case::Case;
+use crate::case::{Case, WHOLE_SWEEP_MAX};
 use crate::disk::{SimDisk, SparseStore};
 
-/// Bytes of one read of a sweep.
-pub(super) const SWEEP_CHUNK: u64 = 1 << 20;
-/// Largest virtual disk read whole after every crash and at the end.
-pub const WHOLE_SWEEP_MAX: u64 = 64 << 20;
 /// Most L1 entries a sparse sweep looks through (a larger count in a
 /// header is not the engine's image: it refuses to open it).
 const MAX_L1_ENTRIES: u64 = 1 << 24;

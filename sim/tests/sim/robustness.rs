@@ -243,7 +243,7 @@ fn the_slowest_valid_devices_run_to_a_verdict() {
     for (what, edit) in edits {
         let case = seed_10_edited(|v| edit(&mut v["disk"]["latency"])).unwrap();
         // The budget does not saturate: validation keeps it countable.
-        let budget = sim::runner::exec_options(&case).time_max;
+        let budget = case.exec_options().time_max;
         assert!(budget < u64::MAX, "{what}: {budget}");
         let report = run_case(&case, &RunOptions::default());
         assert!(report.passed(), "{what}: {:?}", report.failures);
@@ -414,7 +414,7 @@ fn a_request_heavy_case_at_the_bounds_runs_within_its_budget() {
     assert!(work[0] > sim::case::MAX_EPOCH_WORK / 2, "{work:?}");
     let report = run_case(&case, &RunOptions::default());
     assert!(report.passed(), "{:?}", report.failures);
-    let budget = sim::runner::exec_options(&case).steps_max;
+    let budget = case.exec_options().steps_max;
     assert!(
         report.stats.polls * 10 < budget,
         "{} of {budget}",

@@ -1,0 +1,388 @@
+//! A run's state: the options, the shared counters and model, the `Run`
+//! itself and the small types its parts pass around. Below every module
+//! of the runner (`mod.rs`'s loop, `ops`, `faults`, `recovery`, `judge`,
+//! `explain`, `setup`, `enumerate`), which import it and never each other
+//! back; it also hands them the imports they all use.
+
+pub(super) use std::cell::{Cell, RefCell};
+pub(super) use std::collections::BTreeSet;
+pub(super) use std::path::{Path, PathBuf};
+pub(super) use std::rc::Rc;
+
+pub(super) use engine::dev::IoOp;
+pub(super) use engine::Guard;
+
+pub(super) use crate::driver::{Driver, DriverKind, EngineDriver};
+pub(super) use oracle::check::FindingKind;
+pub(super) use oracle::data::{
+    decode, fill_compressible_buffer, write_buffer, WriteId, SECTOR_SIZE,
+};
+pub(super) use oracle::model::{Model, OpId, SectorRange, Status, Value, Violation, WriteKind};
+pub(super) use rand::Rng;
+pub(super) use rand_chacha::ChaCha8Rng;
+
+pub(super) use super::report::{to_hex, AllowedValue, Failure, RunReport, RunStats, WrongSector};
+pub(super) use super::snapshots::{Presence, Snapshots};
+pub(super) use crate::budget::CRASH_HORIZON_NS;
+pub(super) use crate::case::{BackingSpec, Case, Op};
+pub(super) use crate::disk::{
+    DiskCounters, FaultCounts, HeldRequest, NthRequest, SimDisk, SparseStore, AT_FLUSH_MAX, PPM,
+};
+pub(super) use crate::exec::{ExecError, JoinHandle, RunEnd, Sim};
+pub(super) use crate::rng::{self, Stream};
+
+/// What a run does besides running.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Write every post-crash image and the final image, with the
+    /// checker's and the model's verdicts, under `DIR/seed-N/`.
+    pub export: Option<PathBuf>,
+}
+
+/// Crash states beyond the one a run goes on from that a crash at a flush
+/// has the checker judge (`Run::judge_more_states`).
+pub(super) const EXTRA_STATES_AT_FLUSH: u32 = 3;
+/// At a crash at a flush with at most this many pending writes, the extra
+/// states are all 2^n whole-write states instead.
+pub(super) const EXHAUSTIVE_PENDING_AT_FLUSH: usize = 4;
+
+/// The image under test, behind the driver interface (`crate::driver`).
+pub(super) type Img = Box<dyn Driver>;
+
+/// State shared by the op tasks of a run.
+pub(super) struct Shared {
+    pub(super) model: RefCell<Model>,
+    pub(super) failures: RefCell<Vec<Failure>>,
+    pub(super) stats: RefCell<RunStats>,
+    /// The internal snapshots the workload took.
+    pub(super) snapshots: RefCell<Snapshots>,
+}
+
+/// What a snapshot operation will do, decided by the runner before it
+/// hands the image to the operation's task.
+pub(super) enum SnapshotPlan {
+    /// Take the snapshot at this index of the run's list.
+    Create(usize),
+    /// Revert to the snapshot at this index: each sector in `values` gets
+    /// its value back (the others keep theirs, unwritten in both).
+    Apply {
+        snapshot: usize,
+        values: Vec<(u64, Value)>,
+    },
+    Delete(usize),
+    /// No snapshot surely exists to apply or delete.
+    Skip,
+}
+
+pub(super) struct Run<'a> {
+    pub(super) case: &'a Case,
+    pub(super) opts: &'a RunOptions,
+    /// The driver under test.
+    pub(super) driver: &'a dyn DriverKind,
+    pub(super) sim: Sim,
+    /// The group running (0 during setup, the last one at the end): where
+    /// a hang or livelock is reported.
+    pub(super) group: usize,
+    pub(super) shared: Rc<Shared>,
+    pub(super) disk: SimDisk,
+    /// The external data file's disk, when the case has one: faults,
+    /// reordering and crashes apply to it as to `disk`.
+    pub(super) data: Option<SimDisk>,
+    pub(super) backing: Option<BackingDisk>,
+    pub(super) crash_rng: ChaCha8Rng,
+    /// Crash states of the data file's disk: a stream of its own, so that
+    /// the image disk's crash states are drawn as without a data file.
+    pub(super) data_crash_rng: ChaCha8Rng,
+    pub(super) crashes: u32,
+    /// What the disks replaced at a crash injected and held.
+    pub(super) gone: GoneDisks,
+    /// The image's disk as it was when the power went, until the crash
+    /// state is judged: a failed check shows the metadata dump's diff.
+    pub(super) before_crash: Option<SimDisk>,
+    /// The data file's disk as it was when the power went, until the
+    /// crash's wrong reads are described: its log holds the writes made
+    /// before the crash, which the new disk's log does not.
+    pub(super) data_before_crash: Option<SimDisk>,
+    /// The image as the last crash's check judged it (`None` before any
+    /// crash): the clusters it leaked, counting those past its end that a
+    /// refcount still claims, are the only leaks a crash-free epoch may
+    /// end with. Kept as the image (its chunks shared, so cheap) and
+    /// checked again only when the final check finds a leak at all, which
+    /// few runs do: a checker pass after every crash was a few per cent of
+    /// a campaign's time.
+    pub(super) last_crash_image: Option<SparseStore>,
+    /// The disk's counts when the current epoch's guest requests began.
+    pub(super) epoch_start: DiskCounters,
+    /// The device flushes each group ran so far issued on the image's disk:
+    /// where `CrashAt::DeviceFlush` can put a crash.
+    pub(super) group_flushes: Vec<u64>,
+    /// The crash about to be taken came the moment a flush reached the
+    /// disk (`CrashOptions::at_flush_ppm`, or a guard's).
+    pub(super) at_flush: bool,
+    /// The case's armed guards that have not yet taken the power with
+    /// them (`CrashOptions::at_guards`).
+    pub(super) armed: Vec<Guard>,
+    /// Background reads of earlier groups, perhaps still in flight.
+    pub(super) background: Vec<JoinHandle<()>>,
+    /// Draws whether an armed guard's condition takes the power with it.
+    pub(super) guard_rng: ChaCha8Rng,
+    /// The sweeps' read buffer, handed back after each read
+    /// (`Run::read_all`, `Run::give_back`): a fresh zeroed megabyte per
+    /// read was a twentieth of a campaign's time.
+    pub(super) spare: RefCell<Vec<u8>>,
+}
+
+/// How a group's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum GroupEnd {
+    /// Its operations ran (to completion, or to its own crash).
+    Ran,
+    /// An armed guard's condition arose and the power went at the next
+    /// device flush, in a group with no crash of its own.
+    GuardCrash,
+    /// The executor could not go on (a hang, recorded).
+    Hung,
+}
+
+/// When a snapshot group stops (`Run::run_snapshot_group`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SnapshotUntil {
+    /// At the operation's end.
+    End,
+    /// When the power goes: a time drawn from the crash stream, as any
+    /// crash group's.
+    PowerFails,
+    /// Right after the group issued its n-th device flush on the image's
+    /// disk, counting from 1 (`CrashAt::DeviceFlush`); at its end if it
+    /// issued fewer.
+    DeviceFlush(u64),
+}
+
+/// Flushes issued on `disks` so far, together.
+pub(super) fn flushes_on(disks: &[SimDisk]) -> u64 {
+    disks.iter().map(SimDisk::flushes).sum()
+}
+
+/// What a group waits for: its operations but background reads, and the
+/// start of those.
+pub(super) struct Foreground {
+    pub(super) tasks: Vec<JoinHandle<()>>,
+    pub(super) starts: Vec<Rc<Cell<bool>>>,
+}
+
+impl Foreground {
+    pub(super) fn done(&self) -> bool {
+        self.tasks.iter().all(|h| h.is_finished()) && self.starts.iter().all(|s| s.get())
+    }
+}
+
+/// The crash substream of the data file's disk (the image disk's is 0);
+/// `--driver qemu` draws its data file's crash states from it too.
+pub const DATA_CRASH_STREAM: u32 = 1;
+/// The substream of the crash stream that draws crashes at armed guards.
+pub(super) const GUARD_CRASH_STREAM: u32 = 2;
+
+/// What disks replaced at a crash injected and held, kept for the run's
+/// report (a crash replaces each crashing disk with a new one).
+#[derive(Debug, Clone, Default)]
+pub(super) struct GoneDisks {
+    /// The faults injected, by kind.
+    pub(super) fault_kinds: FaultCounts,
+    /// The requests held long (latency outliers), by rank.
+    pub(super) held: Vec<HeldRequest>,
+    /// The requests failed with EIO, by rank.
+    pub(super) failed: Vec<NthRequest>,
+}
+
+impl GoneDisks {
+    pub(super) fn add(&mut self, disks: &[SimDisk]) {
+        self.fault_kinds.add(&fault_kinds_on(disks));
+        for d in disks {
+            self.held.extend(d.held_list());
+            self.failed.extend(d.failed_by_rank());
+        }
+    }
+
+    /// Every fault injected: each is counted under exactly one kind.
+    pub(super) fn faults(&self) -> u64 {
+        self.fault_kinds.fields().iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// The faults injected on `disks`, by kind.
+pub(super) fn fault_kinds_on(disks: &[SimDisk]) -> FaultCounts {
+    let mut c = FaultCounts::default();
+    for d in disks {
+        for f in d.injected_faults() {
+            c.count(&f);
+        }
+    }
+    c
+}
+
+/// The backing file of a run: its disk (never crashed) and its format.
+pub(super) struct BackingDisk {
+    pub(super) disk: SimDisk,
+    pub(super) spec: BackingSpec,
+}
+
+impl BackingDisk {
+    pub(super) fn disk(&self) -> &SimDisk {
+        &self.disk
+    }
+}
+
+impl Run<'_> {
+    /// The report of a run that has ended.
+    pub(super) fn report(&self) -> RunReport {
+        let case = self.case;
+        let trace_hash = self.sim.trace_hash();
+        let mut stats = *self.shared.stats.borrow();
+        let m = self.shared.model.borrow().stats();
+        stats.read_sectors_checked = m.read_sectors;
+        stats.recovered_sectors_checked = m.recovered_sectors;
+        stats.crashes = m.crashes;
+        let mut all = self.gone.clone();
+        all.add(&self.crashing_disks());
+        if let Some(b) = &self.backing {
+            all.held.extend(b.disk().held_list());
+            all.failed.extend(b.disk().failed_by_rank());
+        }
+        stats.faults_injected = all.faults();
+        stats.fault_kinds = all.fault_kinds;
+        stats.held_requests = all.held.len() as u64;
+        stats.polls = self.sim.steps();
+        let mut failures = self.shared.failures.take();
+        if case.harsh() {
+            // Lost, misdirected or torn writes are beyond what qcow2 can
+            // survive without checksums: only a panic or a hang is a failure;
+            // what the model and the checker saw is counted, not judged.
+            let before = failures.len();
+            failures.retain(|f| matches!(f, Failure::Hang { .. } | Failure::Panic { .. }));
+            stats.harsh_findings = (before - failures.len()) as u64;
+        }
+        RunReport {
+            seed: case.seed,
+            profile: case.profile,
+            schedule: case.schedule,
+            failures,
+            trace_hash,
+            stats,
+            held: all.held,
+            failed: all.failed,
+        }
+    }
+}
+
+impl<'a> Run<'a> {
+    /// A run of `case`, not yet started.
+    pub(super) fn fresh(
+        case: &'a Case,
+        opts: &'a RunOptions,
+        driver: &'a dyn DriverKind,
+    ) -> Run<'a> {
+        // The case's schedule policy (uniform for a case saved before
+        // cases recorded one, as `Sim::new`), and budgets that no run that
+        // stays within them can observe.
+        let sim = Sim::with_options(case.seed, case.exec_options());
+        let shared = Rc::new(Shared {
+            model: RefCell::new(case.model()),
+            failures: RefCell::new(Vec::new()),
+            stats: RefCell::new(RunStats::default()),
+            snapshots: RefCell::new(Snapshots::default()),
+        });
+        Run {
+            case,
+            opts,
+            driver,
+            disk: SimDisk::new(&sim, crate::devices::quiet_disk())
+                .expect("quiet disk options are valid"),
+            sim,
+            group: 0,
+            shared,
+            data: None,
+            backing: None,
+            crash_rng: rng::stream(case.seed, Stream::Crash),
+            data_crash_rng: rng::substream(case.seed, Stream::Crash, DATA_CRASH_STREAM),
+            crashes: 0,
+            gone: GoneDisks::default(),
+            before_crash: None,
+            data_before_crash: None,
+            last_crash_image: None,
+            epoch_start: DiskCounters::default(),
+            group_flushes: Vec::new(),
+            at_flush: false,
+            armed: case.disk.crash.at_guards.clone(),
+            background: Vec::new(),
+            guard_rng: rng::substream(case.seed, Stream::Crash, GUARD_CRASH_STREAM),
+            spare: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The disks that crash together: the image's and the data file's.
+    pub(super) fn crashing_disks(&self) -> Vec<SimDisk> {
+        std::iter::once(&self.disk)
+            .chain(&self.data)
+            .cloned()
+            .collect()
+    }
+
+    /// Off, or back to what each disk's case options say (`true` never
+    /// turns on the faults of a case whose `faults.enabled` is false: the
+    /// shrinker's "no faults" step relies on it).
+    pub(super) fn set_faults_enabled(&self, on: bool) {
+        for d in self.crashing_disks() {
+            d.set_faults_enabled(on && d.options().faults.enabled);
+        }
+    }
+
+    /// The request counts of the image's disk and the data file's, together.
+    pub(super) fn disk_counters(&self) -> DiskCounters {
+        self.crashing_disks()
+            .iter()
+            .fold(DiskCounters::default(), |sum, d| sum.plus(&d.counters()))
+    }
+
+    pub(super) fn faults_so_far(&self) -> u64 {
+        self.gone.faults() + faults_on(&self.crashing_disks())
+    }
+
+    /// The disk guest data lives on: the data file's, or the image's.
+    pub(super) fn data_disk(&self) -> SimDisk {
+        self.data.clone().unwrap_or_else(|| self.disk.clone())
+    }
+
+    /// Read `sectors` sectors from `first` through the image, faults off.
+    ///
+    /// The buffer is the last one given back, resized, its old bytes left
+    /// in place: a read that fails to fill part of it returns another
+    /// read's data there, which the model rejects, where zeroes could
+    /// have passed for unwritten sectors.
+    pub(super) fn read_all(
+        &self,
+        img: &Rc<Img>,
+        first: u64,
+        sectors: u64,
+    ) -> Result<Vec<u8>, Failure> {
+        let i = img.clone();
+        let ss = SECTOR_SIZE as u64;
+        let mut buf = self.spare.take();
+        buf.resize((sectors * ss) as usize, 0);
+        let r = self.block(&format!("whole-disk read at sector {first}"), async move {
+            i.read(first * ss, &mut buf).await.map(|_| buf)
+        })?;
+        r.map_err(|e| Failure::Engine {
+            what: format!("whole-disk read at sector {first} failed with faults off: {e}"),
+        })
+    }
+
+    /// Keep `buf` for the next `read_all`.
+    pub(super) fn give_back(&self, buf: Vec<u8>) {
+        *self.spare.borrow_mut() = buf;
+    }
+}
+
+/// Faults injected so far on `disks`.
+pub(super) fn faults_on(disks: &[SimDisk]) -> u64 {
+    disks.iter().map(|d| d.fault_count() as u64).sum()
+}
