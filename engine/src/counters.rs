@@ -8,230 +8,206 @@ use serde::{Deserialize, Serialize};
 
 use crate::guards::GuardCounts;
 
-/// Monotonic counters of one opened image. Device-level counts (requests,
-/// bytes, flushes) belong to the device; these are the engine's view.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Counters {
-    pub guest_reads: u64,
-    pub guest_bytes_read: u64,
-    pub guest_writes: u64,
-    pub guest_bytes_written: u64,
-    pub guest_flushes: u64,
-    pub guest_zero_writes: u64,
-    pub guest_discards: u64,
+/// Declare a set of counters once: each field's doc and name (its JSON
+/// name too) stand in one list, and the struct, `NAMES`, `named` and the
+/// field-by-field `zip_with` (so `add`, `since`, `reached`) are made from
+/// it. Every set of plain counts the engine and the harness keep is one.
+#[macro_export]
+macro_rules! counter_set {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident { $( $(#[$fm:meta])* $f:ident ),* $(,)? }) => {
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ::serde::Serialize, ::serde::Deserialize)]
+        $(#[$meta])*
+        $vis struct $name { $( $(#[$fm])* pub $f: u64, )* }
+
+        impl $name {
+            /// Every field's stable name, in order.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($f)),*];
+
+            /// Every count with its stable name, in a fixed order.
+            pub fn named(&self) -> [(&'static str, u64); $name::NAMES.len()] {
+                [$((stringify!($f), self.$f)),*]
+            }
+
+            /// `f` of each field of `self` and the same field of `o`.
+            pub fn zip_with(&self, o: &$name, f: impl Fn(u64, u64) -> u64) -> $name {
+                $name { $($f: f(self.$f, o.$f)),* }
+            }
+
+            /// Add `o`'s counts to these.
+            pub fn add(&mut self, o: &$name) {
+                *self = self.zip_with(o, |a, b| a + b);
+            }
+
+            /// What happened between `earlier` and `self` (both of one
+            /// source, so no count goes backwards).
+            pub fn since(&self, earlier: &$name) -> $name {
+                self.zip_with(earlier, |a, b| a - b)
+            }
+
+            /// One for each count that is not 0 in `o`: summed over cases,
+            /// how many cases reached each.
+            pub fn reached(o: &$name) -> $name {
+                $name::default().zip_with(o, |_, n| u64::from(n > 0))
+            }
+        }
+    };
+}
+
+/// Declare the engine's counters once, each tagged `plain`, `opt` (also a
+/// field of [`Optimisations`], the counts that show the seeds'
+/// optimisations working) or `rare` (also a field of [`RarePaths`]):
+/// [`Counters`] holds them all and the guard counts, and its projections
+/// onto the two sets are made from the same list.
+macro_rules! engine_counters {
+    (@munch [$($all:tt)*] [$($opt:tt)*] [$($rare:tt)*]) => {
+        /// Monotonic counters of one opened image. Device-level counts
+        /// (requests, bytes, flushes) belong to the device; these are the
+        /// engine's view.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct Counters {
+            $($all)*
+            /// How often each guard's condition arose (`guards`). Absent
+            /// from counters serialized before guards were counted.
+            #[serde(default)]
+            pub guards: GuardCounts,
+        }
+
+        engine_counters!(@sets [$($all)*] [$($opt)*] [$($rare)*]);
+    };
+    (@sets [$($(#[$am:meta])* pub $a:ident: u64,)*] [$($(#[$om:meta])* $o:ident,)*] [$($(#[$rm:meta])* $r:ident,)*]) => {
+        counter_set! {
+            /// The engine counters that show each optimisation working
+            /// (multi-cluster allocation, delayed metadata writeback,
+            /// zeroed, merged and delayed COW, joins); campaigns sum them
+            /// over cases.
+            pub struct Optimisations { $($(#[$om])* $o,)* }
+        }
+
+        counter_set! {
+            /// How often each rare path of the engine ran: code that most
+            /// guest requests never reach, where a bug hides from all but
+            /// the cases that reach it. Summed over a run's epochs and a
+            /// campaign's cases, it shows how well generation reaches each
+            /// path. The field names are the stable names reports carry.
+            pub struct RarePaths { $($(#[$rm])* $r,)* }
+        }
+
+        impl Counters {
+            /// What happened between `earlier` and `self`, field by field
+            /// (both taken from one image, so no field can go backwards).
+            pub fn since(&self, earlier: &Counters) -> Counters {
+                Counters {
+                    $($a: self.$a - earlier.$a,)*
+                    guards: self.guards.since(&earlier.guards),
+                }
+            }
+
+            /// The rare-path counts among these counters.
+            pub fn rare_paths(&self) -> RarePaths {
+                RarePaths { $($r: self.$r),* }
+            }
+
+            /// The optimisations' counts among these counters.
+            pub fn optimisations(&self) -> Optimisations {
+                Optimisations { $($o: self.$o),* }
+            }
+        }
+    };
+    (@munch [$($all:tt)*] [$($opt:tt)*] [$($rare:tt)*] $(#[$m:meta])* $f:ident: plain, $($rest:tt)*) => {
+        engine_counters!(@munch [$($all)* $(#[$m])* pub $f: u64,] [$($opt)*] [$($rare)*] $($rest)*);
+    };
+    (@munch [$($all:tt)*] [$($opt:tt)*] [$($rare:tt)*] $(#[$m:meta])* $f:ident: opt, $($rest:tt)*) => {
+        engine_counters!(@munch [$($all)* $(#[$m])* pub $f: u64,] [$($opt)* $(#[$m])* $f,] [$($rare)*] $($rest)*);
+    };
+    (@munch [$($all:tt)*] [$($opt:tt)*] [$($rare:tt)*] $(#[$m:meta])* $f:ident: rare, $($rest:tt)*) => {
+        engine_counters!(@munch [$($all)* $(#[$m])* pub $f: u64,] [$($opt)*] [$($rare)* $(#[$m])* $f,] $($rest)*);
+    };
+    ($($list:tt)*) => {
+        engine_counters!(@munch [] [] [] $($list)*);
+    };
+}
+
+engine_counters! {
+    /// Guest reads.
+    guest_reads: plain,
+    /// Bytes the guest read.
+    guest_bytes_read: plain,
+    /// Guest writes.
+    guest_writes: plain,
+    /// Bytes the guest wrote.
+    guest_bytes_written: plain,
+    /// Guest flushes.
+    guest_flushes: plain,
+    /// Guest write_zeroes requests.
+    guest_zero_writes: plain,
+    /// Guest discards.
+    guest_discards: plain,
     /// Host clusters allocated for guest data.
-    pub clusters_allocated: u64,
+    clusters_allocated: opt,
     /// COW areas (head or tail of a partially written new cluster) created.
-    pub cow_created: u64,
+    cow_created: opt,
     /// COW areas a later write covered completely, so never copied.
-    pub cow_cancelled_whole: u64,
+    cow_cancelled_whole: opt,
     /// COW areas a later write covered in part, so only the rest was copied.
-    pub cow_cancelled_partial: u64,
+    cow_cancelled_partial: opt,
     /// COW areas copied to the device (in whole or the uncancelled part).
-    pub cow_performed: u64,
-    /// Bytes written to the device for COW areas.
-    pub cow_bytes_written: u64,
-    /// Efficient (no-fallback) write_zeroes requests issued for zero_cow.
-    pub zeroing_requests: u64,
+    cow_performed: opt,
     /// Zero-source COW ranges that needed no request at all: growing the
     /// file had zeroed the new clusters (zero_cow), and nothing used them.
-    pub cow_already_zero: u64,
+    cow_already_zero: opt,
+    /// Bytes written to the device for COW areas.
+    cow_bytes_written: opt,
+    /// Efficient (no-fallback) write_zeroes requests issued for zero_cow.
+    zeroing_requests: opt,
     /// zero_cow attempts the device refused, falling back to zero buffers.
-    pub zeroing_fallbacks: u64,
+    zeroing_fallbacks: opt,
+    /// Writes that joined a cluster allocation already in flight.
+    alloc_joins: opt,
+    /// L2 tables written to the device.
+    l2_writebacks: opt,
+    /// Refcount blocks written to the device.
+    refcount_writebacks: opt,
+    /// Device flushes the engine issued (for any reason).
+    device_flushes: opt,
     /// Efficient write_zeroes requests that grew the image file ahead of
     /// allocation (zero_cow, `EngineOptions::grow_ahead`).
-    pub grow_requests: u64,
+    grow_requests: plain,
     /// Bytes those requests added to the file.
-    pub grow_bytes: u64,
-    /// Writes that joined a cluster allocation already in flight.
-    pub alloc_joins: u64,
-    /// Allocations given up before they were linked (the write into them
-    /// failed, or a flush could not complete their deferred COW).
-    pub allocs_dropped: u64,
+    grow_bytes: plain,
     /// Writes that waited for an overlapping in-flight write.
-    pub overlap_waits: u64,
+    overlap_waits: plain,
     /// Bytes read from the backing file.
-    pub backing_bytes_read: u64,
-    /// L2 tables written to the device.
-    pub l2_writebacks: u64,
-    /// Refcount blocks written to the device.
-    pub refcount_writebacks: u64,
-    /// Device flushes the engine issued (for any reason).
-    pub device_flushes: u64,
-    /// Rare paths (see [`RarePaths`] for what each counts).
-    pub reftable_growths: u64,
-    pub refblocks_created: u64,
-    pub l2_evictions: u64,
-    pub l2_dirty_evictions: u64,
-    pub refblock_evictions: u64,
-    pub refblock_dirty_evictions: u64,
-    pub cow_failures: u64,
-    pub link_failures: u64,
-    pub open_alloc_cap_commits: u64,
-    pub growth_disabled: u64,
-    pub dirty_rebuilds: u64,
-    /// How often each guard's condition arose (`guards`). Absent from
-    /// counters serialized before guards were counted.
-    #[serde(default)]
-    pub guards: GuardCounts,
-}
-
-impl Counters {
-    /// What happened between `earlier` and `self`, field by field (both
-    /// taken from one image, so no field can go backwards).
-    pub fn since(&self, earlier: &Counters) -> Counters {
-        Counters {
-            guest_reads: self.guest_reads - earlier.guest_reads,
-            guest_bytes_read: self.guest_bytes_read - earlier.guest_bytes_read,
-            guest_writes: self.guest_writes - earlier.guest_writes,
-            guest_bytes_written: self.guest_bytes_written - earlier.guest_bytes_written,
-            guest_flushes: self.guest_flushes - earlier.guest_flushes,
-            guest_zero_writes: self.guest_zero_writes - earlier.guest_zero_writes,
-            guest_discards: self.guest_discards - earlier.guest_discards,
-            clusters_allocated: self.clusters_allocated - earlier.clusters_allocated,
-            cow_created: self.cow_created - earlier.cow_created,
-            cow_cancelled_whole: self.cow_cancelled_whole - earlier.cow_cancelled_whole,
-            cow_cancelled_partial: self.cow_cancelled_partial - earlier.cow_cancelled_partial,
-            cow_performed: self.cow_performed - earlier.cow_performed,
-            cow_bytes_written: self.cow_bytes_written - earlier.cow_bytes_written,
-            zeroing_requests: self.zeroing_requests - earlier.zeroing_requests,
-            zeroing_fallbacks: self.zeroing_fallbacks - earlier.zeroing_fallbacks,
-            cow_already_zero: self.cow_already_zero - earlier.cow_already_zero,
-            grow_requests: self.grow_requests - earlier.grow_requests,
-            grow_bytes: self.grow_bytes - earlier.grow_bytes,
-            alloc_joins: self.alloc_joins - earlier.alloc_joins,
-            allocs_dropped: self.allocs_dropped - earlier.allocs_dropped,
-            overlap_waits: self.overlap_waits - earlier.overlap_waits,
-            backing_bytes_read: self.backing_bytes_read - earlier.backing_bytes_read,
-            l2_writebacks: self.l2_writebacks - earlier.l2_writebacks,
-            refcount_writebacks: self.refcount_writebacks - earlier.refcount_writebacks,
-            device_flushes: self.device_flushes - earlier.device_flushes,
-            reftable_growths: self.reftable_growths - earlier.reftable_growths,
-            refblocks_created: self.refblocks_created - earlier.refblocks_created,
-            l2_evictions: self.l2_evictions - earlier.l2_evictions,
-            l2_dirty_evictions: self.l2_dirty_evictions - earlier.l2_dirty_evictions,
-            refblock_evictions: self.refblock_evictions - earlier.refblock_evictions,
-            refblock_dirty_evictions: self.refblock_dirty_evictions
-                - earlier.refblock_dirty_evictions,
-            cow_failures: self.cow_failures - earlier.cow_failures,
-            link_failures: self.link_failures - earlier.link_failures,
-            open_alloc_cap_commits: self.open_alloc_cap_commits - earlier.open_alloc_cap_commits,
-            growth_disabled: self.growth_disabled - earlier.growth_disabled,
-            dirty_rebuilds: self.dirty_rebuilds - earlier.dirty_rebuilds,
-            guards: self.guards.since(&earlier.guards),
-        }
-    }
-
-    /// The rare-path counts among these counters.
-    pub fn rare_paths(&self) -> RarePaths {
-        RarePaths {
-            reftable_growths: self.reftable_growths,
-            refblocks_created: self.refblocks_created,
-            l2_evictions: self.l2_evictions,
-            l2_dirty_evictions: self.l2_dirty_evictions,
-            refblock_evictions: self.refblock_evictions,
-            refblock_dirty_evictions: self.refblock_dirty_evictions,
-            cow_failures: self.cow_failures,
-            link_failures: self.link_failures,
-            allocs_dropped: self.allocs_dropped,
-            open_alloc_cap_commits: self.open_alloc_cap_commits,
-            growth_disabled: self.growth_disabled,
-            dirty_rebuilds: self.dirty_rebuilds,
-        }
-    }
-}
-
-/// How often each rare path of the engine ran: code that most guest
-/// requests never reach, where a bug hides from all but the cases that
-/// reach it. Summed over a run's epochs and a campaign's cases, it shows
-/// how well generation reaches each path. The field names are the stable
-/// names reports carry.
-///
-/// The L1 table has no entry here: it never grows. Its size is fixed when
-/// the image is created (from the virtual size) and the engine does not
-/// resize images.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RarePaths {
+    backing_bytes_read: plain,
     /// The refcount table replaced by a larger one (`grow_reftable`): the
     /// image outgrew what its refcount table's blocks can count.
-    pub reftable_growths: u64,
+    reftable_growths: rare,
     /// Refcount blocks created, for a table entry that had none or by a
     /// table growth.
-    pub refblocks_created: u64,
+    refblocks_created: rare,
     /// L2 tables evicted from a full cache.
-    pub l2_evictions: u64,
+    l2_evictions: rare,
     /// Of those, dirty ones: written back after the refcount step and a
     /// flush, as writeback orders it.
-    pub l2_dirty_evictions: u64,
+    l2_dirty_evictions: rare,
     /// Refcount blocks evicted from a full cache.
-    pub refblock_evictions: u64,
+    refblock_evictions: rare,
     /// Of those, dirty ones, written back on eviction.
-    pub refblock_dirty_evictions: u64,
+    refblock_dirty_evictions: rare,
     /// Commits whose remaining COW failed (a read of the COW source or the
     /// copy's write): the allocation doomed (by a flush) or reopened.
-    pub cow_failures: u64,
+    cow_failures: rare,
     /// Commits whose linking failed, reopening the allocation (partly
     /// linked if some clusters were linked before the error).
-    pub link_failures: u64,
+    link_failures: rare,
     /// Allocations given up before they were linked.
-    pub allocs_dropped: u64,
+    allocs_dropped: rare,
     /// Allocations committed early because too many were open at once.
-    pub open_alloc_cap_commits: u64,
+    open_alloc_cap_commits: rare,
     /// Growing the file ahead turned off for the session by an error (or
     /// a device that refused the zeroing).
-    pub growth_disabled: u64,
+    growth_disabled: rare,
     /// Images opened with the dirty bit set whose refcounts were rebuilt.
-    pub dirty_rebuilds: u64,
-}
-
-impl RarePaths {
-    /// Every count with its stable name, in a fixed order.
-    pub fn named(&self) -> [(&'static str, u64); 12] {
-        [
-            ("reftable_growths", self.reftable_growths),
-            ("refblocks_created", self.refblocks_created),
-            ("l2_evictions", self.l2_evictions),
-            ("l2_dirty_evictions", self.l2_dirty_evictions),
-            ("refblock_evictions", self.refblock_evictions),
-            ("refblock_dirty_evictions", self.refblock_dirty_evictions),
-            ("cow_failures", self.cow_failures),
-            ("link_failures", self.link_failures),
-            ("allocs_dropped", self.allocs_dropped),
-            ("open_alloc_cap_commits", self.open_alloc_cap_commits),
-            ("growth_disabled", self.growth_disabled),
-            ("dirty_rebuilds", self.dirty_rebuilds),
-        ]
-    }
-
-    /// One for each path that ran at least once in `o`, none for the
-    /// rest: summed over cases, how many cases reached each path.
-    pub fn reached(o: &RarePaths) -> RarePaths {
-        RarePaths::default().zip_with(o, |_, n| u64::from(n > 0))
-    }
-
-    /// Add `o`'s counts to these.
-    pub fn add(&mut self, o: &RarePaths) {
-        *self = self.zip_with(o, |a, b| a + b);
-    }
-
-    /// `f` of each field of `self` and the same field of `o`: the one
-    /// place besides the struct and `named` that lists the fields.
-    fn zip_with(&self, o: &RarePaths, f: impl Fn(u64, u64) -> u64) -> RarePaths {
-        RarePaths {
-            reftable_growths: f(self.reftable_growths, o.reftable_growths),
-            refblocks_created: f(self.refblocks_created, o.refblocks_created),
-            l2_evictions: f(self.l2_evictions, o.l2_evictions),
-            l2_dirty_evictions: f(self.l2_dirty_evictions, o.l2_dirty_evictions),
-            refblock_evictions: f(self.refblock_evictions, o.refblock_evictions),
-            refblock_dirty_evictions: f(self.refblock_dirty_evictions, o.refblock_dirty_evictions),
-            cow_failures: f(self.cow_failures, o.cow_failures),
-            link_failures: f(self.link_failures, o.link_failures),
-            allocs_dropped: f(self.allocs_dropped, o.allocs_dropped),
-            open_alloc_cap_commits: f(self.open_alloc_cap_commits, o.open_alloc_cap_commits),
-            growth_disabled: f(self.growth_disabled, o.growth_disabled),
-            dirty_rebuilds: f(self.dirty_rebuilds, o.dirty_rebuilds),
-        }
-    }
+    dirty_rebuilds: rare,
 }
 
 impl std::fmt::Display for RarePaths {

@@ -99,7 +99,7 @@ mod vmstate;
 mod write;
 mod writeback;
 
-pub use counters::{Counters, RarePaths};
+pub use counters::{Counters, Optimisations, RarePaths};
 pub use error::{CompressedWriteError, Error, Result, SnapshotError};
 pub use format::snapshot::Snapshot;
 pub use guards::{Guard, GuardCounts};

@@ -176,7 +176,7 @@ pub struct Totals {
     pub fault_kind_cases: crate::disk::FaultCounts,
     /// What the seeds' optimisations did, from each case's last epoch
     /// (open to close, or to its last crash).
-    pub optimisations: Optimisations,
+    pub optimisations: engine::Optimisations,
     /// Cases run in harsh mode, and what the judges saw in them.
     pub harsh_cases: u64,
     pub harsh_findings: u64,
@@ -273,48 +273,10 @@ impl Totals {
         self.leaked_clusters += s.leaked_clusters;
         self.faults_injected += s.faults_injected;
         self.fault_kinds.add(&s.fault_kinds);
-        self.optimisations.add(&s.engine);
+        self.optimisations.add(&s.engine.optimisations());
         self.fault_kind_cases.add(&s.fault_kinds.reached());
         self.harsh_findings += s.harsh_findings;
         self.held_requests += s.held_requests;
-    }
-}
-
-/// The engine counters that show each optimisation working (multi-cluster
-/// allocation, delayed metadata writeback, zeroed, merged and delayed COW,
-/// joins), summed over cases.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Optimisations {
-    pub clusters_allocated: u64,
-    pub cow_created: u64,
-    pub cow_cancelled_whole: u64,
-    pub cow_cancelled_partial: u64,
-    pub cow_performed: u64,
-    pub cow_already_zero: u64,
-    pub cow_bytes_written: u64,
-    pub zeroing_requests: u64,
-    pub zeroing_fallbacks: u64,
-    pub alloc_joins: u64,
-    pub l2_writebacks: u64,
-    pub refcount_writebacks: u64,
-    pub device_flushes: u64,
-}
-
-impl Optimisations {
-    fn add(&mut self, e: &engine::Counters) {
-        self.clusters_allocated += e.clusters_allocated;
-        self.cow_created += e.cow_created;
-        self.cow_cancelled_whole += e.cow_cancelled_whole;
-        self.cow_cancelled_partial += e.cow_cancelled_partial;
-        self.cow_performed += e.cow_performed;
-        self.cow_already_zero += e.cow_already_zero;
-        self.cow_bytes_written += e.cow_bytes_written;
-        self.zeroing_requests += e.zeroing_requests;
-        self.zeroing_fallbacks += e.zeroing_fallbacks;
-        self.alloc_joins += e.alloc_joins;
-        self.l2_writebacks += e.l2_writebacks;
-        self.refcount_writebacks += e.refcount_writebacks;
-        self.device_flushes += e.device_flushes;
     }
 }
 

@@ -105,20 +105,21 @@ pub fn to_hex(bytes: &[u8]) -> String {
     s
 }
 
-/// Guest operation errors the runner excused, by what explains each: a
-/// fault injected into a device request of that kind while the operation
-/// was in flight (the first such fault names it), or the image's poisoned
-/// state after a failed metadata write earlier in the epoch. An error with
-/// neither explanation is a failure, whatever faults the run injected.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct ExcusedErrors {
-    pub read: u64,
-    pub write: u64,
-    pub write_zeroes: u64,
-    pub discard: u64,
-    pub flush: u64,
-    pub truncate: u64,
-    pub poisoned: u64,
+engine::counter_set! {
+    /// Guest operation errors the runner excused, by what explains each: a
+    /// fault injected into a device request of that kind while the operation
+    /// was in flight (the first such fault names it), or the image's poisoned
+    /// state after a failed metadata write earlier in the epoch. An error with
+    /// neither explanation is a failure, whatever faults the run injected.
+    pub struct ExcusedErrors {
+        read,
+        write,
+        write_zeroes,
+        discard,
+        flush,
+        truncate,
+        poisoned,
+    }
 }
 
 impl ExcusedErrors {
@@ -135,38 +136,14 @@ impl ExcusedErrors {
     }
 
     pub fn total(&self) -> u64 {
-        self.read
-            + self.write
-            + self.write_zeroes
-            + self.discard
-            + self.flush
-            + self.truncate
-            + self.poisoned
-    }
-
-    pub fn add(&mut self, o: &ExcusedErrors) {
-        self.read += o.read;
-        self.write += o.write;
-        self.write_zeroes += o.write_zeroes;
-        self.discard += o.discard;
-        self.flush += o.flush;
-        self.truncate += o.truncate;
-        self.poisoned += o.poisoned;
+        self.named().iter().map(|(_, n)| n).sum()
     }
 }
 
 impl std::fmt::Display for ExcusedErrors {
     /// `read 3, write 10, flush 2, poisoned 1` (kinds with none left out).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let parts = [
-            ("read", self.read),
-            ("write", self.write),
-            ("write_zeroes", self.write_zeroes),
-            ("discard", self.discard),
-            ("flush", self.flush),
-            ("truncate", self.truncate),
-            ("poisoned", self.poisoned),
-        ];
+        let parts = self.named();
         let shown: Vec<String> = parts
             .iter()
             .filter(|(_, n)| *n > 0)
