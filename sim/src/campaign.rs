@@ -142,22 +142,13 @@ pub fn combined_trace_hash(per_case: &mut [(u64, u64)]) -> u64 {
 /// Counts summed over every case.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Totals {
-    pub guest_ops: u64,
-    pub failed_ops: u64,
+    /// The runs' plain counts, summed (flattened into the JSON under their
+    /// own names).
+    #[serde(flatten)]
+    pub counts: crate::runner::RunCounts,
     /// The failed operations by the fault (or poisoned image) that
     /// explains each.
     pub excused: crate::runner::ExcusedErrors,
-    pub read_sectors_checked: u64,
-    pub crashes: u64,
-    /// Crashes at the moment a flush reached the disk.
-    pub crashes_at_flush: u64,
-    /// Of those, crashes at the flush after an armed guard's condition
-    /// arose.
-    pub crashes_at_guard: u64,
-    pub crash_states_checked: u64,
-    pub torn_writes: u64,
-    pub allocs_dropped: u64,
-    pub grow_requests: u64,
     /// How often each of the engine's rare paths ran, over every case.
     pub rare_paths: engine::RarePaths,
     /// How many cases ran each rare path at least once.
@@ -167,9 +158,6 @@ pub struct Totals {
     pub guards: engine::GuardCounts,
     /// How many cases had each guard's condition arise at least once.
     pub guard_cases: engine::GuardCounts,
-    pub recovered_sectors_checked: u64,
-    pub leaked_clusters: u64,
-    pub faults_injected: u64,
     /// The injected faults by kind.
     pub fault_kinds: crate::disk::FaultCounts,
     /// How many cases met each fault kind at least once.
@@ -177,28 +165,18 @@ pub struct Totals {
     /// What the seeds' optimisations did, from each case's last epoch
     /// (open to close, or to its last crash).
     pub optimisations: engine::Optimisations,
-    /// Cases run in harsh mode, and what the judges saw in them.
+    /// Cases run in harsh mode.
     pub harsh_cases: u64,
-    pub harsh_findings: u64,
     /// Cases whose image keeps its data in an external data file.
     pub data_file_cases: u64,
     /// Cases by the schedule policy they ran under (`Case::schedule`).
     pub schedule_cases: ScheduleCases,
-    /// Cases whose disks may hold requests (latency outliers), and the
-    /// requests held in all.
+    /// Cases whose disks may hold requests (latency outliers).
     pub outlier_cases: u64,
-    pub held_requests: u64,
-    /// Snapshot operations run, in how many cases, and those that did
-    /// nothing (no snapshot to pick) or were refused (narrow refcounts).
-    pub snapshot_ops: u64,
+    /// Cases that ran a snapshot operation.
     pub snapshot_cases: u64,
-    pub snapshot_ops_skipped: u64,
-    pub snapshot_ops_refused: u64,
-    /// Compressed writes issued, in how many cases, and those refused
-    /// (their cluster allocated).
-    pub compressed_writes: u64,
+    /// Cases that issued a compressed write.
     pub compressed_cases: u64,
-    pub compressed_refused: u64,
 }
 
 /// Cases counted by schedule mode.
@@ -245,38 +223,20 @@ impl Totals {
     }
 
     fn add(&mut self, s: &RunStats) {
-        self.guest_ops += s.guest_ops;
-        self.failed_ops += s.failed_ops;
-        self.snapshot_ops += s.snapshot_ops;
-        self.snapshot_cases += u64::from(s.snapshot_ops > 0);
-        self.snapshot_ops_skipped += s.snapshot_ops_skipped;
-        self.snapshot_ops_refused += s.snapshot_ops_refused;
-        self.compressed_writes += s.compressed_writes;
-        self.compressed_cases += u64::from(s.compressed_writes > 0);
-        self.compressed_refused += s.compressed_refused;
+        self.counts.add(&s.counts);
+        self.snapshot_cases += u64::from(s.counts.snapshot_ops > 0);
+        self.compressed_cases += u64::from(s.counts.compressed_writes > 0);
         self.excused.add(&s.excused);
-        self.read_sectors_checked += s.read_sectors_checked;
-        self.crashes += s.crashes;
-        self.crashes_at_flush += s.crashes_at_flush;
-        self.crashes_at_guard += s.crashes_at_guard;
-        self.crash_states_checked += s.crash_states_checked;
-        self.torn_writes += s.torn_writes;
-        self.allocs_dropped += s.allocs_dropped;
-        self.grow_requests += s.grow_requests;
         self.rare_paths.add(&s.rare_paths);
         self.rare_path_cases
             .add(&engine::RarePaths::reached(&s.rare_paths));
         self.guards.add(&s.guards);
         self.guard_cases
             .add(&engine::GuardCounts::reached(&s.guards));
-        self.recovered_sectors_checked += s.recovered_sectors_checked;
-        self.leaked_clusters += s.leaked_clusters;
-        self.faults_injected += s.faults_injected;
         self.fault_kinds.add(&s.fault_kinds);
+        self.fault_kind_cases
+            .add(&crate::disk::FaultCounts::reached(&s.fault_kinds));
         self.optimisations.add(&s.engine.optimisations());
-        self.fault_kind_cases.add(&s.fault_kinds.reached());
-        self.harsh_findings += s.harsh_findings;
-        self.held_requests += s.held_requests;
     }
 }
 

@@ -314,10 +314,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     println!(
         "checked: {} guest ops ({} failed by injected faults), {} read sectors, {} crash states, {} recovered sectors; {} faults injected, {} clusters leaked by crashes",
-        t.guest_ops, t.failed_ops, t.read_sectors_checked, t.crash_states_checked, t.recovered_sectors_checked,
-        t.faults_injected, t.leaked_clusters
+        t.counts.guest_ops, t.counts.failed_ops, t.counts.read_sectors_checked, t.counts.crash_states_checked, t.counts.recovered_sectors_checked,
+        t.counts.faults_injected, t.counts.leaked_clusters
     );
-    if t.failed_ops > 0 {
+    if t.counts.failed_ops > 0 {
         println!(
             "failed guest ops, each excused by a fault injected while it was in flight (by the request kind that met it) or by the image a failed metadata write poisoned: {}",
             t.excused
@@ -325,12 +325,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     println!(
         "crash states kept {} multi-sector device writes in part (torn at sector granularity); {} of {} crashes came the moment a flush reached the disk ({} of them the flush after an armed guard's condition arose); the engine gave up {} allocations after I/O errors and grew image files ahead of allocation {} times",
-        t.torn_writes,
-        t.crashes_at_flush,
-        t.crashes,
-        t.crashes_at_guard,
-        t.allocs_dropped,
-        t.grow_requests
+        t.counts.torn_writes,
+        t.counts.crashes_at_flush,
+        t.counts.crashes,
+        t.counts.crashes_at_guard,
+        t.counts.allocs_dropped,
+        t.counts.grow_requests
     );
     println!("rare paths: {}", t.rare_paths);
     println!("rare paths, cases reaching each: {}", t.rare_path_cases);
@@ -345,7 +345,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     println!(
         "schedules, cases under each: {}; latency outliers in {} cases, {} requests held long",
-        t.schedule_cases, t.outlier_cases, t.held_requests
+        t.schedule_cases, t.outlier_cases, t.counts.held_requests
     );
     if t.data_file_cases > 0 {
         println!(
@@ -353,22 +353,22 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             t.data_file_cases
         );
     }
-    if t.snapshot_ops > 0 || t.compressed_writes > 0 {
+    if t.counts.snapshot_ops > 0 || t.counts.compressed_writes > 0 {
         println!(
             "snapshot operations: {} in {} cases ({} with no snapshot to pick, {} refused for narrow refcounts); compressed writes: {} in {} cases ({} refused, their cluster allocated)",
-            t.snapshot_ops,
+            t.counts.snapshot_ops,
             t.snapshot_cases,
-            t.snapshot_ops_skipped,
-            t.snapshot_ops_refused,
-            t.compressed_writes,
+            t.counts.snapshot_ops_skipped,
+            t.counts.snapshot_ops_refused,
+            t.counts.compressed_writes,
             t.compressed_cases,
-            t.compressed_refused
+            t.counts.compressed_refused
         );
     }
     if t.harsh_cases > 0 {
         println!(
             "harsh mode: {} cases with torn, lost or misdirected writes; {} model or checker findings there (counted, not failures)",
-            t.harsh_cases, t.harsh_findings
+            t.harsh_cases, t.counts.harsh_findings
         );
     }
     if !summary.failures.is_empty() {

@@ -214,14 +214,14 @@ pub fn print_report(report: &RunReport, json: bool) {
         let _ = writeln!(
             out,
             "  ops {} (writes {}, reads {}, flushes {}, failed {}), faults injected {}",
-            s.guest_ops,
-            s.guest_writes,
-            s.guest_reads,
-            s.guest_flushes,
-            s.failed_ops,
-            s.faults_injected
+            s.counts.guest_ops,
+            s.counts.guest_writes,
+            s.counts.guest_reads,
+            s.counts.guest_flushes,
+            s.counts.failed_ops,
+            s.counts.faults_injected
         );
-        if s.failed_ops > 0 {
+        if s.counts.failed_ops > 0 {
             let _ = writeln!(
                 out,
                 "  failed ops excused by the fault that explains each: {}",
@@ -231,13 +231,13 @@ pub fn print_report(report: &RunReport, json: bool) {
         let _ = writeln!(
             out,
             "  checked: {} read sectors, {} crash states ({} of {} crashes at a flush, {} at an armed guard's), {} recovered sectors; leaked clusters {}",
-            s.read_sectors_checked,
-            s.crash_states_checked,
-            s.crashes_at_flush,
-            s.crashes,
-            s.crashes_at_guard,
-            s.recovered_sectors_checked,
-            s.leaked_clusters
+            s.counts.read_sectors_checked,
+            s.counts.crash_states_checked,
+            s.counts.crashes_at_flush,
+            s.counts.crashes,
+            s.counts.crashes_at_guard,
+            s.counts.recovered_sectors_checked,
+            s.counts.leaked_clusters
         );
         // What the optimisations did in the last epoch (each crash starts
         // the image and disk afresh), from open to before close.
@@ -260,14 +260,14 @@ pub fn print_report(report: &RunReport, json: bool) {
             out,
             "  last epoch: {}; allocations given up {}",
             sim::runner::cow_summary(e),
-            s.allocs_dropped,
+            s.counts.allocs_dropped,
         );
         let _ = writeln!(out, "  rare paths: {}", s.rare_paths);
         let _ = writeln!(out, "  guards whose condition arose: {}", s.guards);
         let _ = writeln!(
             out,
             "  schedule: {}; requests held long (latency outliers): {}",
-            report.schedule, s.held_requests
+            report.schedule, s.counts.held_requests
         );
         for f in &report.failures {
             // The failure's first line names it; the lines after it (the

@@ -33,19 +33,20 @@ pub enum FaultKind {
     Misdirected { to: u64 },
 }
 
-/// Injected faults counted by kind: what a campaign's fault coverage is
-/// made of. EIO is split by the request kind it met.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FaultCounts {
-    pub eio_read: u64,
-    pub eio_write: u64,
-    pub eio_write_zeroes: u64,
-    pub eio_discard: u64,
-    pub eio_flush: u64,
-    pub eio_truncate: u64,
-    pub enospc: u64,
-    pub lost: u64,
-    pub misdirected: u64,
+engine::counter_set! {
+    /// Injected faults counted by kind: what a campaign's fault coverage
+    /// is made of. EIO is split by the request kind it met.
+    pub struct FaultCounts {
+        eio_read,
+        eio_write,
+        eio_write_zeroes,
+        eio_discard,
+        eio_flush,
+        eio_truncate,
+        enospc,
+        lost,
+        misdirected,
+    }
 }
 
 impl FaultCounts {
@@ -66,53 +67,9 @@ impl FaultCounts {
         } += 1;
     }
 
-    /// Every kind by its stable name, in a fixed order.
-    pub fn fields(&self) -> [(&'static str, u64); 9] {
-        [
-            ("eio_read", self.eio_read),
-            ("eio_write", self.eio_write),
-            ("eio_write_zeroes", self.eio_write_zeroes),
-            ("eio_discard", self.eio_discard),
-            ("eio_flush", self.eio_flush),
-            ("eio_truncate", self.eio_truncate),
-            ("enospc", self.enospc),
-            ("lost", self.lost),
-            ("misdirected", self.misdirected),
-        ]
-    }
-
-    pub fn add(&mut self, o: &FaultCounts) {
-        self.eio_read += o.eio_read;
-        self.eio_write += o.eio_write;
-        self.eio_write_zeroes += o.eio_write_zeroes;
-        self.eio_discard += o.eio_discard;
-        self.eio_flush += o.eio_flush;
-        self.eio_truncate += o.eio_truncate;
-        self.enospc += o.enospc;
-        self.lost += o.lost;
-        self.misdirected += o.misdirected;
-    }
-
-    /// 1 for each kind met at least once: summed over cases, how many
-    /// cases met each kind.
-    pub fn reached(&self) -> FaultCounts {
-        let one = |n: u64| u64::from(n > 0);
-        FaultCounts {
-            eio_read: one(self.eio_read),
-            eio_write: one(self.eio_write),
-            eio_write_zeroes: one(self.eio_write_zeroes),
-            eio_discard: one(self.eio_discard),
-            eio_flush: one(self.eio_flush),
-            eio_truncate: one(self.eio_truncate),
-            enospc: one(self.enospc),
-            lost: one(self.lost),
-            misdirected: one(self.misdirected),
-        }
-    }
-
     /// How many kinds were met at least once.
     pub fn kinds(&self) -> u64 {
-        self.fields().iter().filter(|(_, n)| *n > 0).count() as u64
+        self.named().iter().filter(|(_, n)| *n > 0).count() as u64
     }
 }
 

@@ -206,7 +206,7 @@ pub fn enumerate_crash_states_at(
         let failures = run.shared.failures.take();
         let m = run.shared.model.borrow().stats();
         report.recovered_sectors_checked += m.recovered_sectors;
-        report.crash_states_checked += run.shared.stats.borrow().crash_states_checked;
+        report.crash_states_checked += run.shared.stats.borrow().counts.crash_states_checked;
         if !failures.is_empty() {
             report.failing.push(StateFailure { index, failures });
         }

@@ -20,11 +20,11 @@ pub(super) fn account(
     op: &Op,
     result: Result<(), engine::Error>,
 ) {
-    shared.stats.borrow_mut().guest_ops += 1;
+    shared.stats.borrow_mut().counts.guest_ops += 1;
     let Err(e) = result else {
         return;
     };
-    shared.stats.borrow_mut().failed_ops += 1;
+    shared.stats.borrow_mut().counts.failed_ops += 1;
     let during = first_fault_since(disks, faults_at_issue);
     let mut stats = shared.stats.borrow_mut();
     match excuse(&e, during, faults_on(disks)) {

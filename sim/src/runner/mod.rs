@@ -46,7 +46,8 @@ pub use enumerate::{
     EnumerateReport, Granularity, StateFailure,
 };
 pub use report::{
-    cow_summary, to_hex, AllowedValue, ExcusedErrors, Failure, RunReport, RunStats, WrongSector,
+    cow_summary, to_hex, AllowedValue, ExcusedErrors, Failure, RunCounts, RunReport, RunStats,
+    WrongSector,
 };
 pub use sweep::mapped_clusters;
 
@@ -179,8 +180,8 @@ impl<'a> Run<'a> {
                     self.armed.retain(|&a| a != guard);
                     self.at_flush = true;
                     let mut stats = self.shared.stats.borrow_mut();
-                    stats.crashes_at_flush += 1;
-                    stats.crashes_at_guard += 1;
+                    stats.counts.crashes_at_flush += 1;
+                    stats.counts.crashes_at_guard += 1;
                     return GroupEnd::GuardCrash;
                 }
                 Ok(None) => Ok(()),
@@ -227,7 +228,7 @@ impl<'a> Run<'a> {
             });
             self.at_flush = matches!(end, Ok(RunEnd::Stopped));
             if self.at_flush {
-                self.shared.stats.borrow_mut().crashes_at_flush += 1;
+                self.shared.stats.borrow_mut().counts.crashes_at_flush += 1;
             }
             end.map(|_| ())
         } else {

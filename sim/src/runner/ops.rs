@@ -44,7 +44,7 @@ impl Run<'_> {
                         .write_issued(id, range, WriteKind::Data(WriteId(n)));
                     let r = img.write(sector * ss, &buf).await;
                     shared.model.borrow_mut().write_completed(id, status(&r));
-                    shared.stats.borrow_mut().guest_writes += 1;
+                    shared.stats.borrow_mut().counts.guest_writes += 1;
                     r
                 }
                 Op::WriteZeroes {
@@ -59,7 +59,7 @@ impl Run<'_> {
                         .write_issued(id, range, WriteKind::Zero);
                     let r = img.write_zeroes(sector * ss, sectors * ss, unmap).await;
                     shared.model.borrow_mut().write_completed(id, status(&r));
-                    shared.stats.borrow_mut().guest_writes += 1;
+                    shared.stats.borrow_mut().counts.guest_writes += 1;
                     r
                 }
                 Op::Discard { sector, sectors } => {
@@ -76,7 +76,7 @@ impl Run<'_> {
                     shared.model.borrow_mut().flush_issued(id);
                     let r = img.flush().await;
                     shared.model.borrow_mut().flush_completed(id, status(&r));
-                    shared.stats.borrow_mut().guest_flushes += 1;
+                    shared.stats.borrow_mut().counts.guest_flushes += 1;
                     r
                 }
                 Op::Read { sector, sectors }
@@ -89,7 +89,7 @@ impl Run<'_> {
                         .borrow_mut()
                         .read_issued(id, SectorRange::new(sector, sectors));
                     let r = img.read(sector * ss, &mut buf).await;
-                    shared.stats.borrow_mut().guest_reads += 1;
+                    shared.stats.borrow_mut().counts.guest_reads += 1;
                     match &r {
                         Ok(()) => {
                             let v = shared.model.borrow_mut().read_completed(id, &buf);
@@ -127,9 +127,9 @@ impl Run<'_> {
                     let st = if refused { Status::Failed } else { status(&r) };
                     shared.model.borrow_mut().write_completed(id, st);
                     let mut stats = shared.stats.borrow_mut();
-                    stats.guest_writes += 1;
-                    stats.compressed_writes += 1;
-                    stats.compressed_refused += u64::from(refused);
+                    stats.counts.guest_writes += 1;
+                    stats.counts.compressed_writes += 1;
+                    stats.counts.compressed_refused += u64::from(refused);
                     if refused {
                         Ok(())
                     } else {
@@ -375,9 +375,9 @@ impl Run<'_> {
             let result = if refused { Ok(()) } else { result };
             {
                 let mut stats = shared.stats.borrow_mut();
-                stats.snapshot_ops += 1;
-                stats.snapshot_ops_skipped += u64::from(skipped);
-                stats.snapshot_ops_refused += u64::from(refused);
+                stats.counts.snapshot_ops += 1;
+                stats.counts.snapshot_ops_skipped += u64::from(skipped);
+                stats.counts.snapshot_ops_refused += u64::from(refused);
             }
             ledger.account(&shared, n, &op, result);
         });

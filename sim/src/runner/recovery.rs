@@ -33,7 +33,7 @@ impl Run<'_> {
         }
         let torn = image.summary().torn_writes
             + data_image.as_ref().map_or(0, |i| i.summary().torn_writes);
-        self.shared.stats.borrow_mut().torn_writes += torn;
+        self.shared.stats.borrow_mut().counts.torn_writes += torn;
         self.shared.model.borrow_mut().crash();
         self.gone.add(&self.crashing_disks());
         let next = self.disk.reopen(image.content);
@@ -79,7 +79,7 @@ impl Run<'_> {
                 let before = self.before_crash.replace(self.disk.clone());
                 self.judge(&label, &extra.content, None);
                 self.before_crash = before;
-                self.shared.stats.borrow_mut().crash_states_checked += 1;
+                self.shared.stats.borrow_mut().counts.crash_states_checked += 1;
             }
         }
         Ok(())
@@ -111,9 +111,9 @@ impl Run<'_> {
         } else {
             image_before
         };
-        self.shared.stats.borrow_mut().leaked_clusters += leaks;
+        self.shared.stats.borrow_mut().counts.leaked_clusters += leaks;
         self.last_crash_image = Some(judged);
-        self.shared.stats.borrow_mut().crash_states_checked += 1;
+        self.shared.stats.borrow_mut().counts.crash_states_checked += 1;
         let img = Rc::new(img);
         let sectors = self.case.sectors();
         let reads = super::sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);

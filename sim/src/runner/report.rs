@@ -157,72 +157,85 @@ impl std::fmt::Display for ExcusedErrors {
     }
 }
 
-/// Counts of what a run did and checked.
+engine::counter_set! {
+    /// The plain counts of what a run did and checked, declared once: a
+    /// run's [`RunStats`] and the campaign's totals hold them under these
+    /// names (flattened into the JSON) and add them with `add`.
+    pub struct RunCounts {
+        guest_ops,
+        guest_writes,
+        guest_reads,
+        guest_flushes,
+        /// Guest operations that returned an error.
+        failed_ops,
+        /// Compressed writes issued (counted in `guest_writes` too).
+        compressed_writes,
+        /// Of those, refused because their cluster had a host cluster.
+        compressed_refused,
+        /// Snapshot operations (create, apply, delete) run.
+        snapshot_ops,
+        /// Of those, applies and deletes with no snapshot that surely
+        /// existed to pick, which did nothing.
+        snapshot_ops_skipped,
+        /// Of those, refused because a refcount would overflow (narrow
+        /// refcounts), which changes nothing.
+        snapshot_ops_refused,
+        /// Sectors of guest reads the model checked.
+        read_sectors_checked,
+        crashes,
+        /// Of those, crashes at the moment a flush reached the disk
+        /// (`CrashOptions::at_flush_ppm`) rather than at a random time.
+        crashes_at_flush,
+        /// Of those, crashes at the flush after an armed guard's condition
+        /// arose (`CrashOptions::at_guards`), in a group with no crash of
+        /// its own.
+        crashes_at_guard,
+        /// Post-crash images reopened, checked and read whole.
+        crash_states_checked,
+        /// Device writes of several sectors that a crash state kept in part
+        /// (some sectors new, some old).
+        torn_writes,
+        /// Allocations the engine gave up (a failed allocating write, or a
+        /// deferred COW a flush could not complete), summed over epochs.
+        allocs_dropped,
+        /// Requests that grew the image file ahead of allocation, summed
+        /// over epochs.
+        grow_requests,
+        /// Sectors the model checked after crashes.
+        recovered_sectors_checked,
+        /// Leaked clusters the checker counted after crashes.
+        leaked_clusters,
+        faults_injected,
+        /// Device requests held far longer than the rest (latency
+        /// outliers), on every disk of the run: image, data file and
+        /// backing file.
+        held_requests,
+        /// Task polls the executor made in the whole run: what the step
+        /// budget (`Case::exec_options`) bounds.
+        polls,
+        /// In harsh-mode cases (lost, misdirected or torn writes): model
+        /// violations and checker findings seen, which are not failures
+        /// there.
+        harsh_findings,
+    }
+}
+
+/// What a run did and checked: the plain counts, and the sets and
+/// snapshots beside them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RunStats {
-    pub guest_ops: u64,
-    pub guest_writes: u64,
-    pub guest_reads: u64,
-    pub guest_flushes: u64,
-    /// Guest operations that returned an error.
-    pub failed_ops: u64,
-    /// Compressed writes issued (counted in `guest_writes` too).
-    pub compressed_writes: u64,
-    /// Of those, refused because their cluster had a host cluster.
-    pub compressed_refused: u64,
-    /// Snapshot operations (create, apply, delete) run.
-    pub snapshot_ops: u64,
-    /// Of those, applies and deletes with no snapshot that surely existed
-    /// to pick, which did nothing.
-    pub snapshot_ops_skipped: u64,
-    /// Of those, refused because a refcount would overflow (narrow
-    /// refcounts), which changes nothing.
-    pub snapshot_ops_refused: u64,
-    /// Those errors, by the injected fault (or poisoned image) that
+    #[serde(flatten)]
+    pub counts: RunCounts,
+    /// The guest errors, by the injected fault (or poisoned image) that
     /// explains each.
     pub excused: ExcusedErrors,
-    /// Sectors of guest reads the model checked.
-    pub read_sectors_checked: u64,
-    pub crashes: u64,
-    /// Of those, crashes at the moment a flush reached the disk
-    /// (`CrashOptions::at_flush_ppm`) rather than at a random time.
-    pub crashes_at_flush: u64,
-    /// Of those, crashes at the flush after an armed guard's condition
-    /// arose (`CrashOptions::at_guards`), in a group with no crash of its
-    /// own.
-    pub crashes_at_guard: u64,
-    /// Post-crash images reopened, checked and read whole.
-    pub crash_states_checked: u64,
-    /// Device writes of several sectors that a crash state kept in part
-    /// (some sectors new, some old).
-    pub torn_writes: u64,
-    /// Allocations the engine gave up (a failed allocating write, or a
-    /// deferred COW a flush could not complete), summed over epochs.
-    pub allocs_dropped: u64,
-    /// Requests that grew the image file ahead of allocation, summed over
-    /// epochs.
-    pub grow_requests: u64,
     /// How often each of the engine's rare paths ran, summed over epochs.
     pub rare_paths: RarePaths,
     /// How often each of the engine's guards had its condition arise,
     /// summed over epochs.
     pub guards: GuardCounts,
-    /// Sectors the model checked after crashes.
-    pub recovered_sectors_checked: u64,
-    /// Leaked clusters the checker counted after crashes.
-    pub leaked_clusters: u64,
-    pub faults_injected: u64,
-    /// The same faults, by kind.
+    /// The injected faults, by kind.
     pub fault_kinds: crate::disk::FaultCounts,
-    /// Device requests held far longer than the rest (latency outliers),
-    /// on every disk of the run: image, data file and backing file.
-    pub held_requests: u64,
-    /// Task polls the executor made in the whole run: what the step
-    /// budget (`Case::exec_options`) bounds.
-    pub polls: u64,
-    /// In harsh-mode cases (lost, misdirected or torn writes): model
-    /// violations and checker findings seen, which are not failures there.
-    pub harsh_findings: u64,
     /// The engine's counters at the end of the last epoch.
     pub engine: Counters,
     /// The last disk's request counts.
@@ -257,8 +270,8 @@ impl RunStats {
     /// Add what the engine counted in one epoch (open to crash or close)
     /// to the sums kept over epochs.
     pub(crate) fn add_epoch(&mut self, e: &engine::Counters) {
-        self.allocs_dropped += e.allocs_dropped;
-        self.grow_requests += e.grow_requests;
+        self.counts.allocs_dropped += e.allocs_dropped;
+        self.counts.grow_requests += e.grow_requests;
         self.rare_paths.add(&e.rare_paths());
         self.guards.add(&e.guards);
     }

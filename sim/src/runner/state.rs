@@ -205,7 +205,7 @@ impl GoneDisks {
 
     /// Every fault injected: each is counted under exactly one kind.
     pub(super) fn faults(&self) -> u64 {
-        self.fault_kinds.fields().iter().map(|(_, n)| n).sum()
+        self.fault_kinds.named().iter().map(|(_, n)| n).sum()
     }
 }
 
@@ -239,19 +239,19 @@ impl Run<'_> {
         let trace_hash = self.sim.trace_hash();
         let mut stats = *self.shared.stats.borrow();
         let m = self.shared.model.borrow().stats();
-        stats.read_sectors_checked = m.read_sectors;
-        stats.recovered_sectors_checked = m.recovered_sectors;
-        stats.crashes = m.crashes;
+        stats.counts.read_sectors_checked = m.read_sectors;
+        stats.counts.recovered_sectors_checked = m.recovered_sectors;
+        stats.counts.crashes = m.crashes;
         let mut all = self.gone.clone();
         all.add(&self.crashing_disks());
         if let Some(b) = &self.backing {
             all.held.extend(b.disk().held_list());
             all.failed.extend(b.disk().failed_by_rank());
         }
-        stats.faults_injected = all.faults();
+        stats.counts.faults_injected = all.faults();
         stats.fault_kinds = all.fault_kinds;
-        stats.held_requests = all.held.len() as u64;
-        stats.polls = self.sim.steps();
+        stats.counts.held_requests = all.held.len() as u64;
+        stats.counts.polls = self.sim.steps();
         let mut failures = self.shared.failures.take();
         if case.harsh() {
             // Lost, misdirected or torn writes are beyond what qcow2 can
@@ -259,7 +259,7 @@ impl Run<'_> {
             // what the model and the checker saw is counted, not judged.
             let before = failures.len();
             failures.retain(|f| matches!(f, Failure::Hang { .. } | Failure::Panic { .. }));
-            stats.harsh_findings = (before - failures.len()) as u64;
+            stats.counts.harsh_findings = (before - failures.len()) as u64;
         }
         RunReport {
             seed: case.seed,

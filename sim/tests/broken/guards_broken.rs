@@ -188,7 +188,7 @@ fn the_table_variants_are_caught_at_a_crash_armed_at_their_guard() {
         let report = run_guarded(&case);
         assert!(!report.passed(), "{b:?}: seed {seed} passes");
         assert!(
-            report.stats.crashes_at_guard > 0,
+            report.stats.counts.crashes_at_guard > 0,
             "{b:?}: no crash at a guard"
         );
         let mut unarmed = case.clone();
@@ -214,7 +214,7 @@ fn the_free_ignoring_inflight_io_is_caught_through_a_background_read() {
         .any(|op| matches!(op, Op::BackgroundRead { .. })));
     let report = run_guarded(&case);
     assert!(!report.passed(), "seed {seed} passes");
-    assert!(report.stats.held_requests > 0);
+    assert!(report.stats.counts.held_requests > 0);
 }
 
 /// Shrinks `broken`'s first failing case with the default options; its

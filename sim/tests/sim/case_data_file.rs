@@ -68,8 +68,14 @@ fn generated_data_file_cases_run_and_pass() {
         };
         let report = run_case(case, &opts);
         assert!(report.passed(), "{what}: {:#?}", report.failures);
-        assert!(report.stats.crash_states_checked > 0, "{what}: no crash");
-        assert!(report.stats.read_sectors_checked > 0, "{what}: no read");
+        assert!(
+            report.stats.counts.crash_states_checked > 0,
+            "{what}: no crash"
+        );
+        assert!(
+            report.stats.counts.read_sectors_checked > 0,
+            "{what}: no read"
+        );
         // The data file was exported with each image, and guest data went
         // there: the final data file holds non-zero bytes.
         let dir = root.path().join(format!("seed-{}", case.seed));

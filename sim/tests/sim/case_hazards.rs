@@ -151,5 +151,5 @@ fn a_campaign_counts_cases_by_schedule_and_outliers() {
     };
     assert_eq!(by_mode.starve, expect(ScheduleMode::Starve));
     assert_eq!(by_mode.pct, expect(ScheduleMode::Pct));
-    assert!(t.outlier_cases > 0 && t.held_requests > 0, "{t:?}");
+    assert!(t.outlier_cases > 0 && t.counts.held_requests > 0, "{t:?}");
 }

@@ -162,7 +162,7 @@ fn an_opaque_adapter_passes_and_reports_no_engine_internals() {
         let r = on(&case, Mode::Opaque);
         assert!(r.passed(), "seed {seed}: {:#?}", r.failures);
         assert_eq!(r.stats.engine, Counters::default(), "seed {seed}");
-        ran += u64::from(r.stats.guest_ops > 0);
+        ran += u64::from(r.stats.counts.guest_ops > 0);
     }
     assert_eq!(ran, 40);
 }
@@ -212,7 +212,7 @@ fn the_engine_passes_with_snapshots_and_an_adapter_that_ignores_them_is_caught()
     for c in &cases {
         let r = on(c, Mode::Forward);
         assert!(r.passed(), "seed {}: {:#?}", c.seed, r.failures);
-        applied += r.stats.snapshot_ops - r.stats.snapshot_ops_skipped;
+        applied += r.stats.counts.snapshot_ops - r.stats.counts.snapshot_ops_skipped;
     }
     assert!(applied >= 24, "only {applied} snapshot operations ran");
     let caught = |mode: Mode| cases.iter().filter(|c| !on(c, mode).passed()).count();

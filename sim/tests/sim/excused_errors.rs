@@ -22,11 +22,11 @@ fn every_failed_op_of_faulty_cases_is_counted_by_what_excused_it() {
         assert!(report.passed(), "seed {seed}: {:#?}", report.failures);
         assert_eq!(
             s.excused.total(),
-            s.failed_ops,
+            s.counts.failed_ops,
             "seed {seed}: every failed op is excused by one cause ({})",
             s.excused
         );
-        failed += s.failed_ops;
+        failed += s.counts.failed_ops;
         by_fault += s.excused.total() - s.excused.poisoned;
         cases += 1;
         if cases == 12 {
@@ -51,17 +51,17 @@ fn a_case_with_faults_disabled_injects_none() {
             continue;
         }
         let on = run_case(&case, &RunOptions::default());
-        if on.stats.faults_injected == 0 {
+        if on.stats.counts.faults_injected == 0 {
             continue;
         }
         case.disk.faults.enabled = false;
         let off = run_case(&case, &RunOptions::default());
         assert!(off.passed(), "seed {seed}: {:#?}", off.failures);
         assert_eq!(
-            off.stats.faults_injected, 0,
+            off.stats.counts.faults_injected, 0,
             "seed {seed}: faults injected with faults.enabled false"
         );
-        assert_eq!(off.stats.failed_ops, 0, "seed {seed}: ops failed");
+        assert_eq!(off.stats.counts.failed_ops, 0, "seed {seed}: ops failed");
         seen += 1;
         if seen == 6 {
             break;

@@ -56,14 +56,18 @@ fn an_armed_guard_crashes_at_its_flush_and_only_when_armed() {
     });
     let armed = run_guarded(&case);
     assert!(armed.passed(), "{:?}", armed.failures);
-    assert_eq!(armed.stats.crashes_at_guard, 1, "seed {}", case.seed);
-    assert!(armed.stats.crashes_at_flush >= 1);
+    assert_eq!(armed.stats.counts.crashes_at_guard, 1, "seed {}", case.seed);
+    assert!(armed.stats.counts.crashes_at_flush >= 1);
     let mut unarmed = case.clone();
     unarmed.disk.crash.at_guards.clear();
     let r = run_guarded(&unarmed);
     assert!(r.passed(), "{:?}", r.failures);
-    assert_eq!(r.stats.crashes_at_guard, 0);
-    assert_eq!(r.stats.crashes + 1, armed.stats.crashes, "one crash more");
+    assert_eq!(r.stats.counts.crashes_at_guard, 0);
+    assert_eq!(
+        r.stats.counts.crashes + 1,
+        armed.stats.counts.crashes,
+        "one crash more"
+    );
 }
 
 #[test]
@@ -89,11 +93,11 @@ fn crash_guards_are_checked_when_a_case_is_read() {
 #[test]
 fn pinning_the_held_requests_by_rank_replays_the_run_alike() {
     let case = first_case(0, |c| {
-        c.disk.latency.outliers.any() && run_guarded(c).stats.held_requests > 0
+        c.disk.latency.outliers.any() && run_guarded(c).stats.counts.held_requests > 0
     });
     let drawn = run_guarded(&case);
     assert!(!drawn.held.is_empty());
-    assert_eq!(drawn.held.len() as u64, drawn.stats.held_requests);
+    assert_eq!(drawn.held.len() as u64, drawn.stats.counts.held_requests);
     let mut pinned = case.clone();
     let o = &mut pinned.disk.latency.outliers;
     o.image = Default::default();
@@ -187,7 +191,7 @@ fn a_background_read_that_asks_to_be_held_is_held() {
     }];
     let r = run_guarded(&case);
     assert!(r.passed(), "{:?}", r.failures);
-    assert!(r.stats.held_requests > 0);
+    assert!(r.stats.counts.held_requests > 0);
     assert!(
         r.stats.guards.get(Guard::FreeAfterInflightIo) > 0,
         "{}",

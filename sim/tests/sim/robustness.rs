@@ -326,7 +326,7 @@ fn many_unflushed_rewrites_of_a_megabyte_run_and_pass() {
     .unwrap();
     let report = run_case(&case, &RunOptions::default());
     assert!(report.passed(), "{:?}", report.failures);
-    assert_eq!(report.stats.guest_writes, 256);
+    assert_eq!(report.stats.counts.guest_writes, 256);
 }
 
 /// Seed 1 on a 64 MiB disk of 512-byte clusters with every switch off
@@ -416,9 +416,9 @@ fn a_request_heavy_case_at_the_bounds_runs_within_its_budget() {
     assert!(report.passed(), "{:?}", report.failures);
     let budget = case.exec_options().steps_max;
     assert!(
-        report.stats.polls * 10 < budget,
+        report.stats.counts.polls * 10 < budget,
         "{} of {budget}",
-        report.stats.polls
+        report.stats.counts.polls
     );
 }
 
@@ -493,5 +493,5 @@ fn crashes_that_leak_run_and_pass() {
     assert!(case.written_sectors() * 2 <= sim::case::MAX_WRITTEN_SECTORS);
     let report = run_case(&case, &RunOptions::default());
     assert!(report.passed(), "{:?}", report.failures);
-    assert!(report.stats.leaked_clusters > 0);
+    assert!(report.stats.counts.leaked_clusters > 0);
 }

@@ -84,10 +84,13 @@ fn a_1_tib_disk_written_at_both_ends_costs_what_was_written() {
     // The L1 entries of the two ends lie in two chunks of the L1 table.
     assert_eq!(fb.image_chunks, fs.image_chunks + 1, "{fb:?} {fs:?}");
     assert_eq!(fb.durable_chunks, fb.image_chunks, "{fb:?}");
-    assert_eq!(big.stats.crashes, 2);
+    assert_eq!(big.stats.counts.crashes, 2);
     // Two reads of 1 MiB (2048 sectors) after each crash and at the end.
-    assert_eq!(big.stats.recovered_sectors_checked, 2 * 2 * 2048);
-    assert_eq!(small.stats.recovered_sectors_checked, 2 * (64 << 20) / 512);
+    assert_eq!(big.stats.counts.recovered_sectors_checked, 2 * 2 * 2048);
+    assert_eq!(
+        small.stats.counts.recovered_sectors_checked,
+        2 * (64 << 20) / 512
+    );
 }
 
 /// A disk beyond the largest virtual size is refused, naming the limit.

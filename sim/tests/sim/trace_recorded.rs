@@ -41,12 +41,12 @@ fn replay(trace: &Trace, size: u64, seed: u64, crashes: usize) -> (u64, u64, u64
     let report = run_case(&tc.case, &RunOptions::default());
     assert!(report.passed(), "{:#?}", report.failures);
     let s = &report.stats;
-    assert_eq!(s.crash_states_checked, crashes as u64);
+    assert_eq!(s.counts.crash_states_checked, crashes as u64);
     (
         tc.stats.ops,
         tc.stats.groups,
-        s.crash_states_checked,
-        s.recovered_sectors_checked,
+        s.counts.crash_states_checked,
+        s.counts.recovered_sectors_checked,
     )
 }
 

@@ -54,12 +54,12 @@ fn mke2fs_replays_with_crashes_and_passes() {
     assert!(report.passed(), "{:#?}", report.failures);
     let s = &report.stats;
     let crashes = 3 + tc.stats.crashes_after_flush;
-    assert_eq!(s.crash_states_checked, crashes);
+    assert_eq!(s.counts.crash_states_checked, crashes);
     // Every crash reads the whole 16 MiB disk back against the model, and
     // the end reads it once more.
-    assert_eq!(s.recovered_sectors_checked, crashes * 32768);
-    assert!(s.read_sectors_checked >= 32768);
-    assert!(s.guest_writes > 0);
+    assert_eq!(s.counts.recovered_sectors_checked, crashes * 32768);
+    assert!(s.counts.read_sectors_checked >= 32768);
+    assert!(s.counts.guest_writes > 0);
 
     // The saved case loads and runs again bit for bit.
     let back = Case::from_json(&tc.case.to_json()).unwrap();
@@ -93,8 +93,8 @@ fn blkparse_trace_with_reads_replays_and_passes() {
     assert!(report.passed(), "{:#?}", report.failures);
     // The trace's read, checked by the model (cut short only if a crash
     // came first), and the final whole-disk read.
-    assert!(report.stats.read_sectors_checked >= 32768);
-    assert!(report.stats.crash_states_checked >= 2);
+    assert!(report.stats.counts.read_sectors_checked >= 32768);
+    assert!(report.stats.counts.crash_states_checked >= 2);
 }
 
 #[test]

@@ -167,7 +167,7 @@ fn qemu_agrees_on_exported_images() {
                             export: Some(root.to_path_buf()),
                         };
                         let report = run_case(&case, &opts);
-                        crashed += report.stats.crash_states_checked as usize;
+                        crashed += report.stats.counts.crash_states_checked as usize;
                         let dir = root.join(format!("seed-{seed}"));
                         images += compare_seed(&case, &dir);
                         std::fs::remove_dir_all(&dir).expect("clean up");
