@@ -124,6 +124,16 @@ pub trait DriverKind {
         data: Option<SimDisk>,
         options: EngineOptions,
     ) -> DriverFuture<'static, Box<dyn Driver>>;
+    /// Whether the driver promises never to have two write-like requests
+    /// in flight over the same bytes of a disk, so that the runner fails a
+    /// case where it does (`crate::disk::Overlap`). The engine promises
+    /// it: it waits out in-flight writes over the same guest bytes, and its
+    /// crash rules order each metadata write after what it depends on. A
+    /// foreign driver may pass a guest's own overlapping writes straight
+    /// through, which is the guest's race, not the driver's.
+    fn orders_overlapping_writes(&self) -> bool {
+        false
+    }
 }
 
 /// qcsim's engine.
@@ -149,6 +159,10 @@ impl DriverKind for EngineDriver {
             let img = Image::open_with_data(disk, data, options).await?;
             Ok(Box::new(img) as Box<dyn Driver>)
         })
+    }
+
+    fn orders_overlapping_writes(&self) -> bool {
+        true
     }
 }
 

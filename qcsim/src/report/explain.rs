@@ -59,6 +59,16 @@ fn explain_failure(f: &Value) -> String {
         "hang" => out.push_str(&format!("group {}: {}\n", f["group"], s("message"))),
         "panic" => out.push_str(&format!("panic: {}\n", s("message"))),
         "driver" => out.push_str(&format!("{}: {}\n", s("driver"), s("what"))),
+        "overlap" => {
+            out.push_str(&format!(
+                "{} overlapping writes in flight on {}:\n",
+                f["count"],
+                s("disk")
+            ));
+            for o in f["overlaps"].as_array().into_iter().flatten() {
+                out.push_str(&format!("  {}\n", o.as_str().unwrap_or("")));
+            }
+        }
         other => out.push_str(&format!("{other}: {f}\n")),
     }
     out

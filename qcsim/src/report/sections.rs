@@ -358,6 +358,12 @@ pub fn headline(entry: &Value) -> String {
         "engine" => format!("engine: {}", first("what")),
         "hang" => format!("hang in group {}: {}", cell(&f["group"]), first("message")),
         "panic" => format!("panic: {}", first("message")),
+        "overlap" => format!(
+            "{} overlapping writes in flight on {}",
+            cell(&f["count"]),
+            first("disk")
+        ),
+        "driver" => format!("{}: {}", first("driver"), first("what")),
         other => other.to_string(),
     };
     if line.chars().count() > HEADLINE_CHARS {

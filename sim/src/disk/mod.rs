@@ -6,8 +6,9 @@
 //! `durability` holds the durable state and the pending writes with the
 //! flush and FUA rules (shared with the log replay); faults are decided at
 //! the edge in `faults`; `crash` builds crash states, now or at any past
-//! event; `log` holds the write log and counters; `store` the sparse byte
-//! storage; `options` the settings.
+//! event; `log` holds the write log and counters; `overlap` the write-like
+//! requests in flight and any issued over the same bytes at once; `store`
+//! the sparse byte storage; `options` the settings.
 //!
 //! Typical use:
 //!
@@ -37,6 +38,7 @@ mod durability;
 mod faults;
 mod log;
 mod options;
+mod overlap;
 mod payload;
 mod simdisk;
 mod store;
@@ -52,6 +54,7 @@ pub use options::{
     SupportOptions, TearFill, AT_FLUSH_MAX, CRASH_GUARDS, MAX_HELD_REQUESTS, MAX_LATENCY_NS,
     MAX_OUTLIER_FACTOR, MIN_BANDWIDTH, PPM,
 };
+pub use overlap::{InFlightWrite, Overlap, OVERLAPS_KEPT};
 pub use simdisk::SimDisk;
 pub use store::{SparseStore, CHUNK};
 

@@ -44,6 +44,7 @@ use super::options::{
     DeviceRole, DiscardEffect, DiskOptions, HeldRequest, NthRequest, OptionsError,
     MAX_OUTLIER_FACTOR, PPM,
 };
+use super::overlap::{InFlightWrite, InFlightWrites, Overlap};
 use super::payload::Data;
 use super::store::SparseStore;
 use crate::exec::{Nanos, Sim, TaskId};
@@ -89,6 +90,8 @@ pub(crate) struct State {
     pub(crate) log: Vec<LogEntry>,
     log_data_bytes: u64,
     injected: Vec<InjectedFault>,
+    /// The write-like requests in flight, and the overlaps among them.
+    in_flight: InFlightWrites,
 }
 
 pub(crate) struct Inner {
@@ -188,6 +191,7 @@ impl SimDisk {
             log: Vec::new(),
             log_data_bytes: 0,
             injected: Vec::new(),
+            in_flight: InFlightWrites::default(),
         };
         Ok(Self {
             inner: Rc::new(Inner {
@@ -548,6 +552,14 @@ impl SimDisk {
         }
     }
 
+    /// The write-like requests issued over bytes an earlier one still in
+    /// flight covered: the first few in full, and how many in all.
+    pub fn overlaps(&self) -> (Vec<Overlap>, u64) {
+        let st = self.inner.state.borrow();
+        let (kept, n) = st.in_flight.overlaps();
+        (kept.to_vec(), n)
+    }
+
     /// The order number of the next event (issue or completion).
     fn next_seq(st: &mut State) -> u64 {
         st.seq += 1;
@@ -606,6 +618,13 @@ impl SimDisk {
         let issued = {
             let mut st = self.inner.state.borrow_mut();
             let issued = self.issue(&mut st, &req);
+            st.in_flight.issue(InFlightWrite {
+                id: issued.id,
+                op,
+                offset,
+                len,
+                issued: self.inner.sim.now(),
+            });
             let landing = match issued.fault {
                 None => Some((offset, land_len)),
                 Some(FaultKind::Io { landed }) => Some((offset, landed.min(land_len))),
@@ -646,6 +665,7 @@ impl SimDisk {
         };
         self.inner.sim.sleep_until(issued.done).await;
         let mut st = self.inner.state.borrow_mut();
+        st.in_flight.complete(issued.id);
         let seq = Self::next_seq(&mut st);
         let result = Self::io_error(issued.fault, op, offset, len);
         if let Some(p) = st.dur.complete(issued.id, seq, result.is_ok()) {

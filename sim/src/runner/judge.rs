@@ -6,6 +6,33 @@ use super::explain::VIOLATIONS_SHOWN;
 use super::state::*;
 
 impl Run<'_> {
+    /// No two write-like requests were in flight over the same bytes at
+    /// once on the image's disk or the data file's (`disk::Overlap`):
+    /// checked before the power takes them and at the end of the run.
+    /// `when` says which epoch they served (`before crash 2`). Only for a
+    /// driver that promises it (`DriverKind::orders_overlapping_writes`).
+    pub(super) fn judge_overlaps(&self, when: &str) {
+        if !self.driver.orders_overlapping_writes() {
+            return;
+        }
+        let disks = [
+            ("the image's disk", Some(&self.disk)),
+            ("the data file's disk", self.data.as_ref()),
+        ];
+        for (name, disk) in disks {
+            let Some((kept, count)) = disk.map(SimDisk::overlaps) else {
+                continue;
+            };
+            if count > 0 {
+                self.fail(Failure::Overlap {
+                    disk: format!("{name} {when}"),
+                    count,
+                    overlaps: kept.iter().map(ToString::to_string).collect(),
+                });
+            }
+        }
+    }
+
     /// The checker's verdict on `bytes`: no corruption, and no leak but
     /// those `leaks_allowed` says: any with `None`; with `Some(image)`,
     /// those `image` leaked, and none with `Some(None)`. Returns the leaks

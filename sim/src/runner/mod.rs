@@ -356,6 +356,7 @@ impl<'a> Run<'a> {
                 });
             }
             self.finish(img);
+            self.judge_overlaps("at the end");
         }
     }
 

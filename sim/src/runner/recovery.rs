@@ -10,6 +10,7 @@ impl Run<'_> {
     /// The power goes: take a crash image, reopen it, check it.
     pub(super) fn crash(&mut self) -> Result<Rc<Img>, Failure> {
         self.crashes += 1;
+        self.judge_overlaps(&format!("before crash {}", self.crashes));
         let image = self
             .disk
             .crash_image(&mut self.crash_rng)

@@ -36,6 +36,15 @@ pub enum Failure {
     Hang { group: usize, message: String },
     /// The engine panicked (caught by the campaign).
     Panic { message: String },
+    /// Two write-like requests in flight at once over the same bytes of a
+    /// disk (`disk::Overlap`): a crash rule broken where it happened.
+    /// `disk` names the disk and the epoch; `overlaps` the first few,
+    /// `count` all of them.
+    Overlap {
+        disk: String,
+        count: u64,
+        overlaps: Vec<String>,
+    },
     /// A driver other than the engine (`--driver qemu|imago`) failed
     /// where nothing excuses it: a request returned an error, the image
     /// did not open, its process exited. `driver` names it (`QEMU`).
@@ -52,6 +61,17 @@ impl std::fmt::Display for Failure {
             Failure::Engine { what } => write!(f, "engine: {what}"),
             Failure::Hang { group, message } => write!(f, "group {group}: {message}"),
             Failure::Panic { message } => write!(f, "panic: {message}"),
+            Failure::Overlap {
+                disk,
+                count,
+                overlaps,
+            } => {
+                write!(f, "{count} overlapping writes in flight on {disk}:")?;
+                for o in overlaps {
+                    write!(f, "\n{o}")?;
+                }
+                Ok(())
+            }
             Failure::Driver { driver, what } => write!(f, "{driver}: {what}"),
         }
     }

@@ -96,6 +96,7 @@ pub enum FailureKind {
     Engine,
     Hang,
     Panic,
+    Overlap,
 }
 
 impl FailureKind {
@@ -107,6 +108,7 @@ impl FailureKind {
             Failure::Engine { .. } | Failure::Driver { .. } => FailureKind::Engine,
             Failure::Hang { .. } => FailureKind::Hang,
             Failure::Panic { .. } => FailureKind::Panic,
+            Failure::Overlap { .. } => FailureKind::Overlap,
         }
     }
 
@@ -117,6 +119,7 @@ impl FailureKind {
             FailureKind::Engine => "engine",
             FailureKind::Hang => "hang",
             FailureKind::Panic => "panic",
+            FailureKind::Overlap => "overlap",
         }
     }
 

@@ -7,6 +7,7 @@ mod enumerate_broken;
 mod exhaust_broken;
 mod failure_data_broken;
 mod guards_broken;
+mod overlap_broken;
 mod shrink_broken;
 mod snapshot_broken;
 mod trace_broken;

@@ -419,3 +419,38 @@ fn transfers_share_the_bus() {
     sim.run().unwrap();
     assert_eq!(sim.now(), 4_000_000);
 }
+
+#[test]
+fn write_like_requests_in_flight_over_the_same_bytes_are_overlaps() {
+    let sim = Sim::new(12);
+    let disk = sim.disk(fixed(100, 1_000, 5_000)).unwrap();
+    // Back to back over the same bytes: no overlap, the first completed.
+    let d = disk.clone();
+    block_on(&sim, async move {
+        d.write(0, &[1; 4096], WriteFlags::default()).await.unwrap();
+        d.write(0, &[2; 4096], WriteFlags::default()).await.unwrap();
+    });
+    assert_eq!(disk.overlaps().1, 0);
+    // Side by side, disjoint: none either.
+    for i in 0..2u64 {
+        let d = disk.clone();
+        sim.spawn(async move {
+            d.write(8192 + i * 4096, &[3; 4096], WriteFlags::default())
+                .await
+        });
+    }
+    sim.run().unwrap();
+    assert_eq!(disk.overlaps().1, 0);
+    // A write and a discard in flight over one shared sector.
+    let d = disk.clone();
+    sim.spawn(async move { d.write(16384, &[4; 4096], WriteFlags::default()).await });
+    let d = disk.clone();
+    sim.spawn(async move { d.discard(20480 - 512, 4096).await });
+    sim.run().unwrap();
+    let (kept, n) = disk.overlaps();
+    assert_eq!(n, 1);
+    assert_eq!(kept[0].earlier.op, IoOp::Write);
+    assert_eq!(kept[0].earlier.offset, 16384);
+    assert_eq!(kept[0].later.op, IoOp::Discard);
+    assert!(kept[0].to_string().contains("was in flight"), "{}", kept[0]);
+}
