@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use tools::convert::{convert, ConvertOptions};
+use tools::convert::{convert, ConvertOptions, Destination};
 use tools::files::Format;
 use tools::qemu_args::{option_help, wants_help};
 
@@ -63,6 +63,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         force_share: args.force_share,
         compress: args.compress,
         snapshot: None,
+        destination: Destination::New,
     };
     let result = futures::executor::block_on(convert(&args.source, &args.destination, &opts));
     // A copy that was made prints its figures, even when closing the
