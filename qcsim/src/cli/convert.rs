@@ -1,6 +1,9 @@
 //! `qcsim convert`: `qemu-img convert` to a raw or qcow2 file
 //! (`tools::convert`), keeping the output sparse; `--stats` prints what
-//! was read and written.
+//! was read and written. A front end of `tools::convert`, as the drop-in
+//! `qemu-img convert` is; this one always writes a new destination (no
+//! `-n`, `-B`, `-p` or `-l`), has `--stats` of its own, and words errors
+//! as qcsim does.
 
 use std::path::PathBuf;
 

@@ -32,7 +32,7 @@ pub(super) fn scan(
 /// objects); `--image-opts` names the file by `filename=`.
 pub(super) fn image_name(p: &Parsed, operand: &str) -> Result<(PathBuf, Option<String>), Fail> {
     if !p.has("image-opts") {
-        return Ok((super::plain_file_name(operand), None));
+        return Ok((super::shared::plain_file_name(operand), None));
     }
     let mut file = None;
     let mut driver = None;
@@ -83,7 +83,7 @@ pub(super) fn could_not_open(file: &Path, e: &tools::files::OpenError) -> String
     format!(
         "Could not open '{}': {}",
         file.display(),
-        super::open_error_text(file, e)
+        super::shared::open_error_text(file, e)
     )
 }
 

@@ -1,9 +1,14 @@
 //! qemu-img's command line on qcsim's engine: `qcsim img ARGS` and qcsim
-//! invoked as `qemu-img`. The subcommands qcsim has (`create`, `check`,
-//! `info`, `map`, `compare`, `convert`, in `qemu_img_edit` `resize`, `rebase`, `commit`, in `qemu_img_snapshot` `snapshot`, in `qemu_img_measure` `measure` and in `qemu_img_amend` `amend`) take qemu-img's options and print what qemu-img prints, with
-//! its `qemu-img: ` prefix and exit codes (1 for usage errors and failures,
-//! check's 0/1/2/3, and 63 for a check of a format that has none); the
-//! others are refused with a message saying so.
+//! invoked as `qemu-img`. The dispatcher, and the subcommands small enough
+//! to live here (`create`, `check`, `info`, `map`, `compare`, `convert`);
+//! `resize`, `rebase` and `commit` are in `qemu_img_edit`, `snapshot` in
+//! `qemu_img_snapshot`, `dd` in `qemu_img_dd`, `measure` in
+//! `qemu_img_measure` and `amend` in `qemu_img_amend`. Each takes
+//! qemu-img's options into the options of its one implementation in
+//! `tools` and prints what qemu-img prints, with its `qemu-img: ` prefix
+//! and exit codes (1 for usage errors and failures, check's 0/1/2/3, and 63
+//! for a check of a format that has none); other subcommands are refused
+//! with a message saying so.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -100,7 +105,7 @@ fn create(prog: &str, args: &[String]) -> Result<i32, Fail> {
         backing_format: p.value("F").map(str::to_owned),
         unsafe_backing: p.has("u"),
     };
-    let path = super::plain_file_name(&file);
+    let path = super::shared::plain_file_name(&file);
     futures::executor::block_on(async {
         // The file named as it was given, prefix and all.
         let formatting = |line: &str| {
@@ -161,7 +166,7 @@ fn create_error(file: &str, e: &CreateImageError) -> String {
         }
         CreateImageError::BackingOpen { error, .. } => format!(
             "{file}: {}\nCould not open backing image.",
-            super::open_error_text(Path::new(file), error)
+            super::shared::open_error_text(Path::new(file), error)
         ),
         // qemu-img looks for the backing file before it asks for its
         // format: a missing one is the error.
@@ -172,7 +177,7 @@ fn create_error(file: &str, e: &CreateImageError) -> String {
         } if std::fs::metadata(backing).is_err() => {
             let why = std::fs::metadata(backing)
                 .err()
-                .map(|e| super::strerror(&e))
+                .map(|e| super::shared::strerror(&e))
                 .unwrap_or_default();
             format!(
                 "{file}: Could not open '{}': {why}\nCould not open backing image.",
@@ -188,7 +193,7 @@ fn create_error(file: &str, e: &CreateImageError) -> String {
             format!("{file}: Backing file specified without backing format{detected}")
         }
         // The engine's and tools' messages name the file themselves.
-        other => super::chain(other),
+        other => super::shared::chain(other),
     }
 }
 
@@ -368,7 +373,7 @@ fn map_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
 fn map_error(file: &Path, e: &MapError) -> String {
     match e {
         MapError::Open(o) => could_not_open(file, o),
-        other => super::chain(other),
+        other => super::shared::chain(other),
     }
 }
 
@@ -404,7 +409,7 @@ fn compare(prog: &str, args: &[String]) -> Result<i32, Fail> {
             force_share: p.has("U"),
             ..OpenOptions::default()
         };
-        let file = super::plain_file_name(file);
+        let file = super::shared::plain_file_name(file);
         async move {
             open_image(&file, &opts)
                 .await
@@ -574,7 +579,10 @@ fn convert_options(p: &Parsed) -> Result<Option<(PathBuf, PathBuf, ConvertOption
         return Ok(None);
     }
     let (src, dst) = match p.operands.as_slice() {
-        [s, d] => (super::plain_file_name(s), super::plain_file_name(d)),
+        [s, d] => (
+            super::shared::plain_file_name(s),
+            super::shared::plain_file_name(d),
+        ),
         [_] | [] => return fail("Expecting image file name"),
         _ => return fail("Only one source image is supported by qcsim"),
     };
@@ -662,7 +670,7 @@ fn convert_failure(src: &Path, dst: &Path, to: &Destination, e: &ConvertError) -
                 ..
             },
         ) => error_at_byte("writing", *offset, error),
-        (Destination::New, _) => super::chain(e),
+        (Destination::New, _) => super::shared::chain(e),
         (_, ConvertError::Source(o)) => could_not_open(src, o),
         (_, ConvertError::OpenDestination { error, .. }) => could_not_open(dst, error),
         (_, ConvertError::CreateOnBacking(c)) => create_error(&dst.display().to_string(), c),
@@ -686,6 +694,6 @@ fn convert_failure(src: &Path, dst: &Path, to: &Destination, e: &ConvertError) -
             CopyStep::Write => error_at_byte("writing", *offset, error),
         },
         (_, ConvertError::Close { error, .. }) => format!("error while closing: {error}"),
-        (_, other) => super::chain(other),
+        (_, other) => super::shared::chain(other),
     }
 }

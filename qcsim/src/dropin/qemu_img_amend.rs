@@ -103,7 +103,7 @@ fn amend_error(file: &std::path::Path, e: &AmendImageError) -> Fail {
             error: engine::Error::Amend(a),
             ..
         } => a.to_string(),
-        other => super::chain(other),
+        other => super::shared::chain(other),
     };
     Fail(msg, 1)
 }

@@ -81,7 +81,7 @@ fn resize_error(prog: &str, file: &Path, e: &ResizeError) -> String {
     match e {
         ResizeError::Open(o) => could_not_open(file, o),
         ResizeError::NeedsShrink => format!("{e}\n{prog}: {SHRINK_WARNING}"),
-        other => super::chain(other),
+        other => super::shared::chain(other),
     }
 }
 
@@ -117,7 +117,7 @@ pub(super) fn rebase(prog: &str, args: &[String]) -> Result<i32, Fail> {
         backing: Some(backing.to_owned()),
         backing_format: p
             .value("F")
-            .map(|f| match super::is_qemu_driver(f) {
+            .map(|f| match super::shared::is_qemu_driver(f) {
                 true => Ok(f.to_owned()),
                 false => Err(Fail(format!("Invalid format name: '{f}'"), 1)),
             })
@@ -127,7 +127,7 @@ pub(super) fn rebase(prog: &str, args: &[String]) -> Result<i32, Fail> {
     futures::executor::block_on(rebase_image(&file, &opts, &r)).map_err(|e| {
         let msg = match &e {
             RebaseError::Open(o) => could_not_open(&file, o),
-            other => super::chain(other),
+            other => super::shared::chain(other),
         };
         Fail(msg, 1)
     })?;
@@ -155,7 +155,7 @@ pub(super) fn commit(prog: &str, args: &[String]) -> Result<i32, Fail> {
         |e| {
             let msg = match &e {
                 CommitError::Open(o) => could_not_open(&file, o),
-                other => super::chain(other),
+                other => super::shared::chain(other),
             };
             Fail(msg, 1)
         },

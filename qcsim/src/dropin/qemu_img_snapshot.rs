@@ -149,7 +149,7 @@ fn open_fail_or(file: &Path, e: &SnapshotError, other: impl FnOnce() -> String) 
 fn open_fail(file: &Path, e: &SnapshotError) -> Fail {
     match e {
         SnapshotError::Open(o) => Fail(could_not_open(file, o), 1),
-        other => Fail(super::chain(other), 1),
+        other => Fail(super::shared::chain(other), 1),
     }
 }
 
@@ -165,7 +165,7 @@ fn reason(e: &SnapshotError) -> String {
             "No such file or directory".into()
         }
         SnapshotError::Engine(Error::Snapshot(E::TooMany { .. })) => "File too large".into(),
-        other => super::chain(other),
+        other => super::shared::chain(other),
     }
 }
 

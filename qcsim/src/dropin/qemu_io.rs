@@ -16,7 +16,7 @@ use tools::io::{parse_command, Cmd, CmdFailure, Session};
 use super::blockopts::blkdebug_file;
 use super::blockopts::{BlockOpts, DetectZeroes};
 use super::getopt::{getopt, long, Long, Parsed};
-use super::{chain, copy_for_snapshot, open_error_text, plain_file_name, CacheMode};
+use super::shared::{chain, copy_for_snapshot, open_error_text, plain_file_name, CacheMode};
 
 const SHORT: &str = "hVc:d:f:rsnCmki:t:T:U";
 
@@ -711,7 +711,7 @@ fn open_error_text_io(file: &Path, e: &std::io::Error) -> String {
     format!(
         "Could not open '{}': {}",
         file.display(),
-        super::strerror(e)
+        super::shared::strerror(e)
     )
 }
 
