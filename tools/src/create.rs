@@ -36,8 +36,8 @@ use engine::{fill_zeroes, CreateOptions, Image, Preallocation};
 
 use crate::files::{
     file_id_of_path, open_image_with_files, probe_path, resolve_backing_path,
-    resolve_data_file_path, same_file, FirstOpen, Format, OpenError, OpenOptions, Probed,
-    UnknownFormat,
+    resolve_data_file_path, same_file, ChainFile, FirstOpen, Format, OpenError, OpenOptions,
+    Probed, UnknownFormat,
 };
 use crate::qemu_args::{check_image_size, parse_size, ArgError, ImageOpts};
 
@@ -626,55 +626,101 @@ async fn prepare_raw(path: &Path, opts: &ImageOpts) -> Result<PreparedImage, Cre
     })
 }
 
+/// The backing file `opts` names, resolved against `file`, and every file
+/// its chain reads, which no file this create writes may be: the chain is
+/// opened (unless `unsafe_backing`) for its files and, when `opts` gives
+/// no size, the backing file's size.
+async fn backing(
+    file: &Path,
+    opts: &mut ImageOpts,
+    unsafe_backing: bool,
+) -> Result<(Option<PathBuf>, Vec<ChainFile>), CreateImageError> {
+    let Some(name) = opts.backing_file.clone() else {
+        return Ok((None, Vec::new()));
+    };
+    let path = resolve_backing_path(file, &name);
+    let Some(fmt) = opts.backing_fmt.clone() else {
+        return Err(CreateImageError::MissingBackingFormat {
+            path: file.to_owned(),
+            probed: probe_path(&path).ok(),
+            backing: path,
+        });
+    };
+    let fmt: Format = fmt.parse()?;
+    if same_file(file, &path) {
+        return Err(CreateImageError::OverBacking {
+            path: file.to_owned(),
+            backing: path,
+        });
+    }
+    if unsafe_backing {
+        return Ok((Some(path), Vec::new()));
+    }
+    let open = OpenOptions {
+        format: Some(fmt),
+        read_only: true,
+        ..OpenOptions::default()
+    };
+    let (disk, files) = open_image_with_files(&path, &open).await.map_err(|error| {
+        CreateImageError::BackingOpen {
+            path: file.to_owned(),
+            error: Box::new(error),
+        }
+    })?;
+    let backing_size = disk.virtual_size();
+    disk.close()
+        .await
+        .map_err(|error| CreateImageError::BackingClose {
+            path: file.to_owned(),
+            error,
+        })?;
+    opts.size.get_or_insert(backing_size);
+    Ok((Some(path), files))
+}
+
+/// Refuse a data file that is the image or its backing file, and an image
+/// or data file that is a file the backing chain reads.
+fn check_files(
+    file: &Path,
+    data_path: Option<&Path>,
+    backing_path: Option<&Path>,
+    chain_files: &[ChainFile],
+) -> Result<(), CreateImageError> {
+    if let Some(path) = data_path {
+        if same_file(file, path) {
+            return Err(CreateImageError::DataIsImage {
+                path: file.to_owned(),
+            });
+        }
+        if let Some(backing) = backing_path.filter(|b| same_file(path, b)) {
+            return Err(CreateImageError::DataIsBacking {
+                path: file.to_owned(),
+                data: path.to_owned(),
+                backing: backing.to_owned(),
+            });
+        }
+    }
+    for path in std::iter::once(file).chain(data_path) {
+        let Ok(id) = file_id_of_path(path) else {
+            continue;
+        };
+        if let Some(f) = chain_files.iter().find(|f| f.id == id) {
+            return Err(CreateImageError::ChainFile {
+                path: file.to_owned(),
+                file: path.to_owned(),
+                first: f.first.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 async fn prepare_qcow2(
     file: &Path,
     mut opts: ImageOpts,
     unsafe_backing: bool,
 ) -> Result<PreparedImage, CreateImageError> {
-    let mut backing_path = None;
-    // Every file the backing chain reads (when it is opened), which no
-    // file this create writes may be.
-    let mut chain_files = Vec::new();
-    if let Some(name) = opts.backing_file.clone() {
-        let path = resolve_backing_path(file, &name);
-        let Some(fmt) = opts.backing_fmt.clone() else {
-            return Err(CreateImageError::MissingBackingFormat {
-                path: file.to_owned(),
-                probed: probe_path(&path).ok(),
-                backing: path,
-            });
-        };
-        let fmt: Format = fmt.parse()?;
-        if same_file(file, &path) {
-            return Err(CreateImageError::OverBacking {
-                path: file.to_owned(),
-                backing: path,
-            });
-        }
-        if !unsafe_backing {
-            let open = OpenOptions {
-                format: Some(fmt),
-                read_only: true,
-                ..OpenOptions::default()
-            };
-            let (disk, files) = open_image_with_files(&path, &open).await.map_err(|error| {
-                CreateImageError::BackingOpen {
-                    path: file.to_owned(),
-                    error: Box::new(error),
-                }
-            })?;
-            let backing_size = disk.virtual_size();
-            disk.close()
-                .await
-                .map_err(|error| CreateImageError::BackingClose {
-                    path: file.to_owned(),
-                    error,
-                })?;
-            opts.size.get_or_insert(backing_size);
-            chain_files = files;
-        }
-        backing_path = Some(path);
-    }
+    let (backing_path, chain_files) = backing(file, &mut opts, unsafe_backing).await?;
     let size = checked_size(file, opts.size)?;
     // QEMU's qcow2 disks are whole sectors: a size that is not is rounded
     // up (the "Formatting" line still shows the size asked for).
@@ -696,32 +742,12 @@ async fn prepare_qcow2(
     // The data file is created (emptied) as qemu-img does, and a relative
     // name is taken from the working directory, as QEMU opens it.
     let data_path = create.data_file.as_deref().map(resolve_data_file_path);
-    if let Some(path) = &data_path {
-        if same_file(file, path) {
-            return Err(CreateImageError::DataIsImage {
-                path: file.to_owned(),
-            });
-        }
-        if let Some(backing) = backing_path.as_ref().filter(|b| same_file(path, b)) {
-            return Err(CreateImageError::DataIsBacking {
-                path: file.to_owned(),
-                data: path.clone(),
-                backing: backing.clone(),
-            });
-        }
-    }
-    for path in std::iter::once(file).chain(data_path.as_deref()) {
-        let Ok(id) = file_id_of_path(path) else {
-            continue;
-        };
-        if let Some(f) = chain_files.iter().find(|f| f.id == id) {
-            return Err(CreateImageError::ChainFile {
-                path: file.to_owned(),
-                file: path.to_owned(),
-                first: f.first.clone(),
-            });
-        }
-    }
+    check_files(
+        file,
+        data_path.as_deref(),
+        backing_path.as_deref(),
+        &chain_files,
+    )?;
     // Both files opened and locked, and the data file shown to take the
     // disk's size, before either is emptied: a lock held by another
     // process on the image must not cost the data file its contents.

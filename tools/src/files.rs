@@ -718,7 +718,22 @@ pub async fn open_image_with_files(
     };
     // Data files come after every image file, so that one naming a file of
     // the chain is refused as the data file it is.
-    for level in &mut levels {
+    open_data_files(&mut chain, &mut levels, opts)?;
+    let image = open_engines(levels, bottom_raw, &opts.engine).await?;
+    Ok((Disk::Qcow2(Box::new(image)), chain.files()))
+}
+
+/// Open and lock the data file of each level that has one. An open that
+/// only describes the image (as `info` does) leaves out a data file it
+/// cannot use, as qemu-img info does; guest reads of that image then fail
+/// naming it.
+fn open_data_files(
+    chain: &mut Chain,
+    levels: &mut [Level],
+    opts: &OpenOptions,
+) -> Result<(), OpenError> {
+    let fs = chain.force_share;
+    for level in levels.iter_mut() {
         if !level.header.has_data_file() {
             continue;
         }
@@ -727,9 +742,6 @@ pub async fn open_image_with_files(
                 image: level.path.clone(),
             });
         };
-        // An open that only describes the image (as `info` does) leaves out
-        // a data file it cannot use, as qemu-img info does; guest reads of
-        // that image then fail naming it.
         let describe_only = !opts.backing && level.read_only;
         let reference = Reference {
             image: &level.path,
@@ -759,13 +771,22 @@ pub async fn open_image_with_files(
             }
         }
     }
+    Ok(())
+}
 
-    // Pass 2: the engines, bottom-up; only the top one may write.
+/// Pass 2: the engines of `levels` (top first), bottom-up, each given the
+/// one below as its backing (the lowest `bottom_raw`, a raw file, when
+/// the chain ends in one); only the top one may write.
+async fn open_engines(
+    mut levels: Vec<Level>,
+    bottom_raw: Option<FileDev>,
+    engine: &EngineOptions,
+) -> Result<Image<FileDev>, OpenError> {
     let top = levels.remove(0);
     let mut lower = bottom_raw.map(Backing::Raw);
     while let Some(level) = levels.pop() {
         let named_by = level.named_by.clone();
-        let mut image = open_engine(level, &opts.engine)
+        let mut image = open_engine(level, engine)
             .await
             .map_err(|error| match named_by {
                 Some((image, name)) => OpenError::Backing {
@@ -780,11 +801,11 @@ pub async fn open_image_with_files(
         }
         lower = Some(Backing::Qcow2(Box::new(image)));
     }
-    let mut image = open_engine(top, &opts.engine).await?;
+    let mut image = open_engine(top, engine).await?;
     if let Some(b) = lower {
         image.attach_backing(b);
     }
-    Ok((Disk::Qcow2(Box::new(image)), chain.files()))
+    Ok(image)
 }
 
 async fn open_engine(level: Level, engine: &EngineOptions) -> Result<Image<FileDev>, OpenError> {

@@ -1,5 +1,6 @@
 //! What `qemu-img info` reports about an image file: [`info`] gathers an
-//! [`InfoReport`], which renders as qemu-img's human layout
+//! [`InfoReport`] ([`info_chain`] one for each image of a backing chain,
+//! for `--backing-chain`), which renders as qemu-img's human layout
 //! ([`InfoReport::human`]) or as its JSON, with its field names and order
 //! (`virtual-size`, `cluster-size`, `actual-size`, `dirty-flag`,
 //! `backing-filename`, `format-specific`, ...; [`InfoReport::json`]).
@@ -144,6 +145,57 @@ pub struct Qcow2Specific {
     pub corrupt: Option<bool>,
     #[serde(rename = "extended-l2", skip_serializing_if = "Option::is_none")]
     pub extended_l2: Option<bool>,
+}
+
+/// Why `qemu-img info --backing-chain` stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ChainInfoError {
+    /// The chain comes back to a file it has already been through
+    /// (qemu-img's words; found before anything is reported).
+    #[error("Backing file '{}' creates an infinite loop.", path.display())]
+    Loop { path: PathBuf },
+    /// The image of the chain at `path` could not be described.
+    #[error("{}: {error}", path.display())]
+    Image {
+        path: PathBuf,
+        #[source]
+        error: Box<InfoError>,
+    },
+}
+
+/// The reports of the image at `path` and of each image of its backing
+/// chain, top first, as `qemu-img info --backing-chain` gathers them: each
+/// backing file opened with the format its image names (probed when it
+/// names none or one qcsim does not open), a file met twice (by its
+/// canonical name) a loop.
+pub fn info_chain(path: &Path, opts: &InfoOptions) -> Result<Vec<InfoReport>, ChainInfoError> {
+    let mut seen = Vec::new();
+    let mut next = Some((path.to_owned(), opts.format));
+    let mut reports = Vec::new();
+    while let Some((f, format)) = next.take() {
+        let id = std::fs::canonicalize(&f).unwrap_or_else(|_| f.clone());
+        if seen.contains(&id) {
+            return Err(ChainInfoError::Loop { path: f });
+        }
+        seen.push(id);
+        let o = InfoOptions {
+            format,
+            force_share: opts.force_share,
+        };
+        let report = info(&f, &o).map_err(|error| ChainInfoError::Image {
+            path: f.clone(),
+            error: Box::new(error),
+        })?;
+        if let Some(b) = &report.full_backing_filename {
+            let format = report
+                .backing_filename_format
+                .as_deref()
+                .and_then(|f| f.parse::<Format>().ok());
+            next = Some((PathBuf::from(b), format));
+        }
+        reports.push(report);
+    }
+    Ok(reports)
 }
 
 /// Gather the report for the image at `path`.

@@ -14,7 +14,11 @@
 //!
 //! The `qcsim` binary is thin glue over this crate and `sim`: it parses
 //! arguments, calls these functions, prints and maps results to exit
-//! codes. This crate never uses the simulation.
+//! codes. Each image command (create, info, check, convert, dump) has its
+//! one implementation here, options in and a typed result out; `qcsim X`
+//! and the drop-in `qemu-img X` are front ends that parse their own flags
+//! into those options and word the result their own way. This crate never
+//! uses the simulation.
 //!
 //! ## What it holds
 //!
@@ -36,11 +40,14 @@
 //! emptied; the caller prints the `PreparedImage`'s "Formatting ..." line, then
 //! `write` creates the image; a `CreateImageError` names the option or file),
 //! qemu-img/qemu-io argument syntax (`qemu_args`), `qemu-img info` (`info`: an
-//! `InfoReport` that renders as qemu-img's human text or its JSON), `qemu-img
+//! `InfoReport` that renders as qemu-img's human text or its JSON;
+//! `info_chain` one for each image of a backing chain), `qemu-img
 //! check` with repair (`check`: `oracle::check` on the file under QEMU's locks,
 //! on the image and, as qemu-img check holds them, on its external data file, a
 //! `CheckOutcome` with qemu-img check's exit codes), `qemu-img convert`
-//! (`convert`: block status skips holes, only non-zero blocks are written,
+//! (`convert`: into a new image, into an existing one (`-n`) or onto a
+//! backing file (`-B`), as `Destination` says; block status skips holes,
+//! only non-zero blocks are written,
 //! every check before the destination is touched; with `compress` (`-c`) each
 //! data cluster goes through `Image::write_compressed`, one chunk at a time so
 //! the clusters are packed in guest order as qemu-img's in-order writes pack

@@ -164,6 +164,66 @@ pub async fn map_image(path: &Path, opts: &OpenOptions) -> Result<Vec<MapEntry>,
 /// How many clusters one block status question covers at most.
 const STATUS_CLUSTERS: u64 = 1024;
 
+/// The data run at `pos` (of at most `n` bytes) of `image`, one cluster at
+/// a time: the clusters of a run need not be contiguous on the host.
+/// `base` is the entry as far as the layer knows it.
+async fn data_entry(
+    image: &Image<FileDev>,
+    pos: u64,
+    n: u64,
+    asks_file: bool,
+    base: MapEntry,
+) -> engine::Result<MapEntry> {
+    let cluster = image.cluster_size();
+    let n = n.min(cluster - pos % cluster);
+    let (host, compressed) = match image.mapping_at(pos).await? {
+        L2Mapping::Normal { host, .. } => (Some(host + pos % cluster), false),
+        L2Mapping::Compressed { .. } => (None, true),
+        _ => (None, false),
+    };
+    // As QEMU asks the file under a data cluster of a preallocated image:
+    // a hole there (a cluster never written) reads as zeroes, and the
+    // answer ends where the file's extent does.
+    let dev = image.data_device().unwrap_or(image.device());
+    let extent = host.filter(|_| asks_file).and_then(|h| dev.extent_at(h, n));
+    let (n, zero) = match extent {
+        Some((data, len)) if len > 0 => (len, !data),
+        _ => (n, false),
+    };
+    Ok(MapEntry {
+        length: n,
+        zero,
+        data: true,
+        compressed,
+        offset: host,
+        ..base
+    })
+}
+
+/// The zero run at `pos` (of at most `n` bytes) of `image`: a zero
+/// cluster that keeps its host cluster has an offset, one cluster at a
+/// time as for data.
+async fn zero_entry(
+    image: &Image<FileDev>,
+    pos: u64,
+    n: u64,
+    base: MapEntry,
+) -> engine::Result<MapEntry> {
+    let cluster = image.cluster_size();
+    let host = image.zero_host_offset(pos).await?;
+    let n = if host.is_some() {
+        n.min(cluster - pos % cluster)
+    } else {
+        n
+    };
+    Ok(MapEntry {
+        length: n,
+        zero: true,
+        offset: host,
+        ..base
+    })
+}
+
 /// The run at `pos`, at most `max` bytes, from the first layer that has it.
 async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, MapError> {
     let mut len = max;
@@ -216,55 +276,12 @@ async fn entry_at(chain: &[Layer<'_>], pos: u64, max: u64) -> Result<MapEntry, M
                 };
                 match status {
                     Status::Data => {
-                        // One cluster at a time: the clusters of a run need
-                        // not be contiguous on the host.
-                        let cluster = image.cluster_size();
-                        let n = n.min(cluster - pos % cluster);
-                        let (host, compressed) =
-                            match image.mapping_at(pos).await.map_err(status_err)? {
-                                L2Mapping::Normal { host, .. } => {
-                                    (Some(host + pos % cluster), false)
-                                }
-                                L2Mapping::Compressed { .. } => (None, true),
-                                _ => (None, false),
-                            };
-                        // As QEMU asks the file under a data cluster of a
-                        // preallocated image: a hole there (a cluster never
-                        // written) reads as zeroes, and the answer ends
-                        // where the file's extent does.
-                        let dev = image.data_device().unwrap_or(image.device());
-                        let extent = host
-                            .filter(|_| *asks_file)
-                            .and_then(|h| dev.extent_at(h, n));
-                        let (n, zero) = match extent {
-                            Some((data, len)) if len > 0 => (len, !data),
-                            _ => (n, false),
-                        };
-                        return Ok(MapEntry {
-                            length: n,
-                            zero,
-                            data: true,
-                            compressed,
-                            offset: host,
-                            ..base
-                        });
+                        return data_entry(image, pos, n, *asks_file, base)
+                            .await
+                            .map_err(status_err)
                     }
                     Status::Zero => {
-                        // A zero cluster that keeps its host cluster has
-                        // an offset, one cluster at a time as for data.
-                        let cluster = image.cluster_size();
-                        let host = image.zero_host_offset(pos).await.map_err(status_err)?;
-                        let n = if host.is_some() {
-                            n.min(cluster - pos % cluster)
-                        } else {
-                            n
-                        };
-                        return Ok(MapEntry {
-                            length: n,
-                            zero: true,
-                            offset: host,
-                            ..base
-                        });
+                        return zero_entry(image, pos, n, base).await.map_err(status_err)
                     }
                     Status::Unallocated => {
                         return Ok(MapEntry {

@@ -1,6 +1,9 @@
 //! `qcsim check`: `qemu-img check [-r leaks|all]` on an image file
 //! (`tools::check`), with its flags, output and exit codes (0 clean, 1
-//! check errors or a failed check, 2 corruptions, 3 leaks only).
+//! check errors or a failed check, 2 corruptions, 3 leaks only). A front
+//! end of `tools::check`, as the drop-in `qemu-img check` is; this one
+//! takes qcow2 only (the drop-in probes the format and answers 63 for
+//! one without checks) and prefixes its lines `qcsim: `.
 
 use tools::check::{check_file, CheckOptions, RepairMode};
 

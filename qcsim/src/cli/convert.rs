@@ -1,10 +1,13 @@
 //! `qcsim convert`: `qemu-img convert` to a raw or qcow2 file
 //! (`tools::convert`), keeping the output sparse; `--stats` prints what
-//! was read and written.
+//! was read and written. A front end of `tools::convert`, as the drop-in
+//! `qemu-img convert` is; this one always writes a new destination (no
+//! `-n`, `-B`, `-p` or `-l`), has `--stats` of its own, and words errors
+//! as qcsim does.
 
 use std::path::PathBuf;
 
-use tools::convert::{convert, ConvertOptions};
+use tools::convert::{convert, ConvertOptions, Destination};
 use tools::files::Format;
 use tools::qemu_args::{option_help, wants_help};
 
@@ -63,6 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         force_share: args.force_share,
         compress: args.compress,
         snapshot: None,
+        destination: Destination::New,
     };
     let result = futures::executor::block_on(convert(&args.source, &args.destination, &opts));
     // A copy that was made prints its figures, even when closing the

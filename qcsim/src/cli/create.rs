@@ -1,6 +1,10 @@
 //! `qcsim create`: make a new raw or qcow2 image file as `qemu-img create`
 //! does (`tools::create::prepare_image`, then the "Formatting ..." line,
-//! then `PreparedImage::write`).
+//! then `PreparedImage::write`). A front end of `tools::create`, as the
+//! drop-in `qemu-img create` is; what differs is this one's own: clap's
+//! flags, qcow2 the default format (qemu-img's is raw), the line printed
+//! as the library words it, and errors in qcsim's words (`qcsim: ...`)
+//! rather than qemu-img's.
 
 use std::path::PathBuf;
 

@@ -1,6 +1,7 @@
 //! `qcsim dump FILE`: the deterministic text dump of an image's header, L1
 //! and L2 tables, refcount table and refcounts (`tools::dump`), read under
-//! QEMU's read-only image locks unless `-U`.
+//! QEMU's read-only image locks unless `-U`. qemu-img has no such
+//! command, so this is its only front end.
 
 use std::path::PathBuf;
 

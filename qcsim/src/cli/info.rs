@@ -1,5 +1,7 @@
 //! `qcsim info`: `qemu-img info` on an image file (`tools::info`), in its
-//! human layout or as JSON.
+//! human layout or as JSON. A front end of `tools::info`, as the drop-in
+//! `qemu-img info` is; this one has no `--backing-chain` or
+//! `--image-opts`, and words its errors as qcsim does.
 
 use std::path::PathBuf;
 

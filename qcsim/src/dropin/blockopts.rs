@@ -95,6 +95,16 @@ pub struct BlockOpts {
     pub zero_alignment: Option<u64>,
 }
 
+/// A switch's value, worded as QEMU's block layer words it (not as its
+/// creation options do).
+fn switch(key: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("Parameter '{key}' expects 'on' or 'off'")),
+    }
+}
+
 impl BlockOpts {
     /// Parse `list` (QEMU's `key=value,...`, `,,` an escaped comma), with
     /// `positional`, the file named beside `open -o`, if any. The error is
@@ -138,89 +148,7 @@ impl BlockOpts {
             }
         }
         for (k, v) in &items {
-            let value = v.as_deref().unwrap_or("on");
-            // (Worded as QEMU's block layer words it, not as its
-            // creation options do.)
-            let switch = |key: &str| match value {
-                "on" => Ok(true),
-                "off" => Ok(false),
-                _ => Err(format!("Parameter '{key}' expects 'on' or 'off'")),
-            };
-            match k.as_str() {
-                "driver" => {}
-                "filename" if top_protocol.is_some() => o.filename = Some(value.to_owned()),
-                "locking" if top_protocol.is_some() => o.no_locking = !locking(value)?,
-                "file" if top_protocol.is_none() => o.filename = Some(value.to_owned()),
-                "read-only" => o.read_only = Some(switch(k)?),
-                "auto-read-only" => {
-                    switch(k)?;
-                }
-                "force-share" => o.force_share = switch(k)?,
-                "cache.direct" => o.cache_direct = Some(switch(k)?),
-                "cache.no-flush" => o.cache_no_flush = Some(switch(k)?),
-                "node-name" => o.node_names.push((k.clone(), value.to_owned())),
-                "backing.node-name" if top_protocol.is_none() => {
-                    o.node_names.push((k.clone(), value.to_owned()))
-                }
-                "backing.driver" if top_protocol.is_none() => {
-                    o.backing_format = Some(value.parse::<Format>().map_err(|_| {
-                        format!(
-                            "Could not open backing file: {}",
-                            super::format_error_text(value)
-                        )
-                    })?)
-                }
-                "cache-size" | "l2-cache-size" | "refcount-cache-size" | "l2-cache-entry-size"
-                    if o.format != Some(Format::Raw) && top_protocol.is_none() =>
-                {
-                    let n = parse_size(value).map_err(|_| {
-                        format!(
-                            "Parameter '{k}' expects a non-negative number below 2^64\n\
-                             Optional suffix k, M, G, T, P or E means kilo-, mega-, giga-, tera-, peta-\n\
-                             and exabytes, respectively."
-                        )
-                    })?;
-                    *match k.as_str() {
-                        "cache-size" => &mut o.cache_size,
-                        "l2-cache-size" => &mut o.l2_cache_size,
-                        "refcount-cache-size" => &mut o.refcount_cache_size,
-                        _ => &mut o.l2_cache_entry_size,
-                    } = Some(n);
-                }
-                "discard" => {
-                    o.discard_unmap = match value {
-                        "ignore" | "off" => false,
-                        "unmap" | "on" => true,
-                        _ => return Err("Invalid discard option".into()),
-                    }
-                }
-                "detect-zeroes" => {
-                    o.detect_zeroes = match value {
-                        "off" => DetectZeroes::Off,
-                        "on" => DetectZeroes::On,
-                        "unmap" => DetectZeroes::Unmap,
-                        _ => return Err(format!("invalid parameter value: {value}")),
-                    }
-                }
-                _ if top_protocol.is_none() && k.starts_with("file.") => {
-                    o.file_option(&k["file.".len()..], value)?
-                }
-                _ => {
-                    return Err(match (o.format, top_protocol) {
-                        (Some(f), _) => {
-                            format!(
-                                "Block format '{}' does not support the option '{k}'",
-                                f.name()
-                            )
-                        }
-                        (None, Some(p)) => format!(
-                            "Block protocol '{}' doesn't support the option '{k}'",
-                            p.name()
-                        ),
-                        (None, None) => format!("Invalid parameter '{k}'"),
-                    })
-                }
-            }
+            o.apply(k, v.as_deref().unwrap_or("on"), top_protocol)?;
         }
         match (o.format, top_protocol, &o.filename) {
             (None, None, None) => Err("Must specify either driver or file".into()),
@@ -231,6 +159,93 @@ impl BlockOpts {
             )),
             _ => Ok(o),
         }
+    }
+
+    /// Apply the option `k=value` of a node whose driver is the protocol
+    /// `top_protocol` (or a format, `None`), as QEMU's block layer takes
+    /// it, in its words.
+    fn apply(
+        &mut self,
+        k: &str,
+        value: &str,
+        top_protocol: Option<Protocol>,
+    ) -> Result<(), String> {
+        match k {
+            "driver" => {}
+            "filename" if top_protocol.is_some() => self.filename = Some(value.to_owned()),
+            "locking" if top_protocol.is_some() => self.no_locking = !locking(value)?,
+            "file" if top_protocol.is_none() => self.filename = Some(value.to_owned()),
+            "read-only" => self.read_only = Some(switch(k, value)?),
+            "auto-read-only" => {
+                switch(k, value)?;
+            }
+            "force-share" => self.force_share = switch(k, value)?,
+            "cache.direct" => self.cache_direct = Some(switch(k, value)?),
+            "cache.no-flush" => self.cache_no_flush = Some(switch(k, value)?),
+            "node-name" => self.node_names.push((k.to_owned(), value.to_owned())),
+            "backing.node-name" if top_protocol.is_none() => {
+                self.node_names.push((k.to_owned(), value.to_owned()))
+            }
+            "backing.driver" if top_protocol.is_none() => {
+                self.backing_format = Some(value.parse::<Format>().map_err(|_| {
+                    format!(
+                        "Could not open backing file: {}",
+                        super::shared::format_error_text(value)
+                    )
+                })?)
+            }
+            "cache-size" | "l2-cache-size" | "refcount-cache-size" | "l2-cache-entry-size"
+                if self.format != Some(Format::Raw) && top_protocol.is_none() =>
+            {
+                let n = parse_size(value).map_err(|_| {
+                    format!(
+                        "Parameter '{k}' expects a non-negative number below 2^64\n\
+                     Optional suffix k, M, G, T, P or E means kilo-, mega-, giga-, tera-, peta-\n\
+                     and exabytes, respectively."
+                    )
+                })?;
+                *match k {
+                    "cache-size" => &mut self.cache_size,
+                    "l2-cache-size" => &mut self.l2_cache_size,
+                    "refcount-cache-size" => &mut self.refcount_cache_size,
+                    _ => &mut self.l2_cache_entry_size,
+                } = Some(n);
+            }
+            "discard" => {
+                self.discard_unmap = match value {
+                    "ignore" | "off" => false,
+                    "unmap" | "on" => true,
+                    _ => return Err("Invalid discard option".into()),
+                }
+            }
+            "detect-zeroes" => {
+                self.detect_zeroes = match value {
+                    "off" => DetectZeroes::Off,
+                    "on" => DetectZeroes::On,
+                    "unmap" => DetectZeroes::Unmap,
+                    _ => return Err(format!("invalid parameter value: {value}")),
+                }
+            }
+            _ if top_protocol.is_none() && k.starts_with("file.") => {
+                self.file_option(&k["file.".len()..], value)?
+            }
+            _ => {
+                return Err(match (self.format, top_protocol) {
+                    (Some(f), _) => {
+                        format!(
+                            "Block format '{}' does not support the option '{k}'",
+                            f.name()
+                        )
+                    }
+                    (None, Some(p)) => format!(
+                        "Block protocol '{}' doesn't support the option '{k}'",
+                        p.name()
+                    ),
+                    (None, None) => format!("Invalid parameter '{k}'"),
+                })
+            }
+        }
+        Ok(())
     }
 
     /// qcow2's rules for its cache options, as QEMU checks them when it
@@ -318,10 +333,10 @@ impl BlockOpts {
             .read(true)
             .write(!read_only)
             .open(name)
-            .map_err(|e| format!("Could not open '{name}': {}", super::strerror(&e)))?;
+            .map_err(|e| format!("Could not open '{name}': {}", super::shared::strerror(&e)))?;
         let ft = file
             .metadata()
-            .map_err(|e| format!("Could not open '{name}': {}", super::strerror(&e)))?
+            .map_err(|e| format!("Could not open '{name}': {}", super::shared::strerror(&e)))?
             .file_type();
         match p {
             Protocol::File if !ft.is_file() => Err(format!(

@@ -32,7 +32,7 @@ pub(super) fn scan(
 /// objects); `--image-opts` names the file by `filename=`.
 pub(super) fn image_name(p: &Parsed, operand: &str) -> Result<(PathBuf, Option<String>), Fail> {
     if !p.has("image-opts") {
-        return Ok((super::plain_file_name(operand), None));
+        return Ok((super::shared::plain_file_name(operand), None));
     }
     let mut file = None;
     let mut driver = None;
@@ -79,25 +79,24 @@ pub(super) fn parse_format(f: Option<String>) -> Result<Option<Format>, Fail> {
 
 /// qemu-img's words for an image it could not open: the file, then the
 /// driver's reason.
-pub(super) fn open_fail(file: &Path, e: tools::files::OpenError) -> Fail {
-    Fail(
-        format!(
-            "Could not open '{}': {}",
-            file.display(),
-            super::open_error_text(file, &e)
-        ),
-        1,
+pub(super) fn could_not_open(file: &Path, e: &tools::files::OpenError) -> String {
+    format!(
+        "Could not open '{}': {}",
+        file.display(),
+        super::shared::open_error_text(file, e)
     )
 }
 
+/// [`could_not_open`] as the failure it ends in.
+pub(super) fn open_fail(file: &Path, e: tools::files::OpenError) -> Fail {
+    Fail(could_not_open(file, &e), 1)
+}
+
 /// qemu-img's words for a failed copy request: the byte, the errno.
-pub(super) fn copy_fail(what: &str, at: u64, e: engine::Error) -> Fail {
-    Fail(
-        format!(
-            "error while {what} at byte {at}: {}",
-            tools::io::errno_text(&e)
-        ),
-        1,
+pub(super) fn error_at_byte(what: &str, at: u64, e: &engine::Error) -> String {
+    format!(
+        "error while {what} at byte {at}: {}",
+        tools::io::errno_text(e)
     )
 }
 

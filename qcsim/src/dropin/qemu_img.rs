@@ -1,25 +1,32 @@
 //! qemu-img's command line on qcsim's engine: `qcsim img ARGS` and qcsim
-//! invoked as `qemu-img`. The subcommands qcsim has (`create`, `check`,
-//! `info`, `map`, `compare`, `convert`, in `qemu_img_edit` `resize`, `rebase`, `commit`, in `qemu_img_snapshot` `snapshot`, in `qemu_img_measure` `measure` and in `qemu_img_amend` `amend`) take qemu-img's options and print what qemu-img prints, with
-//! its `qemu-img: ` prefix and exit codes (1 for usage errors and failures,
-//! check's 0/1/2/3, and 63 for a check of a format that has none); the
-//! others are refused with a message saying so.
+//! invoked as `qemu-img`. The dispatcher, and the subcommands small enough
+//! to live here (`create`, `check`, `info`, `map`, `compare`, `convert`);
+//! `resize`, `rebase` and `commit` are in `qemu_img_edit`, `snapshot` in
+//! `qemu_img_snapshot`, `dd` in `qemu_img_dd`, `measure` in
+//! `qemu_img_measure` and `amend` in `qemu_img_amend`. Each takes
+//! qemu-img's options into the options of its one implementation in
+//! `tools` and prints what qemu-img prints, with its `qemu-img: ` prefix
+//! and exit codes (1 for usage errors and failures, check's 0/1/2/3, and 63
+//! for a check of a format that has none); other subcommands are refused
+//! with a message saying so.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use tools::check::{check_file, CheckOptions, RepairMode};
+use tools::convert::{
+    convert_reporting, ConvertError, ConvertOptions, CopyStep, Destination, MAX_PARALLEL,
+};
 use tools::create::{prepare_image, CreateImageError, CreateImageOptions};
 use tools::files::{open_image, probe_path, Format, OpenOptions, Probed};
-use tools::info::{info, InfoOptions, InfoReport};
+use tools::info::{info, info_chain, ChainInfoError, InfoOptions, InfoReport};
 use tools::map::{map_image, MapError};
-use tools::progress::{ConvertPlan, Progress, CONVERT_BUFFER};
+use tools::progress::Progress;
 use tools::qemu_args::{option_help, wants_help, ArgError};
 
 use super::getopt::{long, Parsed};
 use super::img_common::{
-    copy_fail, fail, image_name, open_source, open_target, parse_format, parse_image_size, scan,
-    Fail,
+    could_not_open, error_at_byte, fail, image_name, parse_format, parse_image_size, scan, Fail,
 };
 
 /// qemu-img's exit code for `check` on a format without consistency
@@ -98,7 +105,7 @@ fn create(prog: &str, args: &[String]) -> Result<i32, Fail> {
         backing_format: p.value("F").map(str::to_owned),
         unsafe_backing: p.has("u"),
     };
-    let path = super::plain_file_name(&file);
+    let path = super::shared::plain_file_name(&file);
     futures::executor::block_on(async {
         // The file named as it was given, prefix and all.
         let formatting = |line: &str| {
@@ -159,7 +166,7 @@ fn create_error(file: &str, e: &CreateImageError) -> String {
         }
         CreateImageError::BackingOpen { error, .. } => format!(
             "{file}: {}\nCould not open backing image.",
-            super::open_error_text(Path::new(file), error)
+            super::shared::open_error_text(Path::new(file), error)
         ),
         // qemu-img looks for the backing file before it asks for its
         // format: a missing one is the error.
@@ -170,7 +177,7 @@ fn create_error(file: &str, e: &CreateImageError) -> String {
         } if std::fs::metadata(backing).is_err() => {
             let why = std::fs::metadata(backing)
                 .err()
-                .map(|e| super::strerror(&e))
+                .map(|e| super::shared::strerror(&e))
                 .unwrap_or_default();
             format!(
                 "{file}: Could not open '{}': {why}\nCould not open backing image.",
@@ -186,7 +193,7 @@ fn create_error(file: &str, e: &CreateImageError) -> String {
             format!("{file}: Backing file specified without backing format{detected}")
         }
         // The engine's and tools' messages name the file themselves.
-        other => super::chain(other),
+        other => super::shared::chain(other),
     }
 }
 
@@ -220,13 +227,7 @@ fn check(prog: &str, args: &[String]) -> Result<i32, Fail> {
         None => match probe_path(&file) {
             Ok(Probed::Format(f)) => f.name().to_owned(),
             Ok(Probed::Foreign(name)) => name.to_owned(),
-            Err(e) => {
-                return fail(format!(
-                    "Could not open '{}': {}",
-                    file.display(),
-                    super::open_error_text(&file, &e)
-                ))
-            }
+            Err(e) => return fail(could_not_open(&file, &e)),
         },
     };
     if format != "qcow2" {
@@ -240,14 +241,7 @@ fn check(prog: &str, args: &[String]) -> Result<i32, Fail> {
         force_share: p.has("U"),
     };
     let outcome = check_file(&file, &opts).map_err(|e| match e {
-        tools::check::CheckError::Open { path, error } => Fail(
-            format!(
-                "Could not open '{}': {}",
-                path.display(),
-                super::open_error_text(&path, &error)
-            ),
-            1,
-        ),
+        tools::check::CheckError::Open { path, error } => Fail(could_not_open(&path, &error), 1),
         tools::check::CheckError::Repair {
             path,
             error: oracle::check::RepairError::Open(reason),
@@ -313,35 +307,11 @@ fn info_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
     };
     if p.has("backing-chain") {
         // Each image of the chain, top first: in human form a blank line
-        // between them, in JSON one array of their objects. A loop is
-        // found before anything is printed, as qemu-img does.
-        let mut seen = Vec::new();
-        let mut next = Some((file, opts.format));
-        let mut reports = Vec::new();
-        while let Some((f, format)) = next.take() {
-            let id = std::fs::canonicalize(&f).unwrap_or_else(|_| f.clone());
-            if seen.contains(&id) {
-                return fail(format!(
-                    "Backing file '{}' creates an infinite loop.",
-                    f.display()
-                ));
-            }
-            seen.push(id);
-            let o = InfoOptions {
-                format,
-                force_share: p.has("U"),
-            };
-            let report = info(&f, &o).map_err(|e| Fail(info_error(&f, &e), 1))?;
-            if let Some(b) = &report.full_backing_filename {
-                let format = report
-                    .backing_filename_format
-                    .as_deref()
-                    .map(|f| f.parse::<Format>().ok())
-                    .unwrap_or(None);
-                next = Some((PathBuf::from(b), format));
-            }
-            reports.push(report);
-        }
+        // between them, in JSON one array of their objects.
+        let reports = info_chain(&file, &opts).map_err(|e| match e {
+            ChainInfoError::Image { path, error } => Fail(info_error(&path, &error), 1),
+            loop_error => Fail(loop_error.to_string(), 1),
+        })?;
         if output == "json" {
             println!("{}", tools::info::chain_json(&reports));
         } else {
@@ -361,11 +331,7 @@ fn info_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
 
 fn info_error(file: &Path, e: &tools::info::InfoError) -> String {
     match e {
-        tools::info::InfoError::Open(o) => format!(
-            "Could not open '{}': {}",
-            file.display(),
-            super::open_error_text(file, o)
-        ),
+        tools::info::InfoError::Open(o) => could_not_open(file, o),
         other => other.to_string(),
     }
 }
@@ -406,12 +372,8 @@ fn map_cmd(prog: &str, args: &[String]) -> Result<i32, Fail> {
 
 fn map_error(file: &Path, e: &MapError) -> String {
     match e {
-        MapError::Open(o) => format!(
-            "Could not open '{}': {}",
-            file.display(),
-            super::open_error_text(file, o)
-        ),
-        other => super::chain(other),
+        MapError::Open(o) => could_not_open(file, o),
+        other => super::shared::chain(other),
     }
 }
 
@@ -447,18 +409,11 @@ fn compare(prog: &str, args: &[String]) -> Result<i32, Fail> {
             force_share: p.has("U"),
             ..OpenOptions::default()
         };
-        let file = super::plain_file_name(file);
+        let file = super::shared::plain_file_name(file);
         async move {
-            open_image(&file, &opts).await.map_err(|e| {
-                Fail(
-                    format!(
-                        "Could not open '{}': {}",
-                        file.display(),
-                        super::open_error_text(&file, &e)
-                    ),
-                    2,
-                )
-            })
+            open_image(&file, &opts)
+                .await
+                .map_err(|e| Fail(could_not_open(&file, &e), 2))
         }
     };
     futures::executor::block_on(async {
@@ -584,6 +539,31 @@ type Report = Progress<crate::output::Stdout>;
 /// `convert` once its options are scanned; starts `progress` when `-p`
 /// asks for it (after the checks qemu-img makes before its own report).
 fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail> {
+    let Some((src, dst, mut opts)) = convert_options(p)? else {
+        return Ok(0);
+    };
+    if p.has("p") && !p.has("q") {
+        let mut report = Progress::new(crate::output::stdout(), 1.0);
+        let _ = report.set(0.0);
+        *progress = Some(report);
+    }
+    opts.destination = convert_destination(p, &opts.options)?;
+    let wanted = progress.is_some();
+    let mut report = |percent: f32| {
+        if let Some(r) = progress.as_mut() {
+            let _ = r.set(percent);
+        }
+    };
+    let on_progress: Option<&mut dyn FnMut(f32)> = if wanted { Some(&mut report) } else { None };
+    futures::executor::block_on(convert_reporting(&src, &dst, &opts, on_progress))
+        .map_err(|e| Fail(convert_failure(&src, &dst, &opts.destination, &e), 1))?;
+    Ok(0)
+}
+
+/// The source, the destination and the options of `convert`, checked in
+/// qemu-img's order before its progress report starts; `None` when `-o
+/// help` asked only for the options' help, which is then printed.
+fn convert_options(p: &Parsed) -> Result<Option<(PathBuf, PathBuf, ConvertOptions)>, Fail> {
     for (flag, what) in [
         ("C", "-C (copy offloading)"),
         ("image-opts", "--image-opts"),
@@ -596,10 +576,13 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
     let options: Vec<String> = p.values("o").into_iter().map(str::to_owned).collect();
     if options.iter().any(|o| wants_help(o)) {
         print!("{}", option_help());
-        return Ok(0);
+        return Ok(None);
     }
     let (src, dst) = match p.operands.as_slice() {
-        [s, d] => (super::plain_file_name(s), super::plain_file_name(d)),
+        [s, d] => (
+            super::shared::plain_file_name(s),
+            super::shared::plain_file_name(d),
+        ),
         [_] | [] => return fail("Expecting image file name"),
         _ => return fail("Only one source image is supported by qcsim"),
     };
@@ -614,7 +597,7 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
     let parallel = match p.value("m") {
         None => 8,
         Some(m) => match m.parse::<usize>() {
-            Ok(n) if (1..=tools::convert::MAX_PARALLEL).contains(&n) => n,
+            Ok(n) if (1..=MAX_PARALLEL).contains(&n) => n,
             _ => return fail(
                 "Invalid number of coroutines. Allowed number of coroutines is between 1 and 16",
             ),
@@ -631,51 +614,7 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
     if snapshot.is_some() && (p.has("n") || p.has("B")) {
         return fail("convert -l with -n or -B is not supported by qcsim");
     }
-    if p.has("p") && !p.has("q") {
-        let mut report = Progress::new(crate::output::stdout(), 1.0);
-        let _ = report.set(0.0);
-        *progress = Some(report);
-    }
-    if p.has("n") {
-        return futures::executor::block_on(copy_into(
-            &src,
-            source_format,
-            &dst,
-            output_format,
-            p.has("U"),
-            compress,
-            progress.as_mut(),
-        ))
-        .map(|()| 0);
-    }
-    let option_set = |key: &str| {
-        options
-            .iter()
-            .flat_map(|o| tools::qemu_args::split_option_list(o))
-            .any(|(k, v)| k == key && v.is_some())
-    };
-    let backing_option = option_set("backing_file");
-    if (p.has("B") || backing_option) && !p.has("F") && !option_set("backing_fmt") {
-        return fail("Use of backing file requires explicit backing format");
-    }
-    if p.has("B") || backing_option {
-        if p.has("n") {
-            return fail("-B and -n cannot be used together");
-        }
-        return convert_onto_backing(
-            &src,
-            source_format,
-            &dst,
-            output_format,
-            options,
-            p.value("B"),
-            p.value("F"),
-            p.has("U"),
-            compress,
-            progress.as_mut(),
-        );
-    }
-    let opts = tools::convert::ConvertOptions {
+    let opts = ConvertOptions {
         source_format,
         output_format,
         options,
@@ -684,212 +623,77 @@ fn convert_steps(p: &Parsed, progress: &mut Option<Report>) -> Result<i32, Fail>
         force_share: p.has("U"),
         compress,
         snapshot,
+        destination: Destination::New,
     };
-    let wanted = progress.is_some();
-    let mut report = |percent: f32| {
-        if let Some(r) = progress.as_mut() {
-            let _ = r.set(percent);
-        }
-    };
-    let on_progress: Option<&mut dyn FnMut(f32)> = if wanted { Some(&mut report) } else { None };
-    futures::executor::block_on(tools::convert::convert_reporting(
-        &src,
-        &dst,
-        &opts,
-        on_progress,
-    ))
-    .map_err(|e| Fail(convert_failure(&e), 1))?;
-    Ok(0)
+    Ok(Some((src, dst, opts)))
 }
 
-/// A failed convert in qemu-img's words where they are known: a
-/// compressed write the target refuses (an external data file) is
-/// "error while writing at byte N" and the errno's text.
-fn convert_failure(e: &tools::convert::ConvertError) -> String {
-    use tools::convert::{ConvertError, CopyStep};
-    match e {
-        ConvertError::Copy {
-            step: CopyStep::Write,
-            offset,
-            error: error @ engine::Error::Compressed(_),
-            ..
-        } => format!(
-            "error while writing at byte {offset}: {}",
-            tools::io::errno_text(error)
-        ),
-        _ => super::chain(e),
+/// Where `convert` writes: into the existing destination with `-n` (which
+/// wins over `-B`), onto a backing file with `-B` or `-o backing_file=`
+/// (whose format must be given), else a new image.
+fn convert_destination(p: &Parsed, options: &[String]) -> Result<Destination, Fail> {
+    if p.has("n") {
+        return Ok(Destination::Existing);
     }
-}
-
-/// `convert -B BACKING` (or `-o backing_file=`): the target is created
-/// with that backing file, and only what differs from it is written, so
-/// that clusters equal to the backing file's stay unallocated.
-#[allow(clippy::too_many_arguments)]
-fn convert_onto_backing(
-    src: &Path,
-    src_format: Option<Format>,
-    dst: &Path,
-    dst_format: Format,
-    options: Vec<String>,
-    backing: Option<&str>,
-    backing_format: Option<&str>,
-    force_share: bool,
-    compress: bool,
-    mut progress: Option<&mut Report>,
-) -> Result<i32, Fail> {
-    futures::executor::block_on(async {
-        let s = open_source(src, src_format, force_share).await?;
-        let size = s.virtual_size();
-        let opts = CreateImageOptions {
-            format: dst_format,
-            options,
-            size: Some(size.to_string()),
-            backing: backing.map(str::to_owned),
-            backing_format: backing_format.map(str::to_owned),
-            unsafe_backing: false,
-        };
-        let file = dst.display().to_string();
-        prepare_image(dst, &opts)
-            .await
-            .map_err(|e| Fail(create_error(&file, &e), 1))?
-            .write()
-            .await
-            .map_err(|e| Fail(create_error(&file, &e), 1))?;
-        let d = open_target(dst, dst_format).await?;
-        let io_err = |what: &str, e: engine::Error| Fail(format!("error while {what}: {e}"), 1);
-        let target_cluster = d.qcow2().map_or(CHUNK, |i| i.cluster_size());
-        // A compressed write takes whole clusters of the target.
-        let step = if compress {
-            target_cluster
-        } else {
-            target_cluster.min(CHUNK)
-        };
-        // qemu-img counts only what the source's top image holds: the
-        // rest is taken to be in the new backing file.
-        let mut plan = progress_plan_for(&s, true, progress.is_some(), &d).await?;
-        let mut want = vec![0u8; step as usize];
-        let mut pos = 0;
-        // As qemu-img copies onto a new backing file: what the source's
-        // top image leaves to its own backing file is left to the new
-        // one; everything else is written, zeroes as zeroes (the backing
-        // file would show through where nothing is), data as data even
-        // where the new backing file holds the same.
-        while pos < size {
-            let n = (size - pos).min(step);
-            // The runs of [pos, pos + n) the source's top image holds.
-            let mut held = Vec::new();
-            let mut at = pos;
-            while at < pos + n {
-                let (status, len) = match s.qcow2() {
-                    Some(i) => i
-                        .block_status(at, pos + n - at)
-                        .await
-                        .map_err(|e| io_err("reading", e))?,
-                    None => (engine::Status::Data, pos + n - at),
-                };
-                if status != engine::Status::Backing {
-                    held.push((at, at + len));
-                }
-                at += len;
-            }
-            // A compressed write takes the whole cluster once any of it is
-            // the source top's own.
-            if compress && !held.is_empty() {
-                held = vec![(pos, pos + n)];
-            }
-            for (a, b) in held {
-                let buf = &mut want[(a - pos) as usize..(b - pos) as usize];
-                s.read(a, buf)
-                    .await
-                    .map_err(|e| copy_fail("reading", a, e))?;
-                let r = if buf.iter().all(|&x| x == 0) {
-                    d.write_zeroes(a, b - a, false).await
-                } else if compress {
-                    d.write_compressed(a, buf).await
-                } else {
-                    d.write(a, buf).await
-                };
-                r.map_err(|e| copy_fail("writing", a, e))?;
-            }
-            pos += n;
-            report_reached(&mut plan, &mut progress, pos);
-        }
-        drop(s);
-        d.close().await.map_err(|e| io_err("closing", e))?;
-        Ok(0)
+    let option_set = |key: &str| {
+        options
+            .iter()
+            .flat_map(|o| tools::qemu_args::split_option_list(o))
+            .any(|(k, v)| k == key && v.is_some())
+    };
+    let backing_option = option_set("backing_file");
+    if !p.has("B") && !backing_option {
+        return Ok(Destination::New);
+    }
+    if !p.has("F") && !option_set("backing_fmt") {
+        return fail("Use of backing file requires explicit backing format");
+    }
+    Ok(Destination::OntoBacking {
+        backing: p.value("B").map(str::to_owned),
+        backing_format: p.value("F").map(str::to_owned),
     })
 }
 
-/// `convert -n`: the source's guest data into the existing destination.
-async fn copy_into(
-    src: &Path,
-    src_format: Option<Format>,
-    dst: &Path,
-    dst_format: Format,
-    force_share: bool,
-    compress: bool,
-    mut progress: Option<&mut Report>,
-) -> Result<(), Fail> {
-    let s = open_source(src, src_format, force_share).await?;
-    let d = open_target(dst, dst_format).await?;
-    let size = s.virtual_size();
-    if d.virtual_size() < size {
-        return fail("error while converting: the target image is smaller than the source");
-    }
-    let mut plan = progress_plan_for(&s, false, progress.is_some(), &d).await?;
-    // A compressed write takes whole clusters of the target.
-    let step = match d.qcow2() {
-        Some(i) if compress => i.cluster_size(),
-        _ => CHUNK,
-    };
-    let mut buf = vec![0u8; step as usize];
-    let mut pos = 0;
-    let io_err = |what: &str, e: engine::Error| Fail(format!("error while {what}: {e}"), 1);
-    while pos < size {
-        let n = (size - pos).min(step) as usize;
-        s.read(pos, &mut buf[..n])
-            .await
-            .map_err(|e| copy_fail("reading", pos, e))?;
-        let r = if buf[..n].iter().all(|&b| b == 0) {
-            d.write_zeroes(pos, n as u64, true).await
-        } else if compress {
-            d.write_compressed(pos, &buf[..n]).await
-        } else {
-            d.write(pos, &buf[..n]).await
-        };
-        r.map_err(|e| copy_fail("writing", pos, e))?;
-        pos += n as u64;
-        report_reached(&mut plan, &mut progress, pos);
-    }
-    drop(s);
-    d.close().await.map_err(|e| io_err("closing", e))
-}
-
-/// The progress plan of copying `src` onto `dst` (copy requests of the
-/// buffer size, or `dst`'s cluster size when larger), when `wanted`.
-async fn progress_plan_for(
-    src: &tools::files::Disk,
-    top_only: bool,
-    wanted: bool,
-    dst: &tools::files::Disk,
-) -> Result<Option<ConvertPlan>, Fail> {
-    if !wanted {
-        return Ok(None);
-    }
-    let buffer = dst
-        .qcow2()
-        .map_or(CONVERT_BUFFER, |i| i.cluster_size().max(CONVERT_BUFFER));
-    tools::convert::progress_plan(src, top_only, buffer)
-        .await
-        .map(Some)
-        .map_err(|e| Fail(format!("error while reading block status: {e}"), 1))
-}
-
-/// Print the percentages of `plan` the copy has passed at `pos`.
-fn report_reached(plan: &mut Option<ConvertPlan>, progress: &mut Option<&mut Report>, pos: u64) {
-    if let (Some(plan), Some(report)) = (plan.as_mut(), progress.as_mut()) {
-        for percent in plan.reached(pos) {
-            let _ = report.set(percent);
+/// A failed convert in qemu-img's words where they are known. Into a new
+/// image: a compressed write the target refuses (an external data file)
+/// is "error while writing at byte N" and the errno's text, the rest the
+/// error's own chain. Into an existing image or onto a backing file,
+/// qemu-img's "Could not open" and "error while ..." lines.
+fn convert_failure(src: &Path, dst: &Path, to: &Destination, e: &ConvertError) -> String {
+    match (to, e) {
+        (
+            Destination::New,
+            ConvertError::Copy {
+                step: CopyStep::Write,
+                offset,
+                error: error @ engine::Error::Compressed(_),
+                ..
+            },
+        ) => error_at_byte("writing", *offset, error),
+        (Destination::New, _) => super::shared::chain(e),
+        (_, ConvertError::Source(o)) => could_not_open(src, o),
+        (_, ConvertError::OpenDestination { error, .. }) => could_not_open(dst, error),
+        (_, ConvertError::CreateOnBacking(c)) => create_error(&dst.display().to_string(), c),
+        (_, ConvertError::TargetTooSmall { .. }) => {
+            "error while converting: the target image is smaller than the source".to_owned()
         }
+        (_, ConvertError::Plan { error, .. }) => {
+            format!("error while reading block status: {error}")
+        }
+        (
+            _,
+            ConvertError::Copy {
+                step,
+                offset,
+                error,
+                ..
+            },
+        ) => match step {
+            CopyStep::Status => format!("error while reading: {error}"),
+            CopyStep::Read => error_at_byte("reading", *offset, error),
+            CopyStep::Write => error_at_byte("writing", *offset, error),
+        },
+        (_, ConvertError::Close { error, .. }) => format!("error while closing: {error}"),
+        (_, other) => super::shared::chain(other),
     }
 }

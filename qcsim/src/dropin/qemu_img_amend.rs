@@ -12,7 +12,7 @@ use tools::progress::Progress;
 use tools::qemu_args::wants_help;
 
 use super::getopt::{getopt, long};
-use super::img_common::{image_name, parse_format, Fail};
+use super::img_common::{could_not_open, image_name, parse_format, Fail};
 
 pub(super) fn amend(prog: &str, args: &[String]) -> Result<i32, Fail> {
     let try_help = format!("Try '{prog} amend --help' for more info");
@@ -97,17 +97,13 @@ pub(super) fn amend(prog: &str, args: &[String]) -> Result<i32, Fail> {
 
 fn amend_error(file: &std::path::Path, e: &AmendImageError) -> Fail {
     let msg = match e {
-        AmendImageError::Open(o) => format!(
-            "Could not open '{}': {}",
-            file.display(),
-            super::open_error_text(file, o)
-        ),
+        AmendImageError::Open(o) => could_not_open(file, o),
         // The engine's refusals are QEMU's sentences already.
         AmendImageError::Engine {
             error: engine::Error::Amend(a),
             ..
         } => a.to_string(),
-        other => super::chain(other),
+        other => super::shared::chain(other),
     };
     Fail(msg, 1)
 }

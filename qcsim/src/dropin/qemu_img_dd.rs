@@ -74,8 +74,8 @@ pub(super) fn dd(prog: &str, args: &[String]) -> Result<i32, Fail> {
         // dd's words name no format, unlike convert's.
         .map_err(|_| Fail("Unknown file format".into(), 1))?;
     let (src, dst) = (
-        super::plain_file_name(input),
-        super::plain_file_name(output),
+        super::shared::plain_file_name(input),
+        super::shared::plain_file_name(output),
     );
     futures::executor::block_on(copy(
         prog,
@@ -125,10 +125,10 @@ async fn copy(
     let name = dst.display().to_string();
     prepare_image(dst, &opts)
         .await
-        .map_err(|e| Fail(format!("{name}: {}", super::chain(&e)), 1))?
+        .map_err(|e| Fail(format!("{name}: {}", super::shared::chain(&e)), 1))?
         .write()
         .await
-        .map_err(|e| Fail(format!("{name}: {}", super::chain(&e)), 1))?;
+        .map_err(|e| Fail(format!("{name}: {}", super::shared::chain(&e)), 1))?;
     let d = open_target(dst, dst_format).await?;
     let mut at = match start {
         Some(at) => at,

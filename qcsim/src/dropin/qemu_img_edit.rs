@@ -10,7 +10,7 @@ use tools::rebase::{rebase_image, RebaseError, RebaseOptions};
 use tools::resize::{resize_image, ResizeError, SizeChange};
 
 use super::getopt::long;
-use super::img_common::{fail, image_name, parse_format, scan, Fail};
+use super::img_common::{could_not_open, fail, image_name, parse_format, scan, Fail};
 
 /// qemu-img's explanation after a size it cannot parse.
 const SIZE_HELP: &str = "Parameter 'size' expects a non-negative number below 2^64\n\
@@ -79,13 +79,9 @@ fn parse_change(s: &str) -> Result<SizeChange, Fail> {
 
 fn resize_error(prog: &str, file: &Path, e: &ResizeError) -> String {
     match e {
-        ResizeError::Open(o) => format!(
-            "Could not open '{}': {}",
-            file.display(),
-            super::open_error_text(file, o)
-        ),
+        ResizeError::Open(o) => could_not_open(file, o),
         ResizeError::NeedsShrink => format!("{e}\n{prog}: {SHRINK_WARNING}"),
-        other => super::chain(other),
+        other => super::shared::chain(other),
     }
 }
 
@@ -121,7 +117,7 @@ pub(super) fn rebase(prog: &str, args: &[String]) -> Result<i32, Fail> {
         backing: Some(backing.to_owned()),
         backing_format: p
             .value("F")
-            .map(|f| match super::is_qemu_driver(f) {
+            .map(|f| match super::shared::is_qemu_driver(f) {
                 true => Ok(f.to_owned()),
                 false => Err(Fail(format!("Invalid format name: '{f}'"), 1)),
             })
@@ -130,12 +126,8 @@ pub(super) fn rebase(prog: &str, args: &[String]) -> Result<i32, Fail> {
     };
     futures::executor::block_on(rebase_image(&file, &opts, &r)).map_err(|e| {
         let msg = match &e {
-            RebaseError::Open(o) => format!(
-                "Could not open '{}': {}",
-                file.display(),
-                super::open_error_text(&file, o)
-            ),
-            other => super::chain(other),
+            RebaseError::Open(o) => could_not_open(&file, o),
+            other => super::shared::chain(other),
         };
         Fail(msg, 1)
     })?;
@@ -162,12 +154,8 @@ pub(super) fn commit(prog: &str, args: &[String]) -> Result<i32, Fail> {
     futures::executor::block_on(commit_image(&file, &opts, base.as_deref(), p.has("d"))).map_err(
         |e| {
             let msg = match &e {
-                CommitError::Open(o) => format!(
-                    "Could not open '{}': {}",
-                    file.display(),
-                    super::open_error_text(&file, o)
-                ),
-                other => super::chain(other),
+                CommitError::Open(o) => could_not_open(&file, o),
+                other => super::shared::chain(other),
             };
             Fail(msg, 1)
         },

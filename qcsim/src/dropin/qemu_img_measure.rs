@@ -5,11 +5,13 @@
 //! `-l` names an internal snapshot by id or name, or by `snapshot.id=` and
 //! `snapshot.name=`.
 
+use std::path::Path;
+
 use tools::files::OpenOptions;
 use tools::measure::{measure as measure_image, MeasureError, SnapshotRef, Source, Target};
 
-use super::getopt::{getopt, long};
-use super::img_common::{image_name, parse_format, parse_image_size, Fail};
+use super::getopt::{getopt, long, Parsed};
+use super::img_common::{could_not_open, image_name, parse_format, parse_image_size, Fail};
 
 /// Formats QEMU knows whose drivers cannot measure.
 const UNMEASURED: &[&str] = &[
@@ -43,85 +45,8 @@ pub(super) fn measure(prog: &str, args: &[String]) -> Result<i32, Fail> {
             return Ok(1);
         }
     };
-    // What qemu-img checks as it reads each option, in order.
-    let mut size = None;
-    let mut json = false;
-    let mut options = Vec::new();
-    let mut snapshot = None;
-    for o in &p.opts {
-        let v = o.value.clone().unwrap_or_default();
-        match o.name.as_str() {
-            "size" => size = Some(parse_image_size(&v)?),
-            "output" => match v.as_str() {
-                "human" => json = false,
-                "json" => json = true,
-                _ => {
-                    return Err(Fail(
-                        format!("--output expects 'human' or 'json' not '{v}'\n{try_help}"),
-                        1,
-                    ))
-                }
-            },
-            "l" => snapshot = Some(parse_snapshot(&v)?),
-            "o" => {
-                if v.is_empty() || (v.ends_with(',') && !v.ends_with(",,")) {
-                    return Err(Fail(format!("Invalid option list: {v}"), 1));
-                }
-                options.push(v);
-            }
-            _ => {}
-        }
-    }
-    if p.operands.len() > 1 {
-        return Err(Fail("At most one filename argument is allowed.".into(), 1));
-    }
-    let operand = p.operands.first();
-    if operand.is_none() && (p.has("image-opts") || p.has("f") || p.has("l")) {
-        return Err(Fail(
-            "--image-opts, -f, and -l require a filename argument.".into(),
-            1,
-        ));
-    }
-    let source = match (operand, size) {
-        (Some(_), Some(_)) => {
-            return Err(Fail(
-                "--size N cannot be used together with a filename.".into(),
-                1,
-            ))
-        }
-        (None, None) => {
-            return Err(Fail(
-                "Either --size N or one filename must be specified.".into(),
-                1,
-            ))
-        }
-        (None, Some(s)) => Source::Size(s),
-        (Some(operand), None) => {
-            let (path, driver) = image_name(&p, operand)?;
-            let opts = OpenOptions {
-                format: parse_format(p.value("f").map(str::to_owned).or(driver))?,
-                force_share: p.has("U"),
-                read_only: true,
-                ..OpenOptions::default()
-            };
-            // Opened first, as qemu-img opens it before it looks at -O.
-            futures::executor::block_on(tools::files::open_image(&path, &opts)).map_err(|e| {
-                Fail(
-                    format!(
-                        "Could not open '{}': {}",
-                        path.display(),
-                        super::open_error_text(&path, &e)
-                    ),
-                    1,
-                )
-            })?;
-            Source::Image {
-                path,
-                opts,
-                snapshot,
-            }
-        }
-    };
+    let flags = Flags::read(&p, &try_help)?;
+    let source = source(&p, flags.size, flags.snapshot)?;
     let target = match p.value("O").unwrap_or("raw") {
         "raw" => Target::Raw,
         "qcow2" => Target::Qcow2,
@@ -141,30 +66,107 @@ pub(super) fn measure(prog: &str, args: &[String]) -> Result<i32, Fail> {
         .flat_map(|o| o.split(','))
         .filter_map(|kv| kv.strip_prefix("id=").map(str::to_owned))
         .collect();
-    let m = futures::executor::block_on(measure_image(&source, target, &options, &secrets))
+    let m = futures::executor::block_on(measure_image(&source, target, &flags.options, &secrets))
         .map_err(|e| {
-            let msg = match &e {
-                MeasureError::Open(o) => {
-                    let path = match &source {
-                        Source::Image { path, .. } => path.clone(),
-                        Source::Size(_) => Default::default(),
-                    };
-                    format!(
-                        "Could not open '{}': {}",
-                        path.display(),
-                        super::open_error_text(&path, o)
-                    )
-                }
-                other => other.to_string(),
-            };
-            Fail(msg, 1)
-        })?;
-    if json {
+        let msg = match (&e, &source) {
+            (MeasureError::Open(o), Source::Image { path, .. }) => could_not_open(path, o),
+            (MeasureError::Open(o), Source::Size(_)) => could_not_open(Path::new(""), o),
+            (other, _) => other.to_string(),
+        };
+        Fail(msg, 1)
+    })?;
+    if flags.json {
         print!("{}", m.json());
     } else {
         print!("{}", m.human());
     }
     Ok(0)
+}
+
+/// The options qemu-img checks as it reads each, in order.
+struct Flags {
+    size: Option<u64>,
+    json: bool,
+    options: Vec<String>,
+    snapshot: Option<SnapshotRef>,
+}
+
+impl Flags {
+    fn read(p: &Parsed, try_help: &str) -> Result<Flags, Fail> {
+        let mut f = Flags {
+            size: None,
+            json: false,
+            options: Vec::new(),
+            snapshot: None,
+        };
+        for o in &p.opts {
+            let v = o.value.clone().unwrap_or_default();
+            match o.name.as_str() {
+                "size" => f.size = Some(parse_image_size(&v)?),
+                "output" => match v.as_str() {
+                    "human" => f.json = false,
+                    "json" => f.json = true,
+                    _ => {
+                        return Err(Fail(
+                            format!("--output expects 'human' or 'json' not '{v}'\n{try_help}"),
+                            1,
+                        ))
+                    }
+                },
+                "l" => f.snapshot = Some(parse_snapshot(&v)?),
+                "o" => {
+                    if v.is_empty() || (v.ends_with(',') && !v.ends_with(",,")) {
+                        return Err(Fail(format!("Invalid option list: {v}"), 1));
+                    }
+                    f.options.push(v);
+                }
+                _ => {}
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// What is measured: `--size` or the one filename (opened first, as
+/// qemu-img opens it before it looks at `-O`).
+fn source(p: &Parsed, size: Option<u64>, snapshot: Option<SnapshotRef>) -> Result<Source, Fail> {
+    if p.operands.len() > 1 {
+        return Err(Fail("At most one filename argument is allowed.".into(), 1));
+    }
+    let operand = p.operands.first();
+    if operand.is_none() && (p.has("image-opts") || p.has("f") || p.has("l")) {
+        return Err(Fail(
+            "--image-opts, -f, and -l require a filename argument.".into(),
+            1,
+        ));
+    }
+    match (operand, size) {
+        (Some(_), Some(_)) => Err(Fail(
+            "--size N cannot be used together with a filename.".into(),
+            1,
+        )),
+        (None, None) => Err(Fail(
+            "Either --size N or one filename must be specified.".into(),
+            1,
+        )),
+        (None, Some(s)) => Ok(Source::Size(s)),
+        (Some(operand), None) => {
+            let (path, driver) = image_name(p, operand)?;
+            let opts = OpenOptions {
+                format: parse_format(p.value("f").map(str::to_owned).or(driver))?,
+                force_share: p.has("U"),
+                read_only: true,
+                ..OpenOptions::default()
+            };
+            futures::executor::block_on(tools::files::open_image(&path, &opts))
+                .map_err(|e| Fail(could_not_open(&path, &e), 1))?;
+            Ok(Source::Image {
+                path,
+                opts,
+                snapshot,
+            })
+        }
+    }
 }
 
 /// `-l`: `snapshot.id=ID,snapshot.name=NAME` (either or both), or a plain

@@ -11,7 +11,7 @@ use tools::snapshot::{
 };
 
 use super::getopt::{getopt, long};
-use super::img_common::{image_name, parse_format, Fail};
+use super::img_common::{could_not_open, image_name, parse_format, Fail};
 
 /// Longest name qemu-img keeps: its snapshot name buffer holds 255 bytes.
 const MAX_NAME: usize = 255;
@@ -78,31 +78,32 @@ pub(super) fn snapshot(prog: &str, args: &[String]) -> Result<i32, Fail> {
             1,
         ));
     }
+    run(&file, &opts, action)?;
+    Ok(0)
+}
+
+/// Carry out `action` on the image `file`, as `opts` opens it.
+fn run(file: &Path, opts: &OpenOptions, action: Action) -> Result<(), Fail> {
     match action {
         Action::List => {
-            let list = futures::executor::block_on(list_snapshots(&file, &opts))
-                .map_err(|e| open_fail(&file, &e))?;
+            let list = futures::executor::block_on(list_snapshots(file, opts))
+                .map_err(|e| open_fail(file, &e))?;
             if !list.is_empty() {
                 print!("{}", snapshot_table(&list));
             }
         }
         Action::Create(name) => {
             let name = cut(&name);
-            futures::executor::block_on(create_snapshot(
-                &file,
-                &opts,
-                name,
-                tools::snapshot::now(),
-            ))
-            .map_err(|e| {
-                open_fail_or(&file, &e, || {
-                    format!("Could not create snapshot '{name}': {}", reason(&e))
-                })
-            })?;
+            futures::executor::block_on(create_snapshot(file, opts, name, tools::snapshot::now()))
+                .map_err(|e| {
+                    open_fail_or(file, &e, || {
+                        format!("Could not create snapshot '{name}': {}", reason(&e))
+                    })
+                })?;
         }
         Action::Apply(name) => {
-            futures::executor::block_on(apply_snapshot(&file, &opts, &name)).map_err(|e| {
-                open_fail_or(&file, &e, || match e {
+            futures::executor::block_on(apply_snapshot(file, opts, &name)).map_err(|e| {
+                open_fail_or(file, &e, || match e {
                     // The block layer answers before any driver is asked.
                     SnapshotError::NotSupported => format!(
                         "Could not apply snapshot '{name}': Block driver does not support snapshots"
@@ -115,14 +116,14 @@ pub(super) fn snapshot(prog: &str, args: &[String]) -> Result<i32, Fail> {
             })?;
         }
         Action::Delete(name) => {
-            futures::executor::block_on(delete_snapshot(&file, &opts, &name)).map_err(|e| {
-                open_fail_or(&file, &e, || {
+            futures::executor::block_on(delete_snapshot(file, opts, &name)).map_err(|e| {
+                open_fail_or(file, &e, || {
                     format!("Could not delete snapshot '{name}': {}", reason(&e))
                 })
             })?;
         }
     }
-    Ok(0)
+    Ok(())
 }
 
 /// `name` cut to what qemu-img keeps (at a character boundary).
@@ -147,15 +148,8 @@ fn open_fail_or(file: &Path, e: &SnapshotError, other: impl FnOnce() -> String) 
 
 fn open_fail(file: &Path, e: &SnapshotError) -> Fail {
     match e {
-        SnapshotError::Open(o) => Fail(
-            format!(
-                "Could not open '{}': {}",
-                file.display(),
-                super::open_error_text(file, o)
-            ),
-            1,
-        ),
-        other => Fail(super::chain(other), 1),
+        SnapshotError::Open(o) => Fail(could_not_open(file, o), 1),
+        other => Fail(super::shared::chain(other), 1),
     }
 }
 
@@ -171,7 +165,7 @@ fn reason(e: &SnapshotError) -> String {
             "No such file or directory".into()
         }
         SnapshotError::Engine(Error::Snapshot(E::TooMany { .. })) => "File too large".into(),
-        other => super::chain(other),
+        other => super::shared::chain(other),
     }
 }
 

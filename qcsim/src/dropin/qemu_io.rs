@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use tools::files::{Format, OpenOptions};
 use tools::io::{parse_command, Cmd, CmdFailure, Session};
 
+use super::blockopts::blkdebug_file;
 use super::blockopts::{BlockOpts, DetectZeroes};
-use super::getopt::{getopt, long, Long};
-use super::{chain, copy_for_snapshot, open_error_text, CacheMode};
+use super::getopt::{getopt, long, Long, Parsed};
+use super::shared::{chain, copy_for_snapshot, open_error_text, plain_file_name, CacheMode};
 
 const SHORT: &str = "hVc:d:f:rsnCmki:t:T:U";
 
@@ -133,8 +134,25 @@ fn run(prog: &str, args: &[String]) -> Result<i32, String> {
         print!("{}", usage(prog));
         return Ok(1);
     }
-    let image_opts = p.has("image-opts");
-    if p.value("f").is_some() && image_opts {
+    let spec = open_spec(&p)?;
+    let commands: Vec<String> = p.values("c").into_iter().map(str::to_owned).collect();
+    futures::executor::block_on(async {
+        let mut current = match p.operands.first() {
+            Some(name) => Some(open_operand(name, p.has("image-opts"), &spec).await?),
+            None => None,
+        };
+        let failed = run_commands(prog, commands, &mut current, &spec).await?;
+        if let Some(c) = current {
+            close(prog, c).await;
+        }
+        Ok(i32::from(failed))
+    })
+}
+
+/// How the command line's options say to open images: the cache, discard
+/// and aio modes checked as qemu-io checks them.
+fn open_spec(p: &Parsed) -> Result<OpenSpec, String> {
+    if p.value("f").is_some() && p.has("image-opts") {
         return Err("--image-opts and -f are mutually exclusive".into());
     }
     let mut cache = CacheMode::default();
@@ -158,7 +176,7 @@ fn run(prog: &str, args: &[String]) -> Result<i32, String> {
         .value("f")
         .map(|f| f.parse::<Format>().map_err(|e| e.to_string()))
         .transpose()?;
-    let spec = OpenSpec {
+    Ok(OpenSpec {
         format,
         read_only: p.has("r"),
         force_share: p.has("U"),
@@ -171,72 +189,70 @@ fn run(prog: &str, args: &[String]) -> Result<i32, String> {
         backing_format: None,
         zero_alignment: None,
         node_names: Vec::new(),
-    };
-
-    let commands: Vec<String> = p.values("c").into_iter().map(str::to_owned).collect();
-    futures::executor::block_on(async {
-        let mut current = None;
-        if let Some(name) = p.operands.first() {
-            let (file, what, spec) = if image_opts {
-                let opts = BlockOpts::parse(name, None)
-                    .and_then(|o| Ok((apply_block_opts(&o, spec.clone())?, o)))
-                    .map_err(|e| format!("can't open: {e}"))?;
-                let (spec, opts) = opts;
-                let file = super::plain_file_name(opts.filename.as_deref().unwrap_or_default());
-                (file, String::new(), spec)
-            } else {
-                let spec = OpenSpec {
-                    format,
-                    ..spec.clone()
-                };
-                super::blockopts::blkdebug_file(name)
-                    .map_err(|e| format!("can't open device {name}: {e}"))?;
-                (
-                    super::plain_file_name(name),
-                    format!(" device {name}"),
-                    spec,
-                )
-            };
-            match open(&file, &spec).await {
-                Ok(c) => current = Some(c),
-                Err(reason) => return Err(format!("can't open{what}: {reason}")),
-            }
-        }
-        let mut failed = false;
-        let mut stdin = None;
-        let mut list = commands.into_iter();
-        let from_list = list.len() > 0;
-        loop {
-            let line = if from_list {
-                match list.next() {
-                    Some(l) => l,
-                    None => break,
-                }
-            } else {
-                let mut out = crate::output::stdout();
-                let _ = write!(out, "{prog}> ");
-                let _ = out.flush();
-                let input = stdin.get_or_insert_with(|| std::io::stdin().lock());
-                let mut line = String::new();
-                match input.read_line(&mut line) {
-                    Ok(0) => break,
-                    Ok(_) => line,
-                    Err(e) => return Err(format!("reading standard input: {e}")),
-                }
-            };
-            match command(prog, &line, &mut current, &spec).await {
-                Step::Next(ok) => failed |= !ok,
-                Step::Quit => break,
-            }
-            if crate::output::has_failed() {
-                break;
-            }
-        }
-        if let Some(c) = current {
-            close(prog, c).await;
-        }
-        Ok(i32::from(failed))
     })
+}
+
+/// Open the image the command line names (`name`, an option string with
+/// `--image-opts`); the error is the whole message after the prefix.
+async fn open_operand(name: &str, image_opts: bool, spec: &OpenSpec) -> Result<Current, String> {
+    let (file, what, spec) = if image_opts {
+        let (spec, opts) = BlockOpts::parse(name, None)
+            .and_then(|o| Ok((apply_block_opts(&o, spec.clone())?, o)))
+            .map_err(|e| format!("can't open: {e}"))?;
+        let file = plain_file_name(opts.filename.as_deref().unwrap_or_default());
+        (file, String::new(), spec)
+    } else {
+        blkdebug_file(name).map_err(|e| format!("can't open device {name}: {e}"))?;
+        (
+            plain_file_name(name),
+            format!(" device {name}"),
+            spec.clone(),
+        )
+    };
+    open(&file, &spec)
+        .await
+        .map_err(|reason| format!("can't open{what}: {reason}"))
+}
+
+/// Run the `-c` commands in order or, without any, the lines of standard
+/// input after a prompt each; returns whether any command failed.
+async fn run_commands(
+    prog: &str,
+    commands: Vec<String>,
+    current: &mut Option<Current>,
+    spec: &OpenSpec,
+) -> Result<bool, String> {
+    let mut failed = false;
+    let mut stdin = None;
+    let mut list = commands.into_iter();
+    let from_list = list.len() > 0;
+    loop {
+        let line = if from_list {
+            match list.next() {
+                Some(l) => l,
+                None => break,
+            }
+        } else {
+            let mut out = crate::output::stdout();
+            let _ = write!(out, "{prog}> ");
+            let _ = out.flush();
+            let input = stdin.get_or_insert_with(|| std::io::stdin().lock());
+            let mut line = String::new();
+            match input.read_line(&mut line) {
+                Ok(0) => break,
+                Ok(_) => line,
+                Err(e) => return Err(format!("reading standard input: {e}")),
+            }
+        };
+        match command(prog, &line, current, spec).await {
+            Step::Next(ok) => failed |= !ok,
+            Step::Quit => break,
+        }
+        if crate::output::has_failed() {
+            break;
+        }
+    }
+    Ok(failed)
 }
 
 enum Step {
@@ -247,11 +263,11 @@ enum Step {
 
 /// Run one command line on the session.
 async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &OpenSpec) -> Step {
-    let mut out = crate::output::stdout();
     let cmd = match parse_command(line) {
         Ok(None) => return Step::Next(true),
         Ok(Some(cmd)) => cmd,
         Err(e) => {
+            let mut out = crate::output::stdout();
             if e.stderr {
                 let _ = out.flush();
                 eprintln!("{e}");
@@ -265,29 +281,18 @@ async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &O
         }
     };
     match &cmd {
-        Cmd::Quit => return Step::Quit,
+        Cmd::Quit => Step::Quit,
         Cmd::Abort => {
-            let _ = out.flush();
+            let _ = crate::output::stdout().flush();
             std::process::abort();
         }
-        Cmd::Sigraise(sig) => {
-            let _ = out.flush();
-            // SAFETY: raise(3) takes any signal number; an invalid one is
-            // refused with an error, not undefined behaviour.
-            let r = unsafe { libc::raise(*sig) };
-            if r != 0 {
-                let _ = writeln!(out, "raise failed: invalid signal {sig}");
-                return Step::Next(false);
-            }
-            return Step::Next(true);
-        }
+        Cmd::Sigraise(sig) => sigraise(*sig),
         Cmd::Open {
             file,
             read_only,
             nocache,
             options,
         } => {
-            drop(out);
             if current.is_some() {
                 eprintln!("{prog}: file open already, try 'help close'");
                 return Step::Next(false);
@@ -295,150 +300,198 @@ async fn command(prog: &str, line: &str, current: &mut Option<Current>, spec: &O
             let mut s = spec.clone();
             s.read_only = *read_only;
             s.cache.direct |= *nocache;
-            // QEMU names the file in the error only when it was given apart
-            // from the options.
-            let what = file
-                .as_ref()
-                .map_or(String::new(), |f| format!(" device {f}"));
-            if options.is_empty() {
-                let Some(file) = file else {
-                    eprintln!("{prog}: can't open: Must specify either driver or file");
-                    return Step::Next(false);
-                };
-                if let Err(e) = super::blockopts::blkdebug_file(file) {
-                    eprintln!("{prog}: can't open{what}: {e}");
-                    return Step::Next(false);
-                }
-                return open_into(prog, current, &super::plain_file_name(file), &s, &what).await;
-            }
-            let opts = match BlockOpts::parse(&options.join(","), file.as_deref()) {
-                Ok(o)
-                    if file.as_deref().is_some_and(|f| {
-                        o.filename.as_deref() != super::blockopts::blkdebug_file(f).ok().as_deref()
-                    }) =>
-                {
-                    eprintln!(
-                        "{prog}: can't open{what}: Can't specify 'file' and 'filename' options at the same time"
-                    );
-                    return Step::Next(false);
-                }
-                Ok(o) => o,
-                Err(e) => {
-                    eprintln!("{prog}: can't open{what}: {e}");
-                    return Step::Next(false);
-                }
-            };
-            let s = match apply_block_opts(&opts, s) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("{prog}: can't open{what}: {e}");
-                    return Step::Next(false);
-                }
-            };
-            let name = opts.filename.clone().unwrap_or_default();
-            return open_into(prog, current, &super::plain_file_name(&name), &s, &what).await;
+            open_cmd(prog, current, file.as_deref(), options, s).await
         }
         Cmd::Reopen {
             read_only,
             cache,
             options,
-        } => {
-            drop(out);
-            let Some(c) = current.take() else {
-                eprintln!("no file open, try 'help open'");
-                return Step::Next(false);
-            };
-            let mut s = c.spec.clone();
-            if let Some(r) = read_only {
-                s.read_only = *r;
-            }
-            if let Some(mode) = cache {
-                match CacheMode::parse(mode) {
-                    Some(m) => s.cache = m,
-                    None => {
-                        eprintln!("{prog}: Invalid cache option: {mode}");
-                        *current = Some(c);
-                        return Step::Next(false);
-                    }
-                }
-            }
-            let list = options.join(",");
-            let sets_cache = tools::qemu_args::split_option_list(&list)
-                .iter()
-                .any(|(k, _)| k.starts_with("cache."));
-            if cache.is_some() && sets_cache {
-                eprintln!("{prog}: Cannot set both -c and the cache options");
-                *current = Some(c);
-                return Step::Next(false);
-            }
-            if !list.is_empty() {
-                let file = c.snapshot.clone().unwrap_or_else(|| c.file.clone());
-                let graph = Graph::of(&c);
-                let was_read_only = c.spec.read_only;
-                match reopen_options(&list, &file, s, read_only.is_some(), was_read_only, &graph) {
-                    Ok(changed) => s = changed,
-                    Err(e) => {
-                        eprintln!("{prog}: {e}");
-                        *current = Some(c);
-                        return Step::Next(false);
-                    }
-                }
-            }
-            return reopen_as(prog, current, c, s, |_| Ok(())).await;
-        }
+        } => match current.take() {
+            Some(c) => reopen_cmd(prog, current, c, *read_only, cache.as_deref(), options).await,
+            None => no_file_open(),
+        },
         Cmd::Truncate { size, prealloc } => {
-            drop(out);
-            let Some(c) = current.as_mut() else {
-                eprintln!("no file open, try 'help open'");
-                return Step::Next(false);
-            };
-            return match c.session.truncate(*size, prealloc.as_deref()).await {
-                Ok(false) => Step::Next(true),
-                // A qcow2 image that shrank: its file is cut after the last
-                // cluster in use, as QEMU's driver cuts it, with the image
-                // closed for that moment.
-                Ok(true) => {
-                    let c = current.take().expect("an open image");
-                    let spec = c.spec.clone();
-                    reopen_as(prog, current, c, spec, |file| {
-                        tools::resize::trim_after_shrink(file).map_err(|e| e.to_string())
-                    })
-                    .await
-                }
-                Err(CmdFailure::ReadOnly { .. }) => {
-                    eprintln!("{prog}: Block node is read-only");
-                    Step::Next(false)
-                }
-                Err(e) => {
-                    eprintln!("{prog}: {e}");
-                    Step::Next(false)
-                }
-            };
+            truncate_cmd(prog, current, *size, prealloc.as_deref()).await
         }
-        Cmd::Close => {
-            drop(out);
-            if let Some(c) = current.take() {
+        Cmd::Close => match current.take() {
+            Some(c) => {
                 close(prog, c).await;
-                return Step::Next(true);
+                Step::Next(true)
             }
-            eprintln!("no file open, try 'help open'");
+            None => no_file_open(),
+        },
+        _ => match current.as_ref() {
+            Some(c) => execute(prog, c, &cmd).await,
+            None => {
+                let _ = crate::output::stdout().flush();
+                no_file_open()
+            }
+        },
+    }
+}
+
+/// qemu-io's answer to a command that needs an open image when none is.
+fn no_file_open() -> Step {
+    eprintln!("no file open, try 'help open'");
+    Step::Next(false)
+}
+
+/// `sigraise SIG`.
+fn sigraise(sig: i32) -> Step {
+    let mut out = crate::output::stdout();
+    let _ = out.flush();
+    // SAFETY: raise(3) takes any signal number; an invalid one is refused
+    // with an error, not undefined behaviour.
+    let r = unsafe { libc::raise(sig) };
+    if r != 0 {
+        let _ = writeln!(out, "raise failed: invalid signal {sig}");
+        return Step::Next(false);
+    }
+    Step::Next(true)
+}
+
+/// `open [FILE] [-o OPTIONS]` with no image open, as `s` (the command
+/// line's spec with the command's flags) says.
+async fn open_cmd(
+    prog: &str,
+    current: &mut Option<Current>,
+    file: Option<&str>,
+    options: &[String],
+    s: OpenSpec,
+) -> Step {
+    // QEMU names the file in the error only when it was given apart from
+    // the options.
+    let what = file.map_or(String::new(), |f| format!(" device {f}"));
+    if options.is_empty() {
+        let Some(file) = file else {
+            eprintln!("{prog}: can't open: Must specify either driver or file");
+            return Step::Next(false);
+        };
+        if let Err(e) = blkdebug_file(file) {
+            eprintln!("{prog}: can't open{what}: {e}");
             return Step::Next(false);
         }
-        _ => {}
+        return open_into(prog, current, &plain_file_name(file), &s, &what).await;
     }
-    let Some(c) = current.as_ref() else {
-        let _ = out.flush();
-        drop(out);
-        eprintln!("no file open, try 'help open'");
-        return Step::Next(false);
+    let opts = match BlockOpts::parse(&options.join(","), file) {
+        Ok(o)
+            if file.is_some_and(|f| o.filename.as_deref() != blkdebug_file(f).ok().as_deref()) =>
+        {
+            eprintln!(
+                "{prog}: can't open{what}: Can't specify 'file' and 'filename' options at the same time"
+            );
+            return Step::Next(false);
+        }
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{prog}: can't open{what}: {e}");
+            return Step::Next(false);
+        }
     };
-    let result = match c.session.execute_to(&cmd, &mut out).await {
+    let s = match apply_block_opts(&opts, s) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{prog}: can't open{what}: {e}");
+            return Step::Next(false);
+        }
+    };
+    let name = opts.filename.clone().unwrap_or_default();
+    open_into(prog, current, &plain_file_name(&name), &s, &what).await
+}
+
+/// `reopen [-r|-w] [-c CACHE] [-o OPTIONS]` of the open image `c`, taken
+/// out of `current`: put back as it was when the options are refused.
+async fn reopen_cmd(
+    prog: &str,
+    current: &mut Option<Current>,
+    c: Current,
+    read_only: Option<bool>,
+    cache: Option<&str>,
+    options: &[String],
+) -> Step {
+    let mut s = c.spec.clone();
+    if let Some(r) = read_only {
+        s.read_only = r;
+    }
+    let refuse = |current: &mut Option<Current>, c: Current, msg: String| {
+        eprintln!("{prog}: {msg}");
+        *current = Some(c);
+        Step::Next(false)
+    };
+    if let Some(mode) = cache {
+        match CacheMode::parse(mode) {
+            Some(m) => s.cache = m,
+            None => return refuse(current, c, format!("Invalid cache option: {mode}")),
+        }
+    }
+    let list = options.join(",");
+    let sets_cache = tools::qemu_args::split_option_list(&list)
+        .iter()
+        .any(|(k, _)| k.starts_with("cache."));
+    if cache.is_some() && sets_cache {
+        return refuse(
+            current,
+            c,
+            "Cannot set both -c and the cache options".into(),
+        );
+    }
+    if !list.is_empty() {
+        let file = c.snapshot.clone().unwrap_or_else(|| c.file.clone());
+        let graph = Graph::of(&c);
+        let was_read_only = c.spec.read_only;
+        match reopen_options(&list, &file, s, read_only.is_some(), was_read_only, &graph) {
+            Ok(changed) => s = changed,
+            Err(e) => return refuse(current, c, e),
+        }
+    }
+    reopen_as(prog, current, c, s, |_| Ok(())).await
+}
+
+/// `truncate [-m MODE] SIZE` on the open image.
+async fn truncate_cmd(
+    prog: &str,
+    current: &mut Option<Current>,
+    size: u64,
+    prealloc: Option<&str>,
+) -> Step {
+    let Some(c) = current.as_mut() else {
+        return no_file_open();
+    };
+    match c.session.truncate(size, prealloc).await {
+        Ok(false) => Step::Next(true),
+        // A qcow2 image that shrank: its file is cut after the last
+        // cluster in use, as QEMU's driver cuts it, with the image closed
+        // for that moment.
+        Ok(true) => {
+            let c = current.take().expect("an open image");
+            let spec = c.spec.clone();
+            reopen_as(prog, current, c, spec, |file| {
+                tools::resize::trim_after_shrink(file).map_err(|e| e.to_string())
+            })
+            .await
+        }
+        Err(CmdFailure::ReadOnly { .. }) => {
+            eprintln!("{prog}: Block node is read-only");
+            Step::Next(false)
+        }
+        Err(e) => {
+            eprintln!("{prog}: {e}");
+            Step::Next(false)
+        }
+    }
+}
+
+/// A command the session carries out (`tools::io`), with a flush after a
+/// write under writethrough.
+async fn execute(prog: &str, c: &Current, cmd: &Cmd) -> Step {
+    let mut out = crate::output::stdout();
+    let result = match c.session.execute_to(cmd, &mut out).await {
         Ok(r) => r,
         Err(_) => return Step::Quit,
     };
     let mut ok = result.is_ok();
     // Writethrough: every write reaches the disk before it completes.
-    if ok && c.cache.writethrough && matches!(cmd, Cmd::Write { .. }) {
+    if ok && c.cache.writethrough && matches!(cmd, Cmd::Write(_)) {
         if let Err(e) = c.session.execute_to(&Cmd::Flush, &mut out).await {
             drop(e);
             ok = false;
@@ -658,7 +711,7 @@ fn open_error_text_io(file: &Path, e: &std::io::Error) -> String {
     format!(
         "Could not open '{}': {}",
         file.display(),
-        super::strerror(e)
+        super::shared::strerror(e)
     )
 }
 
@@ -733,7 +786,7 @@ fn apply_block_opts(opts: &BlockOpts, mut spec: OpenSpec) -> Result<OpenSpec, St
 fn qcow2_cluster_size(name: &str) -> Option<u64> {
     use std::io::Read;
     let mut head = [0u8; 24];
-    std::fs::File::open(super::plain_file_name(name))
+    std::fs::File::open(plain_file_name(name))
         .ok()?
         .read_exact(&mut head)
         .ok()?;
