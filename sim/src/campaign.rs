@@ -59,6 +59,24 @@ pub struct CampaignPlan {
     pub broken: Option<engine::options::Broken>,
 }
 
+impl CampaignPlan {
+    /// The default campaign over `seeds` (`qcsim campaign --seeds S` with
+    /// no other flag) on one job: change fields with struct update syntax
+    /// (`CampaignPlan { broken, ..CampaignPlan::new(0..500) }`).
+    pub fn new(seeds: Range<u64>) -> Self {
+        CampaignPlan {
+            seeds,
+            profile: Profile::Mixed,
+            switches: SwitchPlan::AsGenerated,
+            shard: (0, 1),
+            jobs: 1,
+            harsh: false,
+            disk_ignores_flush: false,
+            broken: None,
+        }
+    }
+}
+
 /// One failing case, with its verdict and whether it replayed.
 #[derive(Debug, Clone, Serialize)]
 pub struct CaseFailure {

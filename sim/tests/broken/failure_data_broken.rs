@@ -6,20 +6,13 @@
 
 use engine::options::Broken;
 use oracle::data::SECTOR_SIZE;
-use sim::campaign::{case_for, run_guarded, CampaignPlan, SwitchPlan};
+use sim::campaign::{case_for, run_guarded, CampaignPlan};
 use sim::runner::{Failure, SAME_DUMP};
-use sim::workload::Profile;
 
 fn plan(broken: Broken) -> CampaignPlan {
     CampaignPlan {
-        seeds: 0..200,
-        profile: Profile::Mixed,
-        switches: SwitchPlan::AsGenerated,
-        shard: (0, 1),
-        jobs: 1,
-        harsh: false,
-        disk_ignores_flush: false,
         broken: Some(broken),
+        ..CampaignPlan::new(0..200)
     }
 }
 

@@ -20,10 +20,9 @@
 
 use engine::options::Broken;
 use engine::Guard;
-use sim::campaign::{case_for, run_guarded, CampaignPlan, SwitchPlan};
+use sim::campaign::{case_for, run_guarded, CampaignPlan};
 use sim::case::{Case, Op};
 use sim::runner::{enumerate_crash_states_at, CrashAt, EnumerateOptions, Granularity};
-use sim::workload::Profile;
 
 /// Each variant and the first seed of 0..500 that catches it.
 const FIRST_FAILING: [(Broken, u64); 20] = [
@@ -61,14 +60,8 @@ fn seed_of(b: Broken) -> u64 {
 /// The default campaign's plan, with `broken`.
 fn plan(broken: Option<Broken>) -> CampaignPlan {
     CampaignPlan {
-        seeds: 0..500,
-        profile: Profile::Mixed,
-        switches: SwitchPlan::AsGenerated,
-        shard: (0, 1),
-        jobs: 1,
-        harsh: false,
-        disk_ignores_flush: false,
         broken,
+        ..CampaignPlan::new(0..500)
     }
 }
 

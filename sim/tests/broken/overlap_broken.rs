@@ -7,20 +7,13 @@
 //! include an overlap.
 
 use engine::options::Broken;
-use sim::campaign::{case_for, run_guarded, CampaignPlan, SwitchPlan};
+use sim::campaign::{case_for, run_guarded, CampaignPlan};
 use sim::runner::Failure;
-use sim::workload::Profile;
 
 fn plan(broken: Option<Broken>) -> CampaignPlan {
     CampaignPlan {
-        seeds: 0..500,
-        profile: Profile::Mixed,
-        switches: SwitchPlan::AsGenerated,
-        shard: (0, 1),
-        jobs: 1,
-        harsh: false,
-        disk_ignores_flush: false,
         broken,
+        ..CampaignPlan::new(0..500)
     }
 }
 

@@ -128,16 +128,10 @@ fn schedules_out_of_bounds_are_refused() {
 
 #[test]
 fn a_campaign_counts_cases_by_schedule_and_outliers() {
-    use sim::campaign::{run_campaign, CampaignPlan, SwitchPlan};
+    use sim::campaign::{run_campaign, CampaignPlan};
     let plan = CampaignPlan {
-        seeds: 0..24,
-        profile: Profile::Mixed,
-        switches: SwitchPlan::AsGenerated,
-        shard: (0, 1),
         jobs: 2,
-        harsh: false,
-        disk_ignores_flush: false,
-        broken: None,
+        ..CampaignPlan::new(0..24)
     };
     let s = run_campaign(&plan, &|| false, &|_, _| {});
     assert_eq!(s.failed, 0, "{:?}", s.failures.first().map(|f| &f.report));

@@ -448,18 +448,11 @@ fn a_disk_that_ignores_flush_makes_nothing_durable() {
 /// harness sees a lost write. The same seeds on a sound disk pass.
 #[test]
 fn cases_on_a_disk_that_ignores_flush_fail() {
-    use sim::campaign::{case_for, CampaignPlan, SwitchPlan};
+    use sim::campaign::{case_for, CampaignPlan};
     use sim::runner::{run_case, Failure, RunOptions};
-    use sim::workload::Profile;
     let plan = |broken_disk| CampaignPlan {
-        seeds: 0..12,
-        profile: Profile::Mixed,
-        switches: SwitchPlan::AsGenerated,
-        shard: (0, 1),
-        jobs: 1,
-        harsh: false,
         disk_ignores_flush: broken_disk,
-        broken: None,
+        ..CampaignPlan::new(0..12)
     };
     let (mut failed, mut model) = (0, 0);
     for seed in 0..12 {

@@ -5,7 +5,7 @@
 
 use engine::dev::{BlockDev, WriteFlags};
 use oracle::data::{fill_write_buffer, fill_written, WriteId};
-use sim::campaign::{run_campaign, CampaignPlan, SwitchPlan};
+use sim::campaign::{run_campaign, CampaignPlan};
 use sim::case::{Case, CaseError};
 use sim::disk::DiskOptions;
 use sim::exec::Sim;
@@ -64,14 +64,8 @@ fn enumerate_errors_name_their_cause_once() {
 #[test]
 fn a_campaign_at_the_top_of_the_seed_space_runs_its_range_and_ends() {
     let plan = CampaignPlan {
-        seeds: u64::MAX - 1..u64::MAX,
-        profile: Profile::Mixed,
-        switches: SwitchPlan::AsGenerated,
-        shard: (0, 1),
         jobs: 2,
-        harsh: false,
-        disk_ignores_flush: false,
-        broken: None,
+        ..CampaignPlan::new(u64::MAX - 1..u64::MAX)
     };
     let draws = std::sync::atomic::AtomicU64::new(0);
     let enough = || draws.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 50;
@@ -86,14 +80,9 @@ fn a_campaign_at_the_top_of_the_seed_space_runs_its_range_and_ends() {
 fn a_campaign_with_an_empty_shard_runs_nothing() {
     for shard in [(0, 0), (3, 2)] {
         let plan = CampaignPlan {
-            seeds: 0..u64::MAX,
-            profile: Profile::Mixed,
-            switches: SwitchPlan::AsGenerated,
             shard,
             jobs: 2,
-            harsh: false,
-            disk_ignores_flush: false,
-            broken: None,
+            ..CampaignPlan::new(0..u64::MAX)
         };
         let summary = run_campaign(&plan, &|| false, &|_, _| {});
         assert_eq!(summary.cases, 0, "shard {shard:?}");

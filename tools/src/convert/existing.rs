@@ -16,12 +16,9 @@ use crate::files::{open_image, Disk, Format, OpenOptions};
 use crate::progress::CONVERT_BUFFER;
 
 use super::error::{copy_err, ConvertError, ConvertStats, CopyStep, Counted};
-use super::options::ConvertOptions;
+use super::fresh::is_zero;
+use super::options::{ConvertOptions, CHUNK};
 use super::plan::Reporter;
-
-/// Bytes copied at a time (raised to the target's cluster size for a
-/// compressed write, which takes whole clusters).
-const CHUNK: u64 = 1 << 20;
 
 /// The source, opened read-only with its chain (`-f`, `-U` as given).
 async fn open_source(src: &Path, opts: &ConvertOptions) -> Result<Disk, ConvertError> {
@@ -76,7 +73,7 @@ async fn write_piece(
     unmap: bool,
     compress: bool,
 ) -> engine::Result<()> {
-    if buf.iter().all(|&x| x == 0) {
+    if is_zero(buf) {
         d.write_zeroes(at, buf.len() as u64, unmap).await
     } else if compress {
         d.write_compressed(at, buf).await

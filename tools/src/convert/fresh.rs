@@ -23,13 +23,8 @@ use crate::progress::CONVERT_BUFFER;
 use crate::qemu_args::ImageOpts;
 
 use super::error::{copy_err, ConvertError, ConvertStats, CopyStep, Counted};
-use super::options::{ConvertOptions, MAX_PARALLEL};
+use super::options::{ConvertOptions, CHUNK, MAX_PARALLEL};
 use super::plan::Reporter;
-
-/// Bytes copied per chunk at least; a multiple of every cluster size up to
-/// 1 MiB, and raised to the cluster size above that so that no chunk ends
-/// inside a destination cluster.
-const CHUNK: u64 = 1 << 20;
 
 /// Whether every byte is zero, a word at a time.
 pub fn is_zero(buf: &[u8]) -> bool {

@@ -11,6 +11,13 @@ use crate::files::Format;
 /// Largest `parallel` (qemu-img's `-m`), as qemu-img's.
 pub const MAX_PARALLEL: usize = 16;
 
+/// Bytes copied per chunk: a multiple of every cluster size up to 1 MiB.
+/// A new image's copy raises it to the destination's cluster size above
+/// that, so that no chunk ends inside a cluster; the copies into an
+/// existing image or onto a backing file step by it, or by the target's
+/// cluster for a compressed write, which takes whole clusters.
+pub(super) const CHUNK: u64 = 1 << 20;
+
 /// How to convert.
 #[derive(Debug, Clone)]
 pub struct ConvertOptions {
