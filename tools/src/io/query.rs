@@ -112,11 +112,10 @@ pub(super) fn info(disk: &Disk, out: &mut impl Write) -> std::io::Result<()> {
         return Ok(());
     };
     let cluster = image.cluster_size();
-    // VM state lives past the guest disk, at the first L1 entry the disk
-    // does not use.
-    let per_l1 = cluster * (cluster / 8);
-    let vm_state = image.virtual_size().div_ceil(per_l1) * per_l1;
     writeln!(out, "cluster size: {}", cvtstr(cluster as f64))?;
+    // The engine's own offset, where `write -b` puts VM state: an L2
+    // table maps half as much with extended L2 entries.
+    let vm_state = image.vm_state_offset();
     writeln!(out, "vm state offset: {}", cvtstr(vm_state as f64))?;
     let h = image.header();
     let v3 = h.version >= 3;

@@ -197,3 +197,25 @@ fn vectored_requests_allocation_and_info_print_as_qemu_io_prints_them() {
     );
     block_on(session.close()).unwrap();
 }
+
+/// `info`'s VM state offset is where `write -b` puts VM state: past the
+/// last L1 entry the disk uses, an L1 entry spanning half as much with
+/// extended L2 entries. QEMU's qemu-io prints 1.250 GiB for this image
+/// (1280 MiB, 64 KiB clusters, extended L2); it printed 1.500 GiB here
+/// while `info` counted 8-byte L2 entries.
+#[test]
+fn info_puts_vm_state_where_the_engine_does_with_extended_l2() {
+    let _serial = crate::support::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let o = engine::CreateOptions {
+        size: 1280 << 20,
+        cluster_size: 64 << 10,
+        extended_l2: true,
+        ..engine::CreateOptions::default()
+    };
+    let path = crate::support::qcow2_with(dir.path(), "ext.qcow2", &o, &[]);
+    let session = open(&path, false);
+    let info = run(&session, "info").lines;
+    assert_eq!(info[2], "vm state offset: 1.250 GiB");
+    block_on(session.close()).unwrap();
+}
