@@ -39,7 +39,7 @@ impl<D: BlockDev> Image<D> {
             .borrow()
             .allocs
             .wait_over(w, self.opts.switches.delayed_cow);
-        over || (matches!(w, AllocWait::Settled { .. }) && self.meta.borrow().poisoned)
+        over || (matches!(w, AllocWait::Settled { .. }) && self.is_poisoned())
     }
 
     /// Whether a write may join allocation `a` (delayed COW, Open).

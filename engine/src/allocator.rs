@@ -17,7 +17,8 @@
 //! - a queued free is applied only once it is durable and no data I/O
 //!   numbered below its `io_seq` is in flight; queue order is kept.
 //!
-//! Part of `Meta`, protected by `Image::meta_lock` like the rest of it.
+//! `Allocator` is part of `Meta`, reached through the metadata lock like
+//! the rest of it; `FreeQueue` is the image's own (see its doc).
 
 /// A cluster whose refcount is to drop once the metadata change that
 /// stopped referencing it is durable.
@@ -42,7 +43,6 @@ pub(crate) struct Allocator {
     compressed_tail: Option<CompressedTail>,
     /// One past the highest cluster in use or allocated.
     end_cluster: u64,
-    pending_frees: Vec<PendingFree>,
 }
 
 /// The partly used host cluster compressed clusters are packed into.
@@ -63,7 +63,6 @@ impl Allocator {
             free_hint: 0,
             compressed_tail: None,
             end_cluster,
-            pending_frees: Vec::new(),
         }
     }
 
@@ -110,10 +109,24 @@ impl Allocator {
         self.end_cluster = self.end_cluster.max(end);
         before
     }
+}
 
+/// The frees waiting until the metadata change that stopped referencing
+/// each cluster is durable, in queue order. Not part of `Meta`: it is an
+/// append-only log that any task may add to with no await (an allocation
+/// given up at a failed flush must not wait for the lock before the flush
+/// reports it); the writeback marks entries durable by count and applies
+/// them only while it holds the metadata lock, so an entry added while a
+/// writeback is under way waits for the next one.
+#[derive(Default)]
+pub(crate) struct FreeQueue {
+    pending_frees: Vec<PendingFree>,
+}
+
+impl FreeQueue {
     /// Queue the free of `cluster`, to be applied once a writeback has
     /// made the change that dropped the reference durable
-    /// ([`Allocator::mark_durable`]) and no data I/O numbered below
+    /// ([`FreeQueue::mark_durable`]) and no data I/O numbered below
     /// `io_seq` is in flight.
     pub(crate) fn queue_free(&mut self, cluster: u64, io_seq: u64) {
         self.pending_frees.push(PendingFree {

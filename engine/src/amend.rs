@@ -29,21 +29,21 @@ impl<D: BlockDev> Image<D> {
     /// (with the feature name table version 3 images carry).
     pub async fn upgrade_to_v3(&self) -> Result<()> {
         self.check_writable()?;
-        if self.meta.borrow().header.version >= 3 {
+        if self.header().version >= 3 {
             return Ok(());
         }
         self.flush_internal(false).await?;
-        let _g = self.meta_lock.lock().await;
-        let (table, old_len) = self.read_snapshot_table().await?;
+        let mg = self.meta.lock().await;
+        let (table, old_len) = self.read_snapshot_table(&mg).await?;
         if table.iter().any(|s| s.disk_size.is_none()) {
-            let lazy = self.meta.borrow().refs.lazy();
-            self.meta.borrow_mut().refs.set_lazy(false);
-            let r = self.switch_snapshot_table(&table, old_len).await;
-            self.meta.borrow_mut().refs.set_lazy(lazy);
+            let lazy = mg.borrow().refs.lazy();
+            mg.borrow_mut().refs.set_lazy(false);
+            let r = self.switch_snapshot_table(&mg, &table, old_len).await;
+            mg.borrow_mut().refs.set_lazy(lazy);
             r?;
         }
-        drop(_g);
-        let mut h = self.meta.borrow().header.clone();
+        let mut h = mg.borrow().header.clone();
+        drop(mg);
         h.version = 3;
         h.header_length = V3_HEADER_LEN as u32;
         h.incompatible_features = 0;
@@ -70,10 +70,7 @@ impl<D: BlockDev> Image<D> {
     /// table's, then each snapshot's) is done, as QEMU reports it.
     pub async fn downgrade_to_v2(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
         self.check_writable()?;
-        let (h, size) = {
-            let m = self.meta.borrow();
-            (m.header.clone(), self.geo.virtual_size)
-        };
+        let (h, size) = (self.header(), self.geo.virtual_size);
         if h.version < 3 {
             return Ok(());
         }
@@ -84,8 +81,8 @@ impl<D: BlockDev> Image<D> {
             return Err(AmendError::DowngradeDataFile.into());
         }
         let snapshots = {
-            let _g = self.meta_lock.lock().await;
-            self.read_snapshot_table().await?.0
+            let mg = self.meta.lock().await;
+            self.read_snapshot_table(&mg).await?.0
         };
         if snapshots
             .iter()
@@ -96,15 +93,14 @@ impl<D: BlockDev> Image<D> {
         // Refcounts written and the dirty bit cleared, as a close does;
         // eager from here on.
         self.flush_internal(true).await?;
-        let features =
-            self.meta.borrow().header.incompatible_features & !incompat::COMPRESSION_TYPE;
+        let features = self.header().incompatible_features & !incompat::COMPRESSION_TYPE;
         if features != 0 {
             return Err(AmendError::DowngradeFeatures(features).into());
         }
         if !snapshots.is_empty() && self.snapshots_have_zero_clusters().await? {
             return Err(AmendError::SnapshotZeroClusters.into());
         }
-        let l1_size = self.meta.borrow().tables.l1().len() as u64;
+        let l1_size = self.meta.lock().await.borrow().tables.l1().len() as u64;
         let total = l1_size + snapshots.iter().map(|s| s.l1_size as u64).sum::<u64>();
         self.expand_zero_clusters(&mut |i| progress(i, total))
             .await?;
@@ -112,7 +108,7 @@ impl<D: BlockDev> Image<D> {
             progress(done + 1, total);
         }
         self.flush_internal(true).await?;
-        let mut h = self.meta.borrow().header.clone();
+        let mut h = self.header();
         if h.incompatible_features & incompat::COMPRESSION_TYPE != 0 {
             if self.has_compressed_clusters().await? {
                 return Err(AmendError::DowngradeZstd.into());
@@ -134,7 +130,7 @@ impl<D: BlockDev> Image<D> {
     /// the dirty bit before the header stops allowing them.
     pub async fn set_lazy_refcounts(&self, on: bool) -> Result<()> {
         self.check_writable()?;
-        let h = self.meta.borrow().header.clone();
+        let h = self.header();
         if h.lazy_refcounts() == on {
             return Ok(());
         }
@@ -142,7 +138,7 @@ impl<D: BlockDev> Image<D> {
             return Err(AmendError::LazyNeedsV3.into());
         }
         self.flush_internal(!on).await?;
-        let mut h = self.meta.borrow().header.clone();
+        let mut h = self.header();
         if on {
             h.compatible_features |= compat::LAZY_REFCOUNTS;
         } else {
@@ -165,10 +161,10 @@ impl<D: BlockDev> Image<D> {
         }
         self.flush_internal(true).await?;
         let cs = self.geo.cluster_size;
-        let _g = self.meta_lock.lock().await;
-        let end = self.meta.borrow().alloc.end_cluster();
+        let mg = self.meta.lock().await;
+        let end = mg.borrow().alloc.end_cluster();
         let (old_table, table_off, table_clusters) = {
-            let m = self.meta.borrow();
+            let m = mg.borrow();
             (
                 m.refs.table().to_vec(),
                 m.header.refcount_table_offset,
@@ -177,7 +173,7 @@ impl<D: BlockDev> Image<D> {
         };
         let mut counts = Vec::with_capacity(end as usize);
         for c in 0..end {
-            let n = self.refcount(c).await?;
+            let n = self.refcount(&mg, c).await?;
             if n > crate::format::refcount::max(bits) {
                 return Err(AmendError::RefcountTooWide {
                     bits,
@@ -230,19 +226,19 @@ impl<D: BlockDev> Image<D> {
         let new_table_off = (end + blocks) * cs;
         let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_be_bytes()).collect();
         self.write_meta(new_table_off, &bytes).await?;
-        self.device_flush().await?;
-        let mut h = self.meta.borrow().header.clone();
+        self.device_flush(&mg).await?;
+        let mut h = mg.borrow().header.clone();
         h.refcount_order = bits.trailing_zeros();
         h.refcount_table_offset = new_table_off;
         h.refcount_table_clusters = table as u32;
         let h = Header::parse(&h.serialize()?)?;
-        self.meta.borrow_mut().header = h.clone();
-        self.write_header().await?;
-        self.device_flush().await?;
-        drop(_g);
+        mg.borrow_mut().header = h.clone();
+        self.write_header(&mg).await?;
+        self.device_flush(&mg).await?;
+        drop(mg);
         // The in-memory state of the new structures.
         self.geo = crate::geometry::Geometry::new(&h);
-        let mut m = self.meta.borrow_mut();
+        let m = self.meta.get_mut();
         let lazy = m.refs.lazy();
         m.refs = crate::reftable::RefTable::new(
             entries.clone(),
@@ -265,17 +261,17 @@ impl<D: BlockDev> Image<D> {
     async fn switch_header(&self, h: Header) -> Result<()> {
         let h = Header::parse(&h.serialize()?)?;
         self.flush_internal(false).await?;
-        let _g = self.meta_lock.lock().await;
-        self.meta.borrow_mut().header = h;
-        self.write_header().await?;
-        self.device_flush().await
+        let mg = self.meta.lock().await;
+        mg.borrow_mut().header = h;
+        self.write_header(&mg).await?;
+        self.device_flush(&mg).await
     }
 
     /// Whether any internal snapshot's L2 tables hold a zero cluster.
     async fn snapshots_have_zero_clusters(&self) -> Result<bool> {
-        let h = self.meta.borrow().header.clone();
         let (_, l1s) = {
-            let _g = self.meta_lock.lock().await;
+            let mg = self.meta.lock().await;
+            let h = mg.borrow().header.clone();
             self.read_snapshot_l1s(&h).await?
         };
         let cs = self.geo.cluster_size;
@@ -304,27 +300,31 @@ impl<D: BlockDev> Image<D> {
         let cs = self.geo.cluster_size;
         let size = self.geo.virtual_size;
         let span = self.geo.l2_span();
-        let backing = self.backing.is_some() || self.meta.borrow().header.backing_file.is_some();
-        let l1_size = self.meta.borrow().tables.l1().len() as u64;
+        let (backing, l1_size) = {
+            let mg = self.meta.lock().await;
+            let m = mg.borrow();
+            let backing = self.backing.is_some() || m.header.backing_file.is_some();
+            (backing, m.tables.l1().len() as u64)
+        };
         let zeroes = vec![0u8; cs as usize];
         for l1i in 0..l1_size {
             let start = l1i * span;
             let end = (start + span).min(size);
             let mut to_write = Vec::new();
-            if self.l2_table_of(start) != 0 {
-                let _g = self.meta_lock.lock().await;
+            let mg = self.meta.lock().await;
+            if self.l2_table_of(&mg, start) != 0 {
                 let mut zeroed = Vec::new();
                 let mut guest = start;
                 while guest < end {
-                    let e = self.l2_entry(guest).await?;
+                    let e = self.l2_entry(&mg, guest).await?;
                     match e.decode(self.geo.cluster_bits, 3) {
                         L2Mapping::Zero {
                             preallocated: Some(host),
                         } => zeroed.push((guest, host)),
                         L2Mapping::Zero { preallocated: None } if backing => to_write.push(guest),
                         L2Mapping::Zero { preallocated: None } => {
-                            let l2 = self.l2_table_of(guest);
-                            self.set_l2_entry(l2, guest, L2Entry::UNALLOCATED);
+                            let l2 = self.l2_table_of(&mg, guest);
+                            self.set_l2_entry(&mg, l2, guest, L2Entry::UNALLOCATED);
                         }
                         _ => {}
                     }
@@ -337,15 +337,16 @@ impl<D: BlockDev> Image<D> {
                         .await?;
                 }
                 if !zeroed.is_empty() {
-                    self.device_flush().await?;
+                    self.device_flush(&mg).await?;
                 }
                 for (guest, host) in zeroed {
-                    let copied = self.refcount(host / cs).await? == 1;
-                    self.load_l2(self.l2_table_of(guest)).await?;
-                    let l2 = self.l2_table_of(guest);
-                    self.set_l2_entry(l2, guest, L2Entry::normal(host, copied));
+                    let copied = self.refcount(&mg, host / cs).await? == 1;
+                    self.load_l2(&mg, self.l2_table_of(&mg, guest)).await?;
+                    let l2 = self.l2_table_of(&mg, guest);
+                    self.set_l2_entry(&mg, l2, guest, L2Entry::normal(host, copied));
                 }
             }
+            drop(mg);
             for guest in to_write {
                 let len = cs.min(size - guest) as usize;
                 self.write(guest, &zeroes[..len]).await?;
@@ -359,14 +360,14 @@ impl<D: BlockDev> Image<D> {
     async fn has_compressed_clusters(&self) -> Result<bool> {
         let cs = self.geo.cluster_size;
         let span = self.geo.l2_span();
-        let _g = self.meta_lock.lock().await;
+        let mg = self.meta.lock().await;
         let mut guest = 0;
         while guest < self.geo.virtual_size {
-            if self.l2_table_of(guest) == 0 {
+            if self.l2_table_of(&mg, guest) == 0 {
                 guest = (guest / span + 1) * span;
                 continue;
             }
-            let e = self.l2_entry(guest).await?;
+            let e = self.l2_entry(&mg, guest).await?;
             if matches!(
                 e.decode(self.geo.cluster_bits, 3),
                 L2Mapping::Compressed { .. }

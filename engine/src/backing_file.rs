@@ -32,8 +32,8 @@ impl<D: BlockDev> Image<D> {
             }
         }
         self.flush_internal(false).await?;
-        let _g = self.meta_lock.lock().await;
-        let mut h = self.meta.borrow().header.clone();
+        let mg = self.meta.lock().await;
+        let mut h = mg.borrow().header.clone();
         h.backing_file = name.map(str::to_owned);
         let fmt = name.and(format);
         // Every backing format extension goes (QEMU reads the last of
@@ -58,10 +58,10 @@ impl<D: BlockDev> Image<D> {
         // Refused before anything is written if it does not fit; parsed
         // back so that the fields placing the name are the ones written.
         let h = Header::parse(&h.serialize()?)?;
-        self.meta.borrow_mut().header = h;
-        self.write_header().await?;
-        self.device_flush().await?;
-        drop(_g);
+        mg.borrow_mut().header = h;
+        self.write_header(&mg).await?;
+        self.device_flush(&mg).await?;
+        drop(mg);
         self.backing = None;
         Ok(())
     }

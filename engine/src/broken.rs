@@ -53,8 +53,8 @@ impl<D: BlockDev> Image<D> {
             }
         };
         let host = {
-            let _g = self.meta_lock.lock().await;
-            self.alloc_data_clusters(gstart, 1).await?.0
+            let mg = self.meta.lock().await;
+            self.alloc_data_clusters(&mg, gstart, 1).await?.0
         };
         let mut buf = vec![0u8; cs as usize];
         self.read_cow_source(&src, gstart, &mut buf).await?;
@@ -63,9 +63,9 @@ impl<D: BlockDev> Image<D> {
         self.data_dev()
             .write(host, &buf, WriteFlags::default())
             .await?;
-        let _g = self.meta_lock.lock().await;
-        let l2 = self.l2_table_for_write(gstart).await?;
-        let old = self.set_l2_entry(l2, gstart, self.geo.data_entry(host));
+        let mg = self.meta.lock().await;
+        let l2 = self.l2_table_for_write(&mg, gstart).await?;
+        let old = self.set_l2_entry(&mg, l2, gstart, self.geo.data_entry(host));
         self.release_entry(old);
         Ok(n)
     }
@@ -101,6 +101,6 @@ impl<D: BlockDev> Image<D> {
     /// once and waits for no in-flight I/O; the next allocation applies it
     /// (see `alloc_clusters_fresh`) and may hand the cluster out again.
     pub(crate) fn broken_free_at_once(&self, cluster: u64) {
-        self.meta.borrow_mut().alloc.queue_durable_free(cluster, 0);
+        self.frees.borrow_mut().queue_durable_free(cluster, 0);
     }
 }

@@ -22,7 +22,7 @@
 //!
 //! Ordering. The request holds its guest cluster against every other
 //! write, discard and zeroing (`begin_write`, as they do), settles any
-//! allocation still in flight there (delayed COW), then under `meta_lock`
+//! allocation still in flight there (delayed COW), then under the metadata lock
 //! checks the entry, gets the L2 table (allocating it first, as QEMU does)
 //! and the bytes. The lock is dropped for the data write, which no other
 //! request can meet: the bytes are new, and reads of neighbours packed in
@@ -49,7 +49,7 @@ use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{CompressedWriteError, Error, Result};
 use crate::format::entry::OFFSET_MASK;
 use crate::format::{refcount, L2Entry};
-use crate::image::Image;
+use crate::image::{Image, MetaGuard};
 
 impl<D: BlockDev> Image<D> {
     /// Write `data` at guest offset `offset` compressed, one cluster at a
@@ -84,7 +84,7 @@ impl<D: BlockDev> Image<D> {
         let cs = self.geo.cluster_size;
         let mut cluster = chunk.to_vec();
         cluster.resize(cs as usize, 0);
-        let kind = self.meta.borrow().header.compression();
+        let kind = self.meta.read_unlocked().header.compression();
         let Some(raw) = compress::compress_cluster(kind, &cluster)? else {
             // As QEMU: what does not shrink is written as it is.
             return self.write(off, chunk).await;
@@ -102,33 +102,33 @@ impl<D: BlockDev> Image<D> {
         // An allocation of this cluster still in flight (delayed COW) is
         // linked first, so the entry read below is final; none can begin
         // while the caller holds the cluster.
-        let guard = self.lock_with_allocs_settled(off, off + cs).await?;
-        if self.meta.borrow().poisoned {
+        let mg = self.lock_with_allocs_settled(off, off + cs).await?;
+        if self.is_poisoned() {
             return Err(Error::Poisoned);
         }
-        self.refuse_allocated(off).await?;
+        self.refuse_allocated(&mg, off).await?;
         // The L2 table first, then the bytes: QEMU's order, which decides
         // where each lands.
-        self.l2_table_for_write(off).await?;
+        self.l2_table_for_write(&mg, off).await?;
         let len = raw.len() as u64;
-        let host = self.alloc_compressed_bytes(len).await?;
+        let host = self.alloc_compressed_bytes(&mg, len).await?;
         let io = self.inflight.borrow_mut().begin_io();
-        drop(guard);
+        drop(mg);
         let r = self.dev.write(host, raw, WriteFlags::default()).await;
         self.inflight.borrow_mut().end_io(io);
-        let _g = self.meta_lock.lock().await;
+        let mg = self.meta.lock().await;
         if let Err(e) = r {
             self.give_back_compressed(host, len);
             return Err(e.into());
         }
-        if self.meta.borrow().poisoned {
+        if self.is_poisoned() {
             self.give_back_compressed(host, len);
             return Err(Error::Poisoned);
         }
         // The data is written: the entry may now point at it.
-        let l2 = self.l2_table_for_write(off).await?;
+        let l2 = self.l2_table_for_write(&mg, off).await?;
         let entry = L2Entry::compressed(host, len, self.geo.cluster_bits);
-        let old = self.set_l2_entry(l2, off, entry);
+        let old = self.set_l2_entry(&mg, l2, off, entry);
         debug_assert_eq!(
             old.word & OFFSET_MASK,
             0,
@@ -136,15 +136,15 @@ impl<D: BlockDev> Image<D> {
         );
         self.release_entry(old);
         if !self.opts.switches.delayed_metadata {
-            self.writeback_all().await?;
+            self.writeback_all(&mg).await?;
         }
         Ok(())
     }
 
     /// QEMU's rule: a compressed write never replaces a cluster that has
     /// a host cluster (its L2 entry has offset bits set).
-    async fn refuse_allocated(&self, off: u64) -> Result<()> {
-        let cur = self.l2_entry(off).await?;
+    async fn refuse_allocated(&self, mg: &MetaGuard<'_>, off: u64) -> Result<()> {
+        let cur = self.l2_entry(mg, off).await?;
         if cur.word & OFFSET_MASK != 0 {
             return Err(CompressedWriteError::Allocated { offset: off }.into());
         }
@@ -153,31 +153,30 @@ impl<D: BlockDev> Image<D> {
 
     /// `len` bytes for compressed data, as QEMU's byte allocator places
     /// them (see the module comment); one reference more on each host
-    /// cluster they touch. Under `meta_lock`.
-    async fn alloc_compressed_bytes(&self, len: u64) -> Result<u64> {
-        self.assert_meta_locked("alloc_compressed_bytes");
+    /// cluster they touch. Under the metadata lock.
+    async fn alloc_compressed_bytes(&self, mg: &MetaGuard<'_>, len: u64) -> Result<u64> {
         let cs = self.geo.cluster_size;
         debug_assert!(len > 0 && len < cs);
-        let mut tail = self.meta.borrow().alloc.compressed_tail();
+        let mut tail = mg.borrow().alloc.compressed_tail();
         if let Some(t) = tail {
             // A cluster at the largest refcount takes no more references.
-            if self.refcount(t.cluster).await? >= refcount::max(self.geo.refcount_bits) {
+            if self.refcount(mg, t.cluster).await? >= refcount::max(self.geo.refcount_bits) {
                 tail = None;
             }
         }
         let start = match tail {
             Some(t) if cs - t.offset % cs >= len => {
-                self.add_reference(t.cluster).await?;
+                self.add_reference(mg, t.cluster).await?;
                 t.offset
             }
             _ => {
                 // A new cluster, counted once by the allocation itself.
-                let new = self.alloc_clusters(1).await?;
+                let new = self.alloc_clusters(mg, 1).await?;
                 match tail {
                     // Right after the tail cluster: the data starts in
                     // the tail and runs on into the new cluster.
                     Some(t) if (t.cluster + 1) * cs == new => {
-                        self.add_reference(t.cluster).await?;
+                        self.add_reference(mg, t.cluster).await?;
                         t.offset
                     }
                     _ => new,
@@ -189,13 +188,13 @@ impl<D: BlockDev> Image<D> {
             cluster: end / cs,
             offset: end,
         });
-        self.meta.borrow_mut().alloc.set_compressed_tail(next);
+        mg.borrow_mut().alloc.set_compressed_tail(next);
         Ok(start)
     }
 
-    async fn add_reference(&self, cluster: u64) -> Result<()> {
-        let rc = self.refcount(cluster).await?;
-        self.set_refcount(cluster, rc + 1).await
+    async fn add_reference(&self, mg: &MetaGuard<'_>, cluster: u64) -> Result<()> {
+        let rc = self.refcount(mg, cluster).await?;
+        self.set_refcount(mg, cluster, rc + 1).await
     }
 
     /// Drop the references [`Image::alloc_compressed_bytes`] took for
@@ -203,9 +202,9 @@ impl<D: BlockDev> Image<D> {
     /// at them, so only data I/O started before now must end first.
     fn give_back_compressed(&self, host: u64, len: u64) {
         let io_seq = self.inflight.borrow().next_io_seq;
-        let mut m = self.meta.borrow_mut();
+        let mut frees = self.frees.borrow_mut();
         for c in self.geo.clusters_in(host, len) {
-            m.alloc.queue_durable_free(c, io_seq);
+            frees.queue_durable_free(c, io_seq);
         }
     }
 }

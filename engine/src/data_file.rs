@@ -124,7 +124,7 @@ impl<D: BlockDev> Image<D> {
     /// Guest data cannot be read: the image was opened read-only without
     /// the data file its header asks for.
     pub(crate) fn check_data_attached(&self) -> Result<()> {
-        let h = &self.meta.borrow().header;
+        let h = &self.meta.read_unlocked().header;
         if self.data.is_none() && h.has_data_file() {
             return Err(Error::DataFileRequired {
                 name: h.data_file(),
@@ -136,7 +136,7 @@ impl<D: BlockDev> Image<D> {
     /// The data file name the header stores (relative names are relative
     /// to the image's directory, as for backing files).
     pub fn data_file_name(&self) -> Option<String> {
-        self.meta.borrow().header.data_file()
+        self.meta.read_unlocked().header.data_file()
     }
 
     /// The external data file's device, if the image has one.
@@ -146,7 +146,7 @@ impl<D: BlockDev> Image<D> {
 
     /// The data file is kept a valid raw image of the disk.
     pub(crate) fn data_file_raw(&self) -> bool {
-        self.data.is_some() && self.meta.borrow().header.data_file_raw()
+        self.data.is_some() && self.meta.read_unlocked().header.data_file_raw()
     }
 
     /// With a data file, an entry must map guest offset `guest` at the same

@@ -151,8 +151,8 @@ impl<D: BlockDev> Image<D> {
     }
 
     async fn zero_widened_locked(&self, c: u64, ce: u64, p: u64, q: u64) -> Result<bool> {
-        let _g = self.lock_with_allocs_settled(c, ce).await?;
-        let cur = self.l2_entry(c).await?;
+        let mg = self.lock_with_allocs_settled(c, ce).await?;
+        let cur = self.l2_entry(&mg, c).await?;
         match cur.decode(self.geo.cluster_bits, self.geo.version) {
             L2Mapping::Zero { .. } => return Ok(true),
             L2Mapping::Unallocated => {}
@@ -162,10 +162,10 @@ impl<D: BlockDev> Image<D> {
         {
             return Ok(false);
         }
-        let l2 = self.l2_table_for_write(c).await?;
-        self.set_l2_entry(l2, c, self.geo.zero_entry());
+        let l2 = self.l2_table_for_write(&mg, c).await?;
+        self.set_l2_entry(&mg, l2, c, self.geo.zero_entry());
         if !self.opts.switches.delayed_metadata {
-            self.writeback_all().await?;
+            self.writeback_all(&mg).await?;
         }
         Ok(true)
     }
@@ -233,8 +233,8 @@ impl<D: BlockDev> Image<D> {
         // changes. None can begin while the lock is held.
         let cstart = self.geo.cluster_start(start);
         let cend = cstart + self.geo.cluster_size;
-        let _g = self.lock_with_allocs_settled(cstart, cend).await?;
-        let cur = self.l2_entry(start).await?;
+        let mg = self.lock_with_allocs_settled(cstart, cend).await?;
+        let cur = self.l2_entry(&mg, start).await?;
         if cur.word & COMPRESSED != 0 {
             return Ok(false);
         }
@@ -248,11 +248,11 @@ impl<D: BlockDev> Image<D> {
         self.zero_raw_data(start, end).await?;
         let new = cur.with_bitmap((cur.bitmap & !mask) | mask << SUBCLUSTERS);
         if new != cur {
-            let l2 = self.l2_table_for_write(start).await?;
-            self.set_l2_entry(l2, start, new);
+            let l2 = self.l2_table_for_write(&mg, start).await?;
+            self.set_l2_entry(&mg, l2, start, new);
         }
         if !self.opts.switches.delayed_metadata {
-            self.writeback_all().await?;
+            self.writeback_all(&mg).await?;
         }
         Ok(true)
     }
@@ -295,11 +295,11 @@ impl<D: BlockDev> Image<D> {
         }
         self.zero_raw_data(start, end).await?;
         let cs = self.geo.cluster_size;
-        let _g = self.meta_lock.lock().await;
+        let mg = self.meta.lock().await;
         let mut p = start;
         while p < end {
             let l1i = self.geo.offset_to_l1_index(p);
-            let has_table = self.meta.borrow().tables.l1_entry(l1i).l2_offset() != 0;
+            let has_table = mg.borrow().tables.l1_entry(l1i).l2_offset() != 0;
             let skip = match to {
                 Unmap::Unallocated => true,
                 Unmap::Discard => self.backing.is_none(),
@@ -310,15 +310,15 @@ impl<D: BlockDev> Image<D> {
                 p = ((l1i as u64) + 1) * self.geo.l2_span();
                 continue;
             }
-            let cur = self.l2_entry(p).await?;
+            let cur = self.l2_entry(&mg, p).await?;
             let (new, kept) = match to {
                 Unmap::Unallocated => (L2Entry::UNALLOCATED, false),
                 Unmap::Discard | Unmap::Zeroes { keep: false } => (self.geo.zero_entry(), false),
                 Unmap::Zeroes { keep: true } => self.zeroed_entry(cur),
             };
             if cur != new {
-                let l2 = self.l2_table_for_write(p).await?;
-                let old = self.set_l2_entry(l2, p, new);
+                let l2 = self.l2_table_for_write(&mg, p).await?;
+                let old = self.set_l2_entry(&mg, l2, p, new);
                 if !kept {
                     self.release_entry(old);
                 }
@@ -326,7 +326,7 @@ impl<D: BlockDev> Image<D> {
             p += cs;
         }
         if !self.opts.switches.delayed_metadata {
-            self.writeback_all().await?;
+            self.writeback_all(&mg).await?;
         }
         Ok(())
     }

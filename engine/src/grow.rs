@@ -13,14 +13,14 @@
 //! both the device's length (which counts every write issued) and the end of
 //! every cluster handed out before, so no write has been issued there and
 //! no one but the caller holds a cluster there. The caller is the
-//! allocator, under `Image::meta_lock`, and waits for the zeroing before it
+//! allocator, under the metadata lock, and waits for the zeroing before it
 //! returns the run, so no write into the range can be issued until the
 //! zeroing has completed. The range is referenced by nothing on disk: a
 //! crash at any point leaves at most unreferenced zeroes past the image's
 //! end, which `qemu-img check` accepts.
 
 use crate::dev::{BlockDev, ZeroFlags};
-use crate::image::Image;
+use crate::image::{Image, MetaGuard};
 
 impl<D: BlockDev> Image<D> {
     /// The allocator has handed out host bytes `[run_start, run_end)`;
@@ -30,14 +30,18 @@ impl<D: BlockDev> Image<D> {
     /// nothing references the range, and the run's own writes extend the
     /// file as they would have without growing.
     ///
-    /// Must be called with `Image::meta_lock` held.
-    pub(crate) async fn grow_for_run(&self, run_start: u64, run_end: u64, others_end: u64) {
-        self.assert_meta_locked("grow_for_run");
+    pub(crate) async fn grow_for_run(
+        &self,
+        mg: &MetaGuard<'_>,
+        run_start: u64,
+        run_end: u64,
+        others_end: u64,
+    ) {
         let step = self.opts.grow_ahead;
         if !self.opts.switches.zero_cow
             || step == 0
             || self.has_data_file()
-            || self.meta.borrow().growth.disabled()
+            || mg.borrow().growth.disabled()
         {
             return;
         }
@@ -64,7 +68,7 @@ impl<D: BlockDev> Image<D> {
         } else {
             (run_end, cs)
         };
-        self.meta.borrow_mut().growth.note_start(len);
+        mg.borrow_mut().growth.note_start(len);
         let flags = ZeroFlags {
             no_fallback: true,
             ..ZeroFlags::default()
@@ -77,12 +81,12 @@ impl<D: BlockDev> Image<D> {
                 // Not supported, out of space or an I/O error: the range
                 // is unreferenced whatever it now holds. Stop trying, so a
                 // device that refuses is not asked again for every run.
-                self.meta.borrow_mut().growth.disable();
+                mg.borrow_mut().growth.disable();
                 self.count(|c| c.growth_disabled += 1);
                 return;
             }
             self.count(|c| c.grow_bytes += n);
-            self.meta.borrow_mut().growth.note_zeroed(at, n);
+            mg.borrow_mut().growth.note_zeroed(at, n);
             at += n;
         }
     }
@@ -96,8 +100,14 @@ impl<D: BlockDev> Image<D> {
     /// never taken for fresh. The zeroing is durable by the time anything
     /// links the run: linking waits for a flush after the data writes,
     /// which follow the zeroing.
-    pub(crate) fn is_fresh(&self, run_start: u64, run_end: u64, others_end: u64) -> bool {
-        let zeroed = self.meta.borrow().growth.zeroed_covers(run_start, run_end);
+    pub(crate) fn is_fresh(
+        &self,
+        mg: &MetaGuard<'_>,
+        run_start: u64,
+        run_end: u64,
+        others_end: u64,
+    ) -> bool {
+        let zeroed = mg.borrow().growth.zeroed_covers(run_start, run_end);
         if zeroed && run_start < others_end {
             // Zeroed by growing, but handed out (and freed) since.
             self.guard_arose(crate::guards::Guard::FreshOnlyUnused);
@@ -110,15 +120,14 @@ impl<D: BlockDev> Image<D> {
     /// the clusters in use. A failure leaves unreferenced zeroes at the end
     /// of the file, which is harmless, so it is not reported.
     ///
-    /// Must be called with `Image::meta_lock` held and no I/O in flight.
-    pub(crate) async fn trim_growth(&self) {
-        self.assert_meta_locked("trim_growth");
+    /// Called with the metadata lock held and no I/O in flight.
+    pub(crate) async fn trim_growth(&self, mg: &MetaGuard<'_>) {
         let keep = {
-            let m = self.meta.borrow();
+            let m = mg.borrow();
             let Some(from) = m.growth.grown_from() else {
                 return;
             };
-            if m.poisoned {
+            if self.is_poisoned() {
                 return;
             }
             let end = m.alloc.end_cluster();

@@ -9,7 +9,7 @@
 //! length before growth is recorded once, before the first zeroing is
 //! issued; once off, growing stays off until the image is reopened.
 //!
-//! Part of `Meta`, protected by `Image::meta_lock` like the rest of it.
+//! Part of `Meta`, reached only through the metadata lock's guard.
 
 #[derive(Default)]
 pub(crate) struct Growth {

@@ -3,9 +3,9 @@
 //! modules (`read`, `write`, `discard`), each adding an `impl` block to
 //! [`Image`].
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
-use crate::allocator::Allocator;
+use crate::allocator::{Allocator, FreeQueue};
 use crate::allocs::AllocWait;
 use crate::counters::Counters;
 use crate::dev::BlockDev;
@@ -18,7 +18,7 @@ use crate::l1l2::L1L2;
 use crate::meta_clusters::MetaClusters;
 use crate::options::EngineOptions;
 use crate::reftable::RefTable;
-use crate::sync::{CoMutex, WaitMap, WaitQueue};
+use crate::sync::{CoMutex, CoMutexGuard, WaitMap, WaitQueue};
 
 pub use crate::create_options::{
     Compat, CreateOptions, MAX_L1_BYTES, MAX_REFTABLE_BYTES, MIN_EXTENDED_L2_CLUSTER_SIZE,
@@ -30,8 +30,12 @@ pub enum Backing<D: BlockDev> {
     Qcow2(Box<Image<D>>),
 }
 
-/// Metadata state, protected by `Image::meta_lock` for any sequence that
-/// spans an await. Never borrowed across an await. Each part is owned by
+/// Holding the metadata lock: what every function that reads or changes
+/// `Meta` takes, so that none can run without the lock.
+pub(crate) type MetaGuard<'a> = CoMutexGuard<'a, Meta>;
+
+/// Metadata state, owned by `Image::meta` (a `CoMutex`): reached through
+/// the lock's guard, never borrowed across an await. Each part is owned by
 /// its module and changed through its methods; the header and the image's
 /// flags live here.
 pub(crate) struct Meta {
@@ -41,8 +45,6 @@ pub(crate) struct Meta {
     pub header_dirty: bool,
     /// The dirty bit is set in the header on disk.
     pub dirty_on_disk: bool,
-    /// A metadata write failed: memory and disk may disagree.
-    pub poisoned: bool,
     /// The L1 table and the L2 table cache (`l1l2`).
     pub tables: L1L2,
     /// The refcount table, the refcount block cache and whether refcounts
@@ -67,8 +69,14 @@ pub struct Image<D: BlockDev> {
     pub(crate) backing: Option<Backing<D>>,
     pub(crate) opts: EngineOptions,
     pub(crate) geo: Geometry,
-    pub(crate) meta_lock: CoMutex,
-    pub(crate) meta: RefCell<Meta>,
+    /// The metadata state, reached only through its lock's guard.
+    pub(crate) meta: CoMutex<Meta>,
+    /// A metadata write or flush failed: memory and disk may disagree, so
+    /// the image writes no more metadata (fail-stop). Outside `meta`
+    /// because every path checks it, locked or not.
+    pub(crate) poisoned: Cell<bool>,
+    /// Frees waiting to become durable (see `FreeQueue`).
+    pub(crate) frees: RefCell<FreeQueue>,
     pub(crate) inflight: RefCell<InFlight>,
     /// Woken when an in-flight write ends (overlap waits).
     pub(crate) writes_wq: WaitQueue,
@@ -93,7 +101,7 @@ impl<D: BlockDev> Image<D> {
 
     /// The backing file name and format the header names.
     pub fn backing_spec(&self) -> Option<(String, Option<String>)> {
-        let m = self.meta.borrow();
+        let m = self.meta.read_unlocked();
         m.header
             .backing_file
             .clone()
@@ -120,7 +128,7 @@ impl<D: BlockDev> Image<D> {
 
     /// A copy of the header as currently held in memory.
     pub fn header(&self) -> Header {
-        self.meta.borrow().header.clone()
+        self.meta.read_unlocked().header.clone()
     }
 
     /// Clean close: write everything back, clear the dirty bit, flush, and
@@ -163,15 +171,13 @@ impl<D: BlockDev> Image<D> {
         self.counters.borrow().guards.get(g)
     }
 
-    /// Debug builds check the rule the metadata modules state: `what` may
-    /// only run with `meta_lock` held (it awaits I/O between reading and
-    /// changing metadata, and another request must not interleave).
-    #[track_caller]
-    pub(crate) fn assert_meta_locked(&self, what: &str) {
-        debug_assert!(
-            self.meta_lock.is_locked(),
-            "{what} called without meta_lock held"
-        );
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.get()
+    }
+
+    /// A metadata write or flush failed (see `Image::poisoned`).
+    pub(crate) fn poison(&self) {
+        self.poisoned.set(true);
     }
 
     pub(crate) fn count(&self, f: impl FnOnce(&mut Counters)) {
@@ -191,10 +197,10 @@ impl<D: BlockDev> Image<D> {
     /// Write the in-memory header to cluster 0 (no flush). A failure
     /// poisons the image, as any metadata write's: the header in memory
     /// (a new refcount table, a cleared dirty bit) is not the one on disk.
-    pub(crate) async fn write_header(&self) -> Result<()> {
-        let bytes = self.meta.borrow().header.serialize()?;
+    pub(crate) async fn write_header(&self, mg: &MetaGuard<'_>) -> Result<()> {
+        let bytes = mg.borrow().header.serialize()?;
         self.write_meta(0, &bytes).await?;
-        self.meta.borrow_mut().header_dirty = false;
+        mg.borrow_mut().header_dirty = false;
         Ok(())
     }
 }

@@ -16,7 +16,7 @@
 //!   for the LRU order, as it did in the cache itself: the order of calls
 //!   here decides which table is evicted next.
 //!
-//! Part of `Meta`, protected by `Image::meta_lock` like the rest of it.
+//! Part of `Meta`, reached only through the metadata lock's guard.
 
 use std::collections::BTreeSet;
 

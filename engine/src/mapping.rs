@@ -2,16 +2,16 @@
 //! the lookup of runs of clusters that map the same way. Allocating or
 //! copying an L2 table for a write lives here too.
 //!
-//! Every function here that reads or changes the tables must be called
-//! with `Image::meta_lock` held (debug builds assert it at the entry
-//! points); `data_dev` and `decode_l2` read no mutable state.
+//! Every function here that reads or changes the tables takes the
+//! metadata lock's guard (`MetaGuard`); `data_dev` and `decode_l2` read no
+//! mutable state.
 
 use crate::broken::{self, Broken};
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::entry::COPIED;
 use crate::format::{L1Entry, L2Entry, L2Mapping};
-use crate::image::{overlaps, Image};
+use crate::image::{overlaps, Image, MetaGuard};
 
 /// How a run of guest clusters is mapped, for the read and write paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,12 +53,12 @@ impl<D: BlockDev> Image<D> {
     }
 
     /// Load the L2 table at `off` into the cache (validating its place).
-    pub(crate) async fn load_l2(&self, off: u64) -> Result<()> {
-        if self.meta.borrow().tables.l2_cached(off) {
+    pub(crate) async fn load_l2(&self, mg: &MetaGuard<'_>, off: u64) -> Result<()> {
+        if mg.borrow().tables.l2_cached(off) {
             return Ok(());
         }
         {
-            let m = self.meta.borrow();
+            let m = mg.borrow();
             let cs = self.geo.cluster_size;
             let h = &m.header;
             if off < cs
@@ -76,19 +76,19 @@ impl<D: BlockDev> Image<D> {
                 ));
             }
         }
-        self.make_room_l2(off).await?;
+        self.make_room_l2(mg, off).await?;
         let mut buf = vec![0u8; self.geo.cluster_size as usize];
         self.dev.read(off, &mut buf).await?;
-        self.meta.borrow_mut().tables.insert_l2(off, buf, false);
+        mg.borrow_mut().tables.insert_l2(off, buf, false);
         Ok(())
     }
 
-    async fn make_room_l2(&self, keep: u64) -> Result<()> {
+    async fn make_room_l2(&self, mg: &MetaGuard<'_>, keep: u64) -> Result<()> {
         loop {
             // As make_room_rc: a poisoned image evicts only clean tables.
             let victim = {
-                let m = self.meta.borrow();
-                m.tables.l2_victim(keep, m.poisoned)
+                let m = mg.borrow();
+                m.tables.l2_victim(keep, self.is_poisoned())
             };
             let Some((voff, dirty)) = victim else {
                 return Ok(());
@@ -100,44 +100,44 @@ impl<D: BlockDev> Image<D> {
                 // The entries it holds need their data and refcounts
                 // durable before the table itself may reach the disk.
                 if !broken::is(&self.opts, Broken::EvictWithoutFlush) {
-                    self.writeback_refcount_phase().await?;
+                    self.writeback_refcount_phase(mg).await?;
                 }
-                self.ensure_dirty_bit().await?;
+                self.ensure_dirty_bit(mg).await?;
                 if !broken::is(&self.opts, Broken::EvictWithoutFlush) {
-                    self.device_flush().await?;
+                    self.device_flush(mg).await?;
                 }
-                let data = self.meta.borrow().tables.dirty_l2(voff);
+                let data = mg.borrow().tables.dirty_l2(voff);
                 if let Some(data) = data {
                     self.write_meta(voff, &data).await?;
                     self.count(|c| c.l2_writebacks += 1);
                 }
             }
-            self.meta.borrow_mut().tables.remove_l2(voff);
+            mg.borrow_mut().tables.remove_l2(voff);
         }
     }
 
     /// The offset of the L2 table holding guest offset `guest`'s entry, as
     /// the L1 table names it (0: none). Whether it is cached is not asked.
-    pub(crate) fn l2_table_of(&self, guest: u64) -> u64 {
+    pub(crate) fn l2_table_of(&self, mg: &MetaGuard<'_>, guest: u64) -> u64 {
         let l1i = self.geo.offset_to_l1_index(guest);
-        self.meta.borrow().tables.l1_entry(l1i).l2_offset()
+        mg.borrow().tables.l1_entry(l1i).l2_offset()
     }
 
     /// The L2 entry for guest offset `guest` (unallocated where no table).
-    pub(crate) async fn l2_entry(&self, guest: u64) -> Result<L2Entry> {
-        let l2_off = self.l2_table_of(guest);
+    pub(crate) async fn l2_entry(&self, mg: &MetaGuard<'_>, guest: u64) -> Result<L2Entry> {
+        let l2_off = self.l2_table_of(mg, guest);
         if l2_off == 0 {
             return Ok(L2Entry::UNALLOCATED);
         }
-        self.load_l2(l2_off).await?;
-        self.cached_l2_entry(l2_off, guest)
+        self.load_l2(mg, l2_off).await?;
+        self.cached_l2_entry(mg, l2_off, guest)
     }
 
     /// The entry for guest offset `guest` in the L2 table at `l2_off`
     /// (cached), if it is one the image may hold; else the corruption.
-    fn cached_l2_entry(&self, l2_off: u64, guest: u64) -> Result<L2Entry> {
+    fn cached_l2_entry(&self, mg: &MetaGuard<'_>, l2_off: u64, guest: u64) -> Result<L2Entry> {
         let idx = self.geo.offset_to_l2_index(guest);
-        let e = self.meta.borrow_mut().tables.l2_entry(l2_off, idx);
+        let e = mg.borrow_mut().tables.l2_entry(l2_off, idx);
         e.validate(
             l2_off,
             idx,
@@ -160,8 +160,7 @@ impl<D: BlockDev> Image<D> {
             L2Mapping::Zero { preallocated: None } | L2Mapping::Unallocated => None,
         };
         if let Some(host) = host.filter(|h| {
-            !self.has_data_file()
-                && h / self.geo.cluster_size >= self.meta.borrow().alloc.end_cluster()
+            !self.has_data_file() && h / self.geo.cluster_size >= mg.borrow().alloc.end_cluster()
         }) {
             return Err(Error::corrupt(
                 format!("L2 entry {idx}: data offset {host:#x} is beyond the end of the image"),
@@ -182,11 +181,15 @@ impl<D: BlockDev> Image<D> {
     /// here awaits after it). Looking each cluster up through
     /// [`Self::l2_entry`] gave the same runs at a cache search per cluster,
     /// a few per cent of a campaign spent in whole-disk reads.
-    pub(crate) async fn map_run(&self, off: u64, max_len: u64) -> Result<(Run, u64)> {
-        self.assert_meta_locked("map_run");
+    pub(crate) async fn map_run(
+        &self,
+        mg: &MetaGuard<'_>,
+        off: u64,
+        max_len: u64,
+    ) -> Result<(Run, u64)> {
         let cs = self.geo.cluster_size;
         let sc = self.geo.subcluster_size;
-        let first = self.l2_entry(off).await?;
+        let first = self.l2_entry(mg, off).await?;
         let run = self.run_of(first, off);
         if matches!(run, Run::Compressed { .. }) {
             return Ok((run, (cs - self.geo.offset_into_cluster(off)).min(max_len)));
@@ -196,7 +199,7 @@ impl<D: BlockDev> Image<D> {
         } else {
             self.geo.cluster_start(off) + cs
         };
-        let l2_off = self.l2_table_of(off);
+        let l2_off = self.l2_table_of(mg, off);
         if l2_off == 0 {
             return Ok((run, (span_end - off).min(max_len)));
         }
@@ -206,7 +209,7 @@ impl<D: BlockDev> Image<D> {
         while len < max_len && next < span_end {
             let cstart = self.geo.cluster_start(next);
             if entry.0 != cstart {
-                entry = (cstart, self.cached_l2_entry(l2_off, next)?);
+                entry = (cstart, self.cached_l2_entry(mg, l2_off, next)?);
             }
             let same = match (run, self.run_of(entry.1, next)) {
                 (
@@ -240,25 +243,24 @@ impl<D: BlockDev> Image<D> {
 
     /// The L2 table for guest offset `guest`, ready to be modified:
     /// allocated if missing, copied if shared with a snapshot.
-    pub(crate) async fn l2_table_for_write(&self, guest: u64) -> Result<u64> {
-        self.assert_meta_locked("l2_table_for_write");
+    pub(crate) async fn l2_table_for_write(&self, mg: &MetaGuard<'_>, guest: u64) -> Result<u64> {
         let l1i = self.geo.offset_to_l1_index(guest);
-        let l1e = self.meta.borrow().tables.l1_entry(l1i);
+        let l1e = mg.borrow().tables.l1_entry(l1i);
         if l1e.l2_offset() != 0 && l1e.copied() {
-            self.load_l2(l1e.l2_offset()).await?;
+            self.load_l2(mg, l1e.l2_offset()).await?;
             return Ok(l1e.l2_offset());
         }
-        let new_off = self.alloc_clusters(1).await?;
+        let new_off = self.alloc_clusters(mg, 1).await?;
         let content = if l1e.l2_offset() != 0 {
-            self.load_l2(l1e.l2_offset()).await?;
-            let c = self.meta.borrow_mut().tables.l2_table(l1e.l2_offset());
+            self.load_l2(mg, l1e.l2_offset()).await?;
+            let c = mg.borrow_mut().tables.l2_table(l1e.l2_offset());
             self.queue_free(l1e.l2_offset() / self.geo.cluster_size);
             c
         } else {
             vec![0u8; self.geo.cluster_size as usize]
         };
-        self.make_room_l2(new_off).await?;
-        let mut m = self.meta.borrow_mut();
+        self.make_room_l2(mg, new_off).await?;
+        let mut m = mg.borrow_mut();
         m.tables.insert_l2(new_off, content, true);
         m.meta_clusters.insert(new_off);
         m.tables.set_l1_entry(l1i, L1Entry::new(new_off, true));
@@ -267,25 +269,27 @@ impl<D: BlockDev> Image<D> {
 
     /// Set the L2 entry of guest offset `guest` in the (loaded) table
     /// `l2_off`; returns the previous entry.
-    pub(crate) fn set_l2_entry(&self, l2_off: u64, guest: u64, e: L2Entry) -> L2Entry {
-        self.assert_meta_locked("set_l2_entry");
-        self.update_l2_entry(l2_off, guest, |_| e)
+    pub(crate) fn set_l2_entry(
+        &self,
+        mg: &MetaGuard<'_>,
+        l2_off: u64,
+        guest: u64,
+        e: L2Entry,
+    ) -> L2Entry {
+        self.update_l2_entry(mg, l2_off, guest, |_| e)
     }
 
     /// Replace the L2 entry of guest offset `guest` in the (loaded) table
     /// `l2_off` by `f` of it; returns the previous entry.
     pub(crate) fn update_l2_entry(
         &self,
+        mg: &MetaGuard<'_>,
         l2_off: u64,
         guest: u64,
         f: impl FnOnce(L2Entry) -> L2Entry,
     ) -> L2Entry {
-        self.assert_meta_locked("update_l2_entry");
         let idx = self.geo.offset_to_l2_index(guest);
-        self.meta
-            .borrow_mut()
-            .tables
-            .update_l2_entry(l2_off, idx, f)
+        mg.borrow_mut().tables.update_l2_entry(l2_off, idx, f)
     }
 
     /// Drop the references an L2 entry held, once that is durable.

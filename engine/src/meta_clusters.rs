@@ -10,7 +10,7 @@
 //! still shared with a snapshot stays in. The header, L1 and refcount
 //! tables are checked from the header instead. This module does no I/O.
 //!
-//! Part of `Meta`, protected by `Image::meta_lock` like the rest of it.
+//! Part of `Meta`, reached only through the metadata lock's guard.
 
 use std::collections::BTreeSet;
 

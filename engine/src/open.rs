@@ -8,7 +8,7 @@
 //! Every check happens before anything is written: an image the engine
 //! refuses is left as it was.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::allocator::Allocator;
@@ -335,7 +335,6 @@ impl<D: BlockDev> Image<D> {
             header: h,
             header_dirty,
             dirty_on_disk: dirty,
-            poisoned: false,
             tables: L1L2::new(l1, opts.l2_cache_tables, geo.extended_l2),
             refs: RefTable::new(
                 reftable,
@@ -353,11 +352,12 @@ impl<D: BlockDev> Image<D> {
             backing: None,
             opts,
             geo,
-            meta_lock: CoMutex::default(),
-            meta: RefCell::new(meta),
+            meta: CoMutex::new(meta),
             inflight: RefCell::new(InFlight::default()),
             writes_wq: WaitQueue::default(),
             alloc_waits: WaitMap::default(),
+            poisoned: Cell::new(false),
+            frees: RefCell::default(),
             counters: RefCell::new(Counters::default()),
         }
     }
@@ -369,15 +369,17 @@ impl<D: BlockDev> Image<D> {
         if self.opts.read_only {
             return Ok(());
         }
+        let mg = self.meta.lock().await;
         let (dirty, header_dirty) = {
-            let m = self.meta.borrow();
+            let m = mg.borrow();
             (m.dirty_on_disk, m.header_dirty)
         };
         if dirty {
+            drop(mg);
             self.count(|c| c.dirty_rebuilds += 1);
             self.rebuild_refcounts().await?;
         } else if header_dirty {
-            self.write_header().await?;
+            self.write_header(&mg).await?;
             self.dev.flush().await?;
         }
         Ok(())

@@ -590,13 +590,13 @@ impl<D: BlockDev> crate::Image<D> {
     /// image may be holes in the file, which then read as zeroes.
     pub async fn looks_preallocated(&self, clusters: u64, allocated: u64) -> Result<bool> {
         let threshold = (allocated * 10 / 9).max(allocated + 2);
-        let _g = self.meta_lock.lock().await;
+        let mg = self.meta.lock().await;
         let mut counted = 0;
         for c in 0..clusters {
             if counted >= threshold {
                 break;
             }
-            counted += u64::from(self.refcount(c).await? != 0);
+            counted += u64::from(self.refcount(&mg, c).await? != 0);
         }
         Ok(counted >= threshold)
     }

@@ -35,7 +35,7 @@ impl<D: BlockDev> Image<D> {
     }
 
     async fn read_step(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
-        let guard = self.meta_lock.lock().await;
+        let mg = self.meta.lock().await;
         let cs = self.geo.cluster_size;
         // Deliberately wrong when broken: reads see only the L2 table.
         let see_allocs = !broken::is(&self.opts, Broken::ReadIgnoresAllocs);
@@ -66,7 +66,7 @@ impl<D: BlockDev> Image<D> {
                 }
             };
             let io = self.inflight.borrow_mut().begin_io();
-            drop(guard);
+            drop(mg);
             let r = self
                 .read_cow_source(&src, off, &mut buf[..n as usize])
                 .await;
@@ -82,10 +82,10 @@ impl<D: BlockDev> Image<D> {
             }
             l
         };
-        let (run, len) = self.map_run(off, limit).await?;
+        let (run, len) = self.map_run(&mg, off, limit).await?;
         let part = &mut buf[..len as usize];
         let io = self.inflight.borrow_mut().begin_io();
-        drop(guard);
+        drop(mg);
         let r = match run {
             Run::Data { host, .. } => self
                 .data_dev()
@@ -137,7 +137,7 @@ impl<D: BlockDev> Image<D> {
                 host,
             ));
         }
-        let kind = self.meta.borrow().header.compression();
+        let kind = self.meta.read_unlocked().header.compression();
         // The descriptor counts sectors from the one holding `host`.
         let len = (sectors * 512 - (host & 511)) as usize;
         if len > 2 * cs + 512 {
@@ -163,8 +163,8 @@ impl<D: BlockDev> Image<D> {
     /// of them (`qemu-img map`). Host offsets in it are the cluster's.
     pub async fn mapping_at(&self, guest: u64) -> Result<crate::format::L2Mapping> {
         self.check_request(guest, 1)?;
-        let _g = self.meta_lock.lock().await;
-        Ok(self.decode_l2(self.l2_entry(guest).await?, guest))
+        let mg = self.meta.lock().await;
+        Ok(self.decode_l2(self.l2_entry(&mg, guest).await?, guest))
     }
 
     /// Whether guest offset `guest` lies in a compressed cluster linked in

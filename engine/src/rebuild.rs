@@ -18,7 +18,7 @@ use crate::l1l2::decode_slot;
 
 impl<D: BlockDev> Image<D> {
     pub(crate) async fn rebuild_refcounts(&self) -> Result<()> {
-        let _g = self.meta_lock.lock().await;
+        let mg = self.meta.lock().await;
         let cs = self.geo.cluster_size;
         let file_clusters = self.dev.len().div_ceil(cs);
         let limit = self.opts.metadata_memory_limit;
@@ -36,18 +36,18 @@ impl<D: BlockDev> Image<D> {
                 *refs.entry(c).or_insert(0) += 1;
             }
         };
-        let h = self.meta.borrow().header.clone();
+        let h = mg.borrow().header.clone();
         count(geo.clusters_in(0, cs));
         count(geo.clusters_in(h.l1_table_offset, h.l1_size as u64 * 8));
         count(geo.clusters_in(
             h.refcount_table_offset,
             h.refcount_table_clusters as u64 * cs,
         ));
-        let reftable = self.meta.borrow().refs.table().to_vec();
+        let reftable = mg.borrow().refs.table().to_vec();
         for &b in reftable.iter().filter(|&&b| b != 0) {
             count(geo.clusters_in(b, cs));
         }
-        let mut l1_tables = vec![self.meta.borrow().tables.l1().to_vec()];
+        let mut l1_tables = vec![mg.borrow().tables.l1().to_vec()];
         if h.nb_snapshots > 0 {
             let (table_len, snap_l1s) = self.read_snapshot_l1s(&h).await?;
             count(geo.clusters_in(h.snapshots_offset, table_len));
@@ -119,37 +119,37 @@ impl<D: BlockDev> Image<D> {
         for c in 0..max_cluster {
             let want = refs.get(&c).copied().unwrap_or(0);
             let rti = (c / rc_span) as usize;
-            let has = self.meta.borrow().refs.has_block(rti);
+            let has = mg.borrow().refs.has_block(rti);
             if !has {
                 if want > 0 {
                     uncovered.push((c, want));
                 }
                 continue;
             }
-            if self.refcount(c).await? != want {
-                self.set_refcount(c, want).await?;
+            if self.refcount(&mg, c).await? != want {
+                self.set_refcount(&mg, c, want).await?;
             }
         }
-        self.meta.borrow_mut().alloc.set_search_start(0);
+        mg.borrow_mut().alloc.set_search_start(0);
         for (c, want) in uncovered {
             // `refcount` of an uncovered cluster is 0; allocate a block by
             // claiming the cluster through the normal path, then fix.
             let (rti, _) = self.geo.refcount_position(c);
-            let has = self.meta.borrow().refs.has_block(rti);
+            let has = mg.borrow().refs.has_block(rti);
             if !has {
                 // Not on a cluster in use that no block counts yet: the
                 // range of a missing block need not be empty here.
-                self.ensure_refblock_at(rti, None, &|c| refs.contains_key(&c))
+                self.ensure_refblock_at(&mg, rti, None, &|c| refs.contains_key(&c))
                     .await?;
             }
-            self.set_refcount(c, want).await?;
+            self.set_refcount(&mg, c, want).await?;
         }
         {
-            let mut m = self.meta.borrow_mut();
+            let mut m = mg.borrow_mut();
             m.alloc.note_allocated(max_cluster);
             m.refs.set_lazy(false);
         }
-        self.writeback_refcount_phase().await?;
+        self.writeback_refcount_phase(&mg).await?;
         // COPIED exactly where the refcount is now 1 (QEMU's repair of a
         // dirty image mends the flags too): a crash inside a snapshot
         // operation may leave a flag behind its refcount. Only what is
@@ -169,15 +169,13 @@ impl<D: BlockDev> Image<D> {
                         index,
                         cluster,
                         copied,
-                    } => self
-                        .meta
+                    } => mg
                         .borrow_mut()
                         .tables
                         .set_l1_entry(index, L1Entry::new(cluster * cs, !copied)),
                     Flag::L2 { table, index, .. } => {
-                        self.load_l2(table).await?;
-                        self.meta
-                            .borrow_mut()
+                        self.load_l2(&mg, table).await?;
+                        mg.borrow_mut()
                             .tables
                             .update_l2_entry(table, index, |e| L2Entry {
                                 word: e.word ^ COPIED,
@@ -186,12 +184,12 @@ impl<D: BlockDev> Image<D> {
                     }
                 }
             }
-            self.writeback_all().await?;
+            self.writeback_all(&mg).await?;
         }
-        self.meta.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
-        self.write_header().await?;
-        self.device_flush().await?;
-        let mut m = self.meta.borrow_mut();
+        mg.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
+        self.write_header(&mg).await?;
+        self.device_flush(&mg).await?;
+        let mut m = mg.borrow_mut();
         m.dirty_on_disk = false;
         let lazy = m.header.lazy_refcounts();
         m.refs.set_lazy(lazy);

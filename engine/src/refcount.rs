@@ -3,8 +3,9 @@
 //! growing the refcount table, and freeing clusters only once the metadata
 //! that stopped using them is durable.
 //!
-//! Every function here must be called with `Image::meta_lock` held (debug
-//! builds assert it where the state changes).
+//! Every function here that reads or changes refcounts takes the
+//! metadata lock's guard (`MetaGuard`); queueing a free does not (see
+//! `allocator::FreeQueue`).
 
 use crate::broken::{self, Broken};
 use crate::create_options::MAX_REFTABLE_BYTES;
@@ -13,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::format::be64_bytes;
 use crate::format::refcount;
 use crate::guards::Guard;
-use crate::image::Image;
+use crate::image::{Image, MetaGuard};
 
 impl<D: BlockDev> Image<D> {
     /// Host clusters for the `n` guest clusters starting at `guest_start`:
@@ -22,35 +23,36 @@ impl<D: BlockDev> Image<D> {
     /// to read as zeroes (`grow::is_fresh`; never for a data file).
     pub(crate) async fn alloc_data_clusters(
         &self,
+        mg: &MetaGuard<'_>,
         guest_start: u64,
         n: u64,
     ) -> Result<(u64, bool)> {
         if self.data.is_some() {
             return Ok((guest_start, false));
         }
-        self.alloc_clusters_fresh(n).await
+        self.alloc_clusters_fresh(mg, n).await
     }
 
     /// Make sure the refcount block at `off` is in the cache, evicting (and
     /// writing back) another one if the cache is full.
-    pub(crate) async fn load_refblock(&self, off: u64) -> Result<()> {
-        if self.meta.borrow().refs.block_cached(off) {
+    pub(crate) async fn load_refblock(&self, mg: &MetaGuard<'_>, off: u64) -> Result<()> {
+        if mg.borrow().refs.block_cached(off) {
             return Ok(());
         }
-        self.make_room_rc(off).await?;
+        self.make_room_rc(mg, off).await?;
         let mut buf = vec![0u8; self.geo.cluster_size as usize];
         self.dev.read(off, &mut buf).await?;
-        self.meta.borrow_mut().refs.insert_block(off, buf);
+        mg.borrow_mut().refs.insert_block(off, buf);
         Ok(())
     }
 
-    async fn make_room_rc(&self, keep: u64) -> Result<()> {
+    async fn make_room_rc(&self, mg: &MetaGuard<'_>, keep: u64) -> Result<()> {
         loop {
             // A poisoned image writes nothing back: it evicts only clean
             // blocks, and keeps dirty ones past the capacity.
             let victim = {
-                let m = self.meta.borrow();
-                m.refs.block_victim(keep, m.poisoned)
+                let m = mg.borrow();
+                m.refs.block_victim(keep, self.is_poisoned())
             };
             let Some((voff, dirty)) = victim else {
                 return Ok(());
@@ -61,16 +63,16 @@ impl<D: BlockDev> Image<D> {
                 // An early refcount write is always safe: increments only
                 // leak on a crash, and decrements are applied to the cache
                 // only after the references are durably gone.
-                let data = self.meta.borrow().refs.dirty_block(voff);
+                let data = mg.borrow().refs.dirty_block(voff);
                 if let Some(data) = data {
                     self.write_meta(voff, &data).await?;
                     // Not flushed here: the writeback's refcount step
                     // flushes it before any table entry pointing at it.
-                    self.meta.borrow_mut().refs.note_block_written();
+                    mg.borrow_mut().refs.note_block_written();
                     self.count(|c| c.refcount_writebacks += 1);
                 }
             }
-            self.meta.borrow_mut().refs.remove_block(voff);
+            mg.borrow_mut().refs.remove_block(voff);
         }
     }
 
@@ -81,32 +83,36 @@ impl<D: BlockDev> Image<D> {
     /// was already past its poison check, could make the image
     /// inconsistent where stopping leaves it as a crash would.
     pub(crate) async fn write_meta(&self, off: u64, data: &[u8]) -> Result<()> {
-        if self.meta.borrow().poisoned {
+        if self.is_poisoned() {
             return Err(Error::Poisoned);
         }
         if let Err(e) = self.dev.write(off, data, WriteFlags::default()).await {
-            self.meta.borrow_mut().poisoned = true;
+            self.poison();
             return Err(e.into());
         }
         Ok(())
     }
 
     /// The refcount of host cluster `cluster` (0 where no block covers it).
-    pub(crate) async fn refcount(&self, cluster: u64) -> Result<u64> {
+    pub(crate) async fn refcount(&self, mg: &MetaGuard<'_>, cluster: u64) -> Result<u64> {
         let (rti, idx) = self.geo.refcount_position(cluster);
-        let off = self.meta.borrow().refs.block_offset(rti);
+        let off = mg.borrow().refs.block_offset(rti);
         if off == 0 {
             return Ok(0);
         }
-        self.load_refblock(off).await?;
-        Ok(self.meta.borrow_mut().refs.get(off, idx))
+        self.load_refblock(mg, off).await?;
+        Ok(mg.borrow_mut().refs.get(off, idx))
     }
 
     /// Set the refcount of `cluster`; its refcount block must exist.
-    pub(crate) async fn set_refcount(&self, cluster: u64, value: u64) -> Result<()> {
-        self.assert_meta_locked("set_refcount");
+    pub(crate) async fn set_refcount(
+        &self,
+        mg: &MetaGuard<'_>,
+        cluster: u64,
+        value: u64,
+    ) -> Result<()> {
         let (rti, idx) = self.geo.refcount_position(cluster);
-        let off = self.meta.borrow().refs.block_offset(rti);
+        let off = mg.borrow().refs.block_offset(rti);
         assert_ne!(
             off, 0,
             "set_refcount on cluster {cluster} without a refcount block"
@@ -117,34 +123,37 @@ impl<D: BlockDev> Image<D> {
                 cluster * self.geo.cluster_size,
             ));
         }
-        self.load_refblock(off).await?;
-        self.meta.borrow_mut().refs.set(off, idx, value);
+        self.load_refblock(mg, off).await?;
+        mg.borrow_mut().refs.set(off, idx, value);
         Ok(())
     }
 
     /// Allocate `n` contiguous free clusters, setting their refcounts to 1.
     /// Returns the host offset of the first.
-    pub(crate) async fn alloc_clusters(&self, n: u64) -> Result<u64> {
-        Ok(self.alloc_clusters_fresh(n).await?.0)
+    pub(crate) async fn alloc_clusters(&self, mg: &MetaGuard<'_>, n: u64) -> Result<u64> {
+        Ok(self.alloc_clusters_fresh(mg, n).await?.0)
     }
 
     /// [`Image::alloc_clusters`], and whether the run is fresh: zeroed by
     /// growing the file and never used since, so it reads as zeroes.
-    pub(crate) async fn alloc_clusters_fresh(&self, n: u64) -> Result<(u64, bool)> {
-        self.assert_meta_locked("alloc_clusters_fresh");
+    pub(crate) async fn alloc_clusters_fresh(
+        &self,
+        mg: &MetaGuard<'_>,
+        n: u64,
+    ) -> Result<(u64, bool)> {
         assert!(n > 0);
         if broken::is(&self.opts, Broken::ReuseBeforeDurable) {
             // Frees queued by the broken `queue_free` land before this
             // allocation looks for free clusters, so it may reuse them.
-            self.apply_ready_frees().await?;
+            self.apply_ready_frees(mg).await?;
         }
         'search: loop {
-            let mut start = self.meta.borrow().alloc.search_start();
+            let mut start = mg.borrow().alloc.search_start();
             let mut len = 0;
             let mut c = start;
             while len < n {
-                if self.refcount(c).await? == 0 {
-                    self.check_not_metadata(c)?;
+                if self.refcount(mg, c).await? == 0 {
+                    self.check_not_metadata(mg, c)?;
                     len += 1;
                 } else {
                     start = c + 1;
@@ -160,7 +169,7 @@ impl<D: BlockDev> Image<D> {
                 // one lies in the range the block counts (so `qemu-img map`
                 // and check's end offset agree with QEMU's).
                 if self
-                    .ensure_refblock_at(rti, Some(start + n), &|_| false)
+                    .ensure_refblock_at(mg, rti, Some(start + n), &|_| false)
                     .await?
                 {
                     // The new structure may sit inside the run: search again.
@@ -172,17 +181,18 @@ impl<D: BlockDev> Image<D> {
             // are still below it, so growing never zeroes them and closing
             // never trims them off (they are a leak, not a reference past
             // the end of the file).
-            let others_end = self.meta.borrow_mut().alloc.note_allocated(start + n);
+            let others_end = mg.borrow_mut().alloc.note_allocated(start + n);
             for c in start..start + n {
-                self.set_refcount(c, 1).await?;
+                self.set_refcount(mg, c, 1).await?;
             }
-            self.meta.borrow_mut().alloc.set_search_start(start + n);
+            mg.borrow_mut().alloc.set_search_start(start + n);
             let cs = self.geo.cluster_size;
             let (run_start, run_end) = (start * cs, (start + n) * cs);
-            self.grow_for_run(run_start, run_end, others_end * cs).await;
+            self.grow_for_run(mg, run_start, run_end, others_end * cs)
+                .await;
             return Ok((
                 run_start,
-                self.is_fresh(run_start, run_end, others_end * cs),
+                self.is_fresh(mg, run_start, run_end, others_end * cs),
             ));
         }
     }
@@ -192,10 +202,10 @@ impl<D: BlockDev> Image<D> {
     /// table: if it does, the refcounts are corrupt, and allocating it would
     /// overwrite metadata (QEMU's overlap check). The image stops taking
     /// writes.
-    fn check_not_metadata(&self, c: u64) -> Result<()> {
+    fn check_not_metadata(&self, mg: &MetaGuard<'_>, c: u64) -> Result<()> {
         let off = c * self.geo.cluster_size;
-        if self.is_metadata_cluster(off) {
-            self.meta.borrow_mut().poisoned = true;
+        if self.is_metadata_cluster(mg, off) {
+            self.poison();
             return Err(Error::corrupt(
                 format!("metadata cluster {c} has refcount 0 and would be allocated"),
                 off,
@@ -207,9 +217,9 @@ impl<D: BlockDev> Image<D> {
     /// Whether the cluster at host offset `off` holds metadata the engine
     /// knows of: the header, the L1 or refcount table, a refcount block or
     /// an L2 table of the active L1 table.
-    pub(crate) fn is_metadata_cluster(&self, off: u64) -> bool {
+    pub(crate) fn is_metadata_cluster(&self, mg: &MetaGuard<'_>, off: u64) -> bool {
         let cs = self.geo.cluster_size;
-        let m = self.meta.borrow();
+        let m = mg.borrow();
         let h = &m.header;
         off < cs
             || crate::image::overlaps(off, cs, h.l1_table_offset, h.l1_size as u64 * 8)
@@ -225,7 +235,12 @@ impl<D: BlockDev> Image<D> {
     /// Refuse a guest write in place into host clusters `[host, host +
     /// len)` that hold metadata: an L2 entry pointing there is corrupt, and
     /// writing would destroy what is durable.
-    pub(crate) fn check_data_clusters(&self, host: u64, len: u64) -> Result<()> {
+    pub(crate) fn check_data_clusters(
+        &self,
+        mg: &MetaGuard<'_>,
+        host: u64,
+        len: u64,
+    ) -> Result<()> {
         if self.has_data_file() {
             // Guest data lives in another file: nothing to overlap.
             return Ok(());
@@ -234,7 +249,7 @@ impl<D: BlockDev> Image<D> {
         let first = host - host % cs;
         let mut c = first;
         while c < host + len {
-            if self.is_metadata_cluster(c) {
+            if self.is_metadata_cluster(mg, c) {
                 return Err(Error::corrupt(
                     format!("a data cluster of the L2 table is metadata (host offset {c:#x})"),
                     c,
@@ -256,17 +271,17 @@ impl<D: BlockDev> Image<D> {
     /// operation there are none, since every cluster in use is counted.
     pub(crate) async fn ensure_refblock_at(
         &self,
+        mg: &MetaGuard<'_>,
         rti: usize,
         after: Option<u64>,
         in_use: &dyn Fn(u64) -> bool,
     ) -> Result<bool> {
-        self.assert_meta_locked("ensure_refblock");
-        let len = self.meta.borrow().refs.len();
-        if rti < len && self.meta.borrow().refs.has_block(rti) {
+        let len = mg.borrow().refs.len();
+        if rti < len && mg.borrow().refs.has_block(rti) {
             return Ok(false);
         }
         if rti >= len {
-            self.grow_reftable(rti + 1).await?;
+            self.grow_reftable(mg, rti + 1).await?;
             return Ok(true);
         }
         let epb = self.geo.rc_entries;
@@ -274,17 +289,17 @@ impl<D: BlockDev> Image<D> {
         // block, or one inside the range the new block will count itself.
         let mut c = match after {
             Some(a) if self.geo.refcount_position(a).0 == rti && !in_use(a) => a,
-            _ => self.meta.borrow().alloc.search_start(),
+            _ => mg.borrow().alloc.search_start(),
         };
         let loc = loop {
             let r = self.geo.refcount_position(c).0;
             if r == rti && !in_use(c) {
-                self.check_not_metadata(c)?;
+                self.check_not_metadata(mg, c)?;
                 break c;
             }
-            let has_block = self.meta.borrow().refs.has_block(r);
-            if has_block && self.refcount(c).await? == 0 {
-                self.check_not_metadata(c)?;
+            let has_block = mg.borrow().refs.has_block(r);
+            if has_block && self.refcount(mg, c).await? == 0 {
+                self.check_not_metadata(mg, c)?;
                 break c;
             }
             c += 1;
@@ -304,10 +319,10 @@ impl<D: BlockDev> Image<D> {
         } else if loc_rt == rti {
             refcount::set(&mut block, self.geo.refcount_bits, loc_idx, 1);
         } else {
-            self.set_refcount(loc, 1).await?;
+            self.set_refcount(mg, loc, 1).await?;
         }
-        self.make_room_rc(loc * cs).await?;
-        let mut m = self.meta.borrow_mut();
+        self.make_room_rc(mg, loc * cs).await?;
+        let mut m = mg.borrow_mut();
         m.refs.add_block(rti, loc * cs, block);
         m.meta_clusters.insert(loc * cs);
         m.alloc.note_allocated(loc + 1);
@@ -321,12 +336,11 @@ impl<D: BlockDev> Image<D> {
     /// refcount blocks needed to count it. Written and made durable before
     /// it returns: the header switch must never point at a table whose
     /// blocks are not on disk.
-    async fn grow_reftable(&self, min_entries: usize) -> Result<()> {
-        self.assert_meta_locked("grow_reftable");
+    async fn grow_reftable(&self, mg: &MetaGuard<'_>, min_entries: usize) -> Result<()> {
         let cs = self.geo.cluster_size;
         let per_cluster = (cs / 8) as usize;
         let (old, start) = {
-            let m = self.meta.borrow();
+            let m = mg.borrow();
             (m.refs.table().to_vec(), m.alloc.end_cluster())
         };
         let mut new_len = min_entries.max(old.len() * 2).next_multiple_of(per_cluster);
@@ -362,7 +376,7 @@ impl<D: BlockDev> Image<D> {
         let b = blocks.len() as u64;
         // Covered by the high-water mark before anything is written there
         // (see alloc_clusters_fresh).
-        self.meta.borrow_mut().alloc.note_allocated(start + t + b);
+        mg.borrow_mut().alloc.note_allocated(start + t + b);
         let table_off = start * cs;
         let mut table = old.clone();
         table.resize(new_len, 0);
@@ -385,20 +399,20 @@ impl<D: BlockDev> Image<D> {
             if let Some(pos) = blocks.iter().position(|&x| x == r) {
                 refcount::set(&mut new_blocks[pos].1, self.geo.refcount_bits, idx, 1);
             } else {
-                self.set_refcount(c, 1).await?;
+                self.set_refcount(mg, c, 1).await?;
             }
         }
         for (off, data) in &new_blocks {
             self.write_meta(*off, data).await?;
         }
-        self.write_dirty_refblocks().await?;
+        self.write_dirty_refblocks(mg).await?;
         self.write_meta(table_off, &be64_bytes(&table)).await?;
         self.guard_arose(Guard::ReftableBeforeHeader);
         if !broken::is(&self.opts, Broken::HeaderBeforeReftable) {
-            self.device_flush().await?;
+            self.device_flush(mg).await?;
         }
         let (old_off, old_clusters) = {
-            let mut m = self.meta.borrow_mut();
+            let mut m = mg.borrow_mut();
             let old = (
                 m.header.refcount_table_offset,
                 m.header.refcount_table_clusters as u64,
@@ -410,26 +424,26 @@ impl<D: BlockDev> Image<D> {
             m.refs.replace_table(table);
             old
         };
-        self.write_header().await?;
-        self.device_flush().await?;
+        self.write_header(mg).await?;
+        self.device_flush(mg).await?;
         self.count(|c| {
             c.reftable_growths += 1;
             c.refblocks_created += b;
         });
         // Nothing on disk references the old table any more.
         for c in old_off / cs..old_off / cs + old_clusters {
-            self.set_refcount(c, 0).await?;
+            self.set_refcount(mg, c, 0).await?;
         }
-        self.meta.borrow_mut().alloc.note_free(old_off / cs);
+        mg.borrow_mut().alloc.note_free(old_off / cs);
         Ok(())
     }
 
     /// Write every dirty refcount block (no flush).
-    pub(crate) async fn write_dirty_refblocks(&self) -> Result<bool> {
-        let dirty = self.meta.borrow().refs.dirty_blocks();
+    pub(crate) async fn write_dirty_refblocks(&self, mg: &MetaGuard<'_>) -> Result<bool> {
+        let dirty = mg.borrow().refs.dirty_blocks();
         for (off, data) in &dirty {
             self.write_meta(*off, data).await?;
-            let mut m = self.meta.borrow_mut();
+            let mut m = mg.borrow_mut();
             m.refs.mark_block_clean(*off, data);
             m.refs.note_block_written();
             drop(m);
@@ -439,37 +453,36 @@ impl<D: BlockDev> Image<D> {
     }
 
     /// A device flush the engine needed, counted.
-    pub(crate) async fn device_flush(&self) -> Result<()> {
+    pub(crate) async fn device_flush(&self, mg: &MetaGuard<'_>) -> Result<()> {
         self.count(|c| c.device_flushes += 1);
-        let mark = self.meta.borrow().refs.flush_mark();
+        let mark = mg.borrow().refs.flush_mark();
         // Guest data in a data file must be durable before the metadata
         // written after this flush can point at it.
         if let Some(data) = &self.data {
             self.guard_arose(Guard::DataFileFlushFirst);
             let skip = broken::is(&self.opts, Broken::SkipDataFileFlush);
             if let Err(e) = if skip { Ok(()) } else { data.flush().await } {
-                self.meta.borrow_mut().poisoned = true;
+                self.poison();
                 return Err(e.into());
             }
         }
         if let Err(e) = self.dev.flush().await {
-            self.meta.borrow_mut().poisoned = true;
+            self.poison();
             return Err(e.into());
         }
-        self.meta.borrow_mut().refs.note_flushed(mark);
+        mg.borrow_mut().refs.note_flushed(mark);
         Ok(())
     }
 
     /// Drop a reference to `cluster` once the metadata change that removed
     /// it is durable and no data I/O started before now can touch it.
     pub(crate) fn queue_free(&self, cluster: u64) {
-        self.assert_meta_locked("queue_free");
         let io_seq = self.inflight.borrow().next_io_seq;
         self.guard_arose(Guard::FreeAfterDurable);
         if broken::is(&self.opts, Broken::ReuseBeforeDurable) {
             return self.broken_free_at_once(cluster);
         }
-        self.meta.borrow_mut().alloc.queue_free(cluster, io_seq);
+        self.frees.borrow_mut().queue_free(cluster, io_seq);
     }
 
     /// [`Image::queue_free`] each cluster of the table of `len` bytes at
@@ -485,27 +498,26 @@ impl<D: BlockDev> Image<D> {
 
     /// Apply the frees whose metadata is durable and whose cluster no
     /// in-flight I/O can still touch.
-    pub(crate) async fn apply_ready_frees(&self) -> Result<()> {
-        self.assert_meta_locked("apply_ready_frees");
+    pub(crate) async fn apply_ready_frees(&self, mg: &MetaGuard<'_>) -> Result<()> {
         let oldest_io = if broken::is(&self.opts, Broken::FreeIgnoresInflightIo) {
             // Deliberately wrong: as if no data I/O were in flight.
             None
         } else {
             self.inflight.borrow().oldest_io()
         };
-        let (ready, held) = self.meta.borrow_mut().alloc.take_ready_frees(oldest_io);
+        let (ready, held) = self.frees.borrow_mut().take_ready_frees(oldest_io);
         self.guard_arose_times(Guard::FreeAfterInflightIo, held);
         for cluster in ready {
-            let rc = self.refcount(cluster).await?;
+            let rc = self.refcount(mg, cluster).await?;
             if rc == 0 {
                 return Err(Error::corrupt(
                     format!("freeing cluster {cluster} whose refcount is already 0"),
                     cluster * self.geo.cluster_size,
                 ));
             }
-            self.set_refcount(cluster, rc - 1).await?;
+            self.set_refcount(mg, cluster, rc - 1).await?;
             if rc == 1 {
-                let mut m = self.meta.borrow_mut();
+                let mut m = mg.borrow_mut();
                 m.alloc.note_free(cluster);
                 m.meta_clusters.remove(cluster * self.geo.cluster_size);
             }

@@ -23,7 +23,7 @@
 //!   `written > durable` exactly when a block write (a writeback, or an
 //!   eviction, which writes without a flush) may still be volatile.
 //!
-//! Part of `Meta`, protected by `Image::meta_lock` like the rest of it.
+//! Part of `Meta`, reached only through the metadata lock's guard.
 
 use crate::cache::TableCache;
 use crate::format::refcount;

@@ -56,7 +56,7 @@ impl<D: BlockDev> Image<D> {
         }
         // A version 2 snapshot entry has no field for its disk size: it
         // takes the header's, which a resize would change under it.
-        if self.geo.version < 3 && self.meta.borrow().header.nb_snapshots > 0 {
+        if self.geo.version < 3 && self.meta.get_mut().header.nb_snapshots > 0 {
             return Err(Error::ResizeV2WithSnapshots);
         }
         let old_size = self.geo.virtual_size;
@@ -84,24 +84,24 @@ impl<D: BlockDev> Image<D> {
             // if a snapshot shares it) even when no entry in it changes:
             // the same cluster is taken here, so that the file after a
             // shrink is laid out as QEMU's is.
-            let _g = self.meta_lock.lock().await;
-            self.l2_table_for_write(start).await?;
+            let mg = self.meta.lock().await;
+            self.l2_table_for_write(&mg, start).await?;
         }
         if start < old_end {
             self.unmap_clusters(start, old_end, crate::discard::Unmap::Unallocated)
                 .await?;
         }
-        let _g = self.meta_lock.lock().await;
+        let mg = self.meta.lock().await;
         // The L2 entries just cleared are durable (and their clusters
         // freed) before an L1 entry stops pointing at their table.
-        self.writeback_all().await?;
-        let l1_len = self.meta.borrow().tables.l1().len();
+        self.writeback_all(&mg).await?;
+        let l1_len = mg.borrow().tables.l1().len();
         for i in keep..l1_len {
-            let l2 = self.meta.borrow().tables.l1_entry(i).l2_offset();
+            let l2 = mg.borrow().tables.l1_entry(i).l2_offset();
             if l2 == 0 {
                 continue;
             }
-            let mut m = self.meta.borrow_mut();
+            let mut m = mg.borrow_mut();
             m.tables.set_l1_entry(i, L1Entry(0));
             // Nothing references the table once the entry is written: its
             // cached copy must never be written back over a reused cluster.
@@ -110,7 +110,7 @@ impl<D: BlockDev> Image<D> {
             self.queue_free(l2 / cs);
         }
         // The cleared L1 entries durable, then the tables freed.
-        self.writeback_all().await
+        self.writeback_all(&mg).await
     }
 
     /// Point the header at an L1 table long enough for `new_size` (a new
@@ -135,44 +135,44 @@ impl<D: BlockDev> Image<D> {
     /// once that is durable. Does not change `geo`: the caller does.
     pub(crate) async fn switch_l1(&self, needed: u64, new_size: u64) -> Result<()> {
         let cs = self.geo.cluster_size;
-        let _g = self.meta_lock.lock().await;
+        let mg = self.meta.lock().await;
         // Every table written back first, in order: the new table copies
         // the L1 entries, and one naming an L2 table not yet durable must
         // not reach the disk in it (a caller without `&mut self` may have
         // writes linking until the lock is taken).
-        self.writeback_all().await?;
+        self.writeback_all(&mg).await?;
         let (old_off, old_len) = {
-            let h = &self.meta.borrow().header;
+            let h = &mg.borrow().header;
             (h.l1_table_offset, h.l1_size as u64)
         };
         if needed > old_len {
             let clusters = (needed * 8).div_ceil(cs);
-            let new_off = self.alloc_clusters(clusters).await?;
-            let mut table = self.meta.borrow().tables.l1().to_vec();
+            let new_off = self.alloc_clusters(&mg, clusters).await?;
+            let mut table = mg.borrow().tables.l1().to_vec();
             table.resize((clusters * cs / 8) as usize, 0);
             self.write_meta(new_off, &be64_bytes(&table)).await?;
             // The new table and the refcounts that count it (with any
             // refcount block, and table entry, the allocation created) are
             // durable before the header names it; under lazy refcounts the
             // dirty bit stands in for them.
-            self.ensure_dirty_bit().await?;
-            self.writeback_refcount_phase().await?;
-            self.device_flush().await?;
+            self.ensure_dirty_bit(&mg).await?;
+            self.writeback_refcount_phase(&mg).await?;
+            self.device_flush(&mg).await?;
             table.truncate(needed as usize);
-            let mut m = self.meta.borrow_mut();
+            let mut m = mg.borrow_mut();
             m.header.l1_table_offset = new_off;
             m.header.l1_size = needed as u32;
             m.header.size = new_size;
             m.tables.replace_l1(table);
         } else {
-            self.meta.borrow_mut().header.size = new_size;
+            mg.borrow_mut().header.size = new_size;
         }
-        self.write_header().await?;
-        self.device_flush().await?;
+        self.write_header(&mg).await?;
+        self.device_flush(&mg).await?;
         if needed > old_len && old_off != 0 {
             // No header on disk names the old table any more.
             self.free_table_clusters(old_off, old_len * 8);
-            self.writeback_all().await?;
+            self.writeback_all(&mg).await?;
         }
         Ok(())
     }

@@ -5,7 +5,7 @@
 //!
 //! Each operation takes `&mut self`, so no guest request is in flight; it
 //! first commits and writes back everything pending (`flush_internal`),
-//! then runs under `meta_lock` with refcounts written eagerly even on a
+//! then runs under the metadata lock with refcounts written eagerly even on a
 //! lazy-refcounts image, so that the ordering below is on disk and the
 //! operation leaves no refcount work to a dirty bit.
 //!
@@ -27,7 +27,7 @@ use crate::format::snapshot::{
     decode_entry, encode_table, Decoded, Snapshot, MAX_SNAPSHOTS, MAX_TABLE_BYTES,
 };
 use crate::format::{be64_bytes, L1Entry};
-use crate::image::{Image, Meta, MAX_L1_BYTES};
+use crate::image::{Image, Meta, MetaGuard, MAX_L1_BYTES};
 
 /// How much of the snapshot table one read asks for beyond what the
 /// entry being decoded needs.
@@ -36,7 +36,13 @@ const READ_AHEAD: usize = 64 << 10;
 impl<D: BlockDev> Image<D> {
     /// The internal snapshots, in table order.
     pub async fn snapshots(&self) -> Result<Vec<Snapshot>> {
-        Ok(self.read_snapshot_table().await?.0)
+        // Read without the lock: the table changes only under `&mut self`
+        // (the snapshot operations), so no lock holder can be changing it.
+        let (count, start) = {
+            let m = self.meta.read_unlocked();
+            (m.header.nb_snapshots, m.header.snapshots_offset)
+        };
+        Ok(self.read_snapshot_table_at(count, start).await?.0)
     }
 
     /// Take a snapshot of the guest disk named `name`, dated as the caller
@@ -50,11 +56,11 @@ impl<D: BlockDev> Image<D> {
         date_nsec: u32,
     ) -> Result<Snapshot> {
         self.begin_snapshot_op().await?;
-        let _g = self.meta_lock.lock().await;
-        let _eager = self.eager_refcounts();
-        let window = self.open_flag_window().await?;
-        let r = self.create_locked(name, date_sec, date_nsec).await;
-        self.close_flag_window(window, &r).await?;
+        let mg = self.meta.lock().await;
+        let _eager = self.eager_refcounts(&mg);
+        let window = self.open_flag_window(&mg).await?;
+        let r = self.create_locked(&mg, name, date_sec, date_nsec).await;
+        self.close_flag_window(&mg, window, &r).await?;
         r
     }
 
@@ -64,11 +70,11 @@ impl<D: BlockDev> Image<D> {
     pub async fn snapshot_apply(&mut self, id_or_name: &str) -> Result<()> {
         self.begin_snapshot_op().await?;
         let new_size = {
-            let _g = self.meta_lock.lock().await;
-            let _eager = self.eager_refcounts();
-            let window = self.open_flag_window().await?;
-            let r = self.apply_locked(id_or_name).await;
-            self.close_flag_window(window, &r).await?;
+            let mg = self.meta.lock().await;
+            let _eager = self.eager_refcounts(&mg);
+            let window = self.open_flag_window(&mg).await?;
+            let r = self.apply_locked(&mg, id_or_name).await;
+            self.close_flag_window(&mg, window, &r).await?;
             r
         };
         self.geo.virtual_size = new_size?;
@@ -79,11 +85,11 @@ impl<D: BlockDev> Image<D> {
     /// named so, and release what only it referenced.
     pub async fn snapshot_delete(&mut self, id_or_name: &str) -> Result<()> {
         self.begin_snapshot_op().await?;
-        let _g = self.meta_lock.lock().await;
-        let _eager = self.eager_refcounts();
-        let window = self.open_flag_window().await?;
-        let r = self.delete_locked(id_or_name).await;
-        self.close_flag_window(window, &r).await?;
+        let mg = self.meta.lock().await;
+        let _eager = self.eager_refcounts(&mg);
+        let window = self.open_flag_window(&mg).await?;
+        let r = self.delete_locked(&mg, id_or_name).await;
+        self.close_flag_window(&mg, window, &r).await?;
         r
     }
 
@@ -99,16 +105,15 @@ impl<D: BlockDev> Image<D> {
     /// lazy refcounts do. A version 2 image has no dirty bit: there, as
     /// with QEMU's driver, a crash inside the operation may leave such
     /// flags for `qemu-img check -r` to mend. Returns whether it set the
-    /// bit (it was clear). Under `meta_lock`.
-    async fn open_flag_window(&self) -> Result<bool> {
-        self.assert_meta_locked("open_flag_window");
-        if self.geo.version < 3 || self.meta.borrow().dirty_on_disk {
+    /// bit (it was clear). Under the metadata lock.
+    async fn open_flag_window(&self, mg: &MetaGuard<'_>) -> Result<bool> {
+        if self.geo.version < 3 || mg.borrow().dirty_on_disk {
             return Ok(false);
         }
-        self.meta.borrow_mut().header.incompatible_features |= incompat::DIRTY;
-        self.write_header().await?;
-        self.device_flush().await?;
-        self.meta.borrow_mut().dirty_on_disk = true;
+        mg.borrow_mut().header.incompatible_features |= incompat::DIRTY;
+        self.write_header(mg).await?;
+        self.device_flush(mg).await?;
+        mg.borrow_mut().dirty_on_disk = true;
         Ok(true)
     }
 
@@ -121,35 +126,37 @@ impl<D: BlockDev> Image<D> {
     /// clean. Poisoned, the image refuses everything and its close fails,
     /// so the bit stays for the next open's repair (on a version 2 image,
     /// what is on disk stays for `qemu-img check -r`).
-    async fn close_flag_window<T>(&self, set: bool, r: &Result<T>) -> Result<()> {
+    async fn close_flag_window<T>(
+        &self,
+        mg: &MetaGuard<'_>,
+        set: bool,
+        r: &Result<T>,
+    ) -> Result<()> {
         let done = match r {
             Ok(_) => true,
             Err(e) => matches!(e, Error::Snapshot(_)),
         };
         if !done {
-            self.meta.borrow_mut().poisoned = true;
+            self.poison();
             return Ok(());
         }
         if !set {
             return Ok(());
         }
-        self.meta.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
-        self.write_header().await?;
-        self.device_flush().await?;
-        self.meta.borrow_mut().dirty_on_disk = false;
+        mg.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
+        self.write_header(mg).await?;
+        self.device_flush(mg).await?;
+        mg.borrow_mut().dirty_on_disk = false;
         Ok(())
     }
 
     /// Refcounts written eagerly until the guard drops, on a lazy-refcounts
     /// image too: a snapshot operation's crash order relies on them (see
-    /// the module comment). Taken under `meta_lock`, dropped before it.
-    fn eager_refcounts(&self) -> EagerRefcounts<'_> {
-        let lazy = self.meta.borrow().refs.lazy();
-        self.meta.borrow_mut().refs.set_lazy(false);
-        EagerRefcounts {
-            meta: &self.meta,
-            lazy,
-        }
+    /// the module comment). Taken under the metadata lock, dropped before it.
+    fn eager_refcounts<'a>(&self, mg: &'a MetaGuard<'_>) -> EagerRefcounts<'a> {
+        let lazy = mg.borrow().refs.lazy();
+        mg.borrow_mut().refs.set_lazy(false);
+        EagerRefcounts { state: mg, lazy }
     }
 
     /// Refuse what cannot hold snapshots, then quiesce: every pending
@@ -162,23 +169,29 @@ impl<D: BlockDev> Image<D> {
         self.flush_internal(false).await
     }
 
-    async fn create_locked(&self, name: &str, date_sec: u32, date_nsec: u32) -> Result<Snapshot> {
-        let (mut table, old_len) = self.read_snapshot_table().await?;
+    async fn create_locked(
+        &self,
+        mg: &MetaGuard<'_>,
+        name: &str,
+        date_sec: u32,
+        date_nsec: u32,
+    ) -> Result<Snapshot> {
+        let (mut table, old_len) = self.read_snapshot_table(mg).await?;
         if table.len() >= MAX_SNAPSHOTS as usize {
             return Err(SnapshotError::TooMany { max: MAX_SNAPSHOTS }.into());
         }
         let cs = self.geo.cluster_size;
-        let l1 = self.meta.borrow().tables.l1().to_vec();
-        let refs = self.l1_references(&l1).await?;
+        let l1 = mg.borrow().tables.l1().to_vec();
+        let refs = self.l1_references(mg, &l1).await?;
         // Checked before anything is allocated: a refusal leaks nothing.
-        self.check_references(&refs).await?;
+        self.check_references(mg, &refs).await?;
         // The snapshot's L1 table: the active one, with COPIED cleared
         // (the flag means nothing outside the active table).
         let l1_off = if l1.is_empty() {
             0
         } else {
             let off = self
-                .alloc_clusters((l1.len() as u64 * 8).div_ceil(cs))
+                .alloc_clusters(mg, (l1.len() as u64 * 8).div_ceil(cs))
                 .await?;
             let copy: Vec<u64> = l1.iter().map(|e| e & !COPIED).collect();
             self.write_meta(off, &be64_bytes(&copy)).await?;
@@ -187,10 +200,10 @@ impl<D: BlockDev> Image<D> {
         // Every active cluster is about to be shared: COPIED goes, on disk
         // before the refcounts say they are shared, so that no crash
         // leaves a flag on a cluster counted twice.
-        self.clear_copied(&l1, true).await?;
-        self.writeback_all().await?;
-        self.add_references(&refs).await?;
-        self.writeback_all().await?;
+        self.clear_copied(mg, &l1, true).await?;
+        self.writeback_all(mg).await?;
+        self.add_references(mg, &refs).await?;
+        self.writeback_all(mg).await?;
         let sn = Snapshot {
             id: next_id(&table),
             name: name.to_owned(),
@@ -205,38 +218,38 @@ impl<D: BlockDev> Image<D> {
             unknown_extra: Vec::new(),
         };
         table.push(sn.clone());
-        self.switch_snapshot_table(&table, old_len).await?;
+        self.switch_snapshot_table(mg, &table, old_len).await?;
         Ok(sn)
     }
 
-    async fn delete_locked(&self, id_or_name: &str) -> Result<()> {
-        let (mut table, old_len) = self.read_snapshot_table().await?;
+    async fn delete_locked(&self, mg: &MetaGuard<'_>, id_or_name: &str) -> Result<()> {
+        let (mut table, old_len) = self.read_snapshot_table(mg).await?;
         let i = find_snapshot(&table, id_or_name)?;
         let sn = table.remove(i);
         let l1 = self
             .read_inactive_l1(sn.l1_table_offset, sn.l1_size)
             .await?;
-        let refs = self.l1_references(&l1).await?;
-        self.switch_snapshot_table(&table, old_len).await?;
+        let refs = self.l1_references(mg, &l1).await?;
+        self.switch_snapshot_table(mg, &table, old_len).await?;
         // Nothing on disk names the snapshot any more.
         self.drop_references(&refs);
         self.free_table_clusters(sn.l1_table_offset, u64::from(sn.l1_size) * 8);
-        self.writeback_all().await?;
-        self.recompute_copied().await?;
-        self.writeback_all().await
+        self.writeback_all(mg).await?;
+        self.recompute_copied(mg).await?;
+        self.writeback_all(mg).await
     }
 
     /// Apply under the lock; returns the new virtual size, for the caller
     /// to set once the lock is released.
-    async fn apply_locked(&self, id_or_name: &str) -> Result<u64> {
-        let (table, _) = self.read_snapshot_table().await?;
+    async fn apply_locked(&self, mg: &MetaGuard<'_>, id_or_name: &str) -> Result<u64> {
+        let (table, _) = self.read_snapshot_table(mg).await?;
         let sn = table[find_snapshot(&table, id_or_name)?].clone();
         let new_size = sn.disk_size.unwrap_or(self.geo.virtual_size);
         let sn_l1 = self
             .read_inactive_l1(sn.l1_table_offset, sn.l1_size)
             .await?;
         let (old_off, old_l1) = {
-            let m = self.meta.borrow();
+            let m = mg.borrow();
             (m.header.l1_table_offset, m.tables.l1().to_vec())
         };
         let new_len = (old_l1.len() as u64)
@@ -249,15 +262,15 @@ impl<D: BlockDev> Image<D> {
                 limit: MAX_L1_BYTES,
             });
         }
-        let old_refs = self.l1_references(&old_l1).await?;
-        let new_refs = self.l1_references(&sn_l1).await?;
+        let old_refs = self.l1_references(mg, &old_l1).await?;
+        let new_refs = self.l1_references(mg, &sn_l1).await?;
         // What the new active table references is counted and durable
         // before any table names it, and no entry of its L2 tables (shared
         // with the snapshot) says COPIED: an image another tool wrote may
         // have the flag in a snapshot's tables.
-        self.add_references(&new_refs).await?;
-        self.clear_copied(&sn_l1, false).await?;
-        self.writeback_all().await?;
+        self.add_references(mg, &new_refs).await?;
+        self.clear_copied(mg, &sn_l1, false).await?;
+        self.writeback_all(mg).await?;
         let mut l1: Vec<u64> = sn_l1.iter().map(|e| e & !COPIED).collect();
         l1.resize(new_len as usize, 0);
         let in_place =
@@ -267,12 +280,12 @@ impl<D: BlockDev> Image<D> {
             // torn write mixing old and new entries is safe, both sets of
             // references being counted until the write is durable.
             self.write_meta(old_off, &be64_bytes(&l1)).await?;
-            self.device_flush().await?;
+            self.device_flush(mg).await?;
         } else {
-            self.switch_active_l1(&l1, new_size).await?;
+            self.switch_active_l1(mg, &l1, new_size).await?;
         }
         {
-            let mut m = self.meta.borrow_mut();
+            let mut m = mg.borrow_mut();
             // Tables only the old L1 named may be freed and reused: their
             // cached copies (clean after the writeback) must go.
             for &e in &old_l1 {
@@ -293,9 +306,9 @@ impl<D: BlockDev> Image<D> {
         if !in_place {
             self.free_table_clusters(old_off, old_l1.len() as u64 * 8);
         }
-        self.writeback_all().await?;
-        self.recompute_copied().await?;
-        self.writeback_all().await?;
+        self.writeback_all(mg).await?;
+        self.recompute_copied(mg).await?;
+        self.writeback_all(mg).await?;
         Ok(new_size)
     }
 
@@ -303,28 +316,28 @@ impl<D: BlockDev> Image<D> {
     /// refcounts before one header write switches the table and the
     /// virtual size (`new_size`) at once: a crash leaves the old table and
     /// size or the new ones.
-    async fn switch_active_l1(&self, l1: &[u64], new_size: u64) -> Result<()> {
+    async fn switch_active_l1(&self, mg: &MetaGuard<'_>, l1: &[u64], new_size: u64) -> Result<()> {
         let cs = self.geo.cluster_size;
         let new_off = if l1.is_empty() {
             0
         } else {
             let clusters = (l1.len() as u64 * 8).div_ceil(cs);
-            let off = self.alloc_clusters(clusters).await?;
+            let off = self.alloc_clusters(mg, clusters).await?;
             let mut padded = l1.to_vec();
             padded.resize((clusters * cs / 8) as usize, 0);
             self.write_meta(off, &be64_bytes(&padded)).await?;
             off
         };
-        self.writeback_refcount_phase().await?;
-        self.device_flush().await?;
+        self.writeback_refcount_phase(mg).await?;
+        self.device_flush(mg).await?;
         {
-            let mut m = self.meta.borrow_mut();
+            let mut m = mg.borrow_mut();
             m.header.l1_table_offset = new_off;
             m.header.l1_size = l1.len() as u32;
             m.header.size = new_size;
         }
-        self.write_header().await?;
-        self.device_flush().await
+        self.write_header(mg).await?;
+        self.device_flush(mg).await
     }
 
     /// Write `table` to fresh clusters, make it and its refcounts durable,
@@ -332,6 +345,7 @@ impl<D: BlockDev> Image<D> {
     /// the old table (`old_len` bytes at the header's old offset).
     pub(crate) async fn switch_snapshot_table(
         &self,
+        mg: &MetaGuard<'_>,
         table: &[Snapshot],
         old_len: u64,
     ) -> Result<()> {
@@ -341,35 +355,44 @@ impl<D: BlockDev> Image<D> {
             0
         } else {
             let off = self
-                .alloc_clusters((bytes.len() as u64).div_ceil(cs))
+                .alloc_clusters(mg, (bytes.len() as u64).div_ceil(cs))
                 .await?;
             self.write_meta(off, &bytes).await?;
             off
         };
-        self.writeback_refcount_phase().await?;
-        self.device_flush().await?;
+        self.writeback_refcount_phase(mg).await?;
+        self.device_flush(mg).await?;
         let old_off = {
-            let mut m = self.meta.borrow_mut();
+            let mut m = mg.borrow_mut();
             let old = m.header.snapshots_offset;
             m.header.nb_snapshots = table.len() as u32;
             m.header.snapshots_offset = new_off;
             old
         };
-        self.write_header().await?;
-        self.device_flush().await?;
+        self.write_header(mg).await?;
+        self.device_flush(mg).await?;
         self.free_table_clusters(old_off, old_len);
-        self.writeback_all().await
+        self.writeback_all(mg).await
     }
 
     /// The snapshot table the header names, and its length in bytes. Read
     /// an entry at a time, each bounded before it is read: no more than
     /// QEMU's table limit or the metadata memory limit, nothing past the
     /// end of the file.
-    pub(crate) async fn read_snapshot_table(&self) -> Result<(Vec<Snapshot>, u64)> {
+    pub(crate) async fn read_snapshot_table(
+        &self,
+        mg: &MetaGuard<'_>,
+    ) -> Result<(Vec<Snapshot>, u64)> {
         let (count, start) = {
-            let h = &self.meta.borrow().header;
+            let h = &mg.borrow().header;
             (h.nb_snapshots, h.snapshots_offset)
         };
+        self.read_snapshot_table_at(count, start).await
+    }
+
+    /// The `count` entries of the snapshot table at `start`, as
+    /// [`Image::read_snapshot_table`] reads the one the header names.
+    async fn read_snapshot_table_at(&self, count: u32, start: u64) -> Result<(Vec<Snapshot>, u64)> {
         if count == 0 {
             return Ok((Vec::new(), 0));
         }
@@ -438,7 +461,11 @@ impl<D: BlockDev> Image<D> {
                 "loading a snapshot into an image opened read-write".into(),
             ));
         }
-        let (table, _) = self.read_snapshot_table().await?;
+        let (count, start) = {
+            let m = self.meta.get_mut();
+            (m.header.nb_snapshots, m.header.snapshots_offset)
+        };
+        let (table, _) = self.read_snapshot_table_at(count, start).await?;
         let Some(sn) = table.iter().find(|s| pick(s)) else {
             return Err(SnapshotError::NotFound(String::new()).into());
         };
@@ -453,9 +480,9 @@ impl<D: BlockDev> Image<D> {
         if l1.len() < needed {
             l1.resize(needed, 0);
         }
-        let _g = self.meta_lock.lock().await;
-        self.meta.borrow_mut().tables.replace_l1(l1);
-        drop(_g);
+        let mg = self.meta.lock().await;
+        mg.borrow_mut().tables.replace_l1(l1);
+        drop(mg);
         self.geo.virtual_size = size;
         Ok(())
     }
@@ -475,13 +502,13 @@ pub fn find_snapshot(table: &[Snapshot], id_or_name: &str) -> Result<usize> {
 /// The image's lazy-refcounts setting, put back when a snapshot operation
 /// ends however it ends ([`Image::eager_refcounts`]).
 struct EagerRefcounts<'a> {
-    meta: &'a std::cell::RefCell<Meta>,
+    state: &'a std::cell::RefCell<Meta>,
     lazy: bool,
 }
 
 impl Drop for EagerRefcounts<'_> {
     fn drop(&mut self) {
-        self.meta.borrow_mut().refs.set_lazy(self.lazy);
+        self.state.borrow_mut().refs.set_lazy(self.lazy);
     }
 }
 

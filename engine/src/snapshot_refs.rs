@@ -8,7 +8,8 @@
 //! three share one L2 table, and that table has refcount 3 as well (the
 //! way QEMU, its check and this engine's rebuild count).
 //!
-//! Every function here must be called with `Image::meta_lock` held.
+//! Every function here that reads tables or refcounts takes the metadata
+//! lock's guard (`MetaGuard`).
 
 use std::collections::BTreeMap;
 
@@ -16,7 +17,7 @@ use crate::dev::BlockDev;
 use crate::error::{Error, Result, SnapshotError};
 use crate::format::entry::COPIED;
 use crate::format::{read_be64_table, refcount, L1Entry, L2Entry, L2Mapping};
-use crate::image::{Image, MAX_L1_BYTES};
+use crate::image::{Image, MetaGuard, MAX_L1_BYTES};
 use crate::l1l2::decode_slot;
 
 /// Host clusters with how many references an L1 table holds to each.
@@ -61,10 +62,9 @@ impl<D: BlockDev> Image<D> {
     /// tables and the data clusters their entries name (not those of an
     /// external data file, which are not counted). L2 tables are read from
     /// the cache where it holds them, else from the device.
-    pub(crate) async fn l1_references(&self, l1: &[u64]) -> Result<References> {
-        self.assert_meta_locked("l1_references");
+    pub(crate) async fn l1_references(&self, mg: &MetaGuard<'_>, l1: &[u64]) -> Result<References> {
         let cs = self.geo.cluster_size;
-        let end = self.meta.borrow().alloc.end_cluster();
+        let end = mg.borrow().alloc.end_cluster();
         let mut refs = References::new();
         let mut add = |c: u64, at: u64| -> Result<()> {
             if c >= end {
@@ -86,7 +86,7 @@ impl<D: BlockDev> Image<D> {
                 continue;
             }
             let cached = {
-                let mut m = self.meta.borrow_mut();
+                let mut m = mg.borrow_mut();
                 m.tables
                     .l2_cached(l2_off)
                     .then(|| m.tables.l2_table(l2_off))
@@ -113,12 +113,15 @@ impl<D: BlockDev> Image<D> {
 
     /// Whether `refs` can be added to the refcounts: each cluster in use
     /// and none overflowing.
-    pub(crate) async fn check_references(&self, refs: &References) -> Result<()> {
-        self.assert_meta_locked("check_references");
+    pub(crate) async fn check_references(
+        &self,
+        mg: &MetaGuard<'_>,
+        refs: &References,
+    ) -> Result<()> {
         let bits = self.geo.refcount_bits;
         let max = refcount::max(bits);
         for (&c, &n) in refs {
-            let rc = self.refcount(c).await?;
+            let rc = self.refcount(mg, c).await?;
             if rc == 0 {
                 return Err(Error::corrupt(
                     format!("cluster {c} is referenced but its refcount is 0"),
@@ -139,11 +142,11 @@ impl<D: BlockDev> Image<D> {
     /// Add `refs` to the refcounts, checked first (`check_references`) so
     /// that a refusal changes nothing. The new counts are in the refcount
     /// cache, not yet written.
-    pub(crate) async fn add_references(&self, refs: &References) -> Result<()> {
-        self.check_references(refs).await?;
+    pub(crate) async fn add_references(&self, mg: &MetaGuard<'_>, refs: &References) -> Result<()> {
+        self.check_references(mg, refs).await?;
         for (&c, &n) in refs {
-            let rc = self.refcount(c).await?;
-            self.set_refcount(c, rc + n).await?;
+            let rc = self.refcount(mg, c).await?;
+            self.set_refcount(mg, c, rc + n).await?;
         }
         Ok(())
     }
@@ -163,8 +166,12 @@ impl<D: BlockDev> Image<D> {
     /// too. Clearing is the safe side of the flag (a write then copies a
     /// cluster it could have written in place), so it may reach the disk
     /// before the refcounts that make a cluster shared.
-    pub(crate) async fn clear_copied(&self, l1: &[u64], active: bool) -> Result<()> {
-        self.assert_meta_locked("clear_copied");
+    pub(crate) async fn clear_copied(
+        &self,
+        mg: &MetaGuard<'_>,
+        l1: &[u64],
+        active: bool,
+    ) -> Result<()> {
         for (i, &e) in l1.iter().enumerate() {
             let e = L1Entry(e);
             let l2_off = e.l2_offset();
@@ -172,17 +179,15 @@ impl<D: BlockDev> Image<D> {
                 continue;
             }
             if active && e.copied() {
-                self.meta
-                    .borrow_mut()
+                mg.borrow_mut()
                     .tables
                     .set_l1_entry(i, L1Entry::new(l2_off, false));
             }
-            self.load_l2(l2_off).await?;
+            self.load_l2(mg, l2_off).await?;
             for idx in 0..self.geo.l2_entries as usize {
-                let entry = self.meta.borrow_mut().tables.l2_entry(l2_off, idx);
+                let entry = mg.borrow_mut().tables.l2_entry(l2_off, idx);
                 if entry.word & COPIED != 0 {
-                    self.meta
-                        .borrow_mut()
+                    mg.borrow_mut()
                         .tables
                         .update_l2_entry(l2_off, idx, |e| L2Entry {
                             word: e.word & !COPIED,
@@ -199,29 +204,27 @@ impl<D: BlockDev> Image<D> {
     /// compressed clusters never carry it). Only entries whose flag is
     /// wrong are changed, in the caches; a writeback writes them after the
     /// refcounts they rely on.
-    pub(crate) async fn recompute_copied(&self) -> Result<()> {
-        self.assert_meta_locked("recompute_copied");
+    pub(crate) async fn recompute_copied(&self, mg: &MetaGuard<'_>) -> Result<()> {
         let cs = self.geo.cluster_size;
-        let l1_len = self.meta.borrow().tables.l1().len();
+        let l1_len = mg.borrow().tables.l1().len();
         for i in 0..l1_len {
-            let e = self.meta.borrow().tables.l1_entry(i);
+            let e = mg.borrow().tables.l1_entry(i);
             let l2_off = e.l2_offset();
             if l2_off == 0 {
                 continue;
             }
-            let alone = self.refcount(l2_off / cs).await? == 1;
+            let alone = self.refcount(mg, l2_off / cs).await? == 1;
             if e.copied() != alone {
-                self.meta
-                    .borrow_mut()
+                mg.borrow_mut()
                     .tables
                     .set_l1_entry(i, L1Entry::new(l2_off, alone));
             }
             if self.has_data_file() {
                 continue;
             }
-            self.load_l2(l2_off).await?;
+            self.load_l2(mg, l2_off).await?;
             for idx in 0..self.geo.l2_entries as usize {
-                let entry = self.meta.borrow_mut().tables.l2_entry(l2_off, idx);
+                let entry = mg.borrow_mut().tables.l2_entry(l2_off, idx);
                 let host = match entry.decode(self.geo.cluster_bits, self.geo.version) {
                     L2Mapping::Normal { host, .. }
                     | L2Mapping::Zero {
@@ -229,13 +232,12 @@ impl<D: BlockDev> Image<D> {
                     } => host,
                     _ => continue,
                 };
-                let alone = self.refcount(host / cs).await? == 1;
+                let alone = self.refcount(mg, host / cs).await? == 1;
                 if (entry.word & COPIED != 0) != alone {
                     // The table may have been evicted while refcounts
                     // loaded: bring it back before changing it.
-                    self.load_l2(l2_off).await?;
-                    self.meta
-                        .borrow_mut()
+                    self.load_l2(mg, l2_off).await?;
+                    mg.borrow_mut()
                         .tables
                         .update_l2_entry(l2_off, idx, |e| L2Entry {
                             word: if alone {

@@ -3,7 +3,7 @@
 //! read only what holds data, as QEMU's `bdrv_block_status` lets
 //! `qemu-img convert` and `qemu-img map` do.
 //!
-//! Built on `map_run` under `meta_lock`, so the answer is one consistent
+//! Built on `map_run` under the metadata lock, so the answer is one consistent
 //! view of the metadata. A cluster whose allocation is still in flight (not
 //! yet linked into its L2 table) is reported as data: a write is putting
 //! data there, and what is not written yet is pending COW that a reader
@@ -11,7 +11,7 @@
 
 use crate::dev::BlockDev;
 use crate::error::Result;
-use crate::image::{Backing, Image};
+use crate::image::{Backing, Image, MetaGuard};
 use crate::mapping::Run;
 
 /// What a guest byte range holds.
@@ -46,14 +46,14 @@ impl<D: BlockDev> Image<D> {
         if len == 0 {
             return Ok((Status::Unallocated, 0));
         }
-        let _guard = self.meta_lock.lock().await;
+        let mg = self.meta.lock().await;
         let end = offset + len;
         let (status, mut pos) = {
-            let (s, n) = self.status_piece(offset, len).await?;
+            let (s, n) = self.status_piece(&mg, offset, len).await?;
             (s, offset + n)
         };
         while pos < end {
-            let (s, n) = self.status_piece(pos, end - pos).await?;
+            let (s, n) = self.status_piece(&mg, pos, end - pos).await?;
             if s != status {
                 break;
             }
@@ -85,7 +85,7 @@ impl<D: BlockDev> Image<D> {
 
     /// One piece of the range at `off`, at most `max` bytes: a run from
     /// `map_run`, or the part of an in-flight allocation.
-    async fn status_piece(&self, off: u64, max: u64) -> Result<(Status, u64)> {
+    async fn status_piece(&self, mg: &MetaGuard<'_>, off: u64, max: u64) -> Result<(Status, u64)> {
         let limit = {
             let inf = self.inflight.borrow();
             if let Some(id) = inf.allocs.at(off) {
@@ -96,7 +96,7 @@ impl<D: BlockDev> Image<D> {
                 .next_start_after(off)
                 .map_or(max, |next| (next - off).min(max))
         };
-        let (run, n) = self.map_run(off, limit).await?;
+        let (run, n) = self.map_run(mg, off, limit).await?;
         Ok(match run {
             Run::Data { .. } | Run::Compressed { .. } => (Status::Data, n),
             Run::Zero => (Status::Zero, n),

@@ -1,5 +1,5 @@
 //! Single-threaded async primitives for the engine's cooperative
-//! concurrency: a FIFO mutex (QEMU's CoMutex), a wait queue (a condition
+//! concurrency: a FIFO mutex that owns what it protects (QEMU's CoMutex), a wait queue (a condition
 //! variable: waiters re-check their condition after every wake-up), and
 //! wait queues by what is awaited (`WaitMap`: a wake-up reaches only those
 //! waiting for that key).
@@ -8,50 +8,82 @@
 //! one thread; waking order is FIFO, and keys are kept in order (never in
 //! hash order), so that a seeded executor stays deterministic.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, Ref, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-/// A fair async mutex without data: it orders critical sections that span
-/// awaits. State protected by it lives in `RefCell`s that are never
-/// borrowed across an await.
-#[derive(Default)]
-pub struct CoMutex {
+/// A fair async mutex that owns the state it protects: the only way to the
+/// state is through a guard (`lock`), so code that touches it without the
+/// lock does not compile. The guard hands out `RefCell` borrows, which are
+/// never held across an await; the lock orders critical sections that span
+/// awaits.
+///
+/// Two ways in without the lock, each named for why it is sound:
+/// `read_unlocked`, a shared borrow for synchronous queries (one thread, so
+/// nothing changes while it is held; the caller accepts seeing a locked
+/// sequence half done), and `get_mut`, for a caller that holds the only
+/// reference (`&mut`), so no lock holder can exist.
+pub struct CoMutex<T> {
     locked: Cell<bool>,
     next_ticket: Cell<u64>,
     /// Tickets waiting, in arrival order, with their wakers.
     queue: RefCell<VecDeque<(u64, Option<Waker>)>>,
+    data: RefCell<T>,
 }
 
-pub struct CoMutexGuard<'a> {
-    m: &'a CoMutex,
+/// Holding the lock: the protected state is borrowed through it
+/// (`borrow`, `borrow_mut`, by deref to the `RefCell`).
+pub struct CoMutexGuard<'a, T> {
+    m: &'a CoMutex<T>,
 }
 
-impl CoMutex {
-    /// Whether some task holds the lock now: for debug assertions of the
-    /// "called with meta_lock held" rules (single-threaded, so the answer
-    /// cannot change before the caller uses it).
-    pub fn is_locked(&self) -> bool {
-        self.locked.get()
+impl<T> CoMutex<T> {
+    pub fn new(data: T) -> Self {
+        CoMutex {
+            locked: Cell::new(false),
+            next_ticket: Cell::new(0),
+            queue: RefCell::new(VecDeque::new()),
+            data: RefCell::new(data),
+        }
     }
 
-    pub fn lock(&self) -> impl Future<Output = CoMutexGuard<'_>> {
+    pub fn lock(&self) -> impl Future<Output = CoMutexGuard<'_, T>> {
         let ticket = self.next_ticket.get();
         self.next_ticket.set(ticket + 1);
         self.queue.borrow_mut().push_back((ticket, None));
         LockFuture { m: self, ticket }
     }
+
+    /// A shared borrow without the lock, for synchronous queries (see the
+    /// type's doc).
+    pub fn read_unlocked(&self) -> Ref<'_, T> {
+        self.data.borrow()
+    }
+
+    /// The state itself, for the only holder of the mutex.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.data.get_mut()
+    }
 }
 
-struct LockFuture<'a> {
-    m: &'a CoMutex,
+impl<T> Deref for CoMutexGuard<'_, T> {
+    type Target = RefCell<T>;
+
+    fn deref(&self) -> &RefCell<T> {
+        &self.m.data
+    }
+}
+
+struct LockFuture<'a, T> {
+    m: &'a CoMutex<T>,
     ticket: u64,
 }
 
-impl<'a> Future for LockFuture<'a> {
-    type Output = CoMutexGuard<'a>;
+impl<'a, T> Future for LockFuture<'a, T> {
+    type Output = CoMutexGuard<'a, T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let m = self.m;
@@ -69,7 +101,7 @@ impl<'a> Future for LockFuture<'a> {
     }
 }
 
-impl Drop for LockFuture<'_> {
+impl<T> Drop for LockFuture<'_, T> {
     fn drop(&mut self) {
         // A cancelled waiter gives up its place; if it was first, wake the next.
         let mut q = self.m.queue.borrow_mut();
@@ -84,7 +116,7 @@ impl Drop for LockFuture<'_> {
     }
 }
 
-impl Drop for CoMutexGuard<'_> {
+impl<T> Drop for CoMutexGuard<'_, T> {
     fn drop(&mut self) {
         self.m.locked.set(false);
         if let Some((_, Some(w))) = self.m.queue.borrow().front() {

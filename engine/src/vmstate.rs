@@ -59,7 +59,7 @@ impl<D: BlockDev> Image<D> {
             return Ok(());
         }
         let needed = end.div_ceil(self.geo.l2_span());
-        let have = self.meta.borrow().tables.l1().len() as u64;
+        let have = self.meta.read_unlocked().tables.l1().len() as u64;
         if needed > have {
             // Grown by half again until it covers the write, as QEMU's
             // driver grows a table a write outruns (a resize grows it to
@@ -82,7 +82,7 @@ impl<D: BlockDev> Image<D> {
         self.check_vm_state_supported()?;
         let (start, end) = self.vm_state_range(pos, buf.len() as u64)?;
         // What the L1 table maps is read; past its end, zeroes.
-        let mapped = self.meta.borrow().tables.l1().len() as u64 * self.geo.l2_span();
+        let mapped = self.meta.read_unlocked().tables.l1().len() as u64 * self.geo.l2_span();
         let split = end.min(mapped).max(start);
         let (head, tail) = buf.split_at_mut((split - start) as usize);
         tail.fill(0);

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::format::entry::{COPIED, SUBCLUSTERS};
 use crate::format::{L2Entry, L2Mapping};
 use crate::guards::Guard;
-use crate::image::Image;
+use crate::image::{Image, MetaGuard};
 use crate::mapping::Run;
 
 /// How many unlinked allocations may wait for their COW at once; beyond it
@@ -39,7 +39,7 @@ impl<D: BlockDev> Image<D> {
         if self.opts.read_only {
             return Err(Error::ReadOnly);
         }
-        if self.meta.borrow().poisoned {
+        if self.is_poisoned() {
             return Err(Error::Poisoned);
         }
         Ok(())
@@ -112,8 +112,8 @@ impl<D: BlockDev> Image<D> {
     /// One step of a write; returns how many bytes it wrote.
     async fn write_step(&self, off: u64, data: &[u8]) -> Result<usize> {
         loop {
-            let guard = self.meta_lock.lock().await;
-            if self.meta.borrow().poisoned {
+            let mg = self.meta.lock().await;
+            if self.is_poisoned() {
                 return Err(Error::Poisoned);
             }
             // 1. handle_dependencies
@@ -123,7 +123,7 @@ impl<D: BlockDev> Image<D> {
                 if broken::is(&self.opts, Broken::DoubleAlloc) {
                     // Deliberately wrong: a second cluster for a guest
                     // cluster whose allocation is still in flight.
-                    drop(guard);
+                    drop(mg);
                     return self.broken_second_alloc(id, off, data).await;
                 }
                 let (start, joinable, in_cover) = {
@@ -132,7 +132,7 @@ impl<D: BlockDev> Image<D> {
                     let (cs, ce) = a.cover();
                     (a.guest_start(), self.may_join(a), (cs..ce).contains(&off))
                 };
-                drop(guard);
+                drop(mg);
                 if joinable {
                     if !in_cover {
                         // Subclusters the allocation leaves as they were:
@@ -158,7 +158,7 @@ impl<D: BlockDev> Image<D> {
                 }
                 l
             };
-            let (run, mut len) = self.map_run(off, limit).await?;
+            let (run, mut len) = self.map_run(&mg, off, limit).await?;
             if self.geo.extended_l2 && !matches!(run, Run::Data { copied: true, .. }) {
                 // A run may end inside a cluster where subclusters stop
                 // mapping alike; the allocation takes the whole cluster
@@ -168,9 +168,9 @@ impl<D: BlockDev> Image<D> {
             // 2. handle_copied
             if let Run::Data { host, copied: true } = run {
                 let host = host + self.geo.offset_into_cluster(off);
-                self.check_data_clusters(host, len)?;
+                self.check_data_clusters(&mg, host, len)?;
                 let io = self.inflight.borrow_mut().begin_io();
-                drop(guard);
+                drop(mg);
                 let r = self
                     .data_dev()
                     .write(host, &data[..len as usize], WriteFlags::default())
@@ -180,7 +180,7 @@ impl<D: BlockDev> Image<D> {
                 return Ok(len as usize);
             }
             // 3. handle_alloc
-            return self.handle_alloc(guard, off, &data[..len as usize]).await;
+            return self.handle_alloc(mg, off, &data[..len as usize]).await;
         }
     }
 
@@ -191,7 +191,9 @@ impl<D: BlockDev> Image<D> {
     /// guest start (a write filling other subclusters of the cluster), and
     /// that one is not this caller's to give up.
     async fn abort_alloc(&self, id: AllocId) {
-        let _g = self.meta_lock.lock().await;
+        // After any metadata sequence in progress, as every give-up but a
+        // failed flush's (which must not await).
+        let _mg = self.meta.lock().await;
         // A flush may have taken it over meanwhile: then it is completed
         // from its COW sources and linked, which is as good.
         let open = self.inflight.borrow().allocs.state(id) == Some(AllocState::Open);
@@ -222,9 +224,9 @@ impl<D: BlockDev> Image<D> {
             a.linked()
         };
         {
-            let mut m = self.meta.borrow_mut();
+            let mut frees = self.frees.borrow_mut();
             for i in first..a.clusters() {
-                m.alloc.queue_durable_free(a.host() / cs + i, io_seq);
+                frees.queue_durable_free(a.host() / cs + i, io_seq);
             }
         }
         self.count(|c| c.allocs_dropped += 1);
@@ -276,32 +278,32 @@ impl<D: BlockDev> Image<D> {
     /// range `[start, end)` lacks now, before its data clusters, as QEMU
     /// orders them. The tables are linked into the L1 table in memory and
     /// written back in the usual order; linking the data later finds them.
-    async fn alloc_missing_l2_tables(&self, start: u64, end: u64) -> Result<()> {
+    async fn alloc_missing_l2_tables(
+        &self,
+        mg: &MetaGuard<'_>,
+        start: u64,
+        end: u64,
+    ) -> Result<()> {
         let span = self.geo.l2_span();
         let mut g = start;
         while g < end {
             let l1i = self.geo.offset_to_l1_index(g);
-            if self.meta.borrow().tables.l1_entry(l1i).l2_offset() == 0 {
-                self.l2_table_for_write(g).await?;
+            if mg.borrow().tables.l1_entry(l1i).l2_offset() == 0 {
+                self.l2_table_for_write(mg, g).await?;
             }
             g = (l1i as u64 + 1) * span;
         }
         Ok(())
     }
 
-    async fn handle_alloc(
-        &self,
-        guard: crate::sync::CoMutexGuard<'_>,
-        off: u64,
-        data: &[u8],
-    ) -> Result<usize> {
+    async fn handle_alloc(&self, mg: MetaGuard<'_>, off: u64, data: &[u8]) -> Result<usize> {
         let cs = self.geo.cluster_size;
         let gstart = self.geo.cluster_start(off);
         let end = off + data.len() as u64;
         let nclusters = (end.next_multiple_of(cs) - gstart) / cs;
         let mut old = Vec::with_capacity(nclusters as usize);
         for i in 0..nclusters {
-            old.push(self.l2_entry(gstart + i * cs).await?);
+            old.push(self.l2_entry(&mg, gstart + i * cs).await?);
         }
         let shape = self.subcluster_alloc(&mut old);
         let nclusters = old.len() as u64;
@@ -320,14 +322,14 @@ impl<D: BlockDev> Image<D> {
             Some(h) => {
                 // Filling subclusters of a cluster the L2 entry names:
                 // never metadata.
-                self.check_data_clusters(h, nclusters * cs)?;
+                self.check_data_clusters(&mg, h, nclusters * cs)?;
                 (h, false)
             }
             None => {
                 if self.opts.l2_before_data {
-                    self.alloc_missing_l2_tables(gstart, gend).await?;
+                    self.alloc_missing_l2_tables(&mg, gstart, gend).await?;
                 }
-                self.alloc_data_clusters(gstart, nclusters).await?
+                self.alloc_data_clusters(&mg, gstart, nclusters).await?
             }
         };
         let mut cow_areas = Vec::new();
@@ -361,7 +363,7 @@ impl<D: BlockDev> Image<D> {
         if ncow > 0 {
             self.guard_arose(Guard::PartialCow);
         }
-        drop(guard);
+        drop(mg);
 
         if broken::is(&self.opts, Broken::LinkBeforeData) {
             // Deliberately wrong: the link may reach the disk before the data.
@@ -561,7 +563,7 @@ impl<D: BlockDev> Image<D> {
         Ok(())
     }
 
-    /// `meta_lock`, taken once no allocation overlapping guest range
+    /// the metadata lock, taken once no allocation overlapping guest range
     /// `[start, end)` is in flight (each settled first, any COW failure
     /// keeping it open for a later flush): a caller about to change those
     /// clusters' entries sees them final. None can begin while the lock
@@ -570,13 +572,13 @@ impl<D: BlockDev> Image<D> {
         &self,
         start: u64,
         end: u64,
-    ) -> Result<crate::sync::CoMutexGuard<'_>> {
+    ) -> Result<MetaGuard<'_>> {
         loop {
             let keys = self.inflight.borrow().allocs.starts_overlapping(start, end);
             for k in keys {
                 self.settle_alloc(k, CowFailure::Keep).await?;
             }
-            let g = self.meta_lock.lock().await;
+            let mg = self.meta.lock().await;
             if self
                 .inflight
                 .borrow()
@@ -584,7 +586,7 @@ impl<D: BlockDev> Image<D> {
                 .starts_overlapping(start, end)
                 .is_empty()
             {
-                return Ok(g);
+                return Ok(mg);
             }
         }
     }
@@ -662,13 +664,13 @@ impl<D: BlockDev> Image<D> {
             }
             return Err(e);
         }
-        let guard = self.meta_lock.lock().await;
-        let r = self.link_alloc(id).await;
+        let mg = self.meta.lock().await;
+        let r = self.link_alloc(&mg, id).await;
         let r = match r {
-            Ok(()) if !self.opts.switches.delayed_metadata => self.writeback_all().await,
+            Ok(()) if !self.opts.switches.delayed_metadata => self.writeback_all(&mg).await,
             other => other,
         };
-        drop(guard);
+        drop(mg);
         // Linked and gone, or (linking failed) Open again.
         self.wake_alloc_waiters(start, id);
         r
@@ -704,15 +706,16 @@ impl<D: BlockDev> Image<D> {
     /// Point the L2 entries at the new clusters and drop the allocation.
     /// On an error the allocation is reopened (partly linked: the clusters
     /// linked so far are remembered) so that a later flush finishes it.
-    async fn link_alloc(&self, id: AllocId) -> Result<()> {
+    async fn link_alloc(&self, mg: &MetaGuard<'_>, id: AllocId) -> Result<()> {
         self.guard_arose(Guard::DataBeforeLink);
         let a = self.inflight.borrow().allocs.alloc(id).clone();
         let cs = self.geo.cluster_size;
         for i in a.linked()..a.clusters() {
             let guest = a.guest_start() + i * cs;
-            match self.l2_table_for_write(guest).await {
+            match self.l2_table_for_write(mg, guest).await {
                 Ok(l2) => {
-                    let old = self.update_l2_entry(l2, guest, |cur| self.linked_entry(&a, i, cur));
+                    let old =
+                        self.update_l2_entry(mg, l2, guest, |cur| self.linked_entry(&a, i, cur));
                     if !a.in_place() {
                         self.release_entry(old);
                     }

@@ -15,15 +15,15 @@
 //! before the first L2 write instead, and refcounts are rebuilt after a
 //! crash.
 //!
-//! Every function here but `flush` and `flush_internal` (which take it)
-//! must be called with `Image::meta_lock` held; debug builds assert it.
+//! Every function here but `flush` and `flush_internal` (which take the
+//! lock) takes the metadata lock's guard (`MetaGuard`).
 
 use crate::broken::{self, Broken};
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::header::incompat;
 use crate::guards::Guard;
-use crate::image::Image;
+use crate::image::{Image, MetaGuard};
 
 impl<D: BlockDev> Image<D> {
     /// Make every guest write that completed before this call durable.
@@ -38,35 +38,34 @@ impl<D: BlockDev> Image<D> {
 
     /// Step 1 alone: make refcount changes durable. Returns whether it
     /// flushed. Skipped under lazy refcounts.
-    pub(crate) async fn writeback_refcount_phase(&self) -> Result<bool> {
-        self.assert_meta_locked("writeback_refcount_phase");
-        if self.meta.borrow().refs.lazy() {
+    pub(crate) async fn writeback_refcount_phase(&self, mg: &MetaGuard<'_>) -> Result<bool> {
+        if mg.borrow().refs.lazy() {
             return Ok(false);
         }
         let mut flushed = false;
-        self.write_dirty_refblocks().await?;
+        self.write_dirty_refblocks(mg).await?;
         // Blocks written here, and blocks an eviction wrote since the last
         // flush (`make_room_rc` writes without one): durable before the
         // table entries and L2 entries that rely on them.
-        if self.meta.borrow().refs.blocks_volatile() {
+        if mg.borrow().refs.blocks_volatile() {
             self.guard_arose(Guard::RefcountFlushBeforeL2);
             // The broken variant skips the flush but reports it done, so
             // that the caller's own ordering flush is skipped too.
             if !broken::is(&self.opts, Broken::SkipRefcountFlush) {
-                self.device_flush().await?;
+                self.device_flush(mg).await?;
             }
             flushed = true;
         }
-        if self.meta.borrow().refs.table_dirty() {
+        if mg.borrow().refs.table_dirty() {
             let (off, table) = {
-                let m = self.meta.borrow();
+                let m = mg.borrow();
                 (m.header.refcount_table_offset, m.refs.table_bytes())
             };
             self.write_meta(off, &table).await?;
-            self.meta.borrow_mut().refs.mark_table_clean();
+            mg.borrow_mut().refs.mark_table_clean();
             self.guard_arose(Guard::ReftableFlushBeforeL2);
             if !broken::is(&self.opts, Broken::SkipReftableFlush) {
-                self.device_flush().await?;
+                self.device_flush(mg).await?;
             }
             flushed = true;
         }
@@ -75,10 +74,9 @@ impl<D: BlockDev> Image<D> {
 
     /// Under lazy refcounts, set the dirty bit durably before anything that
     /// relies on it reaches the disk.
-    pub(crate) async fn ensure_dirty_bit(&self) -> Result<()> {
-        self.assert_meta_locked("ensure_dirty_bit");
+    pub(crate) async fn ensure_dirty_bit(&self, mg: &MetaGuard<'_>) -> Result<()> {
         let need = {
-            let m = self.meta.borrow();
+            let m = mg.borrow();
             m.refs.lazy() && !m.dirty_on_disk
         };
         if need {
@@ -86,43 +84,42 @@ impl<D: BlockDev> Image<D> {
             if broken::is(&self.opts, Broken::NoDirtyBit) {
                 return Ok(());
             }
-            self.meta.borrow_mut().header.incompatible_features |= incompat::DIRTY;
-            self.write_header().await?;
-            self.device_flush().await?;
-            self.meta.borrow_mut().dirty_on_disk = true;
+            mg.borrow_mut().header.incompatible_features |= incompat::DIRTY;
+            self.write_header(mg).await?;
+            self.device_flush(mg).await?;
+            mg.borrow_mut().dirty_on_disk = true;
         }
         Ok(())
     }
 
     /// The whole ordered writeback. Always ends with every completed guest
     /// write and every metadata change durable.
-    pub(crate) async fn writeback_all(&self) -> Result<()> {
-        self.assert_meta_locked("writeback_all");
-        if self.meta.borrow().poisoned {
+    pub(crate) async fn writeback_all(&self, mg: &MetaGuard<'_>) -> Result<()> {
+        if self.is_poisoned() {
             return Err(Error::Poisoned);
         }
-        let frees_before = self.meta.borrow().alloc.queued_frees();
-        let mut flushed_last = self.writeback_refcount_phase().await?;
+        let frees_before = self.frees.borrow().queued_frees();
+        let mut flushed_last = self.writeback_refcount_phase(mg).await?;
         let (l2_dirty, l1_dirty) = {
-            let m = self.meta.borrow();
+            let m = mg.borrow();
             (m.tables.l2_has_dirty(), m.tables.l1_has_dirty())
         };
         if l2_dirty || l1_dirty {
-            self.ensure_dirty_bit().await?;
+            self.ensure_dirty_bit(mg).await?;
             if !flushed_last {
                 // Data before the L2 entries that point at it.
                 self.guard_arose(Guard::DataFlushBeforeL2);
                 if !broken::is(&self.opts, Broken::SkipDataFlushBeforeL2) {
-                    self.device_flush().await?;
+                    self.device_flush(mg).await?;
                 }
             }
-            let tables = self.meta.borrow().tables.dirty_l2_tables();
+            let tables = mg.borrow().tables.dirty_l2_tables();
             for (off, data) in &tables {
                 self.write_meta(*off, data).await?;
-                self.meta.borrow_mut().tables.mark_l2_clean(*off, data);
+                mg.borrow_mut().tables.mark_l2_clean(*off, data);
                 self.count(|c| c.l2_writebacks += 1);
             }
-            let dirty_l1 = self.meta.borrow().tables.dirty_l1();
+            let dirty_l1 = mg.borrow().tables.dirty_l1();
             if !tables.is_empty() {
                 // The L2 tables before the L1 entries that point at them.
                 let l1_follows = !dirty_l1.is_empty();
@@ -130,18 +127,18 @@ impl<D: BlockDev> Image<D> {
                     self.guard_arose(Guard::L2FlushBeforeL1);
                 }
                 if !(l1_follows && broken::is(&self.opts, Broken::SkipL2Flush)) {
-                    self.device_flush().await?;
+                    self.device_flush(mg).await?;
                 }
             }
             if !dirty_l1.is_empty() {
-                self.write_l1_entries(&dirty_l1).await?;
-                self.device_flush().await?;
+                self.write_l1_entries(mg, &dirty_l1).await?;
+                self.device_flush(mg).await?;
             }
             flushed_last = true;
         }
-        if self.meta.borrow().header_dirty {
-            self.write_header().await?;
-            self.device_flush().await?;
+        if mg.borrow().header_dirty {
+            self.write_header(mg).await?;
+            self.device_flush(mg).await?;
             flushed_last = true;
         }
         if !flushed_last {
@@ -149,22 +146,22 @@ impl<D: BlockDev> Image<D> {
             // or into clusters linked earlier) must still become durable.
             self.guard_arose(Guard::FlushWhenClean);
             if !broken::is(&self.opts, Broken::FlushSkipsWhenClean) {
-                self.device_flush().await?;
+                self.device_flush(mg).await?;
             }
         }
-        self.meta.borrow_mut().alloc.mark_durable(frees_before);
-        self.apply_ready_frees().await
+        self.frees.borrow_mut().mark_durable(frees_before);
+        self.apply_ready_frees(mg).await
     }
 
     /// Write the L1 sectors holding the given entries.
-    async fn write_l1_entries(&self, idxs: &[usize]) -> Result<()> {
+    async fn write_l1_entries(&self, mg: &MetaGuard<'_>, idxs: &[usize]) -> Result<()> {
         // Whole 512-byte sectors, so that a torn write cannot split an entry.
         let per_sector = 64usize;
         let mut sectors: Vec<usize> = idxs.iter().map(|i| i / per_sector).collect();
         sectors.dedup();
         for s in sectors {
             let (off, bytes) = {
-                let m = self.meta.borrow();
+                let m = mg.borrow();
                 let start = s * per_sector;
                 (
                     m.header.l1_table_offset + start as u64 * 8,
@@ -173,7 +170,7 @@ impl<D: BlockDev> Image<D> {
             };
             self.write_meta(off, &bytes).await?;
         }
-        self.meta.borrow_mut().tables.mark_l1_clean(idxs);
+        mg.borrow_mut().tables.mark_l1_clean(idxs);
         Ok(())
     }
 
@@ -181,21 +178,21 @@ impl<D: BlockDev> Image<D> {
     /// metadata back; on close also clear the dirty bit.
     pub(crate) async fn flush_internal(&self, closing: bool) -> Result<()> {
         self.commit_all_allocs().await?;
-        let _g = self.meta_lock.lock().await;
-        self.writeback_all().await?;
+        let mg = self.meta.lock().await;
+        self.writeback_all(&mg).await?;
         if closing {
             // Frees applied above dirtied refcount blocks; under lazy
             // refcounts nothing has been written yet.
-            self.meta.borrow_mut().refs.set_lazy(false);
-            self.writeback_all().await?;
-            let clear = self.meta.borrow().header.incompatible_features & incompat::DIRTY != 0;
+            mg.borrow_mut().refs.set_lazy(false);
+            self.writeback_all(&mg).await?;
+            let clear = mg.borrow().header.incompatible_features & incompat::DIRTY != 0;
             if clear {
-                self.meta.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
-                self.write_header().await?;
-                self.device_flush().await?;
-                self.meta.borrow_mut().dirty_on_disk = false;
+                mg.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
+                self.write_header(&mg).await?;
+                self.device_flush(&mg).await?;
+                mg.borrow_mut().dirty_on_disk = false;
             }
-            self.trim_growth().await;
+            self.trim_growth(&mg).await;
         }
         Ok(())
     }
