@@ -16,8 +16,8 @@
 //! a variant); the real-file tools, the NBD server and the drop-in
 //! `qemu-img`/`qemu-io` build their `EngineOptions` without one.
 
-use crate::allocs::AllocId;
-use crate::allocs::CowFailure;
+use crate::alloc::allocs::AllocId;
+use crate::alloc::allocs::CowFailure;
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::Result;
 use crate::image::Image;

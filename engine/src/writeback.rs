@@ -26,8 +26,8 @@ use crate::guards::Guard;
 use crate::image::{Image, MetaGuard};
 
 impl<D: BlockDev> Image<D> {
-    /// Make every guest write that completed before this call durable.
-    pub async fn flush(&self) -> Result<()> {
+    /// [`Image::flush`]: the implementation.
+    pub(crate) async fn flush_impl(&self) -> Result<()> {
         self.count(|c| c.guest_flushes += 1);
         if self.opts.read_only {
             return Ok(());

@@ -225,7 +225,7 @@ pub async fn amend_image(
     if let Some(on) = a.lazy_refcounts {
         if on != h.lazy_refcounts() {
             if on && new_version < 3 {
-                return Err(engine_err(engine::amend::AmendError::LazyNeedsV3.into()));
+                return Err(engine_err(engine::AmendError::LazyNeedsV3.into()));
             }
             img.set_lazy_refcounts(on).await.map_err(engine_err)?;
         }

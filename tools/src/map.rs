@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use engine::dev::{BlockDev, FileDev};
 use engine::format::L2Mapping;
-use engine::status::Status;
+use engine::Status;
 use engine::{Backing, Image};
 
 use crate::files::{open_image, resolve_backing_path, Disk, OpenError, OpenOptions};

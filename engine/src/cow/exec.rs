@@ -3,7 +3,7 @@
 //! (`Image::run_cow_plan`). Nothing here decides; `cow::plan` has.
 
 use super::plan::{CowJob, CowPlan, CowSwitches, Part, Range, Step, Write};
-use crate::allocs::Alloc;
+use crate::alloc::allocs::Alloc;
 use crate::broken::{self, Broken};
 use crate::dev::{BlockDev, WriteFlags, ZeroFlags};
 use crate::error::Result;

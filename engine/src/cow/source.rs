@@ -3,7 +3,7 @@
 //! cluster), the pieces of one source a range is cut into, and reading
 //! them.
 
-use crate::allocs::Alloc;
+use crate::alloc::allocs::Alloc;
 use crate::dev::BlockDev;
 use crate::error::Result;
 use crate::format::L2Mapping;

@@ -1,7 +1,11 @@
 //! The on-disk format: header and extensions, L1/L2 entries, refcount
-//! entries, the internal snapshot table. Pure encoding and decoding; no I/O.
+//! entries, the internal snapshot table, the sizes derived from a header
+//! (`geometry`), compressed clusters both ways (`compress`). Pure encoding
+//! and decoding; no I/O.
 
+pub(crate) mod compress;
 pub mod entry;
+pub(crate) mod geometry;
 pub mod header;
 pub mod refcount;
 pub mod snapshot;

@@ -122,6 +122,40 @@ pub fn decode_entry(bytes: &[u8], index: u32) -> Result<Decoded> {
     Ok(Decoded::Entry(sn, total))
 }
 
+/// Where an entry's L1 table is and how far the next entry is, from the
+/// entry's fixed part alone: what a reader that wants only the L1 tables
+/// (the dirty-bit rebuild) needs, without reading ids, names and extra
+/// data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryHead {
+    pub l1_table_offset: u64,
+    pub l1_size: u32,
+    /// The whole entry's length, 8-byte aligned: the next entry starts
+    /// this far on.
+    pub stride: u64,
+}
+
+/// Decode the fixed part of entry `index` (see [`EntryHead`]), with the
+/// same bound on its extra data as [`decode_entry`].
+pub fn decode_entry_head(fixed: &[u8; ENTRY_HEADER_LEN], index: u32) -> Result<EntryHead> {
+    let extra_len = be32(fixed, 36);
+    if extra_len > MAX_EXTRA_DATA {
+        return Err(Error::format(
+            format!("snapshot table entry {index}"),
+            format!("{extra_len} bytes of extra data exceed the {MAX_EXTRA_DATA}-byte limit"),
+        ));
+    }
+    let len = ENTRY_HEADER_LEN as u64
+        + u64::from(extra_len)
+        + u64::from(be16(fixed, 12))
+        + u64::from(be16(fixed, 14));
+    Ok(EntryHead {
+        l1_table_offset: be64(fixed, 0),
+        l1_size: be32(fixed, 8),
+        stride: len.next_multiple_of(8),
+    })
+}
+
 /// The table's bytes: every entry 8-byte aligned, with the extra data
 /// this engine knows (an absent disk size written as `default_disk_size`,
 /// an absent icount as -1) and any unknown extra data kept after it.
@@ -220,6 +254,30 @@ mod tests {
         // 40 + 24 + 2 = 66, padded to 72 before the second entry.
         assert_eq!(bytes.len(), 72 + 40 + 24 + 1 + 11);
         assert_eq!(decode_table(&bytes, 2).unwrap(), t);
+    }
+
+    #[test]
+    fn an_entry_head_walks_the_table_as_the_full_decoder_does() {
+        let t = vec![sample("1", "a"), sample("22", "longer name")];
+        let bytes = encode_table(&t, 0).unwrap();
+        let mut pos = 0usize;
+        for (i, sn) in t.iter().enumerate() {
+            let fixed: &[u8; ENTRY_HEADER_LEN] =
+                bytes[pos..pos + ENTRY_HEADER_LEN].try_into().unwrap();
+            let head = decode_entry_head(fixed, i as u32).unwrap();
+            assert_eq!(head.l1_table_offset, sn.l1_table_offset);
+            assert_eq!(head.l1_size, sn.l1_size);
+            let Decoded::Entry(_, len) = decode_entry(&bytes[pos..], i as u32).unwrap() else {
+                panic!("entry {i} decodes whole");
+            };
+            assert_eq!(head.stride, len.next_multiple_of(8) as u64);
+            pos += head.stride as usize;
+        }
+        // Extra data past QEMU's limit is refused from the head too.
+        let mut bad = bytes.clone();
+        bad[36..40].copy_from_slice(&(MAX_EXTRA_DATA + 1).to_be_bytes());
+        let fixed: &[u8; ENTRY_HEADER_LEN] = bad[..ENTRY_HEADER_LEN].try_into().unwrap();
+        assert!(decode_entry_head(fixed, 0).is_err());
     }
 
     #[test]

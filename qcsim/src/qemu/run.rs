@@ -20,7 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use engine::image::Compat;
+use engine::Compat;
 use oracle::data::{fill_compressible_buffer, fill_write_buffer, WriteId, SECTOR_SIZE};
 use oracle::model::{summarize, DiscardContract, Model, OpId, SectorRange, Status, WriteKind};
 use serde::Serialize;

@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use engine::format::header::{compat, incompat};
-use engine::status::Status;
+use engine::Status;
 
 use crate::files::Disk;
 

@@ -13,12 +13,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::cluster::l1l2::decode_slot;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result, SnapshotError};
 use crate::format::entry::COPIED;
 use crate::format::{read_be64_table, refcount, L1Entry, L2Entry, L2Mapping};
 use crate::image::{Image, MetaGuard, MAX_L1_BYTES};
-use crate::l1l2::decode_slot;
 
 /// Host clusters with how many references an L1 table holds to each.
 pub(crate) type References = BTreeMap<u64, u64>;

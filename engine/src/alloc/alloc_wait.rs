@@ -6,7 +6,7 @@
 //! it and on its guest start. Each waiter re-checks its condition
 //! (`AllocTable::wait_over`, and the image's failure).
 
-use crate::allocs::{Alloc, AllocId, AllocWait};
+use crate::alloc::allocs::{Alloc, AllocId, AllocWait};
 use crate::dev::BlockDev;
 use crate::image::Image;
 

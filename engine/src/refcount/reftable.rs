@@ -25,7 +25,7 @@
 //!
 //! Part of `Meta`, reached only through the metadata lock's guard.
 
-use crate::cache::TableCache;
+use crate::cluster::cache::TableCache;
 use crate::format::refcount;
 
 pub(crate) struct RefTable {

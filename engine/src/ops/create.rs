@@ -18,7 +18,7 @@ use crate::format::{refcount, L1Entry};
 use crate::image::{
     Compat, CreateOptions, Image, MAX_L1_BYTES, MAX_REFTABLE_BYTES, MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
-use crate::prealloc::{fill_zeroes, Plan, Preallocation};
+use crate::ops::prealloc::{fill_zeroes, Plan, Preallocation};
 
 fn bad(name: &str, reason: String) -> Error {
     Error::InvalidOption {
@@ -82,7 +82,7 @@ fn check_options(o: &CreateOptions, has_data: bool) -> Result<u32> {
     if o.backing_format.is_some() && o.backing_file.is_none() {
         return Err(bad("backing_fmt", "given without a backing file".into()));
     }
-    crate::data_file::check_create(o, has_data)?;
+    crate::ops::data_file::check_create(o, has_data)?;
     if o.preallocation != Preallocation::Off && o.backing_file.is_some() && !o.extended_l2 {
         // Preallocated clusters would read as zeroes and hide the backing
         // file; only extended L2 entries can leave them unallocated.
@@ -278,12 +278,12 @@ impl Layout {
 }
 
 impl<D: BlockDev> Image<D> {
-    /// [`Image::create`], with `data` the external data file when
-    /// `o.data_file` names one (it is emptied and sized to the disk).
-    /// With `data_file_raw` every L2 table is preallocated after the L1
-    /// table, each cluster mapped to its own guest offset. Nothing is
-    /// written before every option has been checked and the header built.
-    pub async fn create_with_data(dev: &D, data: Option<&D>, o: &CreateOptions) -> Result<()> {
+    /// [`Image::create_with_data`]: the implementation.
+    pub(crate) async fn create_with_data_impl(
+        dev: &D,
+        data: Option<&D>,
+        o: &CreateOptions,
+    ) -> Result<()> {
         let version = check_options(o, data.is_some())?;
         let mut layout = Layout::plan(o, version)?;
         if o.preallocation != Preallocation::Off && data.is_none() {
@@ -324,7 +324,7 @@ impl<D: BlockDev> Image<D> {
             for i in 0..l2_tables {
                 // QEMU's preallocation leaves extended entries' bitmaps 0;
                 // raw external data keeps every subcluster allocated.
-                let table = crate::data_file::identity_l2_table(
+                let table = crate::ops::data_file::identity_l2_table(
                     cs,
                     o.size,
                     i,

@@ -20,7 +20,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::cache::TableCache;
+use crate::cluster::cache::TableCache;
 use crate::format::{L1Entry, L2Entry};
 
 pub(crate) struct L1L2 {

@@ -11,23 +11,23 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::allocator::Allocator;
+use crate::alloc::allocator::Allocator;
+use crate::alloc::growth::Growth;
+use crate::alloc::inflight::InFlight;
+use crate::cluster::l1l2::L1L2;
+use crate::cluster::meta_clusters::MetaClusters;
 use crate::counters::Counters;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
+use crate::format::geometry::Geometry;
 use crate::format::header::{self, incompat, Header};
 use crate::format::read_be64_table;
 use crate::format::L1Entry;
-use crate::geometry::Geometry;
-use crate::growth::Growth;
 use crate::image::{
     overlaps, Image, Meta, MAX_L1_BYTES, MAX_REFTABLE_BYTES, MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
-use crate::inflight::InFlight;
-use crate::l1l2::L1L2;
-use crate::meta_clusters::MetaClusters;
 use crate::options::EngineOptions;
-use crate::reftable::RefTable;
+use crate::refcount::reftable::RefTable;
 use crate::sync::{CoMutex, WaitMap, WaitQueue};
 
 /// The byte sizes of the two tables an open reads whole.
@@ -37,9 +37,8 @@ struct TableSizes {
 }
 
 impl<D: BlockDev> Image<D> {
-    /// Read and parse the header of the image on `dev`, without opening
-    /// it: enough to learn which data file or backing file it names.
-    pub async fn read_header(dev: &D) -> Result<Header> {
+    /// [`Image::read_header`]: the implementation.
+    pub(crate) async fn read_header_impl(dev: &D) -> Result<Header> {
         let file_len = dev.len();
         let mut first = vec![0u8; header::V3_MIN_HEADER_LEN.min(file_len as usize).max(8)];
         dev.read(0, &mut first).await?;
@@ -60,13 +59,12 @@ impl<D: BlockDev> Image<D> {
         Header::parse(&cluster)
     }
 
-    /// Open the image on `dev` with `data` as its external data file. The
-    /// data file must be given exactly when the header has incompatible
-    /// bit 2 set; without it the open fails with
-    /// [`Error::DataFileRequired`], naming the file the header names,
-    /// unless it is read-only: that open describes the image, and guest
-    /// reads fail with the same error.
-    pub async fn open_with_data(dev: D, data: Option<D>, opts: EngineOptions) -> Result<Self> {
+    /// [`Image::open_with_data`]: the implementation.
+    pub(crate) async fn open_with_data_impl(
+        dev: D,
+        data: Option<D>,
+        opts: EngineOptions,
+    ) -> Result<Self> {
         if opts.l2_cache_tables < 2 || opts.refcount_cache_tables < 2 {
             return Err(Error::InvalidOption {
                 name: "cache size".into(),
@@ -76,7 +74,7 @@ impl<D: BlockDev> Image<D> {
         let file_len = dev.len();
         let h = Self::read_header(&dev).await?;
         Self::check_features(&h, opts.read_only)?;
-        crate::data_file::check_open(&h, data.is_some(), opts.read_only)?;
+        crate::ops::data_file::check_open(&h, data.is_some(), opts.read_only)?;
         let geo = Geometry::new(&h);
         let sizes = Self::check_tables(&h, &geo, opts.metadata_memory_limit, file_len)?;
         let l1 = Self::read_l1(&dev, &h, &sizes, file_len).await?;
@@ -324,7 +322,7 @@ impl<D: BlockDev> Image<D> {
         if !opts.read_only {
             // Autoclear bits name features this engine does not keep up to
             // date; clearing them tells other readers not to trust them.
-            let keep = h.autoclear_features & crate::data_file::maintained_autoclear(&h);
+            let keep = h.autoclear_features & crate::ops::data_file::maintained_autoclear(&h);
             if h.autoclear_features != keep {
                 h.autoclear_features = keep;
                 header_dirty = true;

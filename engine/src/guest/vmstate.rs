@@ -17,9 +17,8 @@ use crate::error::{Error, Result};
 use crate::image::{Image, MAX_L1_BYTES};
 
 impl<D: BlockDev> Image<D> {
-    /// Where the VM state area starts, in guest bytes: the first L1
-    /// entry's worth of address space that the disk does not use.
-    pub fn vm_state_offset(&self) -> u64 {
+    /// [`Image::vm_state_offset`]: the implementation.
+    pub(crate) fn vm_state_offset_impl(&self) -> u64 {
         self.geo.l1_entries_for(self.geo.virtual_size) * self.geo.l2_span()
     }
 
@@ -50,8 +49,8 @@ impl<D: BlockDev> Image<D> {
         Ok(())
     }
 
-    /// Write `buf` at byte `pos` of the VM state area.
-    pub async fn write_vmstate(&self, pos: u64, buf: &[u8]) -> Result<()> {
+    /// [`Image::write_vmstate`]: the implementation.
+    pub(crate) async fn write_vmstate_impl(&self, pos: u64, buf: &[u8]) -> Result<()> {
         self.check_writable()?;
         self.check_vm_state_supported()?;
         let (start, end) = self.vm_state_range(pos, buf.len() as u64)?;
@@ -77,8 +76,8 @@ impl<D: BlockDev> Image<D> {
         r
     }
 
-    /// Read byte `pos` on of the VM state area into `buf`.
-    pub async fn read_vmstate(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
+    /// [`Image::read_vmstate`]: the implementation.
+    pub(crate) async fn read_vmstate_impl(&self, pos: u64, buf: &mut [u8]) -> Result<()> {
         self.check_vm_state_supported()?;
         let (start, end) = self.vm_state_range(pos, buf.len() as u64)?;
         // What the L1 table maps is read; past its end, zeroes.

@@ -4,16 +4,16 @@
 //! source elsewhere.
 
 use crate::broken::{self, Broken};
+use crate::cluster::mapping::Run;
 use crate::cow::CowSource;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::guards::Guard;
 use crate::image::{Backing, Image};
-use crate::mapping::Run;
 
 impl<D: BlockDev> Image<D> {
-    /// Read `buf.len()` bytes at guest offset `offset`.
-    pub async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+    /// [`Image::read`]: the implementation.
+    pub(crate) async fn read_impl(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_request(offset, buf.len() as u64)?;
         self.check_data_attached()?;
         self.count(|c| {
@@ -151,34 +151,28 @@ impl<D: BlockDev> Image<D> {
         let r = self.dev.read(host, &mut raw).await;
         self.inflight.borrow_mut().end_io(io);
         r?;
-        crate::compress::decompress_cluster(kind, &raw, cs, host)
+        crate::format::compress::decompress_cluster(kind, &raw, cs, host)
     }
 }
 
 impl<D: BlockDev> Image<D> {
-    /// How the L2 table maps guest offset `guest` (its cluster, or with
-    /// extended L2 entries its subcluster): the one lookup behind
-    /// [`Image::is_compressed`], [`Image::host_offset`] and
-    /// [`Image::zero_host_offset`], for a caller that wants more than one
-    /// of them (`qemu-img map`). Host offsets in it are the cluster's.
-    pub async fn mapping_at(&self, guest: u64) -> Result<crate::format::L2Mapping> {
+    /// [`Image::mapping_at`]: the implementation.
+    pub(crate) async fn mapping_at_impl(&self, guest: u64) -> Result<crate::format::L2Mapping> {
         self.check_request(guest, 1)?;
         let mg = self.meta.lock().await;
         Ok(self.decode_l2(self.l2_entry(&mg, guest).await?, guest))
     }
 
-    /// Whether guest offset `guest` lies in a compressed cluster linked in
-    /// the L2 table (`qemu-img map`'s "compressed").
-    pub async fn is_compressed(&self, guest: u64) -> Result<bool> {
+    /// [`Image::is_compressed`]: the implementation.
+    pub(crate) async fn is_compressed_impl(&self, guest: u64) -> Result<bool> {
         Ok(matches!(
             self.mapping_at(guest).await?,
             crate::format::L2Mapping::Compressed { .. }
         ))
     }
 
-    /// Where guest offset `guest` lives on the device, if it is a data
-    /// cluster linked in the L2 table (for reports naming device writes).
-    pub async fn host_offset(&self, guest: u64) -> Result<Option<u64>> {
+    /// [`Image::host_offset`]: the implementation.
+    pub(crate) async fn host_offset_impl(&self, guest: u64) -> Result<Option<u64>> {
         match self.mapping_at(guest).await? {
             crate::format::L2Mapping::Normal { host, .. } => {
                 Ok(Some(host + self.geo.offset_into_cluster(guest)))
@@ -187,11 +181,8 @@ impl<D: BlockDev> Image<D> {
         }
     }
 
-    /// The host offset of guest byte `guest` when it reads as zeroes from
-    /// a cluster that keeps its host cluster (the zero flag over an
-    /// offset, or a zero subcluster of a cluster with one), as QEMU's
-    /// `qemu-img map` reports it; None otherwise.
-    pub async fn zero_host_offset(&self, guest: u64) -> Result<Option<u64>> {
+    /// [`Image::zero_host_offset`]: the implementation.
+    pub(crate) async fn zero_host_offset_impl(&self, guest: u64) -> Result<Option<u64>> {
         match self.mapping_at(guest).await? {
             crate::format::L2Mapping::Zero {
                 preallocated: Some(host),

@@ -9,39 +9,15 @@
 //! data there, and what is not written yet is pending COW that a reader
 //! would have to copy anyway.
 
+use crate::cluster::mapping::Run;
 use crate::dev::BlockDev;
 use crate::error::Result;
+use crate::guest::status::Status;
 use crate::image::{Backing, Image, MetaGuard};
-use crate::mapping::Run;
-
-/// What a guest byte range holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Status {
-    /// Allocated in this image: data clusters (compressed ones too), or
-    /// clusters whose allocation is in flight.
-    Data,
-    /// Zero clusters: read as zeroes, whatever the backing file holds.
-    Zero,
-    /// Not allocated, and no backing file under it (or the backing file
-    /// ends before it): reads as zeroes.
-    Unallocated,
-    /// Not allocated: the data comes from the backing file.
-    Backing,
-}
-
-impl Status {
-    /// Whether the range reads as zeroes without looking any further.
-    pub fn reads_as_zero(self) -> bool {
-        matches!(self, Status::Zero | Status::Unallocated)
-    }
-}
 
 impl<D: BlockDev> Image<D> {
-    /// The status of the guest range starting at `offset`, and how many of
-    /// the `len` bytes from `offset` share it (at least 1 when `len` is
-    /// not 0). The range must lie inside the virtual disk. An empty range
-    /// answers `(Status::Unallocated, 0)`.
-    pub async fn block_status(&self, offset: u64, len: u64) -> Result<(Status, u64)> {
+    /// [`Image::block_status`]: the implementation.
+    pub(crate) async fn block_status_impl(&self, offset: u64, len: u64) -> Result<(Status, u64)> {
         self.check_request(offset, len)?;
         if len == 0 {
             return Ok((Status::Unallocated, 0));
@@ -62,12 +38,12 @@ impl<D: BlockDev> Image<D> {
         Ok((status, pos - offset))
     }
 
-    /// As [`Image::block_status`], but where the data comes from the
-    /// backing file, the backing chain is asked in turn: the answer is then
-    /// never `Backing`. A raw backing file counts as data throughout (its
-    /// holes are not looked for). The count may be shorter than the range
-    /// that shares the status, where the layers answering change.
-    pub async fn block_status_deep(&self, offset: u64, len: u64) -> Result<(Status, u64)> {
+    /// [`Image::block_status_deep`]: the implementation.
+    pub(crate) async fn block_status_deep_impl(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Result<(Status, u64)> {
         let (status, n) = self.block_status(offset, len).await?;
         if status != Status::Backing {
             return Ok((status, n));
@@ -121,8 +97,8 @@ impl<D: BlockDev> Image<D> {
 
 #[cfg(test)]
 mod tests {
-    use super::Status;
     use crate::dev::MemDev;
+    use crate::guest::status::Status;
     use crate::{CreateOptions, EngineOptions, Image};
     use futures::executor::block_on;
 

@@ -39,9 +39,8 @@ use crate::format::{be64_bytes, L1Entry};
 use crate::image::{Backing, Image, MAX_L1_BYTES};
 
 impl<D: BlockDev> Image<D> {
-    /// Set the virtual size to `new_size` bytes (a multiple of 512).
-    /// Shrinking discards the guest data past the new end.
-    pub async fn resize(&mut self, new_size: u64) -> Result<()> {
+    /// [`Image::resize`]: the implementation.
+    pub(crate) async fn resize_impl(&mut self, new_size: u64) -> Result<()> {
         self.check_writable()?;
         if !new_size.is_multiple_of(512) {
             return Err(Error::InvalidOption {
@@ -88,7 +87,7 @@ impl<D: BlockDev> Image<D> {
             self.l2_table_for_write(&mg, start).await?;
         }
         if start < old_end {
-            self.unmap_clusters(start, old_end, crate::discard::Unmap::Unallocated)
+            self.unmap_clusters(start, old_end, crate::guest::discard::Unmap::Unallocated)
                 .await?;
         }
         let mg = self.meta.lock().await;

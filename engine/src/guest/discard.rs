@@ -8,7 +8,7 @@
 //! `qemu-img map` and `check` see the same clusters after the same
 //! requests.
 
-use crate::allocs::CowFailure;
+use crate::alloc::allocs::CowFailure;
 use crate::dev::BlockDev;
 use crate::error::Result;
 use crate::format::entry::{ALL_ZERO, COMPRESSED, SUBCLUSTERS};
@@ -32,10 +32,8 @@ pub(crate) enum Unmap {
 }
 
 impl<D: BlockDev> Image<D> {
-    /// Discard whole clusters in the range; they then read as zeroes
-    /// (version 3) or from the backing file (version 2). Partial clusters
-    /// at either end are left as they are.
-    pub async fn discard(&self, offset: u64, len: u64) -> Result<()> {
+    /// [`Image::discard`]: the implementation.
+    pub(crate) async fn discard_impl(&self, offset: u64, len: u64) -> Result<()> {
         self.check_writable()?;
         self.check_request(offset, len)?;
         self.count(|c| c.guest_discards += 1);
@@ -59,11 +57,8 @@ impl<D: BlockDev> Image<D> {
         self.unmap_clusters(start, end, to).await
     }
 
-    /// Drop every cluster of the image (`qemu-img commit` empties the
-    /// image it committed): each L2 entry becomes unallocated, so the
-    /// image reads as its backing file (or zeroes), and the clusters are
-    /// freed once that is durable.
-    pub async fn make_empty(&self) -> Result<()> {
+    /// [`Image::make_empty`]: the implementation.
+    pub(crate) async fn make_empty_impl(&self) -> Result<()> {
         self.check_writable()?;
         let end = self
             .geo
@@ -75,15 +70,8 @@ impl<D: BlockDev> Image<D> {
         self.flush_internal(false).await
     }
 
-    /// Make the range read as zeroes. On version 3 images whole clusters
-    /// become zero clusters: with `unmap` their host clusters are freed,
-    /// without it a cluster's uncompressed host cluster stays allocated
-    /// under the zero flag (QEMU's rule: a write_zeroes that may not unmap
-    /// keeps the space, and a later write may reuse it). A partial cluster
-    /// becomes a zero cluster when it holds no host cluster and the rest of
-    /// it reads as zeroes already; other partial clusters are written with
-    /// zeroes (or zero subclusters, with extended L2 entries).
-    pub async fn write_zeroes(&self, offset: u64, len: u64, unmap: bool) -> Result<()> {
+    /// [`Image::write_zeroes`]: the implementation.
+    pub(crate) async fn write_zeroes_impl(&self, offset: u64, len: u64, unmap: bool) -> Result<()> {
         self.check_writable()?;
         self.check_request(offset, len)?;
         self.count(|c| c.guest_zero_writes += 1);
@@ -352,7 +340,7 @@ impl<D: BlockDev> Image<D> {
 #[cfg(test)]
 mod tests {
     use crate::dev::MemDev;
-    use crate::status::Status;
+    use crate::guest::status::Status;
     use crate::{CreateOptions, EngineOptions, Image};
     use futures::executor::block_on;
 

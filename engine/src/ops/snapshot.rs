@@ -34,8 +34,8 @@ use crate::image::{Image, Meta, MetaGuard, MAX_L1_BYTES};
 const READ_AHEAD: usize = 64 << 10;
 
 impl<D: BlockDev> Image<D> {
-    /// The internal snapshots, in table order.
-    pub async fn snapshots(&self) -> Result<Vec<Snapshot>> {
+    /// [`Image::snapshots`]: the implementation.
+    pub(crate) async fn snapshots_impl(&self) -> Result<Vec<Snapshot>> {
         // Read without the lock: the table changes only under `&mut self`
         // (the snapshot operations), so no lock holder can be changing it.
         let (count, start) = {
@@ -45,11 +45,8 @@ impl<D: BlockDev> Image<D> {
         Ok(self.read_snapshot_table_at(count, start).await?.0)
     }
 
-    /// Take a snapshot of the guest disk named `name`, dated as the caller
-    /// says (the engine reads no clock). It gets the next free numeric id;
-    /// names need not be unique. No VM state: its size, the VM clock and
-    /// the instruction count are 0, as `qemu-img snapshot -c` writes them.
-    pub async fn snapshot_create(
+    /// [`Image::snapshot_create`]: the implementation.
+    pub(crate) async fn snapshot_create_impl(
         &mut self,
         name: &str,
         date_sec: u32,
@@ -64,10 +61,8 @@ impl<D: BlockDev> Image<D> {
         r
     }
 
-    /// Revert the guest disk to the snapshot with id `id_or_name`, or else
-    /// the first one named so. The virtual size becomes the snapshot's.
-    /// The snapshot stays.
-    pub async fn snapshot_apply(&mut self, id_or_name: &str) -> Result<()> {
+    /// [`Image::snapshot_apply`]: the implementation.
+    pub(crate) async fn snapshot_apply_impl(&mut self, id_or_name: &str) -> Result<()> {
         self.begin_snapshot_op().await?;
         let new_size = {
             let mg = self.meta.lock().await;
@@ -81,9 +76,8 @@ impl<D: BlockDev> Image<D> {
         Ok(())
     }
 
-    /// Delete the snapshot with id `id_or_name`, or else the first one
-    /// named so, and release what only it referenced.
-    pub async fn snapshot_delete(&mut self, id_or_name: &str) -> Result<()> {
+    /// [`Image::snapshot_delete`]: the implementation.
+    pub(crate) async fn snapshot_delete_impl(&mut self, id_or_name: &str) -> Result<()> {
         self.begin_snapshot_op().await?;
         let mg = self.meta.lock().await;
         let _eager = self.eager_refcounts(&mg);
@@ -450,12 +444,11 @@ fn next_id(table: &[Snapshot]) -> String {
 }
 
 impl<D: BlockDev> Image<D> {
-    /// Read the guest disk as a snapshot holds it, for the rest of this
-    /// open (QEMU's `bdrv_snapshot_load_tmp`, behind `qemu-img convert
-    /// -l`): the first snapshot `pick` accepts becomes the table reads go
-    /// through, and its size the virtual size. Only on an image opened
-    /// read-only: nothing is written, and the image on disk is untouched.
-    pub async fn load_snapshot_tmp(&mut self, pick: impl Fn(&Snapshot) -> bool) -> Result<()> {
+    /// [`Image::load_snapshot_tmp`]: the implementation.
+    pub(crate) async fn load_snapshot_tmp_impl(
+        &mut self,
+        pick: impl Fn(&Snapshot) -> bool,
+    ) -> Result<()> {
         if !self.opts.read_only {
             return Err(Error::Unsupported(
                 "loading a snapshot into an image opened read-write".into(),
@@ -513,12 +506,8 @@ impl Drop for EagerRefcounts<'_> {
 }
 
 impl<D: BlockDev> Image<D> {
-    /// The guest ranges that hold data (data and compressed clusters, one
-    /// range a cluster, in guest order) in the internal snapshot `sn`, as
-    /// QEMU's block status on a temporarily loaded snapshot reports them
-    /// for `qemu-img measure -l`; the rest reads as zeroes or is not
-    /// allocated.
-    pub async fn snapshot_data_ranges(&self, sn: &Snapshot) -> Result<Vec<(u64, u64)>> {
+    /// [`Image::snapshot_data_ranges`]: the implementation.
+    pub(crate) async fn snapshot_data_ranges_impl(&self, sn: &Snapshot) -> Result<Vec<(u64, u64)>> {
         let cs = self.geo.cluster_size;
         let size = sn.disk_size.unwrap_or(self.geo.virtual_size);
         let mut l1_bytes = vec![0u8; sn.l1_size as usize * 8];
@@ -539,8 +528,11 @@ impl<D: BlockDev> Image<D> {
                 if guest >= size {
                     break;
                 }
-                let e =
-                    crate::l1l2::decode_slot(&table[..entries * esize], idx, self.geo.extended_l2);
+                let e = crate::cluster::l1l2::decode_slot(
+                    &table[..entries * esize],
+                    idx,
+                    self.geo.extended_l2,
+                );
                 let data = if self.geo.extended_l2 {
                     e.bitmap & 0xffff_ffff != 0
                         || matches!(

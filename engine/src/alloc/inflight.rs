@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::allocs::AllocTable;
+use crate::alloc::allocs::AllocTable;
 
 #[derive(Default)]
 pub(crate) struct InFlight {

@@ -14,10 +14,8 @@ use crate::format::Header;
 use crate::image::Image;
 
 impl<D: BlockDev> Image<D> {
-    /// Name `name` (format `format`) as the backing file in the header, or
-    /// no backing file at all. The backing file attached is detached: the
-    /// caller attaches the new one if it still reads through the image.
-    pub async fn set_backing_file(
+    /// [`Image::set_backing_file`]: the implementation.
+    pub(crate) async fn set_backing_file_impl(
         &mut self,
         name: Option<&str>,
         format: Option<&str>,

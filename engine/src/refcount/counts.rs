@@ -8,13 +8,13 @@
 //! `allocator::FreeQueue`).
 
 use crate::broken::{self, Broken};
-use crate::create_options::MAX_REFTABLE_BYTES;
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
 use crate::format::be64_bytes;
 use crate::format::refcount;
 use crate::guards::Guard;
 use crate::image::{Image, MetaGuard};
+use crate::ops::create_options::MAX_REFTABLE_BYTES;
 
 impl<D: BlockDev> Image<D> {
     /// Host clusters for the `n` guest clusters starting at `guest_start`:

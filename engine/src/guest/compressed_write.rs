@@ -43,24 +43,17 @@
 //! Nothing here runs unless a compressed write is asked for: the ordinary
 //! write path and the simulation never reach it.
 
-use crate::allocator::CompressedTail;
-use crate::compress;
+use crate::alloc::allocator::CompressedTail;
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{CompressedWriteError, Error, Result};
+use crate::format::compress;
 use crate::format::entry::OFFSET_MASK;
 use crate::format::{refcount, L2Entry};
 use crate::image::{Image, MetaGuard};
 
 impl<D: BlockDev> Image<D> {
-    /// Write `data` at guest offset `offset` compressed, one cluster at a
-    /// time. `offset` must be cluster aligned and `data` whole clusters,
-    /// except that it may end at the disk's end inside the last cluster
-    /// (padded with zeroes before compressing, as QEMU pads it). Each
-    /// cluster that does not compress goes through [`Image::write`].
-    /// Refused with [`Error::Compressed`]: an image with an external data
-    /// file, a misaligned request, a target cluster that has a host
-    /// cluster (clusters before it in the request are written).
-    pub async fn write_compressed(&self, offset: u64, data: &[u8]) -> Result<()> {
+    /// [`Image::write_compressed`]: the implementation.
+    pub(crate) async fn write_compressed_impl(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.check_writable()?;
         if self.has_data_file() {
             return Err(CompressedWriteError::DataFile.into());

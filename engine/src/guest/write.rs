@@ -11,8 +11,9 @@
 //! Overlapping guest writes are serialised at byte granularity before any
 //! of this: a write waits for in-flight writes to the same bytes.
 
-use crate::allocs::{Alloc, AllocId, AllocState, AllocWait, CowFailure, NewAlloc};
+use crate::alloc::allocs::{Alloc, AllocId, AllocState, AllocWait, CowFailure, NewAlloc};
 use crate::broken::{self, Broken};
+use crate::cluster::mapping::Run;
 use crate::cow::{self, Place};
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{Error, Result};
@@ -20,7 +21,6 @@ use crate::format::entry::{COPIED, SUBCLUSTERS};
 use crate::format::{L2Entry, L2Mapping};
 use crate::guards::Guard;
 use crate::image::{Image, MetaGuard};
-use crate::mapping::Run;
 
 /// How many unlinked allocations may wait for their COW at once; beyond it
 /// the oldest is committed, so memory stays bounded.
@@ -83,8 +83,8 @@ impl<D: BlockDev> Image<D> {
         self.writes_wq.notify_all();
     }
 
-    /// Write `buf` at guest offset `offset`.
-    pub async fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
+    /// [`Image::write`]: the implementation.
+    pub(crate) async fn write_impl(&self, offset: u64, buf: &[u8]) -> Result<()> {
         self.check_writable()?;
         self.check_request(offset, buf.len() as u64)?;
         self.count(|c| {

@@ -44,7 +44,7 @@ pub struct CreateOptions {
     /// cluster is mapped at create, and zeroing reaches the data file.
     #[serde(skip_serializing_if = "is_default")]
     pub data_file_raw: bool,
-    /// What is allocated up front (`crate::prealloc`): with a data file,
+    /// What is allocated up front (`crate::ops::prealloc`): with a data file,
     /// the L2 tables map every cluster and the data file is sized as the
     /// mode asks.
     #[serde(skip_serializing_if = "is_default")]

@@ -25,13 +25,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::create_options::{CreateOptions, MAX_REFTABLE_BYTES};
 use crate::dev::{BlockDev, DevError, WriteFlags, ZeroFlags};
 use crate::error::{Error, Result};
 use crate::format::entry::OFFSET_MASK;
 use crate::format::{be64_bytes, refcount, L1Entry, L2Entry};
+use crate::ops::create_options::{CreateOptions, MAX_REFTABLE_BYTES};
 
-pub use crate::create_options::Preallocation;
+pub use crate::ops::create_options::Preallocation;
 
 /// Clusters in use (refcount 1), as disjoint runs `start -> end`.
 #[derive(Default)]
@@ -582,13 +582,12 @@ impl Plan {
 }
 
 impl<D: BlockDev> crate::Image<D> {
-    /// Whether the image looks metadata-preallocated, as QEMU decides it
-    /// (`qcow2_detect_metadata_preallocation`): among the first `clusters`
-    /// host clusters (the file's length), at least `allocated * 10 / 9`
-    /// and `allocated + 2` have a refcount, `allocated` being the clusters'
-    /// worth of space the file really takes. Data clusters of such an
-    /// image may be holes in the file, which then read as zeroes.
-    pub async fn looks_preallocated(&self, clusters: u64, allocated: u64) -> Result<bool> {
+    /// [`Image::looks_preallocated`]: the implementation.
+    pub(crate) async fn looks_preallocated_impl(
+        &self,
+        clusters: u64,
+        allocated: u64,
+    ) -> Result<bool> {
         let threshold = (allocated * 10 / 9).max(allocated + 2);
         let mg = self.meta.lock().await;
         let mut counted = 0;

@@ -8,13 +8,14 @@
 
 use std::collections::BTreeMap;
 
+use crate::cluster::l1l2::decode_slot;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::entry::{L2Mapping, COPIED};
 use crate::format::header::incompat;
+use crate::format::snapshot::{decode_entry_head, ENTRY_HEADER_LEN};
 use crate::format::{L1Entry, L2Entry};
 use crate::image::Image;
-use crate::l1l2::decode_slot;
 
 impl<D: BlockDev> Image<D> {
     pub(crate) async fn rebuild_refcounts(&self) -> Result<()> {
@@ -196,7 +197,8 @@ impl<D: BlockDev> Image<D> {
         Ok(())
     }
 
-    /// The snapshot table's length and each snapshot's L1 table.
+    /// The snapshot table's length and each snapshot's L1 table (each
+    /// entry's fixed part decoded by `format::snapshot`, the rest skipped).
     pub(crate) async fn read_snapshot_l1s(
         &self,
         h: &crate::format::Header,
@@ -204,13 +206,10 @@ impl<D: BlockDev> Image<D> {
         let mut pos = h.snapshots_offset;
         let mut out = Vec::new();
         for i in 0..h.nb_snapshots {
-            let mut fixed = [0u8; 40];
+            let mut fixed = [0u8; ENTRY_HEADER_LEN];
             self.dev.read(pos, &mut fixed).await?;
-            let l1_off = u64::from_be_bytes(fixed[0..8].try_into().expect("8"));
-            let l1_size = u32::from_be_bytes(fixed[8..12].try_into().expect("4")) as u64;
-            let id_len = u16::from_be_bytes(fixed[12..14].try_into().expect("2")) as u64;
-            let name_len = u16::from_be_bytes(fixed[14..16].try_into().expect("2")) as u64;
-            let extra = u32::from_be_bytes(fixed[36..40].try_into().expect("4")) as u64;
+            let head = decode_entry_head(&fixed, i)?;
+            let (l1_off, l1_size) = (head.l1_table_offset, u64::from(head.l1_size));
             if l1_size * 8 > self.opts.metadata_memory_limit || l1_off % self.geo.cluster_size != 0
             {
                 return Err(Error::format(format!("snapshot {i}"), "invalid L1 table"));
@@ -222,7 +221,7 @@ impl<D: BlockDev> Image<D> {
                 .map(|w| u64::from_be_bytes(w.try_into().expect("8")))
                 .collect();
             out.push((l1_off, t));
-            pos += (40 + extra + id_len + name_len).next_multiple_of(8);
+            pos += head.stride;
         }
         Ok((pos - h.snapshots_offset, out))
     }

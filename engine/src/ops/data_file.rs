@@ -116,8 +116,8 @@ pub(crate) fn identity_l2_table(
 }
 
 impl<D: BlockDev> Image<D> {
-    /// Whether guest data lives in an external data file (attached).
-    pub fn has_data_file(&self) -> bool {
+    /// [`Image::has_data_file`]: the implementation.
+    pub(crate) fn has_data_file_impl(&self) -> bool {
         self.data.is_some()
     }
 
@@ -133,14 +133,13 @@ impl<D: BlockDev> Image<D> {
         Ok(())
     }
 
-    /// The data file name the header stores (relative names are relative
-    /// to the image's directory, as for backing files).
-    pub fn data_file_name(&self) -> Option<String> {
+    /// [`Image::data_file_name`]: the implementation.
+    pub(crate) fn data_file_name_impl(&self) -> Option<String> {
         self.meta.read_unlocked().header.data_file()
     }
 
-    /// The external data file's device, if the image has one.
-    pub fn data_device(&self) -> Option<&D> {
+    /// [`Image::data_device`]: the implementation.
+    pub(crate) fn data_device_impl(&self) -> Option<&D> {
         self.data.as_ref()
     }
 

@@ -14,20 +14,18 @@
 //! otherwise. Zero clusters in internal snapshots' tables are refused
 //! ([`AmendError::SnapshotZeroClusters`]), not converted.
 
+use crate::cluster::l1l2::decode_slot;
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::Result;
 use crate::format::header::{compat, ext, incompat, V3_HEADER_LEN};
 use crate::format::{Header, L1Entry, L2Entry, L2Mapping};
 use crate::image::Image;
-use crate::l1l2::decode_slot;
 
 pub use crate::error::AmendError;
 
 impl<D: BlockDev> Image<D> {
-    /// Make a version 2 image version 3: snapshot entries without the
-    /// extra data version 3 requires are rewritten first, then the header
-    /// (with the feature name table version 3 images carry).
-    pub async fn upgrade_to_v3(&self) -> Result<()> {
+    /// [`Image::upgrade_to_v3`]: the implementation.
+    pub(crate) async fn upgrade_to_v3_impl(&self) -> Result<()> {
         self.check_writable()?;
         if self.header().version >= 3 {
             return Ok(());
@@ -63,12 +61,11 @@ impl<D: BlockDev> Image<D> {
         self.switch_header(h).await
     }
 
-    /// Make a version 3 image version 2, refusing what QEMU refuses; zero
-    /// clusters are converted first (see the module comment), refcounts
-    /// written and the dirty bit cleared, the header last.
-    /// `progress(done, total)` is told as each L1 entry (the active
-    /// table's, then each snapshot's) is done, as QEMU reports it.
-    pub async fn downgrade_to_v2(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
+    /// [`Image::downgrade_to_v2`]: the implementation.
+    pub(crate) async fn downgrade_to_v2_impl(
+        &self,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<()> {
         self.check_writable()?;
         let (h, size) = (self.header(), self.geo.virtual_size);
         if h.version < 3 {
@@ -126,9 +123,8 @@ impl<D: BlockDev> Image<D> {
         self.switch_header(h).await
     }
 
-    /// Turn lazy refcounts on or off. Off writes every refcount and clears
-    /// the dirty bit before the header stops allowing them.
-    pub async fn set_lazy_refcounts(&self, on: bool) -> Result<()> {
+    /// [`Image::set_lazy_refcounts`]: the implementation.
+    pub(crate) async fn set_lazy_refcounts_impl(&self, on: bool) -> Result<()> {
         self.check_writable()?;
         let h = self.header();
         if h.lazy_refcounts() == on {
@@ -147,14 +143,8 @@ impl<D: BlockDev> Image<D> {
         self.switch_header(h).await
     }
 
-    /// Give the image `bits`-bit refcounts (a power of two, 1 to 64, on a
-    /// version 3 image): new refcount blocks and a new table are written
-    /// past the end of the image, counting everything in use, themselves,
-    /// and the old structures as free; then the header switches to them
-    /// in one write. A crash before the switch leaves the old structures
-    /// (the new clusters unreferenced and free in them), after it the new
-    /// ones (the old clusters free in them).
-    pub async fn set_refcount_bits(&mut self, bits: u32) -> Result<()> {
+    /// [`Image::set_refcount_bits`]: the implementation.
+    pub(crate) async fn set_refcount_bits_impl(&mut self, bits: u32) -> Result<()> {
         self.check_writable()?;
         if self.geo.refcount_bits == bits {
             return Ok(());
@@ -237,10 +227,10 @@ impl<D: BlockDev> Image<D> {
         self.device_flush(&mg).await?;
         drop(mg);
         // The in-memory state of the new structures.
-        self.geo = crate::geometry::Geometry::new(&h);
+        self.geo = crate::format::geometry::Geometry::new(&h);
         let m = self.meta.get_mut();
         let lazy = m.refs.lazy();
-        m.refs = crate::reftable::RefTable::new(
+        m.refs = crate::refcount::reftable::RefTable::new(
             entries.clone(),
             self.opts.refcount_cache_tables,
             bits,

@@ -42,8 +42,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::alloc::ranges::RangeSet;
 use crate::format::L2Entry;
-use crate::ranges::RangeSet;
 
 /// One allocation's identity, unique among the image's allocations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
