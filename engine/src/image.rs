@@ -1,7 +1,8 @@
-//! The opened image: its state and close. Creating an image lives in
-//! `create`, opening one in `open`, and the guest paths in their own
-//! modules (`read`, `write`, `discard`), each adding an `impl` block to
-//! [`Image`].
+//! The opened image: its state (`Image`, with `Meta` inside the metadata
+//! lock) and its whole public surface, in one place. Each public method
+//! is a call into the module that implements it (`guest/`, `ops/`,
+//! `writeback`), whose `impl` block adds a crate-private `*_impl` method
+//! to [`Image`]; the rest of those blocks is the engine's own.
 
 use std::cell::{Cell, RefCell};
 
@@ -56,7 +57,7 @@ pub(crate) struct Meta {
     /// (`meta_clusters`).
     pub meta_clusters: MetaClusters,
     /// Where the search for free clusters starts, the high-water mark and
-    /// the queued frees (`allocator`).
+    /// the compressed packing tail (`allocator`).
     pub alloc: Allocator,
     /// What growing the file ahead of allocation has done (`growth`).
     pub growth: Growth,
@@ -88,6 +89,8 @@ pub struct Image<D: BlockDev> {
 }
 
 impl<D: BlockDev> Image<D> {
+    // Creating and opening.
+
     /// Format `dev` as an empty qcow2 image. Layout: header, refcount
     /// table, refcount blocks, L1 table, each starting on a cluster.
     pub async fn create(dev: &D, o: &CreateOptions) -> Result<()> {
@@ -101,7 +104,6 @@ impl<D: BlockDev> Image<D> {
         Self::open_with_data(dev, None, opts).await
     }
 
-    // Creating and opening.
     /// [`Image::create`], with `data` the external data file when
     /// `o.data_file` names one (it is emptied and sized to the disk).
     /// With `data_file_raw` every L2 table is preallocated after the L1
@@ -128,6 +130,7 @@ impl<D: BlockDev> Image<D> {
     }
 
     // Guest requests.
+
     /// Read `buf.len()` bytes at guest offset `offset`.
     pub async fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.read_impl(offset, buf).await
@@ -175,6 +178,7 @@ impl<D: BlockDev> Image<D> {
     }
 
     // What a guest range holds.
+
     /// The status of the guest range starting at `offset`, and how many of
     /// the `len` bytes from `offset` share it (at least 1 when `len` is
     /// not 0). The range must lie inside the virtual disk. An empty range
@@ -232,6 +236,7 @@ impl<D: BlockDev> Image<D> {
     }
 
     // Changing the whole image.
+
     /// Drop every cluster of the image (`qemu-img commit` empties the
     /// image it committed): each L2 entry becomes unallocated, so the
     /// image reads as its backing file (or zeroes), and the clusters are
@@ -291,6 +296,7 @@ impl<D: BlockDev> Image<D> {
     }
 
     // Internal snapshots.
+
     /// The internal snapshots, in table order.
     pub async fn snapshots(&self) -> Result<Vec<Snapshot>> {
         self.snapshots_impl().await
@@ -341,6 +347,7 @@ impl<D: BlockDev> Image<D> {
     }
 
     // The VM state area.
+
     /// Where the VM state area starts, in guest bytes: the first L1
     /// entry's worth of address space that the disk does not use.
     pub fn vm_state_offset(&self) -> u64 {
@@ -358,6 +365,7 @@ impl<D: BlockDev> Image<D> {
     }
 
     // The external data file.
+
     /// Whether guest data lives in an external data file (attached).
     pub fn has_data_file(&self) -> bool {
         self.has_data_file_impl()
@@ -408,6 +416,8 @@ impl<D: BlockDev> Image<D> {
         self.meta.read_unlocked().header.clone()
     }
 
+    // Closing.
+
     /// Clean close: write everything back, clear the dirty bit, flush, and
     /// give the device back.
     pub async fn close(self) -> Result<D> {
@@ -437,6 +447,8 @@ impl<D: BlockDev> Image<D> {
         &self.dev
     }
 
+    // What the image counted.
+
     pub fn counters(&self) -> Counters {
         *self.counters.borrow()
     }
@@ -447,6 +459,8 @@ impl<D: BlockDev> Image<D> {
     pub fn guard_count(&self, g: crate::guards::Guard) -> u64 {
         self.counters.borrow().guards.get(g)
     }
+
+    // The engine's own.
 
     pub(crate) fn is_poisoned(&self) -> bool {
         self.poisoned.get()
