@@ -81,24 +81,29 @@ fn table_string(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
+/// The length of entry `index` (before alignment) from its fixed part,
+/// `fixed` (at least [`ENTRY_HEADER_LEN`] bytes), its extra data bounded
+/// by QEMU's limit before anything relies on it.
+fn entry_len(fixed: &[u8], index: u32) -> Result<usize> {
+    let extra_len = be32(fixed, 36);
+    if extra_len > MAX_EXTRA_DATA {
+        return Err(Error::format(
+            format!("snapshot table entry {index}"),
+            format!("{extra_len} bytes of extra data exceed the {MAX_EXTRA_DATA}-byte limit"),
+        ));
+    }
+    Ok(ENTRY_HEADER_LEN + extra_len as usize + be16(fixed, 12) as usize + be16(fixed, 14) as usize)
+}
+
 /// Decode entry `index` from `bytes`, which start at the entry (8-byte
 /// aligned in the table).
 pub fn decode_entry(bytes: &[u8], index: u32) -> Result<Decoded> {
     if bytes.len() < ENTRY_HEADER_LEN {
         return Ok(Decoded::NeedMore(ENTRY_HEADER_LEN));
     }
-    let field = || format!("snapshot table entry {index}");
-    let extra_len = be32(bytes, 36);
-    if extra_len > MAX_EXTRA_DATA {
-        return Err(Error::format(
-            field(),
-            format!("{extra_len} bytes of extra data exceed the {MAX_EXTRA_DATA}-byte limit"),
-        ));
-    }
+    let total = entry_len(bytes, index)?;
     let id_len = be16(bytes, 12) as usize;
-    let name_len = be16(bytes, 14) as usize;
-    let extra_len = extra_len as usize;
-    let total = ENTRY_HEADER_LEN + extra_len + id_len + name_len;
+    let extra_len = be32(bytes, 36) as usize;
     if bytes.len() < total {
         return Ok(Decoded::NeedMore(total));
     }
@@ -138,21 +143,10 @@ pub struct EntryHead {
 /// Decode the fixed part of entry `index` (see [`EntryHead`]), with the
 /// same bound on its extra data as [`decode_entry`].
 pub fn decode_entry_head(fixed: &[u8; ENTRY_HEADER_LEN], index: u32) -> Result<EntryHead> {
-    let extra_len = be32(fixed, 36);
-    if extra_len > MAX_EXTRA_DATA {
-        return Err(Error::format(
-            format!("snapshot table entry {index}"),
-            format!("{extra_len} bytes of extra data exceed the {MAX_EXTRA_DATA}-byte limit"),
-        ));
-    }
-    let len = ENTRY_HEADER_LEN as u64
-        + u64::from(extra_len)
-        + u64::from(be16(fixed, 12))
-        + u64::from(be16(fixed, 14));
     Ok(EntryHead {
         l1_table_offset: be64(fixed, 0),
         l1_size: be32(fixed, 8),
-        stride: len.next_multiple_of(8),
+        stride: entry_len(fixed, index)?.next_multiple_of(8) as u64,
     })
 }
 

@@ -21,7 +21,7 @@ use crate::format::header::{compat, ext, incompat, V3_HEADER_LEN};
 use crate::format::{Header, L1Entry, L2Entry, L2Mapping};
 use crate::image::Image;
 
-pub use crate::error::AmendError;
+use crate::error::AmendError;
 
 impl<D: BlockDev> Image<D> {
     /// [`Image::upgrade_to_v3`]: the implementation.
@@ -34,11 +34,10 @@ impl<D: BlockDev> Image<D> {
         let mg = self.meta.lock().await;
         let (table, old_len) = self.read_snapshot_table(&mg).await?;
         if table.iter().any(|s| s.disk_size.is_none()) {
-            let lazy = mg.borrow().refs.lazy();
-            mg.borrow_mut().refs.set_lazy(false);
-            let r = self.switch_snapshot_table(&mg, &table, old_len).await;
-            mg.borrow_mut().refs.set_lazy(lazy);
-            r?;
+            // Refcounts written eagerly, as a snapshot operation writes
+            // them, until the new table is switched in.
+            let _eager = self.eager_refcounts(&mg);
+            self.switch_snapshot_table(&mg, &table, old_len).await?;
         }
         let mut h = mg.borrow().header.clone();
         drop(mg);

@@ -147,7 +147,7 @@ impl<D: BlockDev> Image<D> {
     /// Refcounts written eagerly until the guard drops, on a lazy-refcounts
     /// image too: a snapshot operation's crash order relies on them (see
     /// the module comment). Taken under the metadata lock, dropped before it.
-    fn eager_refcounts<'a>(&self, mg: &'a MetaGuard<'_>) -> EagerRefcounts<'a> {
+    pub(crate) fn eager_refcounts<'a>(&self, mg: &'a MetaGuard<'_>) -> EagerRefcounts<'a> {
         let lazy = mg.borrow().refs.lazy();
         mg.borrow_mut().refs.set_lazy(false);
         EagerRefcounts { state: mg, lazy }
@@ -494,7 +494,7 @@ pub fn find_snapshot(table: &[Snapshot], id_or_name: &str) -> Result<usize> {
 
 /// The image's lazy-refcounts setting, put back when a snapshot operation
 /// ends however it ends ([`Image::eager_refcounts`]).
-struct EagerRefcounts<'a> {
+pub(crate) struct EagerRefcounts<'a> {
     state: &'a std::cell::RefCell<Meta>,
     lazy: bool,
 }

@@ -6,6 +6,7 @@
 //! operations' are. The image after each change reads as before.
 
 use engine::dev::MemDev;
+use engine::format::snapshot::{decode_entry, Decoded, ENTRY_HEADER_LEN};
 use engine::{Compat, CreateOptions, EngineOptions, Image};
 use futures::executor::block_on;
 
@@ -32,16 +33,17 @@ fn version(bytes: &[u8]) -> u32 {
         .version
 }
 
+fn open_read_only(bytes: &[u8]) -> Image<MemDev> {
+    let opts = EngineOptions {
+        read_only: true,
+        ..EngineOptions::default()
+    };
+    block_on(Image::open(MemDev::from_bytes(bytes.to_vec()), opts)).unwrap()
+}
+
 /// The guest sees `image`'s data: zeroes where `zeroes` put them.
 fn assert_reads(bytes: &[u8], zeroes: bool, what: &str) {
-    let img = block_on(Image::open(
-        MemDev::from_bytes(bytes.to_vec()),
-        EngineOptions {
-            read_only: true,
-            ..EngineOptions::default()
-        },
-    ))
-    .unwrap();
+    let img = open_read_only(bytes);
     let mut buf = vec![0u8; 1 << 20];
     block_on(img.read(0, &mut buf)).unwrap();
     let from = if zeroes { 8192 } else { 0 };
@@ -94,4 +96,44 @@ fn every_crash_during_an_amendment_leaves_a_consistent_image() {
         assert_reads(&next, true, &format!("refcount_bits={bits}"));
         cur = next;
     }
+}
+
+#[test]
+fn an_upgrade_rewrites_version_2_snapshot_entries_crash_safely() {
+    let v2 = {
+        let dev = MemDev::new();
+        let o = CreateOptions {
+            size: 1 << 20,
+            cluster_size: 4096,
+            compat: Compat::V2,
+            ..CreateOptions::default()
+        };
+        block_on(Image::create(&dev, &o)).unwrap();
+        let mut img = block_on(Image::open(dev, EngineOptions::default())).unwrap();
+        block_on(img.write(0, &[0x11; 300_000])).unwrap();
+        block_on(img.snapshot_create("s", 1, 0)).unwrap();
+        let mut bytes = block_on(img.close()).unwrap().to_bytes();
+        // As an older QEMU wrote it: no extra data, so no disk size.
+        let h = block_on(Image::read_header(&MemDev::from_bytes(bytes.clone()))).unwrap();
+        let at = h.snapshots_offset as usize;
+        let Decoded::Entry(sn, _) = decode_entry(&bytes[at..], 0).unwrap() else {
+            panic!("the entry decodes");
+        };
+        let mut entry = bytes[at..at + ENTRY_HEADER_LEN].to_vec();
+        entry[36..40].copy_from_slice(&0u32.to_be_bytes());
+        entry.extend_from_slice(sn.id.as_bytes());
+        entry.extend_from_slice(sn.name.as_bytes());
+        bytes[at..at + entry.len()].copy_from_slice(&entry);
+        bytes
+    };
+    let snapshots_of = |bytes: &[u8]| block_on(open_read_only(bytes).snapshots()).unwrap();
+    // A version 2 entry has no disk size; the upgrade writes one.
+    assert_eq!(snapshots_of(&v2)[0].disk_size, None);
+    let (v3, evs) = journal(&v2, async |img| img.upgrade_to_v3().await.unwrap());
+    assert_crash_states_consistent(&v2, &evs, "upgrade with a snapshot");
+    assert_eq!(version(&v3), 3);
+    let snaps = snapshots_of(&v3);
+    assert_eq!(snaps.len(), 1);
+    assert_eq!(snaps[0].disk_size, Some(1 << 20));
+    assert_reads(&v3, false, "upgrade with a snapshot");
 }
