@@ -53,6 +53,8 @@
 //! | `sync` | FIFO async mutex, a wait queue, and wait queues by key (`WaitMap`, keys in order), single-threaded |
 //! | `counters` | `Counters`, plain monotonic counts of one opened image (guest requests, COW areas, zeroing, growth, joins, writebacks) and of its rare paths; `RarePaths` is the rare-path view under stable snake_case names (refcount table growths, refcount blocks created, L2 and refcount block evictions and the dirty ones among them, COW and link failures at commit, allocations given up, commits forced by the open-allocation cap, growth turned off by an error, dirty-bit rebuilds on open). The L1 table has no count: it grows only in `resize`, outside guest I/O |
 //! | `guards` | `Guard`, every rule below that the code enforces at one place, with its stable name, the broken variant that breaks it, and `GuardCounts` (in `Counters::guards`): how often each guard's condition arose |
+//! | `rules` | the crash rules asserted in debug builds: a ledger of writes, per-device flush epochs and what each table relies on, fed by hooks where the engine writes, flushes, links and frees; each check panics naming its rule |
+//! | `tracked` | writes and flushes of guest data, COW and growth, each one device request told to the `rules` ledger when issued and completed |
 //! | `broken` | the deliberately broken variants (compiled into every build; only a simulated case selects one): `broken::is`, the one gate every hook asks, and the variants' own code |
 
 mod alloc_wait;
@@ -91,10 +93,12 @@ mod rebuild;
 mod refcount;
 mod reftable;
 mod resize;
+mod rules;
 mod snapshot;
 mod snapshot_refs;
 pub mod status;
 mod sync;
+mod tracked;
 mod vmstate;
 mod write;
 mod writeback;

@@ -249,6 +249,9 @@ impl<D: BlockDev> Image<D> {
             return Ok(l1e.l2_offset());
         }
         let new_off = self.alloc_clusters(1).await?;
+        // The L1 entry changes below: noted first, so that the old table's
+        // free waits for it too.
+        self.rules(|r| r.l1_changed(l1i));
         let content = if l1e.l2_offset() != 0 {
             self.load_l2(l1e.l2_offset()).await?;
             let c = self.meta.borrow_mut().tables.l2_table(l1e.l2_offset());
@@ -262,6 +265,8 @@ impl<D: BlockDev> Image<D> {
         m.tables.insert_l2(new_off, content, true);
         m.meta_clusters.insert(new_off);
         m.tables.set_l1_entry(l1i, L1Entry::new(new_off, true));
+        drop(m);
+        self.rules(|r| r.l2_created(new_off));
         Ok(new_off)
     }
 
@@ -282,6 +287,7 @@ impl<D: BlockDev> Image<D> {
     ) -> L2Entry {
         self.assert_meta_locked("update_l2_entry");
         let idx = self.geo.offset_to_l2_index(guest);
+        self.rules(|r| r.l2_changed(l2_off));
         self.meta
             .borrow_mut()
             .tables
