@@ -60,9 +60,7 @@ impl<D: BlockDev> Image<D> {
         self.read_cow_source(&src, gstart, &mut buf).await?;
         let o = (off - gstart) as usize;
         buf[o..o + n].copy_from_slice(&data[..n]);
-        self.data_dev()
-            .write(host, &buf, WriteFlags::default())
-            .await?;
+        self.data_write(host, &buf, WriteFlags::default()).await?;
         let mg = self.meta.lock().await;
         let l2 = self.l2_table_for_write(&mg, gstart).await?;
         let old = self.set_l2_entry(&mg, l2, gstart, self.geo.data_entry(host));
@@ -90,8 +88,7 @@ impl<D: BlockDev> Image<D> {
         };
         self.commit_alloc(start, CowFailure::Keep).await?;
         let r = self
-            .data_dev()
-            .write(host + (off - start), data, WriteFlags::default())
+            .data_write(host + (off - start), data, WriteFlags::default())
             .await;
         r?;
         Ok(data.len())

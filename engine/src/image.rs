@@ -86,6 +86,9 @@ pub struct Image<D: BlockDev> {
     /// Waits on the allocation table, by what they wait for.
     pub(crate) alloc_waits: WaitMap<AllocWait>,
     pub(crate) counters: RefCell<Counters>,
+    /// The crash rules' ledger, for debug assertions (`rules`); kept apart
+    /// from `meta` since it checks what `meta`'s owners do.
+    pub(crate) rules: RefCell<crate::rules::RuleLedger>,
 }
 
 impl<D: BlockDev> Image<D> {
@@ -469,6 +472,16 @@ impl<D: BlockDev> Image<D> {
     /// A metadata write or flush failed (see `Image::poisoned`).
     pub(crate) fn poison(&self) {
         self.poisoned.set(true);
+    }
+
+    /// Run `f` on the crash rules' ledger (`rules`), if it is on: never in
+    /// a release build.
+    pub(crate) fn rules<R>(&self, f: impl FnOnce(&mut crate::rules::RuleLedger) -> R) -> Option<R> {
+        if !cfg!(debug_assertions) {
+            return None;
+        }
+        let mut l = self.rules.borrow_mut();
+        l.is_on().then(|| f(&mut l))
     }
 
     pub(crate) fn count(&self, f: impl FnOnce(&mut Counters)) {

@@ -29,6 +29,7 @@
 //! | `dev/` | `BlockDev` re-exported, `FileDev` (fdatasync, fallocate, O_DIRECT), its worker threads (`pool`, the engine's only threads), QEMU's OFD byte-range locks (`lock`) |
 //! | `sync` | `CoMutex<T>` (a FIFO lock that owns its state), a wait queue, wait queues by key (`WaitMap`); single-threaded |
 //! | `counters`, `guards` | `Counters` and the rare-path view (`RarePaths`), each count declared once; `Guard`, each rule the code enforces at one place, counted |
+//! | `rules`, `tracked` | debug builds only: the crash rules asserted where they are kept: a ledger of tracked writes, per-device flush epochs and what each table relies on, fed by hooks where the engine writes, flushes, links and frees; each broken rule panics naming it |
 //! | `broken` | the deliberately broken variants (only a simulated case selects one): `broken::is`, the one gate, and their code |
 //! | `error`, `options` | the typed errors (`Error`, `AmendError`, `SnapshotError`, `CompressedWriteError`); `EngineOptions` and the optimisation `Switches` |
 
@@ -46,7 +47,9 @@ pub mod image;
 mod ops;
 pub mod options;
 mod refcount;
+mod rules;
 mod sync;
+mod tracked;
 mod writeback;
 
 pub use counters::{Counters, Optimisations, RarePaths};

@@ -291,6 +291,21 @@ pub struct EngineOptions {
     #[serde(default)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub broken: Option<Broken>,
+    /// Debug builds assert the crash rules where they are kept (`rules`):
+    /// a broken variant then panics naming the rule it broke. Off, only
+    /// the harness's own judges see it, as in a release build, which
+    /// checks nothing whatever this says; the tests that measure the
+    /// harness turn it off. Left out of the JSON when on.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub rule_checks: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(b: &bool) -> bool {
+    *b
 }
 
 impl Default for EngineOptions {
@@ -304,6 +319,7 @@ impl Default for EngineOptions {
             grow_ahead: DEFAULT_GROW_AHEAD,
             l2_before_data: false,
             broken: None,
+            rule_checks: true,
         }
     }
 }

@@ -33,7 +33,14 @@ impl<D: BlockDev> Image<D> {
             return Ok(());
         }
         self.check_writable()?;
-        self.flush_internal(false).await
+        let completed = self.rules(|r| r.completed());
+        self.flush_internal(false).await?;
+        if let Some(marks) = completed {
+            self.rules(|r| {
+                r.check_durable(marks, "guest flush makes the writes before it durable")
+            });
+        }
+        Ok(())
     }
 
     /// Step 1 alone: make refcount changes durable. Returns whether it

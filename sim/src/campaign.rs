@@ -57,6 +57,10 @@ pub struct CampaignPlan {
     /// Run every case with this deliberately broken engine variant, to see
     /// how soon the campaign catches it.
     pub broken: Option<engine::options::Broken>,
+    /// Debug builds assert the crash rules in the engine
+    /// (`EngineOptions::rule_checks`), so a broken variant panics naming
+    /// its rule; off, the harness must catch it alone (its own tests).
+    pub rule_checks: bool,
 }
 
 impl CampaignPlan {
@@ -73,6 +77,7 @@ impl CampaignPlan {
             harsh: false,
             disk_ignores_flush: false,
             broken: None,
+            rule_checks: true,
         }
     }
 }
@@ -269,6 +274,7 @@ pub fn case_for(plan: &CampaignPlan, seed: u64) -> Case {
         case.disk.faults.ignores_flush = true;
     }
     set_broken(&mut case, plan.broken);
+    case.engine.rule_checks = plan.rule_checks;
     case
 }
 

@@ -169,6 +169,11 @@ impl Alloc {
         self.cover
     }
 
+    /// Where the cover lies on the host (the data device).
+    pub fn host_cover(&self) -> (u64, u64) {
+        (self.host_of(self.cover.0), self.host_of(self.cover.1))
+    }
+
     pub fn in_place(&self) -> bool {
         self.in_place
     }

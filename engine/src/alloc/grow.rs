@@ -21,6 +21,7 @@
 
 use crate::dev::{BlockDev, ZeroFlags};
 use crate::image::{Image, MetaGuard};
+use crate::rules::{Dev, Kind};
 
 impl<D: BlockDev> Image<D> {
     /// The allocator has handed out host bytes `[run_start, run_end)`;
@@ -77,7 +78,10 @@ impl<D: BlockDev> Image<D> {
         while at < to {
             let n = chunk.min(to - at);
             self.count(|c| c.grow_requests += 1);
-            if self.dev.write_zeroes(at, n, flags).await.is_err() {
+            let r = self
+                .zeroes_write(Dev::Image, Kind::Growth, at, n, flags)
+                .await;
+            if r.is_err() {
                 // Not supported, out of space or an I/O error: the range
                 // is unreferenced whatever it now holds. Stop trying, so a
                 // device that refuses is not asked again for every run.

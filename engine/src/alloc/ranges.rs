@@ -1,5 +1,6 @@
 //! [`RangeSet`]: sorted, disjoint byte ranges, such as those an
-//! allocation's writes have filled.
+//! allocation's writes have filled (and, in debug builds, what the crash
+//! rules' ledger tracks by host byte).
 
 /// Sorted, disjoint, non-adjacent half-open byte ranges.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -25,6 +26,36 @@ impl RangeSet {
         out.push((s, e));
         out.sort_unstable();
         self.ranges = out;
+    }
+
+    /// Take [start, end) out of the set.
+    pub fn remove(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let mut out = Vec::with_capacity(self.ranges.len() + 1);
+        for &(a, b) in &self.ranges {
+            if b <= start || a >= end {
+                out.push((a, b));
+                continue;
+            }
+            if a < start {
+                out.push((a, start));
+            }
+            if b > end {
+                out.push((end, b));
+            }
+        }
+        self.ranges = out;
+    }
+
+    /// The parts of [start, end) in the set.
+    pub fn parts_in(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        self.ranges
+            .iter()
+            .map(|&(a, b)| (a.max(start), b.min(end)))
+            .filter(|(a, b)| a < b)
+            .collect()
     }
 
     /// The parts of [start, end) not in the set.
@@ -84,5 +115,11 @@ mod tests {
         assert_eq!(r.next_start_after(0), Some(10));
         r.insert(5, 12);
         assert_eq!(r.gaps(0, 50), vec![(0, 5), (40, 50)]);
+        assert_eq!(r.parts_in(0, 8), vec![(5, 8)]);
+        r.remove(8, 20);
+        r.remove(35, 60);
+        assert_eq!(r.parts_in(0, 50), vec![(5, 8), (20, 35)]);
+        r.remove(0, 100);
+        assert_eq!(r.gaps(0, 50), vec![(0, 50)]);
     }
 }

@@ -251,6 +251,9 @@ impl<D: BlockDev> Image<D> {
             return Ok(l1e.l2_offset());
         }
         let new_off = self.alloc_clusters(mg, 1).await?;
+        // The L1 entry changes below: noted first, so that the old table's
+        // free waits for it too.
+        self.rules(|r| r.l1_changed(l1i));
         let content = if l1e.l2_offset() != 0 {
             self.load_l2(mg, l1e.l2_offset()).await?;
             let c = mg.borrow_mut().tables.l2_table(l1e.l2_offset());
@@ -264,6 +267,8 @@ impl<D: BlockDev> Image<D> {
         m.tables.insert_l2(new_off, content, true);
         m.meta_clusters.insert(new_off);
         m.tables.set_l1_entry(l1i, L1Entry::new(new_off, true));
+        drop(m);
+        self.rules(|r| r.l2_created(new_off));
         Ok(new_off)
     }
 
@@ -289,6 +294,7 @@ impl<D: BlockDev> Image<D> {
         f: impl FnOnce(L2Entry) -> L2Entry,
     ) -> L2Entry {
         let idx = self.geo.offset_to_l2_index(guest);
+        self.rules(|r| r.l2_changed(l2_off));
         mg.borrow_mut().tables.update_l2_entry(l2_off, idx, f)
     }
 

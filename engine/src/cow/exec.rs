@@ -8,6 +8,7 @@ use crate::broken::{self, Broken};
 use crate::dev::{BlockDev, WriteFlags, ZeroFlags};
 use crate::error::Result;
 use crate::image::Image;
+use crate::rules::{Dev, Kind};
 
 /// Where an allocation's guest bytes live on the data device: guest
 /// `guest_start` at host `host`, the rest contiguous after it.
@@ -84,8 +85,7 @@ impl<D: BlockDev> Image<D> {
                         ..Default::default()
                     };
                     match self
-                        .data_dev()
-                        .write_zeroes(place.host_of(*s), e - s, flags)
+                        .zeroes_write(Dev::Data, Kind::Data, place.host_of(*s), e - s, flags)
                         .await
                     {
                         Ok(()) => {
@@ -133,8 +133,7 @@ impl<D: BlockDev> Image<D> {
                 Some(b) => b.as_slice(),
                 None => t.data_of(w.range()),
             };
-            self.data_dev()
-                .write(t.place.host_of(w.range().0), bytes, WriteFlags::default())
+            self.data_write(t.place.host_of(w.range().0), bytes, WriteFlags::default())
                 .await?;
             let n = w.cow_bytes();
             self.count(|c| c.cow_bytes_written += n);

@@ -105,22 +105,31 @@ impl<D: BlockDev> Image<D> {
         self.l2_table_for_write(&mg, off).await?;
         let len = raw.len() as u64;
         let host = self.alloc_compressed_bytes(&mg, len).await?;
+        let bytes = (host, host + len);
+        self.rules(|r| r.reserve(bytes, bytes));
         let io = self.inflight.borrow_mut().begin_io();
         drop(mg);
-        let r = self.dev.write(host, raw, WriteFlags::default()).await;
+        // Without a data file (refused above) the image holds guest data.
+        let r = self.data_write(host, raw, WriteFlags::default()).await;
         self.inflight.borrow_mut().end_io(io);
         let mg = self.meta.lock().await;
         if let Err(e) = r {
+            self.rules(|r| r.release(bytes));
             self.give_back_compressed(host, len);
             return Err(e.into());
         }
         if self.is_poisoned() {
+            self.rules(|r| r.release(bytes));
             self.give_back_compressed(host, len);
             return Err(Error::Poisoned);
         }
         // The data is written: the entry may now point at it.
         let l2 = self.l2_table_for_write(&mg, off).await?;
         let entry = L2Entry::compressed(host, len, self.geo.cluster_bits);
+        self.rules(|r| {
+            r.check_link(bytes, &[]);
+            r.release(bytes);
+        });
         let old = self.set_l2_entry(&mg, l2, off, entry);
         debug_assert_eq!(
             old.word & OFFSET_MASK,

@@ -172,8 +172,7 @@ impl<D: BlockDev> Image<D> {
                 let io = self.inflight.borrow_mut().begin_io();
                 drop(mg);
                 let r = self
-                    .data_dev()
-                    .write(host, &data[..len as usize], WriteFlags::default())
+                    .data_write(host, &data[..len as usize], WriteFlags::default())
                     .await;
                 self.inflight.borrow_mut().end_io(io);
                 r?;
@@ -208,6 +207,7 @@ impl<D: BlockDev> Image<D> {
     /// each is reused only once the I/O started before now has finished.
     fn drop_alloc(&self, id: AllocId) {
         let a = self.inflight.borrow_mut().allocs.give_up(id);
+        self.rules(|r| r.release(a.host_cover()));
         self.wake_alloc_waiters(a.guest_start(), id);
         if a.in_place() {
             // The clusters were there before the allocation: nothing to
@@ -227,6 +227,7 @@ impl<D: BlockDev> Image<D> {
             let mut frees = self.frees.borrow_mut();
             for i in first..a.clusters() {
                 frees.queue_durable_free(a.host() / cs + i, io_seq);
+                self.rules(|r| r.free_queued(a.host() / cs + i, io_seq, true));
             }
         }
         self.count(|c| c.allocs_dropped += 1);
@@ -243,8 +244,7 @@ impl<D: BlockDev> Image<D> {
         self.count(|c| c.alloc_joins += 1);
         let io = self.inflight.borrow_mut().begin_io();
         let r = self
-            .data_dev()
-            .write(host, &data[..n as usize], WriteFlags::default())
+            .data_write(host, &data[..n as usize], WriteFlags::default())
             .await;
         self.finish_writer(id, io, r.is_ok().then_some((off, off + n)));
         r?;
@@ -354,6 +354,9 @@ impl<D: BlockDev> Image<D> {
             });
             (id, inf.allocs.count())
         };
+        // What the link will need written: the cover, the data in it.
+        let at = |g: u64| host + (g - gstart);
+        self.rules(|r| r.reserve((at(cover_start), at(cover_end)), (at(off), at(end))));
         self.count(|c| {
             if in_place.is_none() {
                 c.clusters_allocated += nclusters;
@@ -374,8 +377,7 @@ impl<D: BlockDev> Image<D> {
 
         let io = self.inflight.borrow_mut().begin_io();
         let r = if self.opts.switches.delayed_cow {
-            self.data_dev()
-                .write(host + (off - gstart), data, WriteFlags::default())
+            self.data_write(host + (off - gstart), data, WriteFlags::default())
                 .await
                 .map_err(Error::from)
         } else {
@@ -709,6 +711,7 @@ impl<D: BlockDev> Image<D> {
     async fn link_alloc(&self, mg: &MetaGuard<'_>, id: AllocId) -> Result<()> {
         self.guard_arose(Guard::DataBeforeLink);
         let a = self.inflight.borrow().allocs.alloc(id).clone();
+        self.rules_check_link(&a);
         let cs = self.geo.cluster_size;
         for i in a.linked()..a.clusters() {
             let guest = a.guest_start() + i * cs;
@@ -729,7 +732,25 @@ impl<D: BlockDev> Image<D> {
             }
         }
         self.inflight.borrow_mut().allocs.finish(id);
+        self.rules(|r| r.release(a.host_cover()));
         Ok(())
+    }
+
+    /// Rule (debug builds): data before link, checked for allocation `a`
+    /// about to be linked; where its COW source is zero, bytes growing
+    /// zeroed may stand for the COW.
+    fn rules_check_link(&self, a: &Alloc) {
+        if self.rules(|_| ()).is_none() {
+            return;
+        }
+        let (cs, ce) = a.cover();
+        let zero_source: Vec<(u64, u64)> = self
+            .cow_pieces(a, cs, ce)
+            .into_iter()
+            .filter(|p| p.src.is_zero())
+            .map(|p| (a.host_of(p.start), a.host_of(p.end)))
+            .collect();
+        self.rules(|r| r.check_link(a.host_cover(), &zero_source));
     }
 
     /// The L2 entry that links cluster `i` of allocation `a` in place of

@@ -321,8 +321,7 @@ impl<D: BlockDev> Image<D> {
                 }
                 // The zeroes durable before any entry stops saying "zero".
                 for &(_, host) in &zeroed {
-                    self.data_dev()
-                        .write(host, &zeroes, WriteFlags::default())
+                    self.data_write(host, &zeroes, WriteFlags::default())
                         .await?;
                 }
                 if !zeroed.is_empty() {

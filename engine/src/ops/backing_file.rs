@@ -57,6 +57,13 @@ impl<D: BlockDev> Image<D> {
         // back so that the fields placing the name are the ones written.
         let h = Header::parse(&h.serialize()?)?;
         mg.borrow_mut().header = h;
+        self.rules(|r| {
+            let marks = r.completed();
+            r.check_durable(
+                marks,
+                "rebase: the copied clusters before the backing file switch",
+            );
+        });
         self.write_header(&mg).await?;
         self.device_flush(&mg).await?;
         drop(mg);

@@ -26,6 +26,7 @@ use crate::format::entry::{COMPRESSED, OFFSET_MASK};
 use crate::format::header::{autoclear, Header};
 use crate::format::{L2Entry, L2Mapping};
 use crate::image::{Compat, CreateOptions, Image};
+use crate::rules::{Dev, Kind};
 
 /// The create options that concern a data file agree with each other and
 /// with whether the caller gave a data device.
@@ -199,8 +200,7 @@ impl<D: BlockDev> Image<D> {
             ..ZeroFlags::default()
         };
         Ok(self
-            .data_dev()
-            .write_zeroes(start, end - start, flags)
+            .zeroes_write(Dev::Data, Kind::Data, start, end - start, flags)
             .await?)
     }
 }

@@ -28,6 +28,7 @@ use crate::image::{
 };
 use crate::options::EngineOptions;
 use crate::refcount::reftable::RefTable;
+use crate::rules::{Dev, Layout, RuleLedger};
 use crate::sync::{CoMutex, WaitMap, WaitQueue};
 
 /// The byte sizes of the two tables an open reads whole.
@@ -329,6 +330,19 @@ impl<D: BlockDev> Image<D> {
             }
         }
         let lazy = !opts.read_only && h.lazy_refcounts();
+        let rules = RuleLedger::new(
+            cfg!(debug_assertions) && opts.rule_checks && !opts.read_only,
+            Layout {
+                cluster_size: cs,
+                data_file: data.is_some(),
+                l1: (h.l1_table_offset, u64::from(h.l1_size) * 8),
+                reftable: (
+                    h.refcount_table_offset,
+                    u64::from(h.refcount_table_clusters) * cs,
+                ),
+                dirty,
+            },
+        );
         let meta = Meta {
             header: h,
             header_dirty,
@@ -357,6 +371,7 @@ impl<D: BlockDev> Image<D> {
             poisoned: Cell::new(false),
             frees: RefCell::default(),
             counters: RefCell::new(Counters::default()),
+            rules: RefCell::new(rules),
         }
     }
 
@@ -378,7 +393,7 @@ impl<D: BlockDev> Image<D> {
             self.rebuild_refcounts().await?;
         } else if header_dirty {
             self.write_header(&mg).await?;
-            self.dev.flush().await?;
+            self.flush_dev(Dev::Image).await?;
         }
         Ok(())
     }

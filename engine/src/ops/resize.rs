@@ -100,6 +100,7 @@ impl<D: BlockDev> Image<D> {
             if l2 == 0 {
                 continue;
             }
+            self.rules(|r| r.l1_changed(i));
             let mut m = mg.borrow_mut();
             m.tables.set_l1_entry(i, L1Entry(0));
             // Nothing references the table once the entry is written: its

@@ -15,6 +15,7 @@ use crate::format::refcount;
 use crate::guards::Guard;
 use crate::image::{Image, MetaGuard};
 use crate::ops::create_options::MAX_REFTABLE_BYTES;
+use crate::rules::Dev;
 
 impl<D: BlockDev> Image<D> {
     /// Host clusters for the `n` guest clusters starting at `guest_start`:
@@ -86,7 +87,14 @@ impl<D: BlockDev> Image<D> {
         if self.is_poisoned() {
             return Err(Error::Poisoned);
         }
-        if let Err(e) = self.dev.write(off, data, WriteFlags::default()).await {
+        // Every metadata write passes here, so the crash rules that order
+        // one after others are checked here, whoever writes it.
+        let t = self.rules(|r| r.issue_meta(off, data));
+        let res = self.dev.write(off, data, WriteFlags::default()).await;
+        if let Some(t) = t {
+            self.rules(|r| r.complete(t, res.is_ok()));
+        }
+        if let Err(e) = res {
             self.poison();
             return Err(e.into());
         }
@@ -125,6 +133,7 @@ impl<D: BlockDev> Image<D> {
         }
         self.load_refblock(mg, off).await?;
         mg.borrow_mut().refs.set(off, idx, value);
+        self.rules(|r| r.refcount_changed(off));
         Ok(())
     }
 
@@ -327,6 +336,7 @@ impl<D: BlockDev> Image<D> {
         m.meta_clusters.insert(loc * cs);
         m.alloc.note_allocated(loc + 1);
         drop(m);
+        self.rules(|r| r.refblock_added(loc * cs));
         self.count(|c| c.refblocks_created += 1);
         Ok(true)
     }
@@ -458,15 +468,20 @@ impl<D: BlockDev> Image<D> {
         let mark = mg.borrow().refs.flush_mark();
         // Guest data in a data file must be durable before the metadata
         // written after this flush can point at it.
-        if let Some(data) = &self.data {
+        if self.data.is_some() {
             self.guard_arose(Guard::DataFileFlushFirst);
             let skip = broken::is(&self.opts, Broken::SkipDataFileFlush);
-            if let Err(e) = if skip { Ok(()) } else { data.flush().await } {
+            let r = if skip {
+                Ok(())
+            } else {
+                self.flush_dev(Dev::Data).await
+            };
+            if let Err(e) = r {
                 self.poison();
                 return Err(e.into());
             }
         }
-        if let Err(e) = self.dev.flush().await {
+        if let Err(e) = self.flush_dev(Dev::Image).await {
             self.poison();
             return Err(e.into());
         }
@@ -478,6 +493,7 @@ impl<D: BlockDev> Image<D> {
     /// it is durable and no data I/O started before now can touch it.
     pub(crate) fn queue_free(&self, cluster: u64) {
         let io_seq = self.inflight.borrow().next_io_seq;
+        self.rules(|r| r.free_queued(cluster, io_seq, false));
         self.guard_arose(Guard::FreeAfterDurable);
         if broken::is(&self.opts, Broken::ReuseBeforeDurable) {
             return self.broken_free_at_once(cluster);
@@ -508,6 +524,9 @@ impl<D: BlockDev> Image<D> {
         let (ready, held) = self.frees.borrow_mut().take_ready_frees(oldest_io);
         self.guard_arose_times(Guard::FreeAfterInflightIo, held);
         for cluster in ready {
+            // Judged against the I/O really in flight, whatever the
+            // decision above was told.
+            self.rules(|r| r.free_applied(cluster, self.inflight.borrow().oldest_io()));
             let rc = self.refcount(mg, cluster).await?;
             if rc == 0 {
                 return Err(Error::corrupt(
@@ -517,6 +536,7 @@ impl<D: BlockDev> Image<D> {
             }
             self.set_refcount(mg, cluster, rc - 1).await?;
             if rc == 1 {
+                self.rules(|r| r.cluster_freed(cluster * self.geo.cluster_size));
                 let mut m = mg.borrow_mut();
                 m.alloc.note_free(cluster);
                 m.meta_clusters.remove(cluster * self.geo.cluster_size);

@@ -228,6 +228,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         harsh: args.harsh,
         disk_ignores_flush: args.disk_ignores_flush,
         broken: args.broken.variant(),
+        rule_checks: true,
     };
     let broken = args.broken.variant();
     if let Some(engine) = args.driver.external() {

@@ -131,6 +131,9 @@ pub struct ExhaustOptions {
     /// A deliberately broken engine variant to run instead of the correct
     /// engine (tests that prove exhaust catches each).
     pub broken: Option<Broken>,
+    /// The engine's crash-rule assertions in debug builds
+    /// (`EngineOptions::rule_checks`); those tests turn them off.
+    pub rule_checks: bool,
 }
 
 impl Default for ExhaustOptions {
@@ -144,6 +147,7 @@ impl Default for ExhaustOptions {
             },
             jobs: 1,
             broken: None,
+            rule_checks: true,
         }
     }
 }
@@ -155,6 +159,7 @@ impl ExhaustOptions {
             switches,
             grow_ahead: GROW_AHEAD,
             broken: self.broken,
+            rule_checks: self.rule_checks,
             ..EngineOptions::default()
         }
     }

@@ -109,6 +109,7 @@ fn caught(
     assert!(good.counts.checked > 0);
     let bad = run(&ExhaustOptions {
         broken: Some(broken),
+        rule_checks: false,
         ..options.clone()
     });
     let c = &bad.counts;
@@ -241,6 +242,7 @@ fn default_run_catches(broken: Broken, geometries: &[&str], max_ops: usize) -> E
     let options = ExhaustOptions {
         jobs: 2,
         broken: Some(broken),
+        rule_checks: false,
         ..ExhaustOptions::default()
     }
     .restricted(&geometries, max_ops);
@@ -302,6 +304,7 @@ fn the_default_run_catches_link_before_data() {
             .filter(|op| op.name().starts_with(|c| c != 'U'))
             .collect(),
         broken: Some(Broken::LinkBeforeData),
+        rule_checks: false,
         ..ExhaustOptions::default().restricted(&[Geometry::parse("4k-backing").unwrap()], 1)
     });
     assert_eq!(failed(&ordering, all_on), Some(0), "{:?}", ordering.slices);

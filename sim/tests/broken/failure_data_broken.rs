@@ -12,6 +12,7 @@ use sim::runner::{Failure, SAME_DUMP};
 fn plan(broken: Broken) -> CampaignPlan {
     CampaignPlan {
         broken: Some(broken),
+        rule_checks: false,
         ..CampaignPlan::new(0..200)
     }
 }

@@ -61,6 +61,7 @@ fn seed_of(b: Broken) -> u64 {
 fn plan(broken: Option<Broken>) -> CampaignPlan {
     CampaignPlan {
         broken,
+        rule_checks: false,
         ..CampaignPlan::new(0..500)
     }
 }
@@ -162,6 +163,7 @@ fn a_skipped_reftable_flush_is_caught_at_the_writebacks_second_flush() {
     assert!(r.checked > 1, "the crash point has pending writes");
     let mut bad = case;
     bad.engine.broken = Some(Broken::SkipReftableFlush);
+    bad.engine.rule_checks = false;
     let r = enumerate_crash_states_at(&bad, at, &opts, &mut |_| true).unwrap();
     assert!(!r.failing.is_empty(), "{r:#?}");
 }

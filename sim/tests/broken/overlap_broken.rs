@@ -13,6 +13,7 @@ use sim::runner::Failure;
 fn plan(broken: Option<Broken>) -> CampaignPlan {
     CampaignPlan {
         broken,
+        rule_checks: false,
         ..CampaignPlan::new(0..500)
     }
 }

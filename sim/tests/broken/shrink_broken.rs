@@ -29,6 +29,7 @@ fn failing_case(broken: Broken, profile: Profile) -> Case {
             let mut c = Case::generate(seed, profile);
             c.engine.switches = Switches::ALL_ON;
             c.engine.broken = Some(broken);
+            c.engine.rule_checks = false;
             c
         })
         .find(|c| !run_guarded(c).passed())
