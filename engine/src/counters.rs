@@ -142,6 +142,20 @@ engine_counters! {
     guest_zero_writes: plain,
     /// Guest discards.
     guest_discards: plain,
+    /// Guest requests flagged FUA (writes, write_zeroes and discards that
+    /// must be durable when they complete); each is counted as its kind
+    /// too.
+    #[serde(default)]
+    guest_fua_requests: plain,
+    /// Of those, the ones answered with device writes flagged FUA and no
+    /// metadata writeback or flush: in-place overwrites of clusters whose
+    /// mapping was already durable.
+    #[serde(default)]
+    fua_in_place: plain,
+    /// Device flushes issued to make FUA requests durable (also counted in
+    /// `device_flushes`).
+    #[serde(default)]
+    fua_flushes: plain,
     /// Host clusters allocated for guest data.
     clusters_allocated: opt,
     /// COW areas (head or tail of a partially written new cluster) created.

@@ -175,6 +175,26 @@ impl<D: BlockDev> Image<D> {
         self.discard_impl(offset, len).await
     }
 
+    /// [`Image::write`] flagged FUA (force unit access: Linux's REQ_FUA,
+    /// NBD_CMD_FLAG_FUA): once it returns Ok its bytes, and every metadata
+    /// change needed to read them back, survive a crash. Nothing else
+    /// written before it need be durable.
+    pub async fn write_fua(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.write_fua_impl(offset, buf).await
+    }
+
+    /// [`Image::write_zeroes`] flagged FUA: once it returns Ok the range
+    /// reads as zeroes after a crash.
+    pub async fn write_zeroes_fua(&self, offset: u64, len: u64, unmap: bool) -> Result<()> {
+        self.write_zeroes_fua_impl(offset, len, unmap).await
+    }
+
+    /// [`Image::discard`] flagged FUA: once it returns Ok, what it changed
+    /// in the mapping is durable.
+    pub async fn discard_fua(&self, offset: u64, len: u64) -> Result<()> {
+        self.discard_fua_impl(offset, len).await
+    }
+
     /// Make every guest write that completed before this call durable.
     pub async fn flush(&self) -> Result<()> {
         self.flush_impl().await
