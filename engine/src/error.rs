@@ -64,6 +64,11 @@ pub enum Error {
     /// writes until it is reopened.
     #[error("image failed after an earlier metadata error; reopen it")]
     Poisoned,
+    /// A FUA request could not be made durable: while it ran, a flush
+    /// whose copy-on-write failed gave up an allocation in flight, which
+    /// may have held the request's data (that flush reported the error).
+    #[error("a FUA request's data may be lost: a failed flush gave up an allocation it may have written into")]
+    FuaDataGivenUp,
     /// An internal snapshot operation that cannot be done (`snapshot`).
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),

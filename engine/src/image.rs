@@ -86,9 +86,30 @@ pub struct Image<D: BlockDev> {
     /// Waits on the allocation table, by what they wait for.
     pub(crate) alloc_waits: WaitMap<AllocWait>,
     pub(crate) counters: RefCell<Counters>,
+    /// Which metadata writes are durable, for a FUA request that relies on
+    /// what is already on disk (`MetaEpochs`). Outside `meta`: every
+    /// metadata write counts itself, whichever lock its caller holds.
+    pub(crate) meta_epochs: Cell<MetaEpochs>,
     /// The crash rules' ledger, for debug assertions (`rules`); kept apart
     /// from `meta` since it checks what `meta`'s owners do.
     pub(crate) rules: RefCell<crate::rules::RuleLedger>,
+}
+
+/// Metadata writes issued without FUA, and how many of the first of them
+/// a completed device flush has made durable (a flush makes durable what
+/// completed before it was issued; the metadata lock keeps writes from
+/// being issued while the engine's own flush is, so its mark is exact).
+/// Equal: every metadata write so far is durable.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct MetaEpochs {
+    pub(crate) issued: u64,
+    pub(crate) durable: u64,
+}
+
+impl MetaEpochs {
+    pub(crate) fn all_durable(&self) -> bool {
+        self.issued == self.durable
+    }
 }
 
 impl<D: BlockDev> Image<D> {
@@ -522,8 +543,13 @@ impl<D: BlockDev> Image<D> {
     /// poisons the image, as any metadata write's: the header in memory
     /// (a new refcount table, a cleared dirty bit) is not the one on disk.
     pub(crate) async fn write_header(&self, mg: &MetaGuard<'_>) -> Result<()> {
+        self.write_header_flagged(mg, false).await
+    }
+
+    /// [`Image::write_header`], with FUA when `fua`.
+    pub(crate) async fn write_header_flagged(&self, mg: &MetaGuard<'_>, fua: bool) -> Result<()> {
         let bytes = mg.borrow().header.serialize()?;
-        self.write_meta(0, &bytes).await?;
+        self.write_meta_flagged(0, &bytes, fua).await?;
         mg.borrow_mut().header_dirty = false;
         Ok(())
     }

@@ -18,7 +18,7 @@
 //! | module | holds |
 //! | --- | --- |
 //! | `image` | `Image`: its state (`Meta` inside the metadata lock, `MetaGuard`), and its whole public surface, each method a call into the module that implements it |
-//! | `guest/` | the guest's requests: `read`, `write` (dependencies, in-place writes, allocation, commit and link), `discard` (and write_zeroes), `compressed_write`, `vmstate`, `status` and `block_status` |
+//! | `guest/` | the guest's requests: `read`, `write` (dependencies, in-place writes, allocation, commit and link), `discard` (and write_zeroes), `fua` (the same made durable as they complete), `compressed_write`, `vmstate`, `status` and `block_status` |
 //! | `writeback` | the guest flush and the ordered metadata writeback that keeps the crash rules |
 //! | `ops/` | whole-image operations: `create` (`create_options`, `prealloc`), `open`, `amend`, `backing_file`, `resize`, internal snapshots (`snapshot`), external data files (`data_file`) |
 //! | `cow/` | copy-on-write: its sources (`source`), the pure planner (`plan`), carrying a plan out (`exec`) |

@@ -347,17 +347,35 @@ impl RuleLedger {
         self.pending = keep;
         done.sort_by_key(|p| p.seq);
         for p in done {
-            let keys: Vec<u64> = self
-                .objects
-                .range(p.start..p.end)
-                .map(|(&k, _)| k)
-                .collect();
-            for k in keys {
-                self.made_durable(k, p.covers);
-            }
-            if let Some(d) = p.dirty {
-                self.dirty_durable = d;
-            }
+            self.settle(p);
+        }
+    }
+
+    /// The metadata write `p` is durable: the changes it covers are.
+    fn settle(&mut self, p: Pending) {
+        let keys: Vec<u64> = self
+            .objects
+            .range(p.start..p.end)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in keys {
+            self.made_durable(k, p.covers);
+        }
+        if let Some(d) = p.dirty {
+            self.dirty_durable = d;
+        }
+    }
+
+    /// The write `t`, sent with FUA, completed (`ok`): durable as it
+    /// completes. A metadata write makes what it covers durable at once;
+    /// a data write counts as any other (its device's watermark does not
+    /// move, so later checks can only ask more of the engine, never less).
+    pub(crate) fn complete_fua(&mut self, t: Token, ok: bool) {
+        let n = self.pending.len();
+        self.complete(t, ok);
+        if self.pending.len() > n {
+            let p = self.pending.pop().expect("just pushed");
+            self.settle(p);
         }
     }
 
@@ -434,8 +452,13 @@ impl RuleLedger {
 
     /// L1 entry `index` of the active table changed.
     pub(crate) fn l1_changed(&mut self, index: usize) {
-        let key = self.l1.0 + (index as u64 * 8) / 512 * 512;
+        let key = self.l1_key(index);
         self.change(key, Domain::References, "L1 table");
+    }
+
+    /// The object holding L1 entry `index`: its 512-byte sector.
+    fn l1_key(&self, index: usize) -> u64 {
+        self.l1.0 + (index as u64 * 8) / 512 * 512
     }
 
     /// A refcount counted by the block at `block` changed.
@@ -741,6 +764,24 @@ impl RuleLedger {
     }
 
     // ---- flushes the guest sees ----
+
+    /// Rule `rule`: every change to the L2 tables `tables` and to the L1
+    /// entries `l1` (indices) is durable: what a FUA request relies on to
+    /// be read back after a crash.
+    pub(crate) fn check_mapping_durable(&self, tables: &[u64], l1: &[usize], rule: &str) {
+        let keys = tables
+            .iter()
+            .copied()
+            .chain(l1.iter().map(|&i| self.l1_key(i)));
+        for key in keys {
+            if let Some(o) = self.objects.get(&key).filter(|o| !o.changes.is_empty()) {
+                panic!(
+                    "crash rule broken: {rule}: change {} of the {} at {key:#x} is not durable",
+                    o.changes[0], o.what
+                );
+            }
+        }
+    }
 
     /// The writes completed so far on the image and data devices.
     pub(crate) fn completed(&self) -> (u64, u64) {

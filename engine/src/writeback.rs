@@ -102,6 +102,17 @@ impl<D: BlockDev> Image<D> {
     /// The whole ordered writeback. Always ends with every completed guest
     /// write and every metadata change durable.
     pub(crate) async fn writeback_all(&self, mg: &MetaGuard<'_>) -> Result<()> {
+        self.writeback_ordered(mg, false).await
+    }
+
+    /// [`Image::writeback_all`] for a FUA request: the writes that end it
+    /// (the L2 tables when no L1 entry follows them, the L1 sectors, the
+    /// header) go with FUA instead of a flush after them.
+    pub(crate) async fn writeback_all_fua(&self, mg: &MetaGuard<'_>) -> Result<()> {
+        self.writeback_ordered(mg, true).await
+    }
+
+    async fn writeback_ordered(&self, mg: &MetaGuard<'_>, fua: bool) -> Result<()> {
         if self.is_poisoned() {
             return Err(Error::Poisoned);
         }
@@ -121,13 +132,17 @@ impl<D: BlockDev> Image<D> {
                 }
             }
             let tables = mg.borrow().tables.dirty_l2_tables();
+            let l1_follows = mg.borrow().tables.l1_has_dirty();
+            // Written last (no L1 entry after them) by a FUA request:
+            // each durable as it completes, no flush after.
+            let tables_fua = fua && !l1_follows;
             for (off, data) in &tables {
-                self.write_meta(*off, data).await?;
+                self.write_meta_flagged(*off, data, tables_fua).await?;
                 mg.borrow_mut().tables.mark_l2_clean(*off, data);
                 self.count(|c| c.l2_writebacks += 1);
             }
             let dirty_l1 = mg.borrow().tables.dirty_l1();
-            if !tables.is_empty() {
+            if !tables.is_empty() && !tables_fua {
                 // The L2 tables before the L1 entries that point at them.
                 let l1_follows = !dirty_l1.is_empty();
                 if l1_follows {
@@ -138,14 +153,18 @@ impl<D: BlockDev> Image<D> {
                 }
             }
             if !dirty_l1.is_empty() {
-                self.write_l1_entries(mg, &dirty_l1).await?;
-                self.device_flush(mg).await?;
+                self.write_l1_entries(mg, &dirty_l1, fua).await?;
+                if !fua {
+                    self.device_flush(mg).await?;
+                }
             }
             flushed_last = true;
         }
         if mg.borrow().header_dirty {
-            self.write_header(mg).await?;
-            self.device_flush(mg).await?;
+            self.write_header_flagged(mg, fua).await?;
+            if !fua {
+                self.device_flush(mg).await?;
+            }
             flushed_last = true;
         }
         if !flushed_last {
@@ -161,7 +180,7 @@ impl<D: BlockDev> Image<D> {
     }
 
     /// Write the L1 sectors holding the given entries.
-    async fn write_l1_entries(&self, mg: &MetaGuard<'_>, idxs: &[usize]) -> Result<()> {
+    async fn write_l1_entries(&self, mg: &MetaGuard<'_>, idxs: &[usize], fua: bool) -> Result<()> {
         // Whole 512-byte sectors, so that a torn write cannot split an entry.
         let per_sector = 64usize;
         let mut sectors: Vec<usize> = idxs.iter().map(|i| i / per_sector).collect();
@@ -175,7 +194,7 @@ impl<D: BlockDev> Image<D> {
                     m.tables.l1_bytes(start, per_sector),
                 )
             };
-            self.write_meta(off, &bytes).await?;
+            self.write_meta_flagged(off, &bytes, fua).await?;
         }
         mg.borrow_mut().tables.mark_l1_clean(idxs);
         Ok(())

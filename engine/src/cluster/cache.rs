@@ -90,10 +90,15 @@ impl TableCache {
 
     /// A copy of the table at `offset`, if it is cached and dirty.
     pub fn dirty_table(&self, offset: u64) -> Option<Vec<u8>> {
-        self.dirty_tables()
-            .into_iter()
-            .find(|(o, _)| *o == offset)
-            .map(|(_, data)| data)
+        self.tables
+            .get(&offset)
+            .filter(|t| t.dirty)
+            .map(|t| t.data.clone())
+    }
+
+    /// Whether the table at `offset` is cached and dirty.
+    pub fn is_dirty(&self, offset: u64) -> bool {
+        self.tables.get(&offset).is_some_and(|t| t.dirty)
     }
 
     /// Offsets and copies of every dirty table, in offset order.

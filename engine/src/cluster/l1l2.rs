@@ -70,6 +70,16 @@ impl L1L2 {
         self.l1_dirty.clear();
     }
 
+    /// Whether L1 entry `i` changed since the last writeback.
+    pub(crate) fn l1_is_dirty(&self, i: usize) -> bool {
+        self.l1_dirty.contains(&i)
+    }
+
+    /// Whether the L2 table at `off` is cached and dirty.
+    pub(crate) fn l2_is_dirty(&self, off: u64) -> bool {
+        self.l2.is_dirty(off)
+    }
+
     pub(crate) fn l1_has_dirty(&self) -> bool {
         !self.l1_dirty.is_empty()
     }

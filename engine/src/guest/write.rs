@@ -85,6 +85,13 @@ impl<D: BlockDev> Image<D> {
 
     /// [`Image::write`]: the implementation.
     pub(crate) async fn write_impl(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.write_request(offset, buf, false).await.map(|_| ())
+    }
+
+    /// A guest write; with `fua`, each piece written in place over a
+    /// mapping already durable goes to the device with FUA. Returns
+    /// whether every piece did (then the write is durable as it returns).
+    pub(crate) async fn write_request(&self, offset: u64, buf: &[u8], fua: bool) -> Result<bool> {
         self.check_writable()?;
         self.check_request(offset, buf.len() as u64)?;
         self.count(|c| {
@@ -92,25 +99,37 @@ impl<D: BlockDev> Image<D> {
             c.guest_bytes_written += buf.len() as u64;
         });
         if buf.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         let id = self.begin_write(offset, offset + buf.len() as u64).await;
-        let r = self.write_locked_range(offset, buf).await;
+        let r = self.write_range(offset, buf, fua).await;
         self.end_write(id);
         r
     }
 
     /// The write loop, with the byte range already reserved.
     pub(crate) async fn write_locked_range(&self, offset: u64, buf: &[u8]) -> Result<()> {
-        let mut done = 0usize;
-        while done < buf.len() {
-            done += self.write_step(offset + done as u64, &buf[done..]).await?;
-        }
-        Ok(())
+        self.write_range(offset, buf, false).await.map(|_| ())
     }
 
-    /// One step of a write; returns how many bytes it wrote.
-    async fn write_step(&self, off: u64, data: &[u8]) -> Result<usize> {
+    /// [`Image::write_locked_range`], FUA where it can be (see
+    /// [`Image::write_request`]).
+    async fn write_range(&self, offset: u64, buf: &[u8], fua: bool) -> Result<bool> {
+        let mut done = 0usize;
+        let mut durable = true;
+        while done < buf.len() {
+            let (n, d) = self
+                .write_step(offset + done as u64, &buf[done..], fua)
+                .await?;
+            done += n;
+            durable &= d;
+        }
+        Ok(durable)
+    }
+
+    /// One step of a write; returns how many bytes it wrote, and whether
+    /// they went to the device with FUA over a durable mapping.
+    async fn write_step(&self, off: u64, data: &[u8], fua: bool) -> Result<(usize, bool)> {
         loop {
             let mg = self.meta.lock().await;
             if self.is_poisoned() {
@@ -124,7 +143,7 @@ impl<D: BlockDev> Image<D> {
                     // Deliberately wrong: a second cluster for a guest
                     // cluster whose allocation is still in flight.
                     drop(mg);
-                    return self.broken_second_alloc(id, off, data).await;
+                    return Ok((self.broken_second_alloc(id, off, data).await?, false));
                 }
                 let (start, joinable, in_cover) = {
                     let inf = self.inflight.borrow();
@@ -140,7 +159,7 @@ impl<D: BlockDev> Image<D> {
                         self.commit_alloc(start, CowFailure::Keep).await?;
                         continue;
                     }
-                    return self.join_alloc(id, off, data).await;
+                    return Ok((self.join_alloc(id, off, data).await?, false));
                 }
                 self.wait_alloc(AllocWait::Settled { start }).await;
                 continue;
@@ -169,17 +188,21 @@ impl<D: BlockDev> Image<D> {
             if let Run::Data { host, copied: true } = run {
                 let host = host + self.geo.offset_into_cluster(off);
                 self.check_data_clusters(&mg, host, len)?;
+                // A FUA write over a mapping already durable needs nothing
+                // but its own bytes durable: one device write with FUA.
+                let fua = fua && self.mapping_durable(&mg, off);
                 let io = self.inflight.borrow_mut().begin_io();
                 drop(mg);
                 let r = self
-                    .data_write(host, &data[..len as usize], WriteFlags::default())
+                    .data_write(host, &data[..len as usize], WriteFlags { fua })
                     .await;
                 self.inflight.borrow_mut().end_io(io);
                 r?;
-                return Ok(len as usize);
+                return Ok((len as usize, fua));
             }
             // 3. handle_alloc
-            return self.handle_alloc(mg, off, &data[..len as usize]).await;
+            let n = self.handle_alloc(mg, off, &data[..len as usize]).await?;
+            return Ok((n, false));
         }
     }
 

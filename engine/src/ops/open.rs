@@ -371,6 +371,7 @@ impl<D: BlockDev> Image<D> {
             poisoned: Cell::new(false),
             frees: RefCell::default(),
             counters: RefCell::new(Counters::default()),
+            meta_epochs: Cell::default(),
             rules: RefCell::new(rules),
         }
     }

@@ -84,15 +84,33 @@ impl<D: BlockDev> Image<D> {
     /// was already past its poison check, could make the image
     /// inconsistent where stopping leaves it as a crash would.
     pub(crate) async fn write_meta(&self, off: u64, data: &[u8]) -> Result<()> {
+        self.write_meta_flagged(off, data, false).await
+    }
+
+    /// [`Image::write_meta`], with FUA when `fua`: durable once it
+    /// completes (the last write of a FUA request's writeback, which then
+    /// needs no flush after it).
+    pub(crate) async fn write_meta_flagged(&self, off: u64, data: &[u8], fua: bool) -> Result<()> {
         if self.is_poisoned() {
             return Err(Error::Poisoned);
         }
         // Every metadata write passes here, so the crash rules that order
         // one after others are checked here, whoever writes it.
         let t = self.rules(|r| r.issue_meta(off, data));
-        let res = self.dev.write(off, data, WriteFlags::default()).await;
+        if !fua {
+            let mut e = self.meta_epochs.get();
+            e.issued += 1;
+            self.meta_epochs.set(e);
+        }
+        let res = self.dev.write(off, data, WriteFlags { fua }).await;
         if let Some(t) = t {
-            self.rules(|r| r.complete(t, res.is_ok()));
+            self.rules(|r| {
+                if fua {
+                    r.complete_fua(t, res.is_ok());
+                } else {
+                    r.complete(t, res.is_ok());
+                }
+            });
         }
         if let Err(e) = res {
             self.poison();
@@ -466,6 +484,7 @@ impl<D: BlockDev> Image<D> {
     pub(crate) async fn device_flush(&self, mg: &MetaGuard<'_>) -> Result<()> {
         self.count(|c| c.device_flushes += 1);
         let mark = mg.borrow().refs.flush_mark();
+        let meta_mark = self.meta_epochs.get().issued;
         // Guest data in a data file must be durable before the metadata
         // written after this flush can point at it.
         if self.data.is_some() {
@@ -486,6 +505,9 @@ impl<D: BlockDev> Image<D> {
             return Err(e.into());
         }
         mg.borrow_mut().refs.note_flushed(mark);
+        let mut e = self.meta_epochs.get();
+        e.durable = e.durable.max(meta_mark);
+        self.meta_epochs.set(e);
         Ok(())
     }
 

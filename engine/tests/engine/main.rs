@@ -12,6 +12,7 @@ mod data_file_entry;
 mod deferred_cow_error;
 mod extended_l2;
 mod file_dev;
+mod fua;
 mod grow_ahead;
 mod header_write_error;
 mod hostile_images;

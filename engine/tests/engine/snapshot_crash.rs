@@ -15,9 +15,11 @@ use engine::{CreateOptions, EngineOptions, Image};
 use futures::executor::block_on;
 use oracle::check::FindingKind;
 
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub(crate) enum Ev {
     Write(u64, Vec<u8>),
+    /// A write sent with FUA: durable when it completes.
+    FuaWrite(u64, Vec<u8>),
     Zero(u64, u64),
     Truncate(u64),
     Flush,
@@ -34,7 +36,12 @@ impl BlockDev for Journaled {
         self.inner.read(offset, buf).await
     }
     async fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DevError> {
-        self.log.borrow_mut().push(Ev::Write(offset, buf.to_vec()));
+        let ev = if flags.fua {
+            Ev::FuaWrite(offset, buf.to_vec())
+        } else {
+            Ev::Write(offset, buf.to_vec())
+        };
+        self.log.borrow_mut().push(ev);
         self.inner.write(offset, buf, flags).await
     }
     async fn write_zeroes(&self, offset: u64, len: u64, flags: ZeroFlags) -> Result<(), DevError> {
@@ -58,11 +65,11 @@ impl BlockDev for Journaled {
     }
 }
 
-fn replay(base: &[u8], evs: &[Ev]) -> Vec<u8> {
+pub(crate) fn replay(base: &[u8], evs: &[Ev]) -> Vec<u8> {
     let mut b = base.to_vec();
     for e in evs {
         match e {
-            Ev::Write(off, data) => {
+            Ev::Write(off, data) | Ev::FuaWrite(off, data) => {
                 let end = *off as usize + data.len();
                 if b.len() < end {
                     b.resize(end, 0);
