@@ -1,6 +1,7 @@
 //! A simple NBD client: the fixed newstyle handshake with NBD_OPT_GO for
 //! the default export, then one request at a time with simple replies
-//! (read, write with FUA, flush, trim, write zeroes), over any stream. For
+//! (read, write with FUA, flush, trim, write zeroes, or any command with
+//! any flags), over any stream. For
 //! a harness that drives a server (`qemu-nbd`) as a guest would; not a
 //! general client: no structured replies, no TLS, no block status.
 
@@ -264,6 +265,47 @@ impl<S: Read + Write> Client<S> {
         self.simple(wire::CMD_WRITE_ZEROES, flags, offset, len, &[])
     }
 
+    /// Any command with any command flags, sent as given: for peers that
+    /// test a server's checks (a flag where the protocol does not allow
+    /// it, a write to a read-only export) or send what the methods above
+    /// do not (FUA on a trim or a write zeroes). A write's data is `data`
+    /// (`len` must be its length); a read's data comes back; the other
+    /// commands carry and return none. The server's refusal is
+    /// [`ClientError::Server`] and leaves the connection usable.
+    pub fn request(
+        &mut self,
+        command: u16,
+        flags: u16,
+        offset: u64,
+        len: u64,
+        data: &[u8],
+    ) -> Result<Vec<u8>, ClientError> {
+        let carries = if command == wire::CMD_WRITE { len } else { 0 };
+        if command == wire::CMD_DISC || data.len() as u64 != carries {
+            return Err(ClientError::Refused {
+                command: wire::command_name(command),
+                offset,
+                len,
+                reason: if command == wire::CMD_DISC {
+                    "a disconnect has no reply: use disconnect".into()
+                } else {
+                    format!(
+                        "{} bytes of data where the command carries {carries}",
+                        data.len()
+                    )
+                },
+            });
+        }
+        let cookie = self.send(command, flags, offset, len, data)?;
+        self.reply(cookie, command, offset, len)?;
+        let mut back = Vec::new();
+        if command == wire::CMD_READ {
+            back.resize(len as usize, 0);
+            self.stream.read_exact(&mut back)?;
+        }
+        Ok(back)
+    }
+
     /// Say goodbye (NBD_CMD_DISC has no reply) and hand the stream back.
     pub fn disconnect(mut self) -> Result<S, ClientError> {
         self.send(wire::CMD_DISC, 0, 0, 0, &[])?;
@@ -327,21 +369,29 @@ mod tests {
         s
     }
 
-    /// GO, a write with FUA, a read, and a flush the server fails: the
-    /// requests on the wire as the protocol has them, the error named.
-    #[test]
-    fn requests_and_replies() {
+    /// A client connected to a 1 MiB export that takes flushes and FUA,
+    /// whose server then answers `after` (replies and read data).
+    fn connected(after: &[&[u8]]) -> Client<Scripted> {
         let flags = wire::FLAG_HAS_FLAGS | wire::FLAG_SEND_FLUSH | wire::FLAG_SEND_FUA;
         let mut script = greeting(1 << 20, flags);
-        script.extend(simple_reply(0, 1));
-        script.extend(simple_reply(0, 2));
-        script.extend([7u8; 512]);
-        script.extend(simple_reply(5, 3));
+        script.extend(after.concat());
         let stream = Scripted {
             input: Cursor::new(script),
             output: Vec::new(),
         };
-        let mut c = Client::connect(stream).unwrap();
+        Client::connect(stream).unwrap()
+    }
+
+    /// GO, a write with FUA, a read, and a flush the server fails: the
+    /// requests on the wire as the protocol has them, the error named.
+    #[test]
+    fn requests_and_replies() {
+        let mut c = connected(&[
+            &simple_reply(0, 1),
+            &simple_reply(0, 2),
+            &[7u8; 512],
+            &simple_reply(5, 3),
+        ]);
         assert_eq!(c.export().size, 1 << 20);
         assert!(c.export().has(wire::FLAG_SEND_FUA));
         let sent_handshake = c.stream.output.len();
@@ -361,6 +411,45 @@ mod tests {
         let before = c.stream.output.len();
         assert!(c.trim((1 << 20) - 512, 1024).is_err());
         assert_eq!(c.stream.output.len(), before);
+    }
+
+    /// `request` sends the flags as given and reads a read's data only
+    /// when the server did not refuse it; a refusal is the server's error
+    /// and the next request goes on.
+    #[test]
+    fn any_request_with_any_flags() {
+        let mut c = connected(&[
+            &simple_reply(22, 1),
+            &simple_reply(0, 2),
+            &[9u8; 16],
+            &simple_reply(0, 3),
+        ]);
+        let start = c.stream.output.len();
+        let refused = c.request(wire::CMD_READ, wire::CMD_FLAG_NO_HOLE, 0, 16, &[]);
+        assert!(
+            matches!(refused, Err(ClientError::Server { errno: 22, .. })),
+            "{refused:?}"
+        );
+        assert_eq!(
+            c.request(wire::CMD_READ, wire::CMD_FLAG_FUA, 0, 16, &[])
+                .unwrap(),
+            [9u8; 16]
+        );
+        assert!(c
+            .request(wire::CMD_TRIM, wire::CMD_FLAG_FUA, 4096, 4096, &[])
+            .unwrap()
+            .is_empty());
+        let sent = &c.stream.output[start..];
+        assert_eq!(sent.len(), 3 * 28);
+        assert_eq!(&sent[4..6], &wire::CMD_FLAG_NO_HOLE.to_be_bytes());
+        assert_eq!(&sent[28 + 4..28 + 6], &wire::CMD_FLAG_FUA.to_be_bytes());
+        assert_eq!(&sent[56 + 6..56 + 8], &wire::CMD_TRIM.to_be_bytes());
+        // Data that does not fit the command, and a disconnect: refused
+        // before anything is sent.
+        assert!(c.request(wire::CMD_WRITE, 0, 0, 512, &[1; 100]).is_err());
+        assert!(c.request(wire::CMD_READ, 0, 0, 4, &[1; 4]).is_err());
+        assert!(c.request(wire::CMD_DISC, 0, 0, 0, &[]).is_err());
+        assert_eq!(c.stream.output.len(), start + 3 * 28);
     }
 
     #[test]

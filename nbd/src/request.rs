@@ -113,13 +113,20 @@ pub fn validate(h: &Header, info: &ExportInfo, session: &Session) -> Result<Comm
     };
     let allowed = match h.kind {
         CMD_READ => CMD_FLAG_DF,
-        CMD_WRITE | CMD_TRIM => CMD_FLAG_FUA,
-        CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
+        CMD_WRITE_ZEROES => CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
         CMD_BLOCK_STATUS => CMD_FLAG_REQ_ONE,
-        CMD_FLUSH | CMD_DISC => 0,
+        CMD_WRITE | CMD_TRIM | CMD_FLUSH | CMD_DISC => 0,
         _ => return reject(Errno::Inval, "command not supported".into()),
     };
-    if h.flags & !allowed != 0 {
+    // FUA is the one flag valid on every command, but only once the
+    // export has advertised it (SEND_FUA, with SEND_FLUSH): then the
+    // protocol has the server accept it anywhere, ignoring it where
+    // nothing is written (clients are known to send it on reads and
+    // flushes), and otherwise answer EINVAL like any flag not allowed.
+    if h.flags & CMD_FLAG_FUA != 0 && !info.flush {
+        return reject(Errno::Inval, "FUA was not advertised".into());
+    }
+    if h.flags & !(allowed | CMD_FLAG_FUA) != 0 {
         return reject(Errno::Inval, format!("flags {:#x} not valid here", h.flags));
     }
     if h.flags & CMD_FLAG_DF != 0 && !session.structured {
@@ -302,7 +309,10 @@ mod tests {
             errno(h(CMD_READ, 0, 0, MAX_PAYLOAD + 1), &FULL),
             Errno::Inval
         );
-        assert_eq!(errno(h(CMD_READ, CMD_FLAG_FUA, 0, 1), &FULL), Errno::Inval);
+        assert_eq!(
+            errno(h(CMD_READ, CMD_FLAG_NO_HOLE, 0, 1), &FULL),
+            Errno::Inval
+        );
         assert_eq!(errno(h(CMD_CACHE, 0, 0, 1), &FULL), Errno::Inval);
         assert_eq!(errno(h(77, 0, 0, 1), &FULL), Errno::Inval);
         assert_eq!(
@@ -321,5 +331,74 @@ mod tests {
         let r = validate(&h(CMD_TRIM, 0, 0, 512), &ro, &FULL).unwrap_err();
         assert_eq!(r.errno, Errno::Perm);
         assert_eq!(r.to_string(), "trim: the export is read-only (EPERM)");
+    }
+
+    /// FUA: carried on the three write-like commands; accepted and ignored
+    /// on the others once advertised; refused with EINVAL on every command
+    /// of an export that did not advertise it; and no way past the
+    /// read-only check.
+    #[test]
+    fn fua_is_valid_everywhere_once_advertised() {
+        let i = info();
+        let ok = |kind, len| validate(&h(kind, CMD_FLAG_FUA, 0, len), &i, &FULL);
+        assert_eq!(
+            ok(CMD_WRITE, 512),
+            Ok(Command::Write {
+                offset: 0,
+                len: 512,
+                fua: true
+            })
+        );
+        assert_eq!(
+            ok(CMD_TRIM, 4096),
+            Ok(Command::Trim {
+                offset: 0,
+                len: 4096,
+                fua: true
+            })
+        );
+        assert!(matches!(
+            ok(CMD_WRITE_ZEROES, 4096),
+            Ok(Command::WriteZeroes {
+                how: ZeroRequest { fua: true, .. },
+                ..
+            })
+        ));
+        assert_eq!(
+            ok(CMD_READ, 512),
+            Ok(Command::Read {
+                offset: 0,
+                len: 512
+            })
+        );
+        assert_eq!(ok(CMD_FLUSH, 0), Ok(Command::Flush));
+        assert!(matches!(
+            ok(CMD_BLOCK_STATUS, 512),
+            Ok(Command::BlockStatus { .. })
+        ));
+        assert_eq!(ok(CMD_DISC, 0), Ok(Command::Disconnect));
+
+        let no_fua = ExportInfo {
+            flush: false,
+            ..info()
+        };
+        assert_eq!(no_fua.transmission_flags() & FLAG_SEND_FUA, 0);
+        for kind in [CMD_READ, CMD_WRITE, CMD_TRIM, CMD_WRITE_ZEROES, CMD_FLUSH] {
+            let r = validate(&h(kind, CMD_FLAG_FUA, 0, 512), &no_fua, &FULL).unwrap_err();
+            assert_eq!(r.errno, Errno::Inval, "{r}");
+            assert!(r.reason.contains("FUA was not advertised"), "{r}");
+        }
+        assert!(validate(&h(CMD_WRITE, 0, 0, 512), &no_fua, &FULL).is_ok());
+
+        let ro = ExportInfo {
+            read_only: true,
+            ..info()
+        };
+        assert_ne!(ro.transmission_flags() & FLAG_SEND_FUA, 0);
+        for kind in [CMD_WRITE, CMD_TRIM, CMD_WRITE_ZEROES] {
+            let r = validate(&h(kind, CMD_FLAG_FUA, 0, 512), &ro, &FULL).unwrap_err();
+            assert_eq!(r.errno, Errno::Perm, "{r}");
+        }
+        assert!(validate(&h(CMD_READ, CMD_FLAG_FUA, 0, 512), &ro, &FULL).is_ok());
     }
 }

@@ -6,8 +6,9 @@
 //! stops the server: requests already started finish and are answered,
 //! then the image gets the clean close every command gives it (flush,
 //! refcounts written back, dirty bit cleared) and a Unix socket's file is
-//! removed. With `--record TRACE`, every request clients send is written
-//! to a trace (`serve::record`).
+//! removed; the engine's counts of the clients' requests (FUA ones among
+//! them) are printed first. With `--record TRACE`, every request clients
+//! send is written to a trace (`serve::record`).
 
 mod image;
 mod record;
@@ -189,6 +190,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         }
     };
     watcher.stop();
+    // What the clients asked of the engine (FUA requests among them),
+    // before the close adds requests of its own.
+    if let Some(counts) = export.summary() {
+        eprintln!("qcsim serve: engine: {counts}");
+    }
     let closed = close(export, &args);
     served?;
     closed?;

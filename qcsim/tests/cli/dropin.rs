@@ -15,6 +15,7 @@ mod backing_format;
 mod blkdebug;
 mod convert_compressed;
 mod dd;
+mod fua;
 mod measure;
 mod snapshot;
 mod truncate;

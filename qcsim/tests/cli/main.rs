@@ -24,6 +24,7 @@ mod qemu_driver;
 mod readme;
 mod run_counters;
 mod serve;
+mod serve_fua;
 mod serve_sim;
 mod trace_cli;
 mod verify_determinism;

@@ -7,21 +7,7 @@
 //! file's states replayable, and pin what they found in QEMU; the imago
 //! library passes and fails the same way.
 
-use crate::support::{exec, qcsim, text, QCSIM};
-
-/// The number before `what` on the line that has it.
-fn number_before(out: &str, what: &str) -> u64 {
-    let at = out
-        .find(what)
-        .unwrap_or_else(|| panic!("no {what:?} in {out}"));
-    out[..at]
-        .trim_end()
-        .rsplit(|c: char| !c.is_ascii_digit())
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap_or_else(|_| panic!("no number before {what:?} in {out}"))
-}
+use crate::support::{exec, number_before, qcsim, text, QCSIM};
 
 #[test]
 fn a_case_on_qemus_driver_passes_and_fails_on_a_disk_that_ignores_flush() {

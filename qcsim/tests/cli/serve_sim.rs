@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::serve::{peer, qemu_io_ok, Served};
-use crate::support::{assert_clean, qcsim, run, text};
+use crate::support::{assert_clean, number_before, qcsim, run, text};
 
 /// The `json:` file name of a qcow2 image whose storage is the export.
 fn qcow2_over(served: &Served) -> String {
@@ -20,18 +20,17 @@ fn qcow2_over(served: &Served) -> String {
 
 /// The counts the server prints at its end, by name.
 fn count(log: &str, name: &str) -> u64 {
+    logged_count(log, "simulated disk:", name)
+}
+
+/// The count before `name` on the first line of `log` that has `prefix`
+/// (where `qcsim serve` prints its counts when it stops).
+pub(crate) fn logged_count(log: &str, prefix: &str, name: &str) -> u64 {
     let line = log
         .lines()
-        .find(|l| l.contains("simulated disk:") && l.contains(name))
-        .unwrap_or_else(|| panic!("no counters in the log: {log}"));
-    let at = line.find(name).unwrap();
-    line[..at]
-        .trim_end()
-        .rsplit(|c: char| !c.is_ascii_digit())
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
+        .find(|l| l.contains(prefix) && l.contains(name))
+        .unwrap_or_else(|| panic!("no {prefix:?} counts in the log: {log}"));
+    number_before(line, name)
 }
 
 #[test]

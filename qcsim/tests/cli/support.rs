@@ -58,3 +58,18 @@ pub fn untimed(out: &str) -> String {
         })
         .collect()
 }
+
+/// The number just before the first `what` in `out` (a count in a line
+/// such as "3 writes (1 FUA), 2 flushes").
+pub fn number_before(out: &str, what: &str) -> u64 {
+    let at = out
+        .find(what)
+        .unwrap_or_else(|| panic!("no {what:?} in {out}"));
+    out[..at]
+        .trim_end()
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("no number before {what:?} in {out}"))
+}

@@ -48,7 +48,7 @@ pub struct WriteCmd {
     pub offset: u64,
     pub lens: Vec<u64>,
     pub data: WriteData,
-    /// `-f`: force unit access, here a flush after the write.
+    /// `-f`: force unit access: every request durable when it completes.
     pub fua: bool,
     pub report: Report,
     /// `-b`: the offset is in the VM state area, not the disk.

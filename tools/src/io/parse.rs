@@ -154,9 +154,11 @@ fn parse_write(rest: &[&str]) -> Result<Cmd, CmdError> {
     }))
 }
 
-/// `writev` and `aio_write`: several lengths, no `-c` and no `-b`.
+/// `writev` and `aio_write`: several lengths, no `-c` and no `-b`; only
+/// `aio_write` zeroes (`-z`, `-u`) or takes `-i`, as in qemu-io.
 fn parse_writev(name: &str, rest: &[&str]) -> Result<Cmd, CmdError> {
-    let o = scan(name, rest, "Cfqruzi", "P")?;
+    let flags = if name == "writev" { "Cfqr" } else { "Cfqruzi" };
+    let o = scan(name, rest, flags, "P")?;
     let zero = o.has('z');
     if o.has('u') && !zero {
         return err("-u requires -z to be specified");
@@ -436,6 +438,10 @@ mod tests {
                 false,
             ),
             ("flush now", "bad argument count 1 to flush", true),
+            // Only aio_write zeroes: writev has no -z, -u or -i.
+            ("writev -f -z 0 4k", "writev: invalid option -- 'z'", true),
+            ("writev -u 0 4k", "writev: invalid option -- 'u'", true),
+            ("writev -i 0 4k", "writev: invalid option -- 'i'", true),
         ];
         for (line, want, stderr) in cases {
             let e = parse_command(line).unwrap_err();
@@ -443,5 +449,13 @@ mod tests {
             assert_eq!(e.stderr, stderr, "{line}");
         }
         assert!(parse_err("write 0 4G").starts_with("length cannot exceed"));
+        assert!(matches!(
+            parse("aio_write -f -z 0 4k"),
+            Cmd::Write(WriteCmd {
+                fua: true,
+                data: WriteData::Zeroes { unmap: false },
+                ..
+            })
+        ));
     }
 }

@@ -1,8 +1,9 @@
 //! The qemu-io commands that are I/O requests on the image: `read` (with
 //! `-P`'s check and `-v`'s dump), `write` (patterns, compressed, zeroes,
-//! VM state; `detect-zeroes` and a zeroing alignment as QEMU's block
-//! layer applies them), `discard` and `flush`, each a piece at a time
-//! (`exec::pieces`) and followed by qemu-io's report lines.
+//! VM state, force unit access; `detect-zeroes` and a zeroing alignment
+//! as QEMU's block layer applies them), `discard` and `flush`, each a
+//! piece at a time (`exec::pieces`) and followed by qemu-io's report
+//! lines.
 
 use std::io::Write;
 use std::time::Instant;
@@ -16,7 +17,11 @@ use super::format::hexdump;
 /// Where a filled write goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fill {
-    Data,
+    /// Guest data; with force unit access (`write -f`) each piece durable
+    /// when it completes.
+    Data {
+        fua: bool,
+    },
     Compressed,
     VmState,
 }
@@ -36,7 +41,7 @@ async fn write_filled(
     for (at, n) in pieces(offset, len) {
         let piece = &buf[..n as usize];
         match to {
-            Fill::Data => disk.write(at, piece).await?,
+            Fill::Data { fua } => disk.write_flagged(at, piece, fua).await?,
             Fill::Compressed => disk.write_compressed(at, piece).await?,
             Fill::VmState => disk.write_vmstate(at, piece).await?,
         }
@@ -44,28 +49,30 @@ async fn write_filled(
     Ok(())
 }
 
-/// Zero `len` bytes at `offset` on `disk`; with `align`, as
-/// `Session::with_zero_alignment` says: the pieces before the first and
-/// after the last multiple of it are written as zeroes.
+/// Zero `len` bytes at `offset` on `disk`, each request with force unit
+/// access when `fua`; with `align`, as `Session::with_zero_alignment`
+/// says: the pieces before the first and after the last multiple of it
+/// are written as zeroes.
 async fn zero_aligned(
     disk: &Disk,
     offset: u64,
     len: u64,
     unmap: bool,
+    fua: bool,
     align: Option<u64>,
 ) -> engine::Result<()> {
     let Some(a) = align else {
-        return disk.write_zeroes(offset, len, unmap).await;
+        return disk.zeroes_flagged(offset, len, unmap, fua).await;
     };
     let end = offset + len;
     let bulk_start = offset.next_multiple_of(a).min(end);
     let bulk_end = (end / a * a).max(bulk_start);
-    write_filled(disk, offset, bulk_start - offset, 0, Fill::Data).await?;
+    write_filled(disk, offset, bulk_start - offset, 0, Fill::Data { fua }).await?;
     if bulk_end > bulk_start {
-        disk.write_zeroes(bulk_start, bulk_end - bulk_start, unmap)
+        disk.zeroes_flagged(bulk_start, bulk_end - bulk_start, unmap, fua)
             .await?;
     }
-    write_filled(disk, bulk_end, end - bulk_end, 0, Fill::Data).await
+    write_filled(disk, bulk_end, end - bulk_end, 0, Fill::Data { fua }).await
 }
 
 /// `read`, `readv`, `aio_read`.
@@ -130,29 +137,31 @@ pub(super) async fn read(ctx: Ctx<'_>, cmd: &ReadCmd, out: &mut impl Write) -> O
     Ok(result)
 }
 
-/// `write`, `writev`, `aio_write`.
+/// `write`, `writev`, `aio_write`. With `-f` every request goes out with
+/// force unit access (the engine's FUA calls for qcow2), as qemu-io
+/// passes BDRV_REQ_FUA down; the parser has already refused `-f` with
+/// `-c` or `-b`, as qemu-io does.
 pub(super) async fn write(ctx: Ctx<'_>, cmd: &WriteCmd, out: &mut impl Write) -> Outcome {
     let start = Instant::now();
-    let (disk, offset, align) = (ctx.disk, cmd.offset, ctx.zero_alignment);
+    let (disk, offset, align, fua) = (ctx.disk, cmd.offset, ctx.zero_alignment, cmd.fua);
     let len: u64 = cmd.lens.iter().sum();
-    let mut result = match (cmd.data, ctx.detect_zeroes) {
+    let result = match (cmd.data, ctx.detect_zeroes) {
         // qemu-io saves VM state as it is given, whatever -c or
         // detect-zeroes say.
         (WriteData::Pattern(p) | WriteData::Compressed(p), _) if cmd.vmstate => {
             write_filled(disk, offset, len, p, Fill::VmState).await
         }
-        (WriteData::Zeroes { unmap }, _) => zero_aligned(disk, offset, len, unmap, align).await,
+        (WriteData::Zeroes { unmap }, _) => {
+            zero_aligned(disk, offset, len, unmap, fua, align).await
+        }
         // detect-zeroes turns a write of zeroes into zeroing, compressed
         // or not, as QEMU's block layer does.
         (WriteData::Pattern(0) | WriteData::Compressed(0), Some(unmap)) => {
-            zero_aligned(disk, offset, len, unmap, align).await
+            zero_aligned(disk, offset, len, unmap, fua, align).await
         }
-        (WriteData::Pattern(p), _) => write_filled(disk, offset, len, p, Fill::Data).await,
+        (WriteData::Pattern(p), _) => write_filled(disk, offset, len, p, Fill::Data { fua }).await,
         (WriteData::Compressed(p), _) => write_filled(disk, offset, len, p, Fill::Compressed).await,
     };
-    if result.is_ok() && cmd.fua {
-        result = disk.flush().await;
-    }
     if let Err(e) = result {
         return Ok(ctx.failed(cmd.op, e));
     }

@@ -219,3 +219,90 @@ fn info_puts_vm_state_where_the_engine_does_with_extended_l2() {
     assert_eq!(info[2], "vm state offset: 1.250 GiB");
     block_on(session.close()).unwrap();
 }
+
+/// `-f` (force unit access) on `write`, `writev`, `aio_write` and
+/// zeroing sends each request to the engine's FUA call, not a write
+/// followed by a flush of everything: the engine counts FUA requests and
+/// no guest flush. The report lines are those without `-f`, as in
+/// qemu-io; `-f` with `-c` or `-b` is refused as qemu-io refuses it.
+#[test]
+fn write_f_is_a_fua_request_to_the_engine() {
+    let _serial = crate::support::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = qcow2(dir.path(), "img.qcow2", &[]);
+    let session = open(&path, false);
+    let counts = |s: &Session| s.disk().qcow2().expect("a qcow2 image").counters();
+    let before = counts(&session);
+    let lines = [
+        (
+            "write -f -P 0x11 0 64k",
+            "wrote 65536/65536 bytes at offset 0",
+        ),
+        (
+            "writev -f -P 0x22 64k 4k 4k",
+            "wrote 8192/8192 bytes at offset 65536",
+        ),
+        (
+            "aio_write -f -P 0x33 128k 4k",
+            "wrote 4096/4096 bytes at offset 131072",
+        ),
+        (
+            "write -f -z 192k 64k",
+            "wrote 65536/65536 bytes at offset 196608",
+        ),
+        (
+            "aio_write -f -z -u 256k 64k",
+            "wrote 65536/65536 bytes at offset 262144",
+        ),
+    ];
+    for (line, want) in lines {
+        let done = run(&session, line);
+        assert_eq!(done.lines, [want], "{line}");
+        assert!(done.failure.is_none(), "{line}");
+    }
+    let fua = counts(&session).since(&before);
+    assert_eq!(fua.guest_fua_requests, 5, "{fua:?}");
+    assert_eq!((fua.guest_writes, fua.guest_zero_writes), (3, 2));
+    assert_eq!(fua.guest_flushes, 0, "FUA is not a guest flush: {fua:?}");
+    // Without -f: no FUA request.
+    let before = counts(&session);
+    assert!(run(&session, "write -P 0x44 1M 4k").failure.is_none());
+    assert_eq!(counts(&session).since(&before).guest_fua_requests, 0);
+    for line in ["write -f -c 0 64k", "write -b -f 0 4k"] {
+        let e = parse_command(line).unwrap_err();
+        assert_eq!(
+            e.message, "-f and -b or -c cannot be specified at the same time",
+            "{line}"
+        );
+    }
+    block_on(session.close()).unwrap();
+
+    let session = open(&path, true);
+    for line in [
+        "read -P 0x11 0 64k",
+        "read -P 0x22 64k 8k",
+        "read -P 0x33 128k 4k",
+        "read -P 0 192k 128k",
+        "read -P 0x44 1M 4k",
+    ] {
+        assert!(run(&session, line).failure.is_none(), "{line}");
+    }
+    block_on(session.close()).unwrap();
+}
+
+/// `write -f` on a raw image: the file's own FUA write, the data there.
+#[test]
+fn write_f_on_a_raw_image_writes_through() {
+    let _serial = crate::support::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("img.raw");
+    std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+    let session = open(&path, false);
+    for line in ["write -f -P 0x5a 4k 8k", "write -f -z 0 4k"] {
+        assert!(run(&session, line).failure.is_none(), "{line}");
+    }
+    block_on(session.close()).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(bytes[4096..12288].iter().all(|&b| b == 0x5a));
+    assert!(bytes[..4096].iter().all(|&b| b == 0));
+}

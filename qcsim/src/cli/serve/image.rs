@@ -2,7 +2,10 @@
 //! through the engine (`tools::files::Disk`: qcow2 through `engine::Image`,
 //! a raw file as it is), and block status is the engine's, down the
 //! backing chain, as `base:allocation` states: data is data, zero and
-//! unallocated clusters are holes that read as zeroes.
+//! unallocated clusters are holes that read as zeroes. A request flagged
+//! FUA goes to the disk as one (`Disk::write_flagged` and its kin: the
+//! engine's FUA calls for qcow2, a FUA device request for raw), not as
+//! the request and a flush.
 
 use std::path::PathBuf;
 
@@ -49,11 +52,20 @@ impl ImageExport {
             && (end.is_multiple_of(cs) || end == image.virtual_size())
     }
 
-    async fn fua(&self, fua: bool) -> ExportResult<()> {
-        if fua {
-            self.disk.flush().await.map_err(export_error)?;
-        }
-        Ok(())
+    /// What the engine counted of the clients' requests, for the log at
+    /// the end (a raw file has no engine, so nothing).
+    pub fn summary(&self) -> Option<String> {
+        let c = self.disk.qcow2()?.counters();
+        Some(format!(
+            "{} reads, {} writes, {} write zeroes, {} discards, {} flushes, {} FUA requests ({} device flushes for them)",
+            c.guest_reads,
+            c.guest_writes,
+            c.guest_zero_writes,
+            c.guest_discards,
+            c.guest_flushes,
+            c.guest_fua_requests,
+            c.fua_flushes
+        ))
     }
 }
 
@@ -91,8 +103,10 @@ impl Export for ImageExport {
     }
 
     async fn write(&self, offset: u64, data: &[u8], fua: bool) -> ExportResult<()> {
-        self.disk.write(offset, data).await.map_err(export_error)?;
-        self.fua(fua).await
+        self.disk
+            .write_flagged(offset, data, fua)
+            .await
+            .map_err(export_error)
     }
 
     async fn write_zeroes(&self, offset: u64, len: u64, how: ZeroRequest) -> ExportResult<()> {
@@ -104,30 +118,34 @@ impl Export for ImageExport {
         match (&self.disk, how.no_hole) {
             (Disk::Qcow2(_), true) => {
                 // The engine's write zeroes always unmaps whole clusters;
-                // NO_HOLE asks that they stay allocated, so write zeroes.
+                // NO_HOLE asks that they stay allocated, so write zeroes,
+                // every piece with the request's FUA: the request is
+                // durable only once all of them are.
                 let zeroes = vec![0u8; len.min(ZERO_PIECE) as usize];
                 let mut at = offset;
                 while at < offset + len {
                     let n = (offset + len - at).min(ZERO_PIECE);
                     self.disk
-                        .write(at, &zeroes[..n as usize])
+                        .write_flagged(at, &zeroes[..n as usize], how.fua)
                         .await
                         .map_err(export_error)?;
                     at += n;
                 }
+                Ok(())
             }
             (_, no_hole) => self
                 .disk
-                .write_zeroes(offset, len, !no_hole)
+                .zeroes_flagged(offset, len, !no_hole, how.fua)
                 .await
-                .map_err(export_error)?,
+                .map_err(export_error),
         }
-        self.fua(how.fua).await
     }
 
     async fn trim(&self, offset: u64, len: u64, fua: bool) -> ExportResult<()> {
-        self.disk.discard(offset, len).await.map_err(export_error)?;
-        self.fua(fua).await
+        self.disk
+            .discard_flagged(offset, len, fua)
+            .await
+            .map_err(export_error)
     }
 
     async fn flush(&self) -> ExportResult<()> {
