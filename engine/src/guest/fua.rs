@@ -22,6 +22,7 @@
 //! write, as QEMU's block layer does (`FileDev` syncs the file's data).
 
 use crate::alloc::allocs::CowFailure;
+use crate::broken::{self, Broken};
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::guards::Guard;
@@ -138,15 +139,23 @@ impl<D: BlockDev> Image<D> {
                 .collect();
             (tables, whole)
         };
-        if whole {
-            return self.writeback_all_fua(&mg).await;
-        }
-        if tables.is_empty() {
+        if !whole && tables.is_empty() {
             // The mapping is written (durable, or by a writeback no flush
             // has followed yet); the request's data may not be.
             return self.device_flush(&mg).await;
         }
-        let flushed = self.writeback_refcount_phase(&mg).await?;
+        self.guard_arose(Guard::FuaMappingDurable);
+        if broken::is(&self.opts, Broken::FuaBeforeL2) {
+            return self.device_flush(&mg).await;
+        }
+        if whole {
+            return self.writeback_all_fua(&mg).await;
+        }
+        self.guard_arose(Guard::FuaFlushBeforeL2);
+        let skip = broken::is(&self.opts, Broken::FuaWithoutPreflush);
+        // The broken variant says it flushed, so the data's flush below
+        // is skipped too.
+        let flushed = skip || self.writeback_refcount_phase(&mg).await?;
         self.ensure_dirty_bit(&mg).await?;
         if !flushed {
             // Data before the L2 entries that point at it.

@@ -181,6 +181,15 @@ fn run_sim(a: &Args) -> anyhow::Result<i32> {
             }
         }
     }
+    if !a.json {
+        // FUA writes beside write then flush: eight more jobs of the same
+        // size (sim::bench::fua).
+        println!();
+        print!(
+            "{}",
+            sim::bench::render_fua_table(&sim::bench::run_fua_jobs(size)?)
+        );
+    }
     if a.hdd && !a.json {
         // Seed 001's HDD figure: write_zeroes against zero buffers, on
         // both disk models (four more jobs of the same size).

@@ -89,8 +89,19 @@ pub enum BenchError {
 /// A guest request of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GuestOp {
-    Write { offset: u64, len: u64 },
+    Write {
+        offset: u64,
+        len: u64,
+    },
+    /// A write flagged FUA (`Image::write_fua`).
+    WriteFua {
+        offset: u64,
+        len: u64,
+    },
     Flush,
+    /// Count from here: what came before (filling the image) is set-up,
+    /// not the job.
+    StartCounting,
 }
 
 /// Everything one job depends on.
@@ -329,34 +340,36 @@ pub fn run_job_with(
             if let Some(b) = &b {
                 img.attach_backing(Backing::Raw(b.clone()));
             }
-            let start = (
-                s.now(),
-                d.counters(),
-                img.counters(),
-                b.as_ref().map(|b| b.counters().read_bytes).unwrap_or(0),
-            );
+            let counts = |img: &Image<SimDisk>| {
+                (
+                    s.now(),
+                    d.counters(),
+                    img.counters(),
+                    b.as_ref().map(|b| b.counters().read_bytes).unwrap_or(0),
+                )
+            };
+            let mut start = counts(&img);
             let mut buf = Vec::new();
             for (id, op) in ops.into_iter().enumerate() {
                 match op {
-                    GuestOp::Write { offset, len } => {
+                    GuestOp::Write { offset, len } | GuestOp::WriteFua { offset, len } => {
                         if offset.checked_add(len).is_none_or(|end| end > size) {
                             return Err(BenchError::BadOp { offset, len, size });
                         }
                         buf.clear();
                         buf.extend((0..len).map(|i| guest_byte(id as u64, offset + i)));
-                        img.write(offset, &buf)
-                            .await
-                            .map_err(engine_err("writing"))?;
+                        let r = if matches!(op, GuestOp::WriteFua { .. }) {
+                            img.write_fua(offset, &buf).await
+                        } else {
+                            img.write(offset, &buf).await
+                        };
+                        r.map_err(engine_err("writing"))?;
                     }
                     GuestOp::Flush => img.flush().await.map_err(engine_err("flushing"))?,
+                    GuestOp::StartCounting => start = counts(&img),
                 }
             }
-            let end = (
-                s.now(),
-                d.counters(),
-                img.counters(),
-                b.as_ref().map(|b| b.counters().read_bytes).unwrap_or(0),
-            );
+            let end = counts(&img);
             Ok((img, start, end))
         })
         .map_err(|e| BenchError::Exec(e, name))??;

@@ -6,7 +6,8 @@
 //! the end of the job and the moment the image was open, so creating and
 //! opening the image are not counted.
 //!
-//! `job` runs one (workload, switches) pair and returns a `Row`; `table`
+//! `fua` runs the FUA jobs (4 KiB writes flagged FUA beside write then
+//! flush). `job` runs one (workload, switches) pair and returns a `Row`; `table`
 //! renders rows for people; `seed001` is seed 001's write_zeroes against
 //! zero buffers on the SSD model and the rotating disk
 //! (`LatencyOptions::rotating`, the HDD column's model).
@@ -15,10 +16,12 @@
 //! image file, timed by the wall clock), lives in the `tools` crate: this
 //! crate reads no clock.
 
+mod fua;
 mod job;
 mod seed001;
 mod table;
 
+pub use fua::{render_fua_table, run_fua_job, run_fua_jobs, Durability, Fill, FuaRow, Pattern};
 pub use job::{
     backing_byte, guest_byte, run_job, run_job_with, sequential_ops, sequential_ops_of, BenchError,
     GuestOp, JobSetup, Observed, Row, Workload, CLUSTER_SIZE, REQUEST_SIZE,
