@@ -765,19 +765,34 @@ impl RuleLedger {
 
     // ---- flushes the guest sees ----
 
-    /// Rule `rule`: every change to the L2 tables `tables` and to the L1
-    /// entries `l1` (indices) is durable: what a FUA request relies on to
-    /// be read back after a crash.
-    pub(crate) fn check_mapping_durable(&self, tables: &[u64], l1: &[usize], rule: &str) {
+    /// The number of the last change to any object so far.
+    pub(crate) fn change_mark(&self) -> u64 {
+        self.changes
+    }
+
+    /// Rule `rule`: every change up to `upto` (a [`RuleLedger::change_mark`])
+    /// to the L2 tables `tables` and to the L1 entries `l1` (indices) is
+    /// durable: what a FUA request relies on to be read back after a
+    /// crash. Later changes are other requests'.
+    pub(crate) fn check_mapping_durable(
+        &self,
+        tables: &[u64],
+        l1: &[usize],
+        upto: u64,
+        rule: &str,
+    ) {
         let keys = tables
             .iter()
             .copied()
             .chain(l1.iter().map(|&i| self.l1_key(i)));
         for key in keys {
-            if let Some(o) = self.objects.get(&key).filter(|o| !o.changes.is_empty()) {
+            let Some(o) = self.objects.get(&key) else {
+                continue;
+            };
+            if let Some(c) = o.changes.first().filter(|&&c| c <= upto) {
                 panic!(
-                    "crash rule broken: {rule}: change {} of the {} at {key:#x} is not durable",
-                    o.changes[0], o.what
+                    "crash rule broken: {rule}: change {c} of the {} at {key:#x} is not durable",
+                    o.what
                 );
             }
         }

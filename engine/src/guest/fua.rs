@@ -33,15 +33,17 @@ impl<D: BlockDev> Image<D> {
     pub(crate) async fn write_fua_impl(&self, offset: u64, buf: &[u8]) -> Result<()> {
         self.count(|c| c.guest_fua_requests += 1);
         let dropped = self.counters.borrow().allocs_dropped;
+        let before = self.rules(|r| r.change_mark());
         if self.write_request(offset, buf, true).await? {
             self.count(|c| c.fua_in_place += 1);
-            self.check_fua_durable(offset, buf.len() as u64, None);
+            self.check_fua_durable(offset, buf.len() as u64, None, before);
             return Ok(());
         }
         let marks = self.rules(|r| r.completed());
-        self.make_range_durable(offset, offset + buf.len() as u64, dropped)
+        let upto = self
+            .make_range_durable(offset, offset + buf.len() as u64, dropped)
             .await?;
-        self.check_fua_durable(offset, buf.len() as u64, marks);
+        self.check_fua_durable(offset, buf.len() as u64, marks, upto);
         Ok(())
     }
 
@@ -56,9 +58,10 @@ impl<D: BlockDev> Image<D> {
         let dropped = self.counters.borrow().allocs_dropped;
         self.write_zeroes_impl(offset, len, unmap).await?;
         let marks = self.rules(|r| r.completed());
-        self.make_range_durable(offset, offset + len, dropped)
+        let upto = self
+            .make_range_durable(offset, offset + len, dropped)
             .await?;
-        self.check_fua_durable(offset, len, marks);
+        self.check_fua_durable(offset, len, marks, upto);
         Ok(())
     }
 
@@ -68,9 +71,10 @@ impl<D: BlockDev> Image<D> {
         let dropped = self.counters.borrow().allocs_dropped;
         self.discard_impl(offset, len).await?;
         let marks = self.rules(|r| r.completed());
-        self.make_range_durable(offset, offset + len, dropped)
+        let upto = self
+            .make_range_durable(offset, offset + len, dropped)
             .await?;
-        self.check_fua_durable(offset, len, marks);
+        self.check_fua_durable(offset, len, marks, upto);
         Ok(())
     }
 
@@ -92,7 +96,7 @@ impl<D: BlockDev> Image<D> {
     /// (the module doc's second and third costs). `dropped`: the count of
     /// allocations given up when the request began; if a failed flush
     /// gave one up since, the request's data may have been in it.
-    async fn make_range_durable(&self, start: u64, end: u64, dropped: u64) -> Result<()> {
+    async fn make_range_durable(&self, start: u64, end: u64, dropped: u64) -> Result<Option<u64>> {
         let flushes = self.counters.borrow().device_flushes;
         let r = self.write_back_range(start, end, dropped).await;
         let n = self.counters.borrow().device_flushes - flushes;
@@ -100,9 +104,10 @@ impl<D: BlockDev> Image<D> {
         r
     }
 
-    async fn write_back_range(&self, start: u64, end: u64, dropped: u64) -> Result<()> {
+    /// [`Image::make_range_durable`] but for the count of its flushes.
+    async fn write_back_range(&self, start: u64, end: u64, dropped: u64) -> Result<Option<u64>> {
         if start >= end {
-            return Ok(());
+            return Ok(None);
         }
         // Allocations in flight over the range (delayed COW): committed,
         // so that the L2 entries point at the request's data.
@@ -121,6 +126,7 @@ impl<D: BlockDev> Image<D> {
             p += cs;
         }
         let mg = self.meta.lock().await;
+        let upto = self.rules(|r| r.change_mark());
         if self.is_poisoned() {
             return Err(Error::Poisoned);
         }
@@ -142,14 +148,17 @@ impl<D: BlockDev> Image<D> {
         if !whole && tables.is_empty() {
             // The mapping is written (durable, or by a writeback no flush
             // has followed yet); the request's data may not be.
-            return self.device_flush(&mg).await;
+            self.device_flush(&mg).await?;
+            return Ok(upto);
         }
         self.guard_arose(Guard::FuaMappingDurable);
         if broken::is(&self.opts, Broken::FuaBeforeL2) {
-            return self.device_flush(&mg).await;
+            self.device_flush(&mg).await?;
+            return Ok(upto);
         }
         if whole {
-            return self.writeback_all_fua(&mg).await;
+            self.writeback_all_fua(&mg).await?;
+            return Ok(upto);
         }
         self.guard_arose(Guard::FuaFlushBeforeL2);
         let skip = broken::is(&self.opts, Broken::FuaWithoutPreflush);
@@ -167,22 +176,29 @@ impl<D: BlockDev> Image<D> {
             mg.borrow_mut().tables.mark_l2_clean(*off, data);
             self.count(|c| c.l2_writebacks += 1);
         }
-        Ok(())
+        Ok(upto)
     }
 
     /// Debug builds: the crash rules' ledger agrees that the request over
     /// guest bytes `[offset, offset + len)` is durable: the writes that
     /// completed before its writeback, its own among them (`marks`; none
-    /// for one that wrote in place with FUA) and every change to its L2 tables and L1 entries.
-    fn check_fua_durable(&self, offset: u64, len: u64, marks: Option<(u64, u64)>) {
-        if len == 0 || !cfg!(debug_assertions) {
+    /// for one that wrote in place with FUA) and every change to its L2
+    /// tables and L1 entries up to `upto` (a change mark taken once its
+    /// allocations were linked; later changes are other requests').
+    fn check_fua_durable(
+        &self,
+        offset: u64,
+        len: u64,
+        marks: Option<(u64, u64)>,
+        upto: Option<u64>,
+    ) {
+        let Some(upto) = upto.filter(|_| len > 0 && cfg!(debug_assertions)) else {
             return;
-        }
+        };
         const RULE: &str = "a FUA request is durable when it completes";
         // Read without the lock: nothing here awaits, so a task holding
-        // it is suspended, and the range's tables cannot change under a
-        // request that still holds the range (only `&mut` operations
-        // move a table other requests do not write).
+        // it is suspended mid-operation; what it changed since `upto` is
+        // not checked.
         let (tables, l1) = {
             let m = self.meta.read_unlocked();
             let first = self.geo.offset_to_l1_index(offset);
@@ -197,7 +213,7 @@ impl<D: BlockDev> Image<D> {
             if let Some(m) = marks {
                 r.check_durable(m, RULE);
             }
-            r.check_mapping_durable(&tables, &l1, RULE);
+            r.check_mapping_durable(&tables, &l1, upto, RULE);
         });
     }
 }
