@@ -22,7 +22,6 @@
 //! write, as QEMU's block layer does (`FileDev` syncs the file's data).
 
 use crate::alloc::allocs::CowFailure;
-use crate::broken::{self, Broken};
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::guards::Guard;
@@ -151,20 +150,11 @@ impl<D: BlockDev> Image<D> {
             self.device_flush(&mg).await?;
             return Ok(upto);
         }
-        self.guard_arose(Guard::FuaMappingDurable);
-        if broken::is(&self.opts, Broken::FuaBeforeL2) {
-            self.device_flush(&mg).await?;
-            return Ok(upto);
-        }
         if whole {
             self.writeback_all_fua(&mg).await?;
             return Ok(upto);
         }
-        self.guard_arose(Guard::FuaFlushBeforeL2);
-        let skip = broken::is(&self.opts, Broken::FuaWithoutPreflush);
-        // The broken variant says it flushed, so the data's flush below
-        // is skipped too.
-        let flushed = skip || self.writeback_refcount_phase(&mg).await?;
+        let flushed = self.writeback_refcount_phase(&mg).await?;
         self.ensure_dirty_bit(&mg).await?;
         if !flushed {
             // Data before the L2 entries that point at it.
