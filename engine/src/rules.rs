@@ -302,12 +302,19 @@ impl RuleLedger {
 
     /// The write `t` completed (`ok`), or failed.
     pub(crate) fn complete(&mut self, t: Token, ok: bool) {
-        let Some(i) = self.in_flight.iter().position(|w| w.token == t.0) else {
-            return;
-        };
+        if let Some(p) = self.finish(t, ok) {
+            self.pending.push(p);
+        }
+    }
+
+    /// The write `t` ended: its device's count and what its kind tells
+    /// the ledger; a metadata write that succeeded comes back, completed
+    /// and not yet durable.
+    fn finish(&mut self, t: Token, ok: bool) -> Option<Pending> {
+        let i = self.in_flight.iter().position(|w| w.token == t.0)?;
         let w = self.in_flight.swap_remove(i);
         if !ok {
-            return;
+            return None;
         }
         let e = self.epochs_mut(w.dev);
         e.completed += 1;
@@ -319,14 +326,17 @@ impl RuleLedger {
                 }
             }
             Kind::Growth => self.zero.insert(w.start, w.end),
-            Kind::Meta => self.pending.push(Pending {
-                seq,
-                start: w.start,
-                end: w.end,
-                covers: w.covers,
-                dirty: w.dirty,
-            }),
+            Kind::Meta => {
+                return Some(Pending {
+                    seq,
+                    start: w.start,
+                    end: w.end,
+                    covers: w.covers,
+                    dirty: w.dirty,
+                })
+            }
         }
+        None
     }
 
     /// What a flush of `dev` issued now will make durable.
@@ -371,10 +381,7 @@ impl RuleLedger {
     /// a data write counts as any other (its device's watermark does not
     /// move, so later checks can only ask more of the engine, never less).
     pub(crate) fn complete_fua(&mut self, t: Token, ok: bool) {
-        let n = self.pending.len();
-        self.complete(t, ok);
-        if self.pending.len() > n {
-            let p = self.pending.pop().expect("just pushed");
+        if let Some(p) = self.finish(t, ok) {
             self.settle(p);
         }
     }

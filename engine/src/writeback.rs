@@ -123,28 +123,17 @@ impl<D: BlockDev> Image<D> {
             (m.tables.l2_has_dirty(), m.tables.l1_has_dirty())
         };
         if l2_dirty || l1_dirty {
-            self.ensure_dirty_bit(mg).await?;
-            if !flushed_last {
-                // Data before the L2 entries that point at it.
-                self.guard_arose(Guard::DataFlushBeforeL2);
-                if !broken::is(&self.opts, Broken::SkipDataFlushBeforeL2) {
-                    self.device_flush(mg).await?;
-                }
-            }
+            self.before_l2_writes(mg, flushed_last).await?;
             let tables = mg.borrow().tables.dirty_l2_tables();
-            let l1_follows = mg.borrow().tables.l1_has_dirty();
+            // Nothing changes the L1 table while the lock is held.
+            let dirty_l1 = mg.borrow().tables.dirty_l1();
+            let l1_follows = !dirty_l1.is_empty();
             // Written last (no L1 entry after them) by a FUA request:
             // each durable as it completes, no flush after.
             let tables_fua = fua && !l1_follows;
-            for (off, data) in &tables {
-                self.write_meta_flagged(*off, data, tables_fua).await?;
-                mg.borrow_mut().tables.mark_l2_clean(*off, data);
-                self.count(|c| c.l2_writebacks += 1);
-            }
-            let dirty_l1 = mg.borrow().tables.dirty_l1();
+            self.write_l2_tables(mg, &tables, tables_fua).await?;
             if !tables.is_empty() && !tables_fua {
                 // The L2 tables before the L1 entries that point at them.
-                let l1_follows = !dirty_l1.is_empty();
                 if l1_follows {
                     self.guard_arose(Guard::L2FlushBeforeL1);
                 }
@@ -177,6 +166,37 @@ impl<D: BlockDev> Image<D> {
         }
         self.frees.borrow_mut().mark_durable(frees_before);
         self.apply_ready_frees(mg).await
+    }
+
+    /// What must be durable before an L2 table is written: the dirty bit
+    /// under lazy refcounts, and (unless the refcount step just
+    /// `flushed`) the data of completed writes.
+    pub(crate) async fn before_l2_writes(&self, mg: &MetaGuard<'_>, flushed: bool) -> Result<()> {
+        self.ensure_dirty_bit(mg).await?;
+        if !flushed {
+            // Data before the L2 entries that point at it.
+            self.guard_arose(Guard::DataFlushBeforeL2);
+            if !broken::is(&self.opts, Broken::SkipDataFlushBeforeL2) {
+                self.device_flush(mg).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Write `tables` (offset, content), with FUA when `fua`, each marked
+    /// clean unless it changed meanwhile.
+    pub(crate) async fn write_l2_tables(
+        &self,
+        mg: &MetaGuard<'_>,
+        tables: &[(u64, Vec<u8>)],
+        fua: bool,
+    ) -> Result<()> {
+        for (off, data) in tables {
+            self.write_meta_flagged(*off, data, fua).await?;
+            mg.borrow_mut().tables.mark_l2_clean(*off, data);
+            self.count(|c| c.l2_writebacks += 1);
+        }
+        Ok(())
     }
 
     /// Write the L1 sectors holding the given entries.

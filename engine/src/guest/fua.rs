@@ -24,7 +24,6 @@
 use crate::alloc::allocs::CowFailure;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
-use crate::guards::Guard;
 use crate::image::{Image, MetaGuard};
 
 impl<D: BlockDev> Image<D> {
@@ -38,12 +37,8 @@ impl<D: BlockDev> Image<D> {
             self.check_fua_durable(offset, buf.len() as u64, None, before);
             return Ok(());
         }
-        let marks = self.rules(|r| r.completed());
-        let upto = self
-            .make_range_durable(offset, offset + buf.len() as u64, dropped)
-            .await?;
-        self.check_fua_durable(offset, buf.len() as u64, marks, upto);
-        Ok(())
+        self.make_range_durable(offset, buf.len() as u64, dropped)
+            .await
     }
 
     /// [`Image::write_zeroes_fua`]: the implementation.
@@ -56,12 +51,7 @@ impl<D: BlockDev> Image<D> {
         self.count(|c| c.guest_fua_requests += 1);
         let dropped = self.counters.borrow().allocs_dropped;
         self.write_zeroes_impl(offset, len, unmap).await?;
-        let marks = self.rules(|r| r.completed());
-        let upto = self
-            .make_range_durable(offset, offset + len, dropped)
-            .await?;
-        self.check_fua_durable(offset, len, marks, upto);
-        Ok(())
+        self.make_range_durable(offset, len, dropped).await
     }
 
     /// [`Image::discard_fua`]: the implementation.
@@ -69,12 +59,7 @@ impl<D: BlockDev> Image<D> {
         self.count(|c| c.guest_fua_requests += 1);
         let dropped = self.counters.borrow().allocs_dropped;
         self.discard_impl(offset, len).await?;
-        let marks = self.rules(|r| r.completed());
-        let upto = self
-            .make_range_durable(offset, offset + len, dropped)
-            .await?;
-        self.check_fua_durable(offset, len, marks, upto);
-        Ok(())
+        self.make_range_durable(offset, len, dropped).await
     }
 
     /// Whether guest offset `guest`'s mapping is durable as it stands:
@@ -91,19 +76,30 @@ impl<D: BlockDev> Image<D> {
         l2 != 0 && !m.tables.l1_is_dirty(l1i) && !m.tables.l2_is_dirty(l2)
     }
 
-    /// Make the completed request over guest bytes `[start, end)` durable
-    /// (the module doc's second and third costs). `dropped`: the count of
-    /// allocations given up when the request began; if a failed flush
-    /// gave one up since, the request's data may have been in it.
-    async fn make_range_durable(&self, start: u64, end: u64, dropped: u64) -> Result<Option<u64>> {
-        let flushes = self.counters.borrow().device_flushes;
-        let r = self.write_back_range(start, end, dropped).await;
-        let n = self.counters.borrow().device_flushes - flushes;
-        self.count(|c| c.fua_flushes += n);
-        r
+    /// The L1 indices of guest bytes `[start, end)` (not empty).
+    fn l1_indices(&self, start: u64, end: u64) -> std::ops::RangeInclusive<usize> {
+        self.geo.offset_to_l1_index(start)..=self.geo.offset_to_l1_index(end - 1)
     }
 
-    /// [`Image::make_range_durable`] but for the count of its flushes.
+    /// Make the completed request over `len` guest bytes at `offset`
+    /// durable (the module doc's second and third costs), counting its
+    /// flushes, and (debug builds) check it. `dropped`: the count of
+    /// allocations given up when the request began; if a failed flush
+    /// gave one up since, the request's data may have been in it.
+    async fn make_range_durable(&self, offset: u64, len: u64, dropped: u64) -> Result<()> {
+        let marks = self.rules(|r| r.completed());
+        let flushes = self.counters.borrow().device_flushes;
+        let r = self.write_back_range(offset, offset + len, dropped).await;
+        let n = self.counters.borrow().device_flushes - flushes;
+        self.count(|c| c.fua_flushes += n);
+        self.check_fua_durable(offset, len, marks, r?);
+        Ok(())
+    }
+
+    /// [`Image::make_range_durable`]'s writeback. Returns (debug builds)
+    /// the rules ledger's change mark once the range's allocations were
+    /// linked: every change to its tables up to it must be durable when
+    /// this returns.
     async fn write_back_range(&self, start: u64, end: u64, dropped: u64) -> Result<Option<u64>> {
         if start >= end {
             return Ok(None);
@@ -134,10 +130,9 @@ impl<D: BlockDev> Image<D> {
         }
         let (tables, whole) = {
             let m = mg.borrow();
-            let first = self.geo.offset_to_l1_index(start);
-            let last = self.geo.offset_to_l1_index(end - 1);
-            let whole = m.header_dirty || (first..=last).any(|i| m.tables.l1_is_dirty(i));
-            let tables: Vec<(u64, Vec<u8>)> = (first..=last)
+            let l1 = self.l1_indices(start, end);
+            let whole = m.header_dirty || l1.clone().any(|i| m.tables.l1_is_dirty(i));
+            let tables: Vec<(u64, Vec<u8>)> = l1
                 .map(|i| m.tables.l1_entry(i).l2_offset())
                 .filter(|&t| t != 0)
                 .filter_map(|t| m.tables.dirty_l2(t).map(|d| (t, d)))
@@ -155,17 +150,8 @@ impl<D: BlockDev> Image<D> {
             return Ok(upto);
         }
         let flushed = self.writeback_refcount_phase(&mg).await?;
-        self.ensure_dirty_bit(&mg).await?;
-        if !flushed {
-            // Data before the L2 entries that point at it.
-            self.guard_arose(Guard::DataFlushBeforeL2);
-            self.device_flush(&mg).await?;
-        }
-        for (off, data) in &tables {
-            self.write_meta_flagged(*off, data, true).await?;
-            mg.borrow_mut().tables.mark_l2_clean(*off, data);
-            self.count(|c| c.l2_writebacks += 1);
-        }
+        self.before_l2_writes(&mg, flushed).await?;
+        self.write_l2_tables(&mg, &tables, true).await?;
         Ok(upto)
     }
 
@@ -191,13 +177,13 @@ impl<D: BlockDev> Image<D> {
         // not checked.
         let (tables, l1) = {
             let m = self.meta.read_unlocked();
-            let first = self.geo.offset_to_l1_index(offset);
-            let last = self.geo.offset_to_l1_index(offset + len - 1);
-            let tables: Vec<u64> = (first..=last)
+            let l1 = self.l1_indices(offset, offset + len);
+            let tables: Vec<u64> = l1
+                .clone()
                 .map(|i| m.tables.l1_entry(i).l2_offset())
                 .filter(|&t| t != 0)
                 .collect();
-            (tables, (first..=last).collect::<Vec<usize>>())
+            (tables, l1.collect::<Vec<usize>>())
         };
         self.rules(|r| {
             if let Some(m) = marks {

@@ -21,7 +21,7 @@ use crate::disk::LatencyOptions;
 pub const FUA_REQUEST: u64 = 4 << 10;
 /// Requests per job at most: enough for the costs per request to settle
 /// (a fresh image's L2 tables and refcount blocks amortised), few enough
-/// that the sixteen jobs stay quick.
+/// that the eight jobs stay quick.
 pub const FUA_REQUESTS_MAX: u64 = 1024;
 /// The random jobs' order of requests: fixed, so rows are reproducible.
 const SHUFFLE_SEED: u64 = 0xf0a_5eed;
