@@ -74,10 +74,16 @@ pub enum Guard {
     /// A partial write into a new cluster copies the rest of the cluster
     /// (COW), or cancels it where later writes cover it.
     PartialCow,
+    /// A FUA request that changed the mapping returns only once the tables
+    /// its range lives in are written back durably.
+    FuaMappingDurable,
+    /// A FUA request's L2 table, written with FUA, follows the flush that
+    /// made its data and refcounts durable.
+    FuaFlushBeforeL2,
 }
 
 /// How many guards there are.
-pub const GUARDS: usize = 20;
+pub const GUARDS: usize = 22;
 
 impl Guard {
     /// Every guard, in declaration order.
@@ -102,6 +108,8 @@ impl Guard {
         Guard::CommitWaitsWriters,
         Guard::ReadsSeeUnlinked,
         Guard::PartialCow,
+        Guard::FuaMappingDurable,
+        Guard::FuaFlushBeforeL2,
     ];
 
     /// The guard's stable snake_case name, as reports carry it.
@@ -127,6 +135,8 @@ impl Guard {
             Guard::CommitWaitsWriters => "commit_waits_writers",
             Guard::ReadsSeeUnlinked => "reads_see_unlinked",
             Guard::PartialCow => "partial_cow",
+            Guard::FuaMappingDurable => "fua_mapping_durable",
+            Guard::FuaFlushBeforeL2 => "fua_flush_before_l2",
         }
     }
 
@@ -153,6 +163,8 @@ impl Guard {
             Guard::CommitWaitsWriters => Broken::CommitIgnoresWriters,
             Guard::ReadsSeeUnlinked => Broken::ReadIgnoresAllocs,
             Guard::PartialCow => Broken::DropPartialCow,
+            Guard::FuaMappingDurable => Broken::FuaBeforeL2,
+            Guard::FuaFlushBeforeL2 => Broken::FuaWithoutPreflush,
         }
     }
 
@@ -300,7 +312,7 @@ mod tests {
         for (i, g) in Guard::ALL.into_iter().enumerate() {
             c.bump(g, i as u64 + 1);
         }
-        assert_eq!(c.get(Guard::PartialCow), GUARDS as u64);
+        assert_eq!(c.get(Guard::FuaFlushBeforeL2), GUARDS as u64);
         let mut d = c;
         d.add(&c);
         assert_eq!(d.since(&c), c);

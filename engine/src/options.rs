@@ -166,11 +166,18 @@ pub enum Broken {
     /// Reads ignore allocations not yet linked and read the cluster's old
     /// mapping.
     ReadIgnoresAllocs,
+    /// A FUA request that changed the mapping returns once its data is
+    /// durable, its L2 entry still only in the cache.
+    FuaBeforeL2,
+    /// A FUA request writes its L2 tables with FUA but without the flush
+    /// before them: FUA makes only its own write durable, not the data
+    /// and refcounts the table points at.
+    FuaWithoutPreflush,
 }
 
 impl Broken {
     /// Every variant, in declaration order.
-    pub const ALL: [Broken; 20] = [
+    pub const ALL: [Broken; 22] = [
         Broken::LinkBeforeData,
         Broken::SkipRefcountFlush,
         Broken::DropPartialCow,
@@ -191,6 +198,8 @@ impl Broken {
         Broken::NoCutAtAlloc,
         Broken::CommitIgnoresWriters,
         Broken::ReadIgnoresAllocs,
+        Broken::FuaBeforeL2,
+        Broken::FuaWithoutPreflush,
     ];
 
     /// The variant's name on the command line: kebab-case
@@ -217,6 +226,8 @@ impl Broken {
             Broken::NoCutAtAlloc => "no-cut-at-alloc",
             Broken::CommitIgnoresWriters => "commit-ignores-writers",
             Broken::ReadIgnoresAllocs => "read-ignores-allocs",
+            Broken::FuaBeforeL2 => "fua-before-l2",
+            Broken::FuaWithoutPreflush => "fua-without-preflush",
         }
     }
 }

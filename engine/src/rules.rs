@@ -179,6 +179,11 @@ pub(crate) struct RuleLedger {
     /// The active L1 table and refcount table, as the header names them:
     /// `[start, end)`.
     l1: (u64, u64),
+    /// The latest change of each L1 entry of the active table. The table is
+    /// an object per 512-byte sector (how it is written), but a FUA
+    /// request relies on its own entries only: another entry's change in
+    /// the same sector is no concern of it.
+    l1_entries: BTreeMap<usize, u64>,
     reftable: (u64, u64),
     /// The latest durable header write set the dirty bit.
     dirty_durable: bool,
@@ -225,6 +230,7 @@ impl RuleLedger {
             objects: BTreeMap::new(),
             undurable: [BTreeMap::new(), BTreeMap::new()],
             l1: (l.l1.0, l.l1.0 + l.l1.1),
+            l1_entries: BTreeMap::new(),
             reftable: (l.reftable.0, l.reftable.0 + l.reftable.1),
             dirty_durable: l.dirty,
             zero: RangeSet::default(),
@@ -460,7 +466,8 @@ impl RuleLedger {
     /// L1 entry `index` of the active table changed.
     pub(crate) fn l1_changed(&mut self, index: usize) {
         let key = self.l1_key(index);
-        self.change(key, Domain::References, "L1 table");
+        let c = self.change(key, Domain::References, "L1 table");
+        self.l1_entries.insert(index, c);
     }
 
     /// The object holding L1 entry `index`: its 512-byte sector.
@@ -624,6 +631,7 @@ impl RuleLedger {
                 self.forget(k);
             }
             self.l1 = l1;
+            self.l1_entries.clear();
         }
         if reftable != self.reftable {
             self.forget(self.reftable.0);
@@ -788,11 +796,14 @@ impl RuleLedger {
         upto: u64,
         rule: &str,
     ) {
-        let keys = tables
-            .iter()
-            .copied()
-            .chain(l1.iter().map(|&i| self.l1_key(i)));
-        for key in keys {
+        // An L1 entry is durable once its sector's writes reach past its
+        // latest change: the changes still pending on an object are the
+        // latest ones (a write takes every change made before it).
+        let keys = tables.iter().map(|&t| (t, upto)).chain(l1.iter().map(|&i| {
+            let last = self.l1_entries.get(&i).copied().unwrap_or(0);
+            (self.l1_key(i), upto.min(last))
+        }));
+        for (key, upto) in keys {
             let Some(o) = self.objects.get(&key) else {
                 continue;
             };

@@ -251,7 +251,14 @@ impl<S: Read + Write> Client<S> {
     }
 
     pub fn trim(&mut self, offset: u64, len: u64) -> Result<(), ClientError> {
-        self.simple(wire::CMD_TRIM, 0, offset, len, &[])
+        self.trim_flagged(offset, len, false)
+    }
+
+    /// A trim, flagged FUA when `fua` (only where the export advertises
+    /// NBD_FLAG_SEND_FUA).
+    pub fn trim_flagged(&mut self, offset: u64, len: u64, fua: bool) -> Result<(), ClientError> {
+        let flags = if fua { wire::CMD_FLAG_FUA } else { 0 };
+        self.simple(wire::CMD_TRIM, flags, offset, len, &[])
     }
 
     /// Write zeroes; with `no_hole` the range stays allocated.
@@ -261,7 +268,21 @@ impl<S: Read + Write> Client<S> {
         len: u64,
         no_hole: bool,
     ) -> Result<(), ClientError> {
-        let flags = if no_hole { wire::CMD_FLAG_NO_HOLE } else { 0 };
+        self.write_zeroes_flagged(offset, len, no_hole, false)
+    }
+
+    /// [`Client::write_zeroes`], flagged FUA when `fua`.
+    pub fn write_zeroes_flagged(
+        &mut self,
+        offset: u64,
+        len: u64,
+        no_hole: bool,
+        fua: bool,
+    ) -> Result<(), ClientError> {
+        let mut flags = if no_hole { wire::CMD_FLAG_NO_HOLE } else { 0 };
+        if fua {
+            flags |= wire::CMD_FLAG_FUA;
+        }
         self.simple(wire::CMD_WRITE_ZEROES, flags, offset, len, &[])
     }
 

@@ -200,6 +200,8 @@ pub struct Totals {
     pub snapshot_cases: u64,
     /// Cases that issued a compressed write.
     pub compressed_cases: u64,
+    /// Cases that issued a FUA request.
+    pub fua_cases: u64,
 }
 
 /// Cases counted by schedule mode.
@@ -249,6 +251,7 @@ impl Totals {
         self.counts.add(&s.counts);
         self.snapshot_cases += u64::from(s.counts.snapshot_ops > 0);
         self.compressed_cases += u64::from(s.counts.compressed_writes > 0);
+        self.fua_cases += u64::from(s.counts.guest_fua_requests > 0);
         self.excused.add(&s.excused);
         self.rare_paths.add(&s.rare_paths);
         self.rare_path_cases

@@ -260,9 +260,15 @@ impl BackingSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Op {
+    /// A data write; `fua` flags it force unit access (NBD_CMD_FLAG_FUA,
+    /// Linux REQ_FUA): once it completes its bytes survive a crash, as
+    /// if a flush had followed it alone. Written to case files only when
+    /// set, so cases from before the flag read and write as they did.
     Write {
         sector: u64,
         sectors: u64,
+        #[serde(default, skip_serializing_if = "is_false")]
+        fua: bool,
     },
     Read {
         sector: u64,
@@ -277,14 +283,22 @@ pub enum Op {
         #[serde(default, skip_serializing_if = "is_zero")]
         hold: u32,
     },
+    /// `fua` as for [`Op::Write`]: a completed FUA write_zeroes reads
+    /// zeroes after a crash.
     WriteZeroes {
         sector: u64,
         sectors: u64,
         unmap: bool,
+        #[serde(default, skip_serializing_if = "is_false")]
+        fua: bool,
     },
+    /// Advisory, FUA or not: a completed FUA discard promises only that
+    /// whatever it did is durable.
     Discard {
         sector: u64,
         sectors: u64,
+        #[serde(default, skip_serializing_if = "is_false")]
+        fua: bool,
     },
     /// A compressed write (`qemu-io write -c`) of one whole cluster, or of
     /// the disk's partial last one: `sector` is cluster aligned. Its data
@@ -323,15 +337,18 @@ impl std::fmt::Display for Op {
             write!(f, "{what} of {n} sectors at sector {sector}")
         };
         match *self {
-            Op::Write { sector, sectors } => at(f, "write", sector, sectors),
-            Op::Read { sector, sectors } => at(f, "read", sector, sectors),
+            Op::Write {
+                sector, sectors, ..
+            } => at(f, "write", sector, sectors)?,
+            Op::Read { sector, sectors } => return at(f, "read", sector, sectors),
             Op::BackgroundRead {
                 sector, sectors, ..
-            } => at(f, "background read", sector, sectors),
+            } => return at(f, "background read", sector, sectors),
             Op::WriteZeroes {
                 sector,
                 sectors,
                 unmap,
+                ..
             } => at(
                 f,
                 if unmap {
@@ -341,15 +358,23 @@ impl std::fmt::Display for Op {
                 },
                 sector,
                 sectors,
-            ),
-            Op::Discard { sector, sectors } => at(f, "discard", sector, sectors),
-            Op::WriteCompressed { sector, sectors } => at(f, "compressed write", sector, sectors),
-            Op::SnapshotCreate => write!(f, "snapshot create"),
-            Op::SnapshotApply { pick } => write!(f, "snapshot apply (pick {pick})"),
-            Op::SnapshotDelete { pick } => write!(f, "snapshot delete (pick {pick})"),
-            Op::Flush => write!(f, "flush"),
-            Op::Crash => write!(f, "crash"),
+            )?,
+            Op::Discard {
+                sector, sectors, ..
+            } => at(f, "discard", sector, sectors)?,
+            Op::WriteCompressed { sector, sectors } => {
+                return at(f, "compressed write", sector, sectors)
+            }
+            Op::SnapshotCreate => return write!(f, "snapshot create"),
+            Op::SnapshotApply { pick } => return write!(f, "snapshot apply (pick {pick})"),
+            Op::SnapshotDelete { pick } => return write!(f, "snapshot delete (pick {pick})"),
+            Op::Flush => return write!(f, "flush"),
+            Op::Crash => return write!(f, "crash"),
         }
+        if self.is_fua() {
+            f.write_str(", FUA")?;
+        }
+        Ok(())
     }
 }
 
@@ -357,7 +382,9 @@ impl Op {
     /// The sectors the operation covers, as (first sector, count).
     pub fn range(&self) -> Option<(u64, u64)> {
         match *self {
-            Op::Write { sector, sectors }
+            Op::Write {
+                sector, sectors, ..
+            }
             | Op::Read { sector, sectors }
             | Op::BackgroundRead {
                 sector, sectors, ..
@@ -365,7 +392,9 @@ impl Op {
             | Op::WriteZeroes {
                 sector, sectors, ..
             }
-            | Op::Discard { sector, sectors }
+            | Op::Discard {
+                sector, sectors, ..
+            }
             | Op::WriteCompressed { sector, sectors } => Some((sector, sectors)),
             Op::Flush
             | Op::Crash
@@ -384,6 +413,28 @@ impl Op {
         )
     }
 
+    /// Whether it is a write, write_zeroes or discard flagged FUA.
+    pub fn is_fua(&self) -> bool {
+        matches!(
+            self,
+            Op::Write { fua: true, .. }
+                | Op::WriteZeroes { fua: true, .. }
+                | Op::Discard { fua: true, .. }
+        )
+    }
+
+    /// The same operation with its FUA flag set to `on`; operations that
+    /// cannot carry one (reads, flushes, compressed writes, snapshots,
+    /// crashes) come back unchanged.
+    pub fn with_fua(mut self, on: bool) -> Op {
+        if let Op::Write { fua, .. } | Op::WriteZeroes { fua, .. } | Op::Discard { fua, .. } =
+            &mut self
+        {
+            *fua = on;
+        }
+        self
+    }
+
     /// Whether it is a read (in the foreground or not): it changes nothing.
     pub fn is_read(&self) -> bool {
         matches!(self, Op::Read { .. } | Op::BackgroundRead { .. })
@@ -392,6 +443,10 @@ impl Op {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Why a case is refused.

@@ -5,9 +5,10 @@
 //!
 //! [`DriverKind`] makes and opens images on the simulated disks;
 //! [`Driver`] is an opened image as the runner drives it: the five guest
-//! requests and the clean close, plus what only the engine can say (its
-//! counters, how often each guard's condition arose, where a guest sector
-//! lives on the host), which other drivers leave at their defaults.
+//! requests (three of them also flagged FUA) and the clean close, plus
+//! what only the engine can say (its counters, how often each guard's
+//! condition arose, where a guest sector lives on the host), which other
+//! drivers leave at their defaults.
 //! [`EngineDriver`] is qcsim's engine behind both; [`crate::runner`]
 //! drives only these traits, and `run_case_on` takes the kind.
 //!
@@ -45,6 +46,31 @@ pub trait Driver {
     fn flush(&self) -> DriverFuture<'_, ()>;
     /// The clean close: write back everything, leave the image clean.
     fn close(self: Box<Self>) -> DriverFuture<'static, ()>;
+
+    /// [`Driver::write`] flagged FUA: once it returns Ok, its bytes and
+    /// whatever the driver needs to read them back are durable. A driver
+    /// with no FUA of its own gets the request then a flush, as QEMU's
+    /// block layer emulates FUA for a driver that lacks it.
+    fn write_fua<'a>(&'a self, offset: u64, data: &'a [u8]) -> DriverFuture<'a, ()> {
+        Box::pin(async move {
+            self.write(offset, data).await?;
+            self.flush().await
+        })
+    }
+    /// [`Driver::write_zeroes`] flagged FUA (see [`Driver::write_fua`]).
+    fn write_zeroes_fua(&self, offset: u64, len: u64, unmap: bool) -> DriverFuture<'_, ()> {
+        Box::pin(async move {
+            self.write_zeroes(offset, len, unmap).await?;
+            self.flush().await
+        })
+    }
+    /// [`Driver::discard`] flagged FUA (see [`Driver::write_fua`]).
+    fn discard_fua(&self, offset: u64, len: u64) -> DriverFuture<'_, ()> {
+        Box::pin(async move {
+            self.discard(offset, len).await?;
+            self.flush().await
+        })
+    }
 
     /// Write `data` (whole clusters at a cluster-aligned `offset`)
     /// compressed, as `qemu-io write -c` asks. A driver without
@@ -184,6 +210,15 @@ impl Driver for Image<SimDisk> {
     }
     fn close(self: Box<Self>) -> DriverFuture<'static, ()> {
         Box::pin(async move { Image::close(*self).await.map(|_| ()) })
+    }
+    fn write_fua<'a>(&'a self, offset: u64, data: &'a [u8]) -> DriverFuture<'a, ()> {
+        Box::pin(Image::write_fua(self, offset, data))
+    }
+    fn write_zeroes_fua(&self, offset: u64, len: u64, unmap: bool) -> DriverFuture<'_, ()> {
+        Box::pin(Image::write_zeroes_fua(self, offset, len, unmap))
+    }
+    fn discard_fua(&self, offset: u64, len: u64) -> DriverFuture<'_, ()> {
+        Box::pin(Image::discard_fua(self, offset, len))
     }
     fn write_compressed<'a>(&'a self, offset: u64, data: &'a [u8]) -> DriverFuture<'a, ()> {
         Box::pin(Image::write_compressed(self, offset, data))

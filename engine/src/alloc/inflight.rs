@@ -2,9 +2,10 @@
 //! allocations that are not yet linked into an L2 table (the table and
 //! their lifecycle are `allocs`'), and data I/O sequence numbers (so a
 //! freed cluster is not reused while an older read or write may still
-//! touch it).
+//! touch it), and a short log of the allocations a failed flush gave up
+//! (so a FUA request can ask whether its own data went with one).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::alloc::allocs::AllocTable;
 
@@ -17,6 +18,56 @@ pub(crate) struct InFlight {
     pub allocs: AllocTable,
     pub next_io_seq: u64,
     pub io_active: BTreeSet<u64>,
+    pub dropped: DropLog,
+}
+
+/// The allocations a failed flush gave up lately (their COW failed; with
+/// delayed COW, writes that joined them and completed lose their data),
+/// as the guest bytes their clusters held, numbered in order. A FUA
+/// request takes a mark when it begins and asks at the end whether one
+/// over its own range went since: its data may have been in it. An
+/// allocation its own writer gives up is not logged: that writer fails,
+/// and no other request can have joined it.
+#[derive(Default)]
+pub(crate) struct DropLog {
+    seq: u64,
+    recent: VecDeque<(u64, u64, u64)>,
+}
+
+impl DropLog {
+    /// How many drops are kept. A request that began before the oldest
+    /// kept one is told "maybe" (see `overlaps_since`): rare (it takes this
+    /// many failures during one request), and the safe answer.
+    const KEEP: usize = 64;
+
+    pub fn mark(&self) -> u64 {
+        self.seq
+    }
+
+    /// An allocation over guest bytes `[start, end)` was given up.
+    pub fn record(&mut self, start: u64, end: u64) {
+        self.seq += 1;
+        self.recent.push_back((self.seq, start, end));
+        if self.recent.len() > Self::KEEP {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Whether an allocation over any of guest bytes `[start, end)` was
+    /// given up since `mark`; true too when the log no longer reaches back
+    /// to `mark`.
+    pub fn overlaps_since(&self, mark: u64, start: u64, end: u64) -> bool {
+        if self.seq == mark {
+            return false;
+        }
+        match self.recent.front() {
+            Some(&(oldest, ..)) if oldest <= mark + 1 => self
+                .recent
+                .iter()
+                .any(|&(s, a, b)| s > mark && a < end && start < b),
+            _ => true,
+        }
+    }
 }
 
 impl InFlight {
@@ -44,5 +95,29 @@ impl InFlight {
 
     pub fn oldest_io(&self) -> Option<u64> {
         self.io_active.first().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DropLog;
+
+    #[test]
+    fn drop_log_answers_for_the_range_and_is_safe_past_its_reach() {
+        let mut log = DropLog::default();
+        let m = log.mark();
+        assert!(!log.overlaps_since(m, 0, 100));
+        log.record(200, 300);
+        assert!(!log.overlaps_since(m, 0, 100), "another range");
+        assert!(log.overlaps_since(m, 250, 260));
+        assert!(!log.overlaps_since(log.mark(), 250, 260), "before the mark");
+        for i in 0..DropLog::KEEP as u64 {
+            log.record(1000 + i, 1001 + i);
+        }
+        // The drop at 200 fell out of the log: the answer for any range is
+        // "maybe".
+        assert!(log.overlaps_since(m, 0, 100));
+        let m2 = log.mark() - 1;
+        assert!(!log.overlaps_since(m2, 0, 100));
     }
 }

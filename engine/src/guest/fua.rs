@@ -22,15 +22,17 @@
 //! write, as QEMU's block layer does (`FileDev` syncs the file's data).
 
 use crate::alloc::allocs::CowFailure;
+use crate::broken::{self, Broken};
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
+use crate::guards::Guard;
 use crate::image::{Image, MetaGuard};
 
 impl<D: BlockDev> Image<D> {
     /// [`Image::write_fua`]: the implementation.
     pub(crate) async fn write_fua_impl(&self, offset: u64, buf: &[u8]) -> Result<()> {
         self.count(|c| c.guest_fua_requests += 1);
-        let dropped = self.counters.borrow().allocs_dropped;
+        let dropped = self.inflight.borrow().dropped.mark();
         let before = self.rules(|r| r.change_mark());
         if self.write_request(offset, buf, true).await? {
             self.count(|c| c.fua_in_place += 1);
@@ -49,7 +51,7 @@ impl<D: BlockDev> Image<D> {
         unmap: bool,
     ) -> Result<()> {
         self.count(|c| c.guest_fua_requests += 1);
-        let dropped = self.counters.borrow().allocs_dropped;
+        let dropped = self.inflight.borrow().dropped.mark();
         self.write_zeroes_impl(offset, len, unmap).await?;
         self.make_range_durable(offset, len, dropped).await
     }
@@ -57,7 +59,7 @@ impl<D: BlockDev> Image<D> {
     /// [`Image::discard_fua`]: the implementation.
     pub(crate) async fn discard_fua_impl(&self, offset: u64, len: u64) -> Result<()> {
         self.count(|c| c.guest_fua_requests += 1);
-        let dropped = self.counters.borrow().allocs_dropped;
+        let dropped = self.inflight.borrow().dropped.mark();
         self.discard_impl(offset, len).await?;
         self.make_range_durable(offset, len, dropped).await
     }
@@ -125,7 +127,12 @@ impl<D: BlockDev> Image<D> {
         if self.is_poisoned() {
             return Err(Error::Poisoned);
         }
-        if self.counters.borrow().allocs_dropped != dropped {
+        if self
+            .inflight
+            .borrow()
+            .dropped
+            .overlaps_since(dropped, start, end)
+        {
             return Err(Error::FuaDataGivenUp);
         }
         let (tables, whole) = {
@@ -145,11 +152,20 @@ impl<D: BlockDev> Image<D> {
             self.device_flush(&mg).await?;
             return Ok(upto);
         }
+        self.guard_arose(Guard::FuaMappingDurable);
+        if broken::is(&self.opts, Broken::FuaBeforeL2) {
+            self.device_flush(&mg).await?;
+            return Ok(upto);
+        }
         if whole {
             self.writeback_all_fua(&mg).await?;
             return Ok(upto);
         }
-        let flushed = self.writeback_refcount_phase(&mg).await?;
+        self.guard_arose(Guard::FuaFlushBeforeL2);
+        // The broken variant says the refcount phase flushed, so the
+        // data's flush before the L2 tables is skipped too.
+        let skip = broken::is(&self.opts, Broken::FuaWithoutPreflush);
+        let flushed = skip || self.writeback_refcount_phase(&mg).await?;
         self.before_l2_writes(&mg, flushed).await?;
         self.write_l2_tables(&mg, &tables, true).await?;
         Ok(upto)

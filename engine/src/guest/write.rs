@@ -220,6 +220,7 @@ impl<D: BlockDev> Image<D> {
         // from its COW sources and linked, which is as good.
         let open = self.inflight.borrow().allocs.state(id) == Some(AllocState::Open);
         if open {
+            // Its own writer's failure: no other request's data is in it.
             self.drop_alloc(id);
         }
     }
@@ -228,15 +229,15 @@ impl<D: BlockDev> Image<D> {
     /// Nothing durable points at them, but a read that began before now may
     /// still be reading one (the written part of an unlinked cluster), so
     /// each is reused only once the I/O started before now has finished.
-    fn drop_alloc(&self, id: AllocId) {
+    /// Returns the guest bytes its clusters held.
+    fn drop_alloc(&self, id: AllocId) -> (u64, u64) {
         let a = self.inflight.borrow_mut().allocs.give_up(id);
         self.rules(|r| r.release(a.host_cover()));
         self.wake_alloc_waiters(a.guest_start(), id);
         if a.in_place() {
             // The clusters were there before the allocation: nothing to
             // free.
-            self.count(|c| c.allocs_dropped += 1);
-            return;
+            return self.count_drop(&a);
         }
         let io_seq = self.inflight.borrow().next_io_seq;
         let cs = self.geo.cluster_size;
@@ -253,7 +254,15 @@ impl<D: BlockDev> Image<D> {
                 self.rules(|r| r.free_queued(a.host() / cs + i, io_seq, true));
             }
         }
+        self.count_drop(&a)
+    }
+
+    /// Count a given-up allocation; returns the guest bytes its clusters
+    /// held.
+    fn count_drop(&self, a: &Alloc) -> (u64, u64) {
         self.count(|c| c.allocs_dropped += 1);
+        let start = self.geo.cluster_start(a.guest_start());
+        (start, start + a.clusters() * self.geo.cluster_size)
     }
 
     /// Write into the new clusters of an allocation still in flight; the
@@ -569,7 +578,10 @@ impl<D: BlockDev> Image<D> {
                 .filter(|a| a.state() == AllocState::Doomed)
                 .map(|a| a.id());
             if let Some(id) = doomed {
-                self.drop_alloc(id);
+                // Writes that joined it and completed lose their data: a
+                // FUA request among them must learn of it (`DropLog`).
+                let (start, end) = self.drop_alloc(id);
+                self.inflight.borrow_mut().dropped.record(start, end);
             }
         }
         first_err.map_or(Ok(()), Err)

@@ -6,7 +6,9 @@
 //! `c` completed: then no device ordering can leave `c` behind `w`. Writes
 //! whose lifetimes overlap supersede neither (the device may apply them in
 //! either order), and a failed write or a discard supersedes nothing (each
-//! may or may not have taken effect).
+//! may or may not have taken effect). After a crash only durable writes
+//! supersede: those done before the last successful flush was issued, and
+//! successful FUA writes.
 
 use smallvec::SmallVec;
 
@@ -72,6 +74,9 @@ pub(super) struct Entry {
     pub issued: Seq,
     /// Completion time and status, None while in flight.
     pub completed: Option<(Seq, Status)>,
+    /// Flagged FUA: once it completes successfully it is durable without
+    /// a flush.
+    pub fua: bool,
 }
 
 impl Entry {
@@ -84,6 +89,20 @@ impl Entry {
     fn hides(&self, t: Seq) -> bool {
         matches!(self.completed, Some((done, Status::Ok)) if done < t)
             && matches!(self.put, Put::Value(_))
+    }
+
+    /// Whether a crash keeps this entry's value, given that the writes
+    /// done before `d` are durable: it succeeded and wrote a value, and
+    /// was done before `d` or flagged FUA.
+    fn durable(&self, d: Seq) -> bool {
+        matches!(self.completed, Some((done, Status::Ok)) if done < d || self.fua)
+            && matches!(self.put, Put::Value(_))
+    }
+
+    /// Whether nothing about this entry is left to a crash: done before
+    /// `d`, or durable (a FUA write that succeeded).
+    pub(super) fn settled_by(&self, d: Seq) -> bool {
+        self.completed_before(d) || self.durable(d)
     }
 
     /// Pushes the values this entry may leave in the sector.
@@ -143,6 +162,38 @@ pub(super) fn pending(
         .filter(|e| !e.completed_before(t) && e.issued < until)
     {
         e.values(unwritten, out);
+    }
+}
+
+/// The values a crash may leave in a sector when the writes done before
+/// `d` are durable, and so is every FUA write that succeeded (whenever it
+/// completed): its epoch `base` unless a durable write hides it, and
+/// every write issued before `until` that no durable write hides. A
+/// durable write hides the writes done before it was issued: no device
+/// ordering can put them back over it. With no FUA write this is
+/// [`settled`] at `d` and [`pending`] from `d` to `until`.
+pub(super) fn after_crash(
+    base: Value,
+    book: &Book,
+    ids: &[EntryId],
+    d: Seq,
+    until: Seq,
+    unwritten: Value,
+    out: &mut Vec<Value>,
+) {
+    let latest = book
+        .all(ids)
+        .filter(|e| e.durable(d))
+        .map(|e| e.issued)
+        .max();
+    if latest.is_none() {
+        out.push(base);
+    }
+    for e in book.all(ids).filter(|e| e.issued < until) {
+        let hidden = matches!((e.completed, latest), (Some((c, _)), Some(l)) if c < l);
+        if !hidden {
+            e.values(unwritten, out);
+        }
     }
 }
 

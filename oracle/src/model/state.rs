@@ -94,6 +94,8 @@ pub struct Model {
     writes: BTreeMap<OpId, PendingWrite>,
     reads: BTreeMap<OpId, PendingRead>,
     flushes: BTreeMap<OpId, Seq>,
+    /// The ranges of FUA requests in flight.
+    fua_ranges: BTreeMap<OpId, SectorRange>,
     /// The latest issue time of a flush that completed successfully in
     /// this epoch: writes done before it are durable.
     durable_point: Seq,
@@ -128,6 +130,7 @@ impl Model {
             writes: BTreeMap::new(),
             reads: BTreeMap::new(),
             flushes: BTreeMap::new(),
+            fua_ranges: BTreeMap::new(),
             durable_point: 0,
             lost: BTreeMap::new(),
             lost_written: BTreeSet::new(),
@@ -196,6 +199,24 @@ impl Model {
 
     /// A guest write (data, write_zeroes or discard) was issued.
     pub fn write_issued(&mut self, op: OpId, range: SectorRange, kind: WriteKind) {
+        self.write_issued_flagged(op, range, kind, false);
+    }
+
+    /// [`Model::write_issued`], flagged FUA or not. A FUA request that
+    /// completes successfully is durable at once: after any later crash its
+    /// sectors read as it or as a write not done before it was issued,
+    /// never older data. One that fails is taken as a failed flush (see
+    /// [`Model::flush_completed`]): a driver that emulates FUA with a
+    /// flush, or whose own flush behind it fails, may have given up
+    /// writes that were not yet durable. One in flight at a crash is like
+    /// any write in flight.
+    pub fn write_issued_flagged(
+        &mut self,
+        op: OpId,
+        range: SectorRange,
+        kind: WriteKind,
+        fua: bool,
+    ) {
         self.assert_running();
         self.assert_in_disk(range);
         if let WriteKind::Data(id) = kind {
@@ -216,9 +237,13 @@ impl Model {
             put,
             issued,
             completed: None,
+            fua,
         });
         let old = self.writes.insert(op, SmallVec::from_elem(entry, 1));
         assert!(old.is_none(), "{op} issued twice");
+        if fua {
+            self.fua_ranges.insert(op, range);
+        }
         let keep_from = self.compaction_point();
         if !self.lost.is_empty() {
             let in_doubt = self.lost.range(range.start..range.start + range.len);
@@ -267,6 +292,7 @@ impl Model {
                     put: Put::Value(v),
                     issued,
                     completed: None,
+                    fua: false,
                 })
             });
             let entries = self.history.entry(s);
@@ -302,8 +328,35 @@ impl Model {
             .unwrap_or_else(|| panic!("{op} completed but is not an issued write"));
         let done = self.tick();
         // Its sectors share its entries: marking them marks every sector.
-        for id in entries {
+        for &id in &entries {
             self.book.get_mut(id).completed = Some((done, status));
+        }
+        if let Some(range) = self.fua_ranges.remove(&op) {
+            let e = *self.book.get(entries[0]);
+            if status == Status::Ok {
+                // A discard promises no value, so it settles nothing.
+                if matches!(e.put, Put::Value(_)) {
+                    self.settle_lost_by_fua(range, e.issued);
+                }
+            } else {
+                self.cast_doubt(done);
+            }
+        }
+    }
+
+    /// A FUA request issued at `issued` over `range` succeeded: the
+    /// sectors of `range` a failed flush put in doubt before it was issued
+    /// are certain again, as a later successful flush would make them.
+    fn settle_lost_by_fua(&mut self, range: SectorRange, issued: Seq) {
+        let settled: Vec<u64> = self
+            .lost
+            .range(range.start..range.end())
+            .filter(|(_, l)| l.since < issued)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in settled {
+            self.lost.remove(&s);
+            self.lost_written.remove(&s);
         }
     }
 
@@ -337,6 +390,14 @@ impl Model {
             self.settle_lost(issued);
             return;
         }
+        self.cast_doubt(now);
+    }
+
+    /// A flush (or a FUA request) failed at `now`: every sector written
+    /// since the durable point, and not made durable by a FUA write since,
+    /// may from now on also read any value a crash at this moment could
+    /// leave there (see [`Model::flush_completed`]).
+    fn cast_doubt(&mut self, now: Seq) {
         let d = self.durable_point;
         // The history, the bases and the sectors already in doubt are all
         // walked in sector order and the new doubt built as one sorted
@@ -346,11 +407,7 @@ impl Model {
         let mut bases = BaseWalk::new(&self.base, 0, u64::MAX);
         let mut doubt = Vec::new();
         for (s, entries) in self.history.iter() {
-            if !self
-                .book
-                .all(entries)
-                .any(|e| e.completed.is_none_or(|(c, _)| c >= d))
-            {
+            if self.book.all(entries).all(|e| e.settled_by(d)) {
                 continue;
             }
             while let Some(kept) = old.next_if(|(k, _)| *k < s) {
@@ -369,8 +426,15 @@ impl Model {
             // Its doubt begins again: writes issued before now settle
             // nothing.
             self.lost_written.remove(&s);
-            history::settled(base, &self.book, entries, d, unwritten, &mut lost.values);
-            history::pending(&self.book, entries, d, now, unwritten, &mut lost.values);
+            history::after_crash(
+                base,
+                &self.book,
+                entries,
+                d,
+                now,
+                unwritten,
+                &mut lost.values,
+            );
             history::normalise(&mut lost.values);
             doubt.push((s, lost));
         }
@@ -531,7 +595,9 @@ impl Model {
     /// Each sector may then hold its durable value (what the writes done
     /// before the last successful flush was issued left there, or the
     /// epoch's base when no flush made anything durable) or the value of
-    /// any write not done before that flush was issued.
+    /// any write not done before that flush was issued, except that a
+    /// successful FUA write is durable whenever it completed: what was
+    /// done before it was issued is gone ([`history::after_crash`]).
     pub fn crash(&mut self) {
         self.assert_running();
         let d = self.durable_point;
@@ -543,8 +609,7 @@ impl Model {
             let unwritten = self.unwritten(s);
             let base = bases.at(s, unwritten);
             own.clear();
-            history::settled(base, &self.book, entries, d, unwritten, &mut own);
-            history::pending(&self.book, entries, d, Seq::MAX, unwritten, &mut own);
+            history::after_crash(base, &self.book, entries, d, Seq::MAX, unwritten, &mut own);
             if let Some(lost) = self.lost.get(&s) {
                 own.extend_from_slice(&lost.values);
             }
@@ -556,6 +621,7 @@ impl Model {
         self.writes.clear();
         self.reads.clear();
         self.flushes.clear();
+        self.fua_ranges.clear();
         self.tick();
         self.recovery = Some(Recovery {
             allowed,

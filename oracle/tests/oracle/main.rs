@@ -10,5 +10,6 @@ mod check_malformed;
 mod check_property;
 mod check_repair;
 mod model_data;
+mod model_fua;
 mod model_rules;
 mod model_soundness;

@@ -8,11 +8,11 @@ use oracle::model::{
     summarize, DiscardContract, Model, OpId, SectorRange, Status, Value, Violation, When, WriteKind,
 };
 
-const DISK: u64 = 64;
+pub(crate) const DISK: u64 = 64;
 
 /// What a sector may be made to hold in a test.
 #[derive(Clone, Copy)]
-enum S {
+pub(crate) enum S {
     Zero,
     W(u64),
     /// Write `id`'s data meant for another sector.
@@ -47,13 +47,13 @@ fn disk(first: u64, contents: &[S], rest: S) -> Vec<u8> {
     sectors(0, &all)
 }
 
-struct Run {
-    m: Model,
+pub(crate) struct Run {
+    pub(crate) m: Model,
     next: u64,
 }
 
 impl Run {
-    fn new() -> Run {
+    pub(crate) fn new() -> Run {
         Run::with_backing(None)
     }
 
@@ -64,40 +64,45 @@ impl Run {
         }
     }
 
-    fn op(&mut self) -> OpId {
+    pub(crate) fn op(&mut self) -> OpId {
         self.next += 1;
         OpId(self.next)
     }
 
-    fn issue(&mut self, start: u64, len: u64, kind: WriteKind) -> OpId {
+    pub(crate) fn issue(&mut self, start: u64, len: u64, kind: WriteKind) -> OpId {
         let op = self.op();
         self.m.write_issued(op, SectorRange::new(start, len), kind);
         op
     }
 
-    fn write(&mut self, id: u64, start: u64, len: u64) {
+    pub(crate) fn write(&mut self, id: u64, start: u64, len: u64) {
         let op = self.issue(start, len, WriteKind::Data(WriteId(id)));
         self.m.write_completed(op, Status::Ok);
     }
 
-    fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         let op = self.op();
         self.m.flush_issued(op);
         self.m.flush_completed(op, Status::Ok);
     }
 
-    fn read(&mut self, first: u64, contents: &[S]) -> Result<(), Vec<Violation>> {
+    pub(crate) fn read(&mut self, first: u64, contents: &[S]) -> Result<(), Vec<Violation>> {
         let op = self.op();
         self.m.check_read(op, first, &sectors(first, contents))
     }
 
-    fn recover(&mut self, first: u64, contents: &[S], rest: S) -> Result<(), Vec<Violation>> {
+    pub(crate) fn recover(
+        &mut self,
+        first: u64,
+        contents: &[S],
+        rest: S,
+    ) -> Result<(), Vec<Violation>> {
         self.m.crash();
         self.m.after_crash_check(&disk(first, contents, rest))
     }
 }
 
-fn only(r: Result<(), Vec<Violation>>) -> Violation {
+pub(crate) fn only(r: Result<(), Vec<Violation>>) -> Violation {
     let mut v = r.expect_err("the model should have found a violation");
     assert_eq!(v.len(), 1, "{v:?}");
     v.pop().unwrap()
@@ -478,7 +483,7 @@ fn violations_summarize_into_runs() {
 }
 
 impl Run {
-    fn failed_flush(&mut self) {
+    pub(crate) fn failed_flush(&mut self) {
         let op = self.op();
         self.m.flush_issued(op);
         self.m.flush_completed(op, Status::Failed);

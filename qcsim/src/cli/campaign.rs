@@ -366,6 +366,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             t.counts.compressed_refused
         );
     }
+    println!(
+        "FUA requests: {} in {} of {} cases; the simulated disks saw {} FUA writes",
+        t.counts.guest_fua_requests, t.fua_cases, summary.cases, t.counts.disk_fua_writes
+    );
     if t.harsh_cases > 0 {
         println!(
             "harsh mode: {} cases with torn, lost or misdirected writes; {} model or checker findings there (counted, not failures)",

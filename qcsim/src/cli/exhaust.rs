@@ -35,7 +35,8 @@ pub struct Args {
     /// W(A),D(AB)). Also: C (compressed write of each cluster) over an
     /// extent; S (internal snapshot), R (apply the first snapshot), X
     /// (delete it); `default` for the 12, `extra` for C(A), C(B), C(AB),
-    /// S, R and X.
+    /// S, R and X; FW, FU and FZ (W, U and Z flagged FUA) over an
+    /// extent, `fua` for the nine of them.
     #[arg(long, value_delimiter = ',')]
     pub vocabulary: Vec<String>,
     /// Switch sets, comma-separated, each run on every geometry: `all`,
@@ -110,10 +111,11 @@ fn options(args: &Args) -> anyhow::Result<ExhaustOptions> {
             let ops = match v.trim() {
                 "default" => VocabOp::all(),
                 "extra" => VocabOp::extra(),
+                "fua" => VocabOp::fua(),
                 name => vec![VocabOp::parse(name).with_context(|| {
                     format!(
-                        "--vocabulary {v:?}: expected W, U, Z, D or C over A, B or AB (as \
-                         W(A)), S, R, X, default or extra"
+                        "--vocabulary {v:?}: expected W, U, Z, D, C, FW, FU or FZ over A, B or \
+                         AB (as W(A)), S, R, X, default, extra or fua"
                     )
                 })?],
             };

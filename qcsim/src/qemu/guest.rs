@@ -15,6 +15,22 @@ pub trait Guest {
     fn write_zeroes(&mut self, offset: u64, len: u64, no_hole: bool) -> anyhow::Result<()>;
     fn trim(&mut self, offset: u64, len: u64) -> anyhow::Result<()>;
     fn flush(&mut self) -> anyhow::Result<()>;
+    /// [`Guest::write`] flagged FUA: durable once it returns Ok. A driver
+    /// with no FUA of its own gets the write then a flush.
+    fn write_fua(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()> {
+        self.write(offset, data)?;
+        self.flush()
+    }
+    /// [`Guest::write_zeroes`] flagged FUA (see [`Guest::write_fua`]).
+    fn write_zeroes_fua(&mut self, offset: u64, len: u64, no_hole: bool) -> anyhow::Result<()> {
+        self.write_zeroes(offset, len, no_hole)?;
+        self.flush()
+    }
+    /// [`Guest::trim`] flagged FUA (see [`Guest::write_fua`]).
+    fn trim_fua(&mut self, offset: u64, len: u64) -> anyhow::Result<()> {
+        self.trim(offset, len)?;
+        self.flush()
+    }
     /// The power cut: the driver stops where it stands.
     fn crash(self: Box<Self>);
     /// The clean close: the driver writes back what it holds and ends.

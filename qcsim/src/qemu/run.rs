@@ -388,6 +388,20 @@ impl Guest for QemuGuest {
     fn flush(&mut self) -> anyhow::Result<()> {
         Ok(self.client.flush()?)
     }
+    // qemu-nbd advertises NBD_FLAG_SEND_FUA: FUA requests go to QEMU as
+    // they are, and its block layer handles them (natively where the
+    // driver below can, with a flush after the write where not).
+    fn write_fua(&mut self, offset: u64, data: &[u8]) -> anyhow::Result<()> {
+        Ok(self.client.write(offset, data, true)?)
+    }
+    fn write_zeroes_fua(&mut self, offset: u64, len: u64, no_hole: bool) -> anyhow::Result<()> {
+        Ok(self
+            .client
+            .write_zeroes_flagged(offset, len, no_hole, true)?)
+    }
+    fn trim_fua(&mut self, offset: u64, len: u64) -> anyhow::Result<()> {
+        Ok(self.client.trim_flagged(offset, len, true)?)
+    }
     fn crash(self: Box<Self>) {
         self.qemu.kill();
     }
@@ -847,15 +861,20 @@ fn run_op(
     let id = OpId(n);
     let ss = SECTOR_SIZE as u64;
     match op {
-        Op::Write { sector, sectors } => {
+        Op::Write {
+            sector,
+            sectors,
+            fua,
+        } => {
             let mut buf = vec![0u8; (sectors * ss) as usize];
             fill_write_buffer(&mut buf, WriteId(n), sector);
-            model.write_issued(
-                id,
-                SectorRange::new(sector, sectors),
-                WriteKind::Data(WriteId(n)),
-            );
-            let r = client.write(sector * ss, &buf);
+            let range = SectorRange::new(sector, sectors);
+            model.write_issued_flagged(id, range, WriteKind::Data(WriteId(n)), fua);
+            let r = if fua {
+                client.write_fua(sector * ss, &buf)
+            } else {
+                client.write(sector * ss, &buf)
+            };
             model.write_completed(id, status(&r));
             r?;
         }
@@ -874,15 +893,32 @@ fn run_op(
             sector,
             sectors,
             unmap,
+            fua,
         } => {
-            model.write_issued(id, SectorRange::new(sector, sectors), WriteKind::Zero);
-            let r = client.write_zeroes(sector * ss, sectors * ss, !unmap);
+            let range = SectorRange::new(sector, sectors);
+            model.write_issued_flagged(id, range, WriteKind::Zero, fua);
+            let (at, len) = (sector * ss, sectors * ss);
+            let r = if fua {
+                client.write_zeroes_fua(at, len, !unmap)
+            } else {
+                client.write_zeroes(at, len, !unmap)
+            };
             model.write_completed(id, status(&r));
             r?;
         }
-        Op::Discard { sector, sectors } => {
-            model.write_issued(id, SectorRange::new(sector, sectors), WriteKind::Discard);
-            let r = client.trim(sector * ss, sectors * ss);
+        Op::Discard {
+            sector,
+            sectors,
+            fua,
+        } => {
+            let range = SectorRange::new(sector, sectors);
+            model.write_issued_flagged(id, range, WriteKind::Discard, fua);
+            let (at, len) = (sector * ss, sectors * ss);
+            let r = if fua {
+                client.trim_fua(at, len)
+            } else {
+                client.trim(at, len)
+            };
             model.write_completed(id, status(&r));
             r?;
         }

@@ -55,6 +55,7 @@ fn shrink_refuses_a_passing_case() {
     case.workload = vec![vec![sim::case::Op::Write {
         sector: 0,
         sectors: 4,
+        fua: false,
     }]];
     case.save(&path).unwrap();
     let (code, out, err) = qcsim(&["shrink", path.to_str().unwrap()]);

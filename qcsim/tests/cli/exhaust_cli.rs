@@ -70,6 +70,58 @@ fn switch_sets_are_chosen_on_the_command_line() {
     assert!(!text.contains("11111"), "{text}");
 }
 
+/// The FUA vocabulary: every workload of up to two FUA requests passes on
+/// the engine, and each of the two FUA broken variants fails some (at
+/// two requests).
+#[test]
+fn the_fua_vocabulary_passes_and_catches_the_fua_variants() {
+    let (_dir, text) = exhaust_passing(&[
+        "--geometry",
+        "4k",
+        "--vocabulary",
+        "fua",
+        "--switches",
+        "all",
+    ]);
+    assert!(
+        text.contains("9 operations (FW(A) FW(B) FW(AB) FU(A) FU(B) FU(AB) FZ(A) FZ(B) FZ(AB))"),
+        "{text}"
+    );
+    assert!(
+        text.contains("workloads: 18, crash-free runs failed: 0"),
+        "{text}"
+    );
+    assert!(text.ends_with("PASS\n"), "{text}");
+    for variant in ["fua-before-l2", "fua-without-preflush"] {
+        let dir = tempfile::tempdir().unwrap();
+        let args = [
+            "exhaust",
+            "--ops",
+            "2",
+            "--jobs",
+            "1",
+            "--geometry",
+            "4k",
+            "--vocabulary",
+            "fua",
+            "--switches",
+            "all",
+            "--broken",
+            variant,
+        ];
+        let out = exec(QCSIM, &args, dir.path());
+        let text = crate::support::text(&out);
+        assert_eq!(out.status.code(), Some(1), "{variant}: {text}");
+        // A debug build's rule assertion (engine/src/rules.rs) stops it
+        // first; a release build's checker finds the lost write.
+        assert!(
+            text.contains("crash rule broken: ")
+                || text.contains("held zeroes, but the model allowed only write #"),
+            "{variant}: {text}"
+        );
+    }
+}
+
 #[test]
 fn bad_exhaust_options_are_refused() {
     let dir = tempfile::tempdir().unwrap();

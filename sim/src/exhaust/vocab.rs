@@ -26,6 +26,12 @@
 //! and `X` do nothing when no snapshot exists. They multiply the space
 //! (16 operations instead of 12), so a run names them (`--vocabulary`).
 //!
+//! The FUA operations ([`VocabOp::fua`], `--vocabulary fua`) are `FW`,
+//! `FU` and `FZ`: `W`, `U` and `Z` flagged FUA, each durable once it
+//! completes, so every crash after it must keep it whatever flushes the
+//! workload has (an unaligned one also copies its cluster's head and tail
+//! before its link can be durable).
+//!
 //! A workload is 1 to 3 of these operations, one after the other, with a
 //! guest flush (`F`) after any subset of them: every placement of flushes.
 //! Each step is a concurrency group of its own, so a step starts once the
@@ -85,6 +91,12 @@ pub enum Kind {
     Revert,
     /// `X`: delete the first snapshot that exists (no extent).
     Delete,
+    /// `FW`: `W` flagged FUA.
+    FuaWrite,
+    /// `FU`: `U` flagged FUA.
+    FuaUnaligned,
+    /// `FZ`: `Z` flagged FUA.
+    FuaZeroes,
 }
 
 impl Kind {
@@ -95,16 +107,29 @@ impl Kind {
         matches!(self, Kind::Snapshot | Kind::Revert | Kind::Delete)
     }
 
-    fn letter(self) -> char {
+    fn code(self) -> &'static str {
         match self {
-            Kind::Write => 'W',
-            Kind::Unaligned => 'U',
-            Kind::Zeroes => 'Z',
-            Kind::Discard => 'D',
-            Kind::Compressed => 'C',
-            Kind::Snapshot => 'S',
-            Kind::Revert => 'R',
-            Kind::Delete => 'X',
+            Kind::Write => "W",
+            Kind::Unaligned => "U",
+            Kind::Zeroes => "Z",
+            Kind::Discard => "D",
+            Kind::Compressed => "C",
+            Kind::Snapshot => "S",
+            Kind::Revert => "R",
+            Kind::Delete => "X",
+            Kind::FuaWrite => "FW",
+            Kind::FuaUnaligned => "FU",
+            Kind::FuaZeroes => "FZ",
+        }
+    }
+
+    /// The same kind without FUA, and whether it had it.
+    fn unflagged(self) -> (Kind, bool) {
+        match self {
+            Kind::FuaWrite => (Kind::Write, true),
+            Kind::FuaUnaligned => (Kind::Unaligned, true),
+            Kind::FuaZeroes => (Kind::Zeroes, true),
+            k => (k, false),
         }
     }
 }
@@ -152,7 +177,12 @@ impl VocabOp {
     /// The whole vocabulary, in its order: by kind (`W`, `U`, `Z`, `D`),
     /// then by extent (`A`, `B`, `AB`).
     pub fn all() -> Vec<VocabOp> {
-        Kind::ALL
+        Self::over_every_extent(&Kind::ALL)
+    }
+
+    /// Each of `kinds` over `A`, `B` and `AB`, kind by kind.
+    fn over_every_extent(kinds: &[Kind]) -> Vec<VocabOp> {
+        kinds
             .iter()
             .flat_map(|&kind| {
                 Extent::ALL
@@ -185,17 +215,24 @@ impl VocabOp {
     /// Its name, as `W(A)`, or as `S` for a whole-disk operation.
     pub fn name(&self) -> String {
         if self.kind.whole_disk() {
-            return self.kind.letter().to_string();
+            return self.kind.code().to_string();
         }
-        format!("{}({})", self.kind.letter(), self.extent.name())
+        format!("{}({})", self.kind.code(), self.extent.name())
     }
 
-    /// The operation its name names, of the default vocabulary or the
-    /// extra one.
+    /// The FUA operations, not in the default vocabulary: `FW`, `FU` and
+    /// `FZ` over `A`, `B` and `AB`, in that order.
+    pub fn fua() -> Vec<VocabOp> {
+        Self::over_every_extent(&[Kind::FuaWrite, Kind::FuaUnaligned, Kind::FuaZeroes])
+    }
+
+    /// The operation its name names, of the default vocabulary, the extra
+    /// one or the FUA one.
     pub fn parse(name: &str) -> Option<VocabOp> {
         VocabOp::all()
             .into_iter()
             .chain(VocabOp::extra())
+            .chain(VocabOp::fua())
             .find(|op| op.name() == name)
     }
 
@@ -205,20 +242,31 @@ impl VocabOp {
         let (first, n) = self.extent.clusters();
         let sector = first * cluster_sectors;
         let sectors = n * cluster_sectors;
-        vec![match self.kind {
-            Kind::Write => Op::Write { sector, sectors },
+        let (kind, fua) = self.kind.unflagged();
+        vec![match kind {
+            Kind::Write => Op::Write {
+                sector,
+                sectors,
+                fua: false,
+            },
             // The middle half, one sector on: an odd first sector, since
             // a quarter of a cluster is an even number of sectors.
             Kind::Unaligned => Op::Write {
                 sector: sector + sectors / 4 + 1,
                 sectors: sectors / 2,
+                fua: false,
             },
             Kind::Zeroes => Op::WriteZeroes {
                 sector,
                 sectors,
                 unmap: false,
+                fua: false,
             },
-            Kind::Discard => Op::Discard { sector, sectors },
+            Kind::Discard => Op::Discard {
+                sector,
+                sectors,
+                fua: false,
+            },
             Kind::Compressed => {
                 return (first..first + n)
                     .map(|c| Op::WriteCompressed {
@@ -230,7 +278,11 @@ impl VocabOp {
             Kind::Snapshot => Op::SnapshotCreate,
             Kind::Revert => Op::SnapshotApply { pick: 0 },
             Kind::Delete => Op::SnapshotDelete { pick: 0 },
-        }]
+            Kind::FuaWrite | Kind::FuaUnaligned | Kind::FuaZeroes => {
+                unreachable!("unflagged above")
+            }
+        }
+        .with_fua(fua)]
     }
 }
 
@@ -479,14 +531,16 @@ mod tests {
             u("U(A)").ops(8),
             [Op::Write {
                 sector: 3,
-                sectors: 4
+                sectors: 4,
+                fua: false,
             }]
         );
         assert_eq!(
             u("U(AB)").ops(8),
             [Op::Write {
                 sector: 5,
-                sectors: 8
+                sectors: 8,
+                fua: false,
             }]
         );
         // 64 KiB clusters (2 KiB subclusters with extended L2): sector 33
@@ -495,7 +549,8 @@ mod tests {
             u("U(B)").ops(128),
             [Op::Write {
                 sector: 128 + 33,
-                sectors: 64
+                sectors: 64,
+                fua: false,
             }]
         );
     }

@@ -214,14 +214,23 @@ pub fn plan_case(trace: &Trace, plan: &TracePlan) -> Result<TraceCase, PlanError
         while sector < last {
             let sectors = (last - sector).min(MAX_OP_SECTORS);
             let op = match e.request {
-                Request::Write { .. } => Op::Write { sector, sectors },
+                Request::Write { .. } => Op::Write {
+                    sector,
+                    sectors,
+                    fua: false,
+                },
                 Request::Read { .. } => Op::Read { sector, sectors },
                 Request::WriteZeroes { .. } => Op::WriteZeroes {
                     sector,
                     sectors,
                     unmap: false,
+                    fua: false,
                 },
-                Request::Discard { .. } => Op::Discard { sector, sectors },
+                Request::Discard { .. } => Op::Discard {
+                    sector,
+                    sectors,
+                    fua: false,
+                },
                 Request::Flush => unreachable!("a flush has no range"),
             };
             if cur.0.len() >= plan.depth || cur.0.iter().any(|o| conflicts(o, &op)) {
@@ -424,7 +433,11 @@ mod tests {
             &p,
         )
         .unwrap();
-        let w = |sector, sectors| Op::Write { sector, sectors };
+        let w = |sector, sectors| Op::Write {
+            sector,
+            sectors,
+            fua: false,
+        };
         let r = |sector, sectors| Op::Read { sector, sectors };
         assert_eq!(
             tc.case.workload,
@@ -436,7 +449,8 @@ mod tests {
                 vec![w(0, 1)],
                 vec![Op::Discard {
                     sector: 0,
-                    sectors: 8
+                    sectors: 8,
+                    fua: false,
                 }],
             ]
         );

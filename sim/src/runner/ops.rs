@@ -35,14 +35,23 @@ impl Run<'_> {
             // operation ends is what may explain its error.
             ledger.issued();
             let result = match op {
-                Op::Write { sector, sectors } => {
+                Op::Write {
+                    sector,
+                    sectors,
+                    fua,
+                } => {
                     let buf = write_buffer(WriteId(n), sector, sectors);
                     let range = SectorRange::new(sector, sectors);
+                    let kind = WriteKind::Data(WriteId(n));
                     shared
                         .model
                         .borrow_mut()
-                        .write_issued(id, range, WriteKind::Data(WriteId(n)));
-                    let r = img.write(sector * ss, &buf).await;
+                        .write_issued_flagged(id, range, kind, fua);
+                    let r = if fua {
+                        img.write_fua(sector * ss, &buf).await
+                    } else {
+                        img.write(sector * ss, &buf).await
+                    };
                     shared.model.borrow_mut().write_completed(id, status(&r));
                     shared.stats.borrow_mut().counts.guest_writes += 1;
                     r
@@ -51,24 +60,41 @@ impl Run<'_> {
                     sector,
                     sectors,
                     unmap,
+                    fua,
                 } => {
                     let range = SectorRange::new(sector, sectors);
                     shared
                         .model
                         .borrow_mut()
-                        .write_issued(id, range, WriteKind::Zero);
-                    let r = img.write_zeroes(sector * ss, sectors * ss, unmap).await;
+                        .write_issued_flagged(id, range, WriteKind::Zero, fua);
+                    let (at, len) = (sector * ss, sectors * ss);
+                    let r = if fua {
+                        img.write_zeroes_fua(at, len, unmap).await
+                    } else {
+                        img.write_zeroes(at, len, unmap).await
+                    };
                     shared.model.borrow_mut().write_completed(id, status(&r));
                     shared.stats.borrow_mut().counts.guest_writes += 1;
                     r
                 }
-                Op::Discard { sector, sectors } => {
+                Op::Discard {
+                    sector,
+                    sectors,
+                    fua,
+                } => {
                     let range = SectorRange::new(sector, sectors);
-                    shared
-                        .model
-                        .borrow_mut()
-                        .write_issued(id, range, WriteKind::Discard);
-                    let r = img.discard(sector * ss, sectors * ss).await;
+                    shared.model.borrow_mut().write_issued_flagged(
+                        id,
+                        range,
+                        WriteKind::Discard,
+                        fua,
+                    );
+                    let (at, len) = (sector * ss, sectors * ss);
+                    let r = if fua {
+                        img.discard_fua(at, len).await
+                    } else {
+                        img.discard(at, len).await
+                    };
                     shared.model.borrow_mut().write_completed(id, status(&r));
                     r
                 }
@@ -141,6 +167,7 @@ impl Run<'_> {
                 }
                 Op::Crash => unreachable!("crashes are not spawned"),
             };
+            shared.stats.borrow_mut().counts.guest_fua_requests += u64::from(op.is_fua());
             ledger.account(&shared, n, &op, result);
         })
     }

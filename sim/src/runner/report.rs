@@ -186,6 +186,11 @@ engine::counter_set! {
         guest_writes,
         guest_reads,
         guest_flushes,
+        /// Guest writes, write_zeroes and discards flagged FUA.
+        guest_fua_requests,
+        /// Device writes and write_zeroes flagged FUA that the image's
+        /// and data file's disks saw, over every epoch.
+        disk_fua_writes,
         /// Guest operations that returned an error.
         failed_ops,
         /// Compressed writes issued (counted in `guest_writes` too).

@@ -192,6 +192,8 @@ pub(super) struct GoneDisks {
     pub(super) held: Vec<HeldRequest>,
     /// The requests failed with EIO, by rank.
     pub(super) failed: Vec<NthRequest>,
+    /// Device writes and write_zeroes flagged FUA.
+    pub(super) fua_writes: u64,
 }
 
 impl GoneDisks {
@@ -200,6 +202,7 @@ impl GoneDisks {
         for d in disks {
             self.held.extend(d.held_list());
             self.failed.extend(d.failed_by_rank());
+            self.fua_writes += d.counters().fua_writes;
         }
     }
 
@@ -251,6 +254,7 @@ impl Run<'_> {
         stats.counts.faults_injected = all.faults();
         stats.fault_kinds = all.fault_kinds;
         stats.counts.held_requests = all.held.len() as u64;
+        stats.counts.disk_fua_writes = all.fua_writes;
         stats.counts.polls = self.sim.steps();
         let mut failures = self.shared.failures.take();
         if case.harsh() {

@@ -329,6 +329,7 @@ pub fn shrink_with(
         s.steady_device();
         s.drop_groups();
         s.drop_ops();
+        s.plain_requests();
         s.merge_groups();
         s.coalesce_ops();
         s.shorten_ops();
@@ -449,7 +450,11 @@ pub(crate) mod testcase {
     }
 
     pub fn w(sector: u64, sectors: u64) -> Op {
-        Op::Write { sector, sectors }
+        Op::Write {
+            sector,
+            sectors,
+            fua: false,
+        }
     }
 
     /// Every operation, in workload order.

@@ -53,6 +53,22 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
         }
     }
 
+    /// FUA flags off: all at once, then each one. A failure that needs a
+    /// FUA request keeps it, and the case says so; one that does not reads
+    /// as a plain write.
+    pub(super) fn plain_requests(&mut self) {
+        let all = without_fua(&self.best, None);
+        if self.try_case("plain_requests", all) {
+            return;
+        }
+        for (g, i) in positions(&self.best) {
+            if self.best.workload[g][i].is_fua() {
+                let c = without_fua(&self.best, Some((g, i)));
+                self.try_case("plain_requests", c);
+            }
+        }
+    }
+
     /// Runs of whole groups, halving the run length (ddmin).
     pub(super) fn drop_groups(&mut self) {
         self.halving_runs(
@@ -359,6 +375,20 @@ fn positions(case: &Case) -> Vec<(usize, usize)> {
 }
 
 /// Where the crash operations are, as (group, index).
+/// `case` with the FUA flag off on the operation at `at`, or on every
+/// operation when None.
+pub(super) fn without_fua(case: &Case, at: Option<(usize, usize)>) -> Case {
+    let mut c = case.clone();
+    for (g, ops) in c.workload.iter_mut().enumerate() {
+        for (i, op) in ops.iter_mut().enumerate() {
+            if at.is_none_or(|p| p == (g, i)) {
+                *op = op.with_fua(false);
+            }
+        }
+    }
+    c
+}
+
 pub(super) fn crash_positions(case: &Case) -> Vec<(usize, usize)> {
     positions(case)
         .into_iter()
@@ -482,8 +512,11 @@ fn issued_kind(op: &Op) -> Option<IoOp> {
 
 /// Whether `a` and `b` are requests one request of their kind can stand
 /// for: the same kind (and the same unmap flag for zeroes, the same hold
-/// for background reads).
+/// for background reads, the same FUA flag for writes).
 fn same_kind(a: &Op, b: &Op) -> bool {
+    if a.is_fua() != b.is_fua() {
+        return false;
+    }
     match (a, b) {
         (Op::Write { .. }, Op::Write { .. })
         | (Op::Read { .. }, Op::Read { .. })
@@ -583,19 +616,30 @@ pub(super) fn coalesced_group(case: &Case, g: usize) -> Option<Case> {
 /// `op` covering `n` sectors from the same first sector.
 pub(super) fn with_length(op: Op, n: u64) -> Op {
     match op {
-        Op::Write { sector, .. } => Op::Write { sector, sectors: n },
+        Op::Write { sector, fua, .. } => Op::Write {
+            sector,
+            sectors: n,
+            fua,
+        },
         Op::Read { sector, .. } => Op::Read { sector, sectors: n },
         Op::BackgroundRead { sector, hold, .. } => Op::BackgroundRead {
             sector,
             sectors: n,
             hold,
         },
-        Op::WriteZeroes { sector, unmap, .. } => Op::WriteZeroes {
+        Op::WriteZeroes {
+            sector, unmap, fua, ..
+        } => Op::WriteZeroes {
             sector,
             sectors: n,
             unmap,
+            fua,
         },
-        Op::Discard { sector, .. } => Op::Discard { sector, sectors: n },
+        Op::Discard { sector, fua, .. } => Op::Discard {
+            sector,
+            sectors: n,
+            fua,
+        },
         // Valid only as one whole cluster: `Case::validate` refuses the
         // candidate otherwise.
         Op::WriteCompressed { sector, .. } => Op::WriteCompressed { sector, sectors: n },
@@ -610,19 +654,33 @@ pub(super) fn with_length(op: Op, n: u64) -> Op {
 /// `op` with the same length from `sector`.
 pub(super) fn at_sector(op: Op, sector: u64) -> Op {
     match op {
-        Op::Write { sectors, .. } => Op::Write { sector, sectors },
+        Op::Write { sectors, fua, .. } => Op::Write {
+            sector,
+            sectors,
+            fua,
+        },
         Op::Read { sectors, .. } => Op::Read { sector, sectors },
         Op::BackgroundRead { sectors, hold, .. } => Op::BackgroundRead {
             sector,
             sectors,
             hold,
         },
-        Op::WriteZeroes { sectors, unmap, .. } => Op::WriteZeroes {
+        Op::WriteZeroes {
+            sectors,
+            unmap,
+            fua,
+            ..
+        } => Op::WriteZeroes {
             sector,
             sectors,
             unmap,
+            fua,
         },
-        Op::Discard { sectors, .. } => Op::Discard { sector, sectors },
+        Op::Discard { sectors, fua, .. } => Op::Discard {
+            sector,
+            sectors,
+            fua,
+        },
         Op::WriteCompressed { sectors, .. } => Op::WriteCompressed { sector, sectors },
         Op::Flush
         | Op::Crash
@@ -650,6 +708,7 @@ mod tests {
             sector,
             sectors,
             unmap: false,
+            fua: false,
         };
         let c = with_groups(vec![
             vec![w(40, 2), Op::Flush, z(0, 1), w(8, 1), w(20, 4)],

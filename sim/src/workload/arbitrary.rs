@@ -257,14 +257,23 @@ fn workload(u: &mut Unstructured<'_>, sectors: u64) -> arbitrary::Result<Vec<Vec
                 let most = MAX_ARBITRARY_OP_SECTORS.min(sectors - sector);
                 let n = u.int_in_range(1..=most)?;
                 match kind {
-                    2..=4 => Op::Write { sector, sectors: n },
+                    2..=4 => Op::Write {
+                        sector,
+                        sectors: n,
+                        fua: false,
+                    },
                     5 | 6 => Op::Read { sector, sectors: n },
                     7 => Op::WriteZeroes {
                         sector,
                         sectors: n,
                         unmap: u.arbitrary()?,
+                        fua: false,
                     },
-                    _ => Op::Discard { sector, sectors: n },
+                    _ => Op::Discard {
+                        sector,
+                        sectors: n,
+                        fua: false,
+                    },
                 }
             }
         };

@@ -31,7 +31,11 @@ impl Geometry {
 
     pub fn write(&self, sector: u64, sectors: u64) -> Op {
         let (sector, sectors) = self.clamp(sector, sectors);
-        Op::Write { sector, sectors }
+        Op::Write {
+            sector,
+            sectors,
+            fua: false,
+        }
     }
 
     pub fn read(&self, sector: u64, sectors: u64) -> Op {
@@ -45,12 +49,17 @@ impl Geometry {
             sector,
             sectors,
             unmap,
+            fua: false,
         }
     }
 
     pub fn discard(&self, sector: u64, sectors: u64) -> Op {
         let (sector, sectors) = self.clamp(sector, sectors);
-        Op::Discard { sector, sectors }
+        Op::Discard {
+            sector,
+            sectors,
+            fua: false,
+        }
     }
 }
 

@@ -9,9 +9,10 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::builder::{pick, Builder, Geometry};
+use super::fua::FuaMix;
 use super::hazard::{Hazards, HELD_READS_FACTOR_MIN, HELD_READS_PPM};
 use super::snapshot_compress::SnapshotsAndCompression;
-use super::{backing, bench, iozone, mkfs, random, sequential, Profile};
+use super::{backing, bench, dsync, iozone, journal, mkfs, random, sequential, Profile};
 use crate::case::{
     BackingSpec, Case, DataFileSpec, ImageSpec, Op, CASE_VERSION, MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
@@ -47,6 +48,14 @@ const WORKLOAD_HAZARDS: u32 = 6;
 /// how many (see [`super::snapshot_compress`]): its own stream, so the
 /// other draws stay as they were.
 const WORKLOAD_SNAPSHOT_COMPRESS: u32 = 7;
+/// Whether and how often the case's writes are flagged FUA (see
+/// [`super::fua`]): its own stream, so the other draws stay as they were.
+const WORKLOAD_FUA: u32 = 8;
+/// Whether [`Profile::Mixed`] picks one of the FUA profiles instead: its
+/// own stream, so the other cases keep their pick.
+const WORKLOAD_FUA_PROFILE: u32 = 9;
+/// Share of [`Profile::Mixed`] cases given one of [`Profile::FUA`].
+const FUA_PROFILE_PROBABILITY: f64 = 0.1;
 /// Share of cases shaped to reach the rare paths.
 const RARE_PATHS_PROBABILITY: f64 = 0.25;
 /// The smaller caches of a rare-path case: their own sub-stream of the
@@ -78,10 +87,17 @@ impl Case {
     /// concrete profile from the seed and records that one in the case.
     pub fn generate(seed: u64, profile: Profile) -> Case {
         let profile = match profile {
-            Profile::Mixed => pick(
-                &mut stream(seed, Stream::Workload, WORKLOAD_PROFILE),
-                &Profile::CONCRETE,
-            ),
+            Profile::Mixed => {
+                let mut r = stream(seed, Stream::Workload, WORKLOAD_FUA_PROFILE);
+                if r.gen_bool(FUA_PROFILE_PROBABILITY) {
+                    pick(&mut r, &Profile::FUA)
+                } else {
+                    pick(
+                        &mut stream(seed, Stream::Workload, WORKLOAD_PROFILE),
+                        &Profile::CONCRETE,
+                    )
+                }
+            }
             p => p,
         };
         let mut image = image(&mut stream(seed, Stream::Workload, WORKLOAD_IMAGE), profile);
@@ -136,6 +152,8 @@ impl Case {
             Profile::Bench => bench::generate(&mut rng, &mut b),
             Profile::Mkfs => mkfs::generate(&mut rng, &mut b),
             Profile::Backing => backing::generate(&mut rng, &mut b),
+            Profile::Journal => journal::generate(&mut rng, &mut b),
+            Profile::Dsync => dsync::generate(&mut rng, &mut b),
         }
         if let Some(h) = &hazards {
             h.add(&mut hazard_rng, &mut b);
@@ -145,6 +163,11 @@ impl Case {
             x.add(&mut extras_rng, &mut b);
         }
         let crashes = rng.gen_range(2..=4u32) as usize;
+        let mut workload = b.finish(&mut rng, crashes);
+        let mut fua_rng = stream(seed, Stream::Workload, WORKLOAD_FUA);
+        if let Some(mix) = FuaMix::draw(&mut fua_rng) {
+            mix.apply(&mut fua_rng, &mut workload);
+        }
         let mut engine = EngineOptions {
             grow_ahead: pick(
                 &mut stream(seed, Stream::EngineConfig, ENGINE_GROW_AHEAD),
@@ -182,7 +205,7 @@ impl Case {
                 ..DiskOptions::swarm(seed, false)
             },
             image,
-            workload: b.finish(&mut rng, crashes),
+            workload,
             schedule: SchedulePolicy::Random,
         };
         let mut case = Case {

@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Profile {
-    /// One of the others, chosen by the seed: the campaign default.
+    /// One of the others, chosen by the seed: the campaign default. Mostly
+    /// one of [`Profile::CONCRETE`]; one case in ten one of
+    /// [`Profile::FUA`] (drawn apart, so adding those changed no other
+    /// case's pick).
     #[default]
     Mixed,
     /// Random reads, writes, zero writes, discards and flushes, concurrent,
@@ -25,10 +28,15 @@ pub enum Profile {
     Mkfs,
     /// An overlay on a backing file, written in partial clusters.
     Backing,
+    /// A journaling file system: data, journal blocks, a flush, then a
+    /// commit record with FUA; checkpoints in place.
+    Journal,
+    /// A database opened O_DSYNC: every write FUA.
+    Dsync,
 }
 
 impl Profile {
-    pub const ALL: [Profile; 7] = [
+    pub const ALL: [Profile; 9] = [
         Profile::Mixed,
         Profile::Random,
         Profile::Sequential,
@@ -36,6 +44,8 @@ impl Profile {
         Profile::Bench,
         Profile::Mkfs,
         Profile::Backing,
+        Profile::Journal,
+        Profile::Dsync,
     ];
 
     /// The profiles [`Profile::Mixed`] chooses among.
@@ -48,6 +58,10 @@ impl Profile {
         Profile::Backing,
     ];
 
+    /// The profiles built on FUA writes, which [`Profile::Mixed`] picks
+    /// one case in ten.
+    pub const FUA: [Profile; 2] = [Profile::Journal, Profile::Dsync];
+
     pub fn name(&self) -> &'static str {
         match self {
             Profile::Mixed => "mixed",
@@ -57,6 +71,8 @@ impl Profile {
             Profile::Bench => "bench",
             Profile::Mkfs => "mkfs",
             Profile::Backing => "backing",
+            Profile::Journal => "journal",
+            Profile::Dsync => "dsync",
         }
     }
 }
@@ -69,7 +85,7 @@ impl std::fmt::Display for Profile {
 
 /// A profile name that is not one of [`Profile::ALL`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload profile {0:?} (known: mixed, random, sequential, iozone, bench, mkfs, backing)")]
+#[error("unknown workload profile {0:?} (known: mixed, random, sequential, iozone, bench, mkfs, backing, journal, dsync)")]
 pub struct UnknownProfile(pub String);
 
 impl std::str::FromStr for Profile {

@@ -26,14 +26,23 @@ pub(super) fn generate(rng: &mut ChaCha8Rng, b: &mut Builder) {
                     anywhere(rng, &geom, max_len)
                 };
                 match rng.gen_range(0..100) {
-                    0..45 => Op::Write { sector, sectors },
+                    0..45 => Op::Write {
+                        sector,
+                        sectors,
+                        fua: false,
+                    },
                     45..70 => Op::Read { sector, sectors },
                     70..78 => Op::WriteZeroes {
                         sector,
                         sectors,
                         unmap: rng.gen_bool(0.5),
+                        fua: false,
                     },
-                    78..86 => Op::Discard { sector, sectors },
+                    78..86 => Op::Discard {
+                        sector,
+                        sectors,
+                        fua: false,
+                    },
                     _ => Op::Flush,
                 }
             })

@@ -13,7 +13,11 @@ fn overlay(seed: u64) -> Case {
     // Enumeration covers one disk: no external data file.
     c.image = c.image.without_data_file();
     c.disk.faults.enabled = false;
-    let w = |sector, sectors| Op::Write { sector, sectors };
+    let w = |sector, sectors| Op::Write {
+        sector,
+        sectors,
+        fua: false,
+    };
     c.workload = vec![
         vec![w(1, 2), w(37, 3)],
         vec![Op::Flush],

@@ -25,27 +25,29 @@ use sim::case::{Case, Op};
 use sim::runner::{enumerate_crash_states_at, CrashAt, EnumerateOptions, Granularity};
 
 /// Each variant and the first seed of 0..500 that catches it.
-const FIRST_FAILING: [(Broken, u64); 20] = [
-    (Broken::LinkBeforeData, 1),
-    (Broken::SkipDataFlushBeforeL2, 20),
+const FIRST_FAILING: [(Broken, u64); 22] = [
+    (Broken::LinkBeforeData, 5),
+    (Broken::SkipDataFlushBeforeL2, 4),
     (Broken::SkipRefcountFlush, 1),
     (Broken::SkipReftableFlush, 11),
-    (Broken::SkipL2Flush, 49),
+    (Broken::SkipL2Flush, 16),
     (Broken::FlushSkipsWhenClean, 0),
     (Broken::ReuseBeforeDurable, 11),
-    (Broken::FreeIgnoresInflightIo, 19),
+    (Broken::FreeIgnoresInflightIo, 13),
     (Broken::NoDirtyBit, 3),
     (Broken::EvictWithoutFlush, 15),
     (Broken::SkipDataFileFlush, 7),
     (Broken::HeaderBeforeReftable, 44),
     (Broken::GrowthForgetsNewBlocks, 1),
     (Broken::RefblockForgetsItself, 1),
-    (Broken::FreshIgnoresReuse, 67),
+    (Broken::FreshIgnoresReuse, 37),
     (Broken::DoubleAlloc, 4),
     (Broken::NoCutAtAlloc, 4),
-    (Broken::CommitIgnoresWriters, 12),
+    (Broken::CommitIgnoresWriters, 5),
     (Broken::ReadIgnoresAllocs, 9),
-    (Broken::DropPartialCow, 4),
+    (Broken::DropPartialCow, 6),
+    (Broken::FuaBeforeL2, 2),
+    (Broken::FuaWithoutPreflush, 14),
 ];
 
 /// The first failing seed of `b`.

@@ -19,7 +19,7 @@ use sim::runner::{Failure, RunReport};
 /// Each variant, the rule whose assertion it trips first on its seed (and
 /// a part of the message that says which check of the rule), and that
 /// seed.
-const FIRST_PANIC: [(Broken, &str, &str, u64); 18] = [
+const FIRST_PANIC: [(Broken, &str, &str, u64); 20] = [
     (
         Broken::LinkBeforeData,
         "data before link",
@@ -36,13 +36,13 @@ const FIRST_PANIC: [(Broken, &str, &str, u64); 18] = [
         Broken::FreshIgnoresReuse,
         "data before link",
         "before its COW",
-        67,
+        37,
     ),
     (
         Broken::CommitIgnoresWriters,
         "data before link",
         "is in flight",
-        15,
+        4,
     ),
     (Broken::CommitIgnoresWriters, "no overlapping writes", "", 5),
     (Broken::DoubleAlloc, "no overlapping writes", "", 7),
@@ -61,7 +61,7 @@ const FIRST_PANIC: [(Broken, &str, &str, u64); 18] = [
         Broken::SkipRefcountFlush,
         "blocks before the refcount table",
         "",
-        2,
+        3,
     ),
     (Broken::SkipL2Flush, "L2 before L1", "", 1),
     (
@@ -88,6 +88,13 @@ const FIRST_PANIC: [(Broken, &str, &str, u64); 18] = [
         "",
         0,
     ),
+    (
+        Broken::FuaBeforeL2,
+        "a FUA request is durable when it completes",
+        "L2 table",
+        2,
+    ),
+    (Broken::FuaWithoutPreflush, "data before L2", "", 14),
 ];
 
 fn plan(broken: Option<Broken>, rule_checks: bool) -> CampaignPlan {

@@ -30,7 +30,7 @@ const MOVED_BY: [(Profile, Broken); 7] = [
     (Profile::Sequential, Broken::LinkBeforeData),
     (Profile::Iozone, Broken::LinkBeforeData),
     (Profile::Bench, Broken::LinkBeforeData),
-    (Profile::Mkfs, Broken::SkipL2Flush),
+    (Profile::Mkfs, Broken::LinkBeforeData),
     (Profile::Backing, Broken::SkipL2Flush),
 ];
 

@@ -100,7 +100,9 @@ fn run(case: &Case) -> Result<Outcome, String> {
             let (img, model, violations) = (img.clone(), model.clone(), violations.clone());
             let byte = |s: u64| s * SECTOR_SIZE as u64;
             match *op {
-                Op::Write { sector, sectors } => {
+                Op::Write {
+                    sector, sectors, ..
+                } => {
                     let mut buf = vec![0u8; sectors as usize * SECTOR_SIZE];
                     fill_write_buffer(&mut buf, WriteId(n), sector);
                     let range = SectorRange::new(sector, sectors);
@@ -116,6 +118,7 @@ fn run(case: &Case) -> Result<Outcome, String> {
                     sector,
                     sectors,
                     unmap,
+                    ..
                 } => {
                     let range = SectorRange::new(sector, sectors);
                     model.borrow_mut().write_issued(id, range, WriteKind::Zero);
@@ -124,7 +127,9 @@ fn run(case: &Case) -> Result<Outcome, String> {
                         model.borrow_mut().write_completed(id, status(&r));
                     });
                 }
-                Op::Discard { sector, sectors } => {
+                Op::Discard {
+                    sector, sectors, ..
+                } => {
                     let range = SectorRange::new(sector, sectors);
                     model
                         .borrow_mut()

@@ -106,7 +106,9 @@ fn run(case: &Case) -> u64 {
             let img = &img;
             let byte = |s: u64| s * SECTOR_SIZE as u64;
             match *op {
-                Op::Write { sector, sectors } => {
+                Op::Write {
+                    sector, sectors, ..
+                } => {
                     let mut buf = vec![0u8; sectors as usize * SECTOR_SIZE];
                     fill_write_buffer(&mut buf, WriteId(n), sector);
                     let range = SectorRange::new(sector, sectors);
@@ -120,6 +122,7 @@ fn run(case: &Case) -> u64 {
                     sector,
                     sectors,
                     unmap,
+                    ..
                 } => {
                     model.write_issued(id, SectorRange::new(sector, sectors), WriteKind::Zero);
                     tasks.push((
@@ -129,7 +132,9 @@ fn run(case: &Case) -> u64 {
                         }),
                     ));
                 }
-                Op::Discard { sector, sectors } => {
+                Op::Discard {
+                    sector, sectors, ..
+                } => {
                     model.write_issued(id, SectorRange::new(sector, sectors), WriteKind::Discard);
                     tasks.push((
                         id,

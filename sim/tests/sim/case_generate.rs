@@ -142,7 +142,9 @@ fn profiles_have_their_shape() {
         .iter()
         .flatten()
         .filter_map(|op| match *op {
-            Op::Write { sector, sectors } => Some((sector, sectors)),
+            Op::Write {
+                sector, sectors, ..
+            } => Some((sector, sectors)),
             _ => None,
         })
         .collect();
@@ -195,4 +197,57 @@ fn the_model_of_a_case_covers_its_disk_and_backing() {
     assert_eq!(model.unwritten(0), oracle::model::Value::Backing);
     let plain = Case::generate(0, Profile::Sequential);
     assert_eq!(plain.model().unwritten(0), oracle::model::Value::Zero);
+}
+
+/// FUA requests, swarm-style: many cases send none, some a few, some
+/// nearly all; the journal profile commits with FUA, the dsync profile
+/// flags every write of its own, and mixed picks each of them now and then.
+#[test]
+fn fua_requests_come_in_some_cases_and_not_others() {
+    let fua_share = |c: &Case| {
+        let (mut fua, mut all) = (0, 0);
+        for op in c.workload.iter().flatten() {
+            if matches!(
+                op,
+                Op::Write { .. } | Op::WriteZeroes { .. } | Op::Discard { .. }
+            ) {
+                all += 1;
+                fua += usize::from(op.is_fua());
+            }
+        }
+        (fua, all)
+    };
+    let cases: Vec<Case> = (0..200)
+        .map(|s| Case::generate(s, Profile::Mixed))
+        .collect();
+    let with = cases.iter().filter(|c| fua_share(c).0 > 0).count();
+    assert!((40..=140).contains(&with), "{with} of 200 cases send FUA");
+    assert!(cases.iter().any(|c| {
+        let (f, a) = fua_share(c);
+        f > 0 && f * 5 < a
+    }));
+    assert!(cases.iter().any(|c| {
+        let (f, a) = fua_share(c);
+        a > 0 && f * 5 > a * 4
+    }));
+    for p in Profile::FUA {
+        assert!(
+            cases.iter().any(|c| c.profile == Some(p)),
+            "{p} never chosen"
+        );
+    }
+    for seed in 0..20 {
+        let c = Case::generate(seed, Profile::Journal);
+        let commits = c
+            .workload
+            .iter()
+            .flatten()
+            .filter(|op| matches!(op, Op::Write { fua: true, .. }))
+            .count();
+        assert!(commits > 0, "journal seed {seed} commits nothing with FUA");
+        // Every write of the profile's own; hazards and extras drawn for
+        // any profile add a few plain ones.
+        let (f, a) = fua_share(&Case::generate(seed, Profile::Dsync));
+        assert!(f * 2 > a, "dsync seed {seed}: {f} of {a} FUA");
+    }
 }

@@ -105,19 +105,27 @@ fn invalid_cases_are_refused_with_the_reason() {
 
 #[test]
 fn ops_read_as_written() {
-    let json = r#"[{"op":"write","sector":8,"sectors":16},{"op":"write_zeroes","sector":0,"sectors":1,"unmap":true},{"op":"crash"}]"#;
+    let json = r#"[{"op":"write","sector":8,"sectors":16},{"op":"write_zeroes","sector":0,"sectors":1,"unmap":true},{"op":"discard","sector":2,"sectors":1,"fua":true},{"op":"crash"}]"#;
     let ops: Vec<Op> = serde_json::from_str(json).unwrap();
     assert_eq!(
         ops,
         [
             Op::Write {
                 sector: 8,
-                sectors: 16
+                sectors: 16,
+                fua: false,
             },
             Op::WriteZeroes {
                 sector: 0,
                 sectors: 1,
-                unmap: true
+                unmap: true,
+                fua: false,
+            },
+            // FUA written only when set: older cases read as before.
+            Op::Discard {
+                sector: 2,
+                sectors: 1,
+                fua: true,
             },
             Op::Crash
         ]

@@ -46,6 +46,15 @@ impl Driver for Adapter {
     fn discard(&self, offset: u64, len: u64) -> DriverFuture<'_, ()> {
         Box::pin(self.img.discard(offset, len))
     }
+    fn write_fua<'a>(&'a self, offset: u64, data: &'a [u8]) -> DriverFuture<'a, ()> {
+        Box::pin(self.img.write_fua(offset, data))
+    }
+    fn write_zeroes_fua(&self, offset: u64, len: u64, unmap: bool) -> DriverFuture<'_, ()> {
+        Box::pin(self.img.write_zeroes_fua(offset, len, unmap))
+    }
+    fn discard_fua(&self, offset: u64, len: u64) -> DriverFuture<'_, ()> {
+        Box::pin(self.img.discard_fua(offset, len))
+    }
     fn flush(&self) -> DriverFuture<'_, ()> {
         if self.mode == Mode::FlushDoesNothing {
             return Box::pin(async { Ok(()) });

@@ -10,7 +10,11 @@ fn small(seed: u64) -> Case {
     // Enumeration covers one disk: no external data file.
     c.image = c.image.without_data_file();
     c.disk.faults.enabled = false;
-    let w = |sector, sectors| Op::Write { sector, sectors };
+    let w = |sector, sectors| Op::Write {
+        sector,
+        sectors,
+        fua: false,
+    };
     c.workload = vec![
         vec![w(0, 8), w(64, 8)],
         vec![Op::Flush],
@@ -111,7 +115,11 @@ fn a_case_without_crash_is_refused() {
 fn every_state_inside_snapshot_operations_passes() {
     use sim::case::ImageSpec;
     use sim::runner::{enumerate_crash_states_at, run_case_counting_flushes, CrashAt};
-    let w = |sector, sectors| Op::Write { sector, sectors };
+    let w = |sector, sectors| Op::Write {
+        sector,
+        sectors,
+        fua: false,
+    };
     let mut states = 0;
     for (k, last) in [
         Op::SnapshotCreate,

@@ -125,6 +125,7 @@ fn outlived_read_case() -> Case {
     let w = |c: u64| Op::Write {
         sector: c * 8,
         sectors: 8,
+        fua: false,
     };
     case.workload = vec![
         vec![w(0)],
@@ -137,6 +138,7 @@ fn outlived_read_case() -> Case {
         vec![Op::Discard {
             sector: 0,
             sectors: 8,
+            fua: false,
         }],
         vec![Op::Flush],
         vec![w(5)],

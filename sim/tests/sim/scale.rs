@@ -44,10 +44,12 @@ fn both_ends(sectors: u64, clusters: u64) -> Vec<Vec<Op>> {
             group.push(Op::Write {
                 sector: at,
                 sectors: CLUSTER,
+                fua: false,
             });
             group.push(Op::Write {
                 sector: sectors - at - CLUSTER,
                 sectors: CLUSTER,
+                fua: false,
             });
         }
         w.push(group);
@@ -147,6 +149,7 @@ fn workloads_past_the_size_bounds_are_refused_naming_the_limit() {
                 vec![Op::Write {
                     sector: i * 4096,
                     sectors: 4096,
+                    fua: false,
                 }]
             })
             .collect()
@@ -162,9 +165,14 @@ fn workloads_past_the_size_bounds_are_refused_naming_the_limit() {
         .map(|g| {
             g.iter()
                 .map(|op| match *op {
-                    Op::Write { sector, sectors } => Op::Write {
+                    Op::Write {
+                        sector,
+                        sectors,
+                        fua,
+                    } => Op::Write {
                         sector: sector % 131072,
                         sectors,
+                        fua,
                     },
                     op => op,
                 })
@@ -178,9 +186,14 @@ fn workloads_past_the_size_bounds_are_refused_naming_the_limit() {
         .map(|g| {
             g.into_iter()
                 .map(|op| match op {
-                    Op::Write { sector, sectors } => Op::Write {
+                    Op::Write {
+                        sector,
+                        sectors,
+                        fua,
+                    } => Op::Write {
                         sector: sector % 131072,
                         sectors,
+                        fua,
                     },
                     op => op,
                 })

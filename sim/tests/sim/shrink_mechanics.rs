@@ -121,6 +121,7 @@ fn refuses_a_passing_case_under_the_runner() {
         vec![Op::Write {
             sector: 0,
             sectors: 8,
+            fua: false,
         }],
         vec![Op::Flush],
     ];
