@@ -256,23 +256,25 @@ fn workload(u: &mut Unstructured<'_>, sectors: u64) -> arbitrary::Result<Vec<Vec
                 let sector = u.int_in_range(0..=sectors - 1)?;
                 let most = MAX_ARBITRARY_OP_SECTORS.min(sectors - sector);
                 let n = u.int_in_range(1..=most)?;
+                // A quarter of the write-like requests flagged FUA, so a
+                // fuzzer meets durability without a flush too.
                 match kind {
                     2..=4 => Op::Write {
                         sector,
                         sectors: n,
-                        fua: false,
+                        fua: u.ratio(1u8, 4u8)?,
                     },
                     5 | 6 => Op::Read { sector, sectors: n },
                     7 => Op::WriteZeroes {
                         sector,
                         sectors: n,
                         unmap: u.arbitrary()?,
-                        fua: false,
+                        fua: u.ratio(1u8, 4u8)?,
                     },
                     _ => Op::Discard {
                         sector,
                         sectors: n,
-                        fua: false,
+                        fua: u.ratio(1u8, 4u8)?,
                     },
                 }
             }

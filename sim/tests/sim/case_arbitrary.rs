@@ -31,6 +31,7 @@ fn random_bytes_decode_to_valid_bounded_cases() {
     let mut ops_seen = 0;
     let mut most_crashes = 0;
     let mut kinds = [false; 10];
+    let mut fua_seen = 0;
     for _ in 0..400 {
         let len = rng.gen_range(0..8192);
         let mut bytes = vec![0u8; len];
@@ -50,6 +51,7 @@ fn random_bytes_decode_to_valid_bounded_cases() {
         }
         for op in ops {
             ops_seen += 1;
+            fua_seen += usize::from(op.is_fua());
             match op.range() {
                 // A compressed write is one whole cluster.
                 Some((s, n)) if matches!(op, Op::WriteCompressed { .. }) => {
@@ -82,6 +84,8 @@ fn random_bytes_decode_to_valid_bounded_cases() {
         assert_eq!(Case::from_json(&case.to_json()).unwrap(), case);
     }
     assert!(ops_seen > 1000, "only {ops_seen} ops decoded");
+    // Write-like requests flagged FUA come up too.
+    assert!(fua_seen > 50, "only {fua_seen} FUA requests decoded");
     assert_eq!(most_crashes, MAX_ARBITRARY_CRASHES, "the cap is reached");
     assert_eq!(kinds, [true; 10], "some op kinds never decoded");
 }
