@@ -102,6 +102,17 @@ fn disk_lines(disks: &[DiskTally], who: &str, indent: &str) -> String {
     out
 }
 
+/// The guest requests flagged FUA that reached the driver. Printed apart
+/// from the disks' FUA writes, which can be none even when this is not
+/// (QEMU's qcow2 meets FUA with a flush; imago's guest sends the request
+/// then a flush), so that a run shows FUA was exercised at all.
+fn fua_line(n: u64, engine: Engine) -> String {
+    format!(
+        "sent {n} guest FUA requests (writes, write zeroes, discards) to {}",
+        engine.who()
+    )
+}
+
 /// The command that runs a kept failing case on its driver again.
 fn replay_command(r: &QemuReport, engine: Engine) -> String {
     format!(
@@ -164,6 +175,7 @@ pub fn print_qemu_report(r: &QemuReport, engine: Engine) {
         "  checked: {} guest ops, {} read sectors, {} crash states, {} recovered sectors",
         r.guest_ops, r.read_sectors, r.crash_states, r.recovered_sectors
     );
+    println!("  {}", fua_line(r.guest_fua, engine));
     print!("{}", disk_lines(&r.disks, engine.who(), "  "));
     if !r.passed() {
         // The explanation's first line repeats the seed.
@@ -254,6 +266,7 @@ pub fn run_qemu_campaign(
         sum(|r| r.crash_states),
         sum(|r| r.recovered_sectors)
     );
+    println!("{}", fua_line(sum(|r| r.guest_fua), engine));
     let mut disks: Vec<DiskTally> = Vec::new();
     for r in &run {
         for (k, d) in r.disks.iter().enumerate() {
@@ -335,6 +348,7 @@ fn driver_summary(
     let sum = |f: fn(&QemuReport) -> u64| run.iter().map(|r| f(r)).sum::<u64>();
     let mut totals = serde_json::Map::new();
     totals.insert("guest_ops".into(), json!(sum(|r| r.guest_ops)));
+    totals.insert("guest_fua_requests".into(), json!(sum(|r| r.guest_fua)));
     totals.insert(
         "read_sectors_checked".into(),
         json!(sum(|r| r.read_sectors)),

@@ -49,6 +49,11 @@ pub struct QemuReport {
     /// explanation (`report::explain`) serves every driver.
     pub failures: Vec<Failure>,
     pub guest_ops: u64,
+    /// Of the guest requests sent, those flagged FUA (writes, write
+    /// zeroes, discards). Counted apart from the disks' FUA writes: QEMU's
+    /// qcow2 may meet a FUA request with a flush instead, so the disks'
+    /// count alone cannot show that FUA was exercised at all.
+    pub guest_fua: u64,
     pub read_sectors: u64,
     pub crash_states: u64,
     pub recovered_sectors: u64,
@@ -870,6 +875,7 @@ fn run_op(
             fill_write_buffer(&mut buf, WriteId(n), sector);
             let range = SectorRange::new(sector, sectors);
             model.write_issued_flagged(id, range, WriteKind::Data(WriteId(n)), fua);
+            report.guest_fua += u64::from(fua);
             let r = if fua {
                 client.write_fua(sector * ss, &buf)
             } else {
@@ -898,6 +904,7 @@ fn run_op(
             let range = SectorRange::new(sector, sectors);
             model.write_issued_flagged(id, range, WriteKind::Zero, fua);
             let (at, len) = (sector * ss, sectors * ss);
+            report.guest_fua += u64::from(fua);
             let r = if fua {
                 client.write_zeroes_fua(at, len, !unmap)
             } else {
@@ -914,6 +921,7 @@ fn run_op(
             let range = SectorRange::new(sector, sectors);
             model.write_issued_flagged(id, range, WriteKind::Discard, fua);
             let (at, len) = (sector * ss, sectors * ss);
+            report.guest_fua += u64::from(fua);
             let r = if fua {
                 client.trim_fua(at, len)
             } else {
