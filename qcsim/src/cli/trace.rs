@@ -338,7 +338,7 @@ fn run_trace(args: RunArgs) -> anyhow::Result<i32> {
     // counted), against those the case holds: a FUA request of the trace
     // split at 2 MiB is one FUA operation a piece.
     say(&format!(
-        "  FUA requests: {} returned of {} in the case (from {} FUA requests of the trace); \
+        "FUA requests: {} returned of {} in the case (from {} FUA requests of the trace); \
          the simulated disks saw {} FUA writes",
         report.stats.counts.guest_fua_requests,
         s.fua_ops,
