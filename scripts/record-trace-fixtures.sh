@@ -9,7 +9,13 @@
 #   fsync, a write to a second file, a failed write, two threads writing at
 #   once), strace -f -tt on standard error: `[pid N]` prefixes, calls split
 #   into `<unfinished ...>` and `<... resumed>`, and strace's own messages
-#   cutting lines.
+#   cutting lines;
+# - dsync-writer.strace: scripts/dsync-writer.py (writes through one
+#   descriptor opened O_DSYNC, then plain with a pwritev2 RWF_DSYNC, then
+#   O_SYNC by dup2; the script says how many of each), strace -f -tt with
+#   the descriptor calls too (open, dup, close...: which writes are FUA)
+#   and -P disk.raw, which keeps only the image file's calls (not the
+#   interpreter's own opens and closes at start-up), so it stays small.
 # Usage: scripts/record-trace-fixtures.sh [OUT_DIR] (needs strace, mke2fs,
 # python3; `scripts/setup-recording.sh` installs strace).
 set -euo pipefail
@@ -25,4 +31,11 @@ strace -f -tt -e trace=$calls -o "$out/mke2fs.strace" mke2fs -q -F -t ext4 -E di
 # would add their own processes).
 py=$(python3 -c 'import sys; print(sys.executable)')
 strace -f -tt -e trace=$calls "$py" "$here/trace-writer.py" 2> "$out/writer.strace"
-wc -l "$out/mke2fs.strace" "$out/writer.strace"
+# The calls that tell which descriptors are O_DSYNC/O_SYNC. The image
+# exists before strace starts, so that -P resolves its path.
+fdcalls=open,openat,openat2,creat,dup,dup2,dup3,fcntl,close,close_range
+rm -f disk.raw
+: > disk.raw
+strace -f -tt -P disk.raw -e trace=$calls,$fdcalls -o "$out/dsync-writer.strace" \
+    "$py" "$here/dsync-writer.py"
+wc -l "$out/mke2fs.strace" "$out/writer.strace" "$out/dsync-writer.strace"

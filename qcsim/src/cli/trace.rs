@@ -38,8 +38,10 @@ pub enum Command {
 /// The recordings `trace import` reads.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Recording {
-    /// `strace -e trace=pwrite64,pwritev,pwritev2,fsync,fdatasync,fallocate`
-    /// of a program writing a raw image file.
+    /// `strace -e trace=pwrite64,pwritev,pwritev2,fsync,fdatasync,fallocate,
+    /// open,openat,openat2,creat,dup,dup2,dup3,fcntl,close,close_range` of a
+    /// program writing a raw image file (the descriptor calls tell which
+    /// writes are FUA: through O_DSYNC or O_SYNC).
     Strace,
     /// blkparse's default text output.
     Blkparse,
@@ -331,6 +333,18 @@ fn run_trace(args: RunArgs) -> anyhow::Result<i32> {
     bar.finish_and_clear();
 
     print_report(&report, false);
+    // FUA requests the engine returned from (the runner counts one when
+    // its FUA entry point returns, so one a crash cut off in flight is not
+    // counted), against those the case holds: a FUA request of the trace
+    // split at 2 MiB is one FUA operation a piece.
+    say(&format!(
+        "FUA requests: {} returned of {} in the case (from {} FUA requests of the trace); \
+         the simulated disks saw {} FUA writes",
+        report.stats.counts.guest_fua_requests,
+        s.fua_ops,
+        s.fua,
+        report.stats.counts.disk_fua_writes
+    ));
     for f in &report.failures {
         if let Failure::Hang { group, .. } = f {
             if let Some((a, b)) = tc.group_lines(*group) {

@@ -305,7 +305,7 @@ fn qemu_tools_use_the_image_through_the_server() {
     assert!(parsed.requests().count() > 10);
     for line in [
         "w 8388608 65536",
-        "w 10485760 4096\nf",
+        "w 10485760 4096 fua\n",
         "z 9437184 131072",
         "d 0 65536",
         "w 7352377 777",

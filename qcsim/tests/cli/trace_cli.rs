@@ -176,7 +176,10 @@ fn import_blkparse_queued_or_completed() {
     let input = fixture("ext4-commit.blkparse");
     let (code, out, err) = qcsim(&["trace", "import", "blkparse", &input, "-o", "q.trace"], d);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("12 requests written to q.trace"), "{out}");
+    // 11: the FUA commit block (`FWFS`) is a flush and a FUA write (12
+    // while FUA was read as a flush after its write).
+    assert!(out.contains("11 requests written to q.trace"), "{out}");
+    assert!(out.contains(", 2 flushes; 1 FUA requests"), "{out}");
     let (code, out, err) = qcsim(
         &[
             "trace", "import", "blkparse", &input, "--event", "c", "--device", "8,16", "-o",
@@ -205,6 +208,117 @@ fn import_blkparse_queued_or_completed() {
     );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("PASS"), "{out}");
+}
+
+/// The number after `label` in `out` (`FUA requests: 12 returned`).
+fn number_after(out: &str, label: &str) -> u64 {
+    let at = out
+        .find(label)
+        .unwrap_or_else(|| panic!("no {label:?} in {out}"));
+    let digits: String = out[at + label.len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after {label:?} in {out}"))
+}
+
+#[test]
+fn blkparse_fua_requests_import_and_run_as_fua() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A journal's pattern, as blkparse prints it: data writes, then a
+    // commit block with a preflush and FUA (`FWFS`), eight times, with a
+    // FUA write without preflush (`WFS`) and a FUA discard (`DF`) among
+    // them.
+    let mut rec = String::new();
+    let mut seq = 0;
+    let mut event = |rwbs: &str, sector: u64, sectors: u64| {
+        seq += 1;
+        rec.push_str(&format!(
+            "  8,16   1 {seq:8} {:5}.{:09} 4162  Q {rwbs:>3} {sector} + {sectors} [jbd2/sdb-8]\n",
+            seq / 1000,
+            seq % 1000
+        ));
+    };
+    let journal = 2048;
+    for commit in 0..8 {
+        let base = journal + commit * 64;
+        event("WS", base, 16);
+        event("WS", base + 16, 16);
+        event("FWFS", base + 32, 8);
+    }
+    event("WFS", 8192, 8);
+    event("DF", 16384, 64);
+    std::fs::write(d.join("journal.blkparse"), rec).unwrap();
+
+    let (code, out, err) = qcsim(
+        &[
+            "trace",
+            "import",
+            "blkparse",
+            "journal.blkparse",
+            "-o",
+            "j.trace",
+        ],
+        d,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    // Every F after the operation letter is the request's FUA flag: 8
+    // commit blocks, the WFS write and the discard; each FWFS also has
+    // its preflush.
+    assert!(out.contains("; 10 FUA requests"), "{out}");
+    assert!(out.contains(", 8 flushes"), "{out}");
+    let trace = std::fs::read_to_string(d.join("j.trace")).unwrap();
+    assert_eq!(trace.lines().filter(|l| l.ends_with(" fua")).count(), 10);
+    assert!(trace.contains("\nd 8388608 32768 fua\n"), "{trace}");
+
+    let (code, out, err) = qcsim(
+        &[
+            "trace",
+            "run",
+            "j.trace",
+            "--size",
+            "16M",
+            "--crashes",
+            "8",
+            "--seed",
+            "2",
+        ],
+        d,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(": PASS"), "{out}");
+    assert!(out.contains("8 crashes drawn from seed 2"), "{out}");
+    let returned = number_after(&out, "FUA requests: ");
+    let planned = number_after(&out, " returned of ");
+    assert_eq!(planned, 10, "{out}");
+    // Crashes cut some windows short, so fewer may return, but FUA
+    // requests ran and reached the disk as FUA writes.
+    assert!(returned > 0 && returned <= planned, "{out}");
+    assert!(number_after(&out, "the simulated disks saw ") > 0, "{out}");
+}
+
+#[test]
+fn dsync_writer_strace_imports_and_runs_its_fua_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (code, out, err) = import_strace(&fixture("dsync-writer.strace"), "ds.trace", d);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("descriptors opened with O_DSYNC or O_SYNC"),
+        "{out}"
+    );
+    let fua = number_after(&out, " flushes; ");
+    assert!(fua > 0, "{out}");
+    let (code, out, err) = qcsim(
+        &["trace", "run", "ds.trace", "--size", "4M", "--crashes", "2"],
+        d,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(": PASS"), "{out}");
+    assert_eq!(number_after(&out, " returned of "), fua, "{out}");
 }
 
 #[test]

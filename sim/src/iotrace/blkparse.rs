@@ -16,8 +16,11 @@
 //! the order blkparse prints them. Sectors are 512 bytes. From RWBS:
 //!
 //! - `W` a write, `R` a read, `D` a discard (also `DE`, secure erase);
-//! - an `F` before the operation letter is a flush before it (preflush),
-//!   one after it FUA, taken as a flush after it; an `F` with no data (no
+//! - an `F` before the operation letter is a flush before it (preflush,
+//!   REQ_PREFLUSH); one after it is FUA (REQ_FUA), the request's own
+//!   flag (`w OFF LEN fua`: durable once it completes, with no flush of
+//!   everything else), so `FWFS` is a flush, then a FUA write; FUA on a
+//!   read means nothing and is dropped (counted); an `F` with no data (no
 //!   sectors, or no operation letter: `F`, `FN`, `FS`) is a flush; an old
 //!   kernel's barrier `B` is a flush before and after;
 //! - other letters (`S` sync, `M` meta, `A` readahead) change nothing.
@@ -187,7 +190,9 @@ fn parse_event(
     let mut letters = op.chars();
     let letter = letters.next();
     let after: String = letters.collect();
-    let fua = after.starts_with('F');
+    // The kernel prints RWBS as [F]OP[F][A][S][M] (blk_fill_rwbs): after
+    // the operation letter, F can only be REQ_FUA.
+    let fua = after.contains('F');
     let barrier = after.contains('B');
     let kind = match letter {
         Some('W') => Kind::Write,
@@ -206,13 +211,19 @@ fn parse_event(
     }
     if kind != Kind::Flush {
         if length > 0 {
-            out.push(Request::new(kind, offset, length)?);
+            if fua && !kind.takes_fua() {
+                summary.note("FUA flags on reads dropped (a read makes nothing durable)");
+            }
+            out.push(Request::new(kind, offset, length)?.with_fua(fua));
         } else if !preflush {
             summary.skip("events of no sector");
             return Ok(None);
         }
-        if fua || barrier {
-            summary.note("FUA or barrier requests followed by a flush");
+        // An old kernel's barrier ordered the request against everything
+        // before and after it, which a flush on each side says; FUA is
+        // the request's flag above, not a flush of everything.
+        if barrier {
+            summary.note("barrier requests (B) followed by a flush");
             out.push(Request::Flush);
         }
     }
@@ -256,13 +267,47 @@ Events (8,0): 11 entries
     #[test]
     fn queued_events_become_requests() {
         let t = imp(SAMPLE, Action::Queued).unwrap();
+        // `WFS` is a FUA write, no longer a write and a flush.
         assert_eq!(
             to_text(&t.trace),
-            "w 114426880 4096\nw 114430976 8192\nr 0 4096\nd 2097152 1048576\nf\nw 51200 512\nf\nf\n"
+            "w 114426880 4096\nw 114430976 8192\nr 0 4096\nd 2097152 1048576\nf\nw 51200 512 fua\nf\n"
         );
         let lines: Vec<u64> = t.trace.entries.iter().map(|e| e.line).collect();
-        assert_eq!(lines, [1, 3, 4, 5, 6, 7, 7, 8]);
+        assert_eq!(lines, [1, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(t.trace.counts().fua, 1);
         assert_eq!(t.summary.skipped["events of other actions than Q"], 4);
+    }
+
+    #[test]
+    fn preflush_fua_and_barriers() {
+        let rec = "\
+8,0 0 1 0.1 1 Q FWFS 8 + 8 [jbd2]
+8,0 0 2 0.2 1 Q FWS 16 + 8 [jbd2]
+8,0 0 3 0.3 1 Q WFSM 24 + 8 [xfs]
+8,0 0 4 0.4 1 Q DF 32 + 8 [fstrim]
+8,0 0 5 0.5 1 Q RF 40 + 8 [dd]
+8,0 0 6 0.6 1 Q WBS 48 + 8 [old]
+8,0 0 7 0.7 1 Q FWFS [jbd2]
+";
+        let t = imp(rec, Action::Queued).unwrap();
+        // Preflush + FUA: a flush, then the FUA write; preflush alone: a
+        // flush before a plain write; FUA in any place after the letter;
+        // a FUA discard; a read's FUA dropped; a barrier between flushes;
+        // a preflush + FUA without data: a flush.
+        assert_eq!(
+            to_text(&t.trace),
+            "f\nw 4096 4096 fua\nf\nw 8192 4096\nw 12288 4096 fua\nd 16384 4096 fua\n\
+             r 20480 4096\nf\nw 24576 4096\nf\nf\n"
+        );
+        assert_eq!(t.trace.counts().fua, 3);
+        assert_eq!(
+            t.summary.notes["FUA flags on reads dropped (a read makes nothing durable)"],
+            1
+        );
+        assert_eq!(
+            t.summary.notes["barrier requests (B) followed by a flush"],
+            1
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! ```text
 //! # mke2fs on a 16 MiB raw file
 //! w 1024 3072     # a write of 3072 bytes at byte 1024
+//! w 8192 4096 fua # a FUA write: durable once it completes
 //! z 16711680 65536
 //! d 0 16777216
 //! r 0 4096
@@ -12,14 +13,16 @@
 //! One request a line: a letter, then for all but `f` a decimal byte
 //! offset and a decimal byte length (at least 1, at most
 //! [`super::MAX_LENGTH`], ending by [`super::MAX_END`]), separated by
-//! spaces or tabs. `#` starts a comment that runs to the end of the line;
-//! blank lines are ignored. Numbers are plain decimal digits: no sign,
-//! suffix or hex.
+//! spaces or tabs; a `w`, `z` or `d` may end with the word `fua` (force
+//! unit access), which `r` and `f` refuse. `#` starts a comment that runs
+//! to the end of the line; blank lines are ignored. Numbers are plain
+//! decimal digits: no sign, suffix or hex. A trace from before the word
+//! existed reads as it did: it has no FUA request.
 
 use std::io::{BufRead, Write};
 
 use super::lines::for_each_line;
-use super::{Kind, Problem, Request, Trace, TraceError};
+use super::{Kind, Problem, Request, Trace, TraceError, FUA_WORD};
 
 /// Longest line a trace may have, comment included.
 pub const MAX_LINE: usize = 4096;
@@ -56,10 +59,17 @@ pub fn parse_line(text: &str) -> Result<Option<Request>, Problem> {
         let length = number("length", fields.next(), kind)?;
         (offset, length)
     };
+    // The optional last word; anything else there is refused as before.
+    let fua = match fields.next() {
+        Some(FUA_WORD) if kind.takes_fua() => true,
+        Some(FUA_WORD) => return Err(Problem::FuaNotTaken(kind)),
+        Some(extra) => return Err(Problem::Extra(extra.into())),
+        None => false,
+    };
     if let Some(extra) = fields.next() {
         return Err(Problem::Extra(extra.into()));
     }
-    Request::new(kind, offset, length).map(Some)
+    Request::new(kind, offset, length).map(|r| Some(r.with_fua(fua)))
 }
 
 fn number(field: &'static str, text: Option<&str>, kind: Kind) -> Result<u64, Problem> {
@@ -122,7 +132,8 @@ mod tests {
                     3,
                     Request::Write {
                         offset: 0,
-                        length: 4096
+                        length: 4096,
+                        fua: false
                     }
                 ),
                 (
@@ -136,14 +147,16 @@ mod tests {
                     5,
                     Request::WriteZeroes {
                         offset: 8192,
-                        length: 1
+                        length: 1,
+                        fua: false
                     }
                 ),
                 (
                     6,
                     Request::Discard {
                         offset: 1,
-                        length: 2
+                        length: 2,
+                        fua: false
                     }
                 ),
                 (7, Request::Flush),
@@ -214,6 +227,56 @@ mod tests {
         assert!(parse_str(&format!("w {} 1\n", MAX_END - 1)).is_ok());
         let long = format!("w 0 1 #{}\n", "x".repeat(MAX_LINE));
         assert_eq!(err(&long), format!("line 1: longer than {MAX_LINE} bytes"));
+    }
+
+    #[test]
+    fn fua_is_a_last_word_of_writes_zeroes_and_discards() {
+        let t = parse_str("w 0 4096 fua\nz 4096 512\tfua # durable\nd 0 1 fua\nw 0 1\n").unwrap();
+        let fua: Vec<bool> = t.requests().map(|r| r.is_fua()).collect();
+        assert_eq!(fua, [true, true, true, false]);
+        assert_eq!(
+            t.entries[0].request,
+            Request::Write {
+                offset: 0,
+                length: 4096,
+                fua: true
+            }
+        );
+        // The writer prints it where the parser reads it.
+        assert_eq!(
+            to_text(&t),
+            "w 0 4096 fua\nz 4096 512 fua\nd 0 1 fua\nw 0 1\n"
+        );
+        assert_eq!(t.counts().fua, 3);
+    }
+
+    #[test]
+    fn fua_is_refused_where_it_means_nothing_or_is_misplaced() {
+        assert_eq!(
+            err("w 0 1\nr 0 4096 fua\n"),
+            "line 2: a read cannot be FUA: only w, z and d take `fua`"
+        );
+        assert_eq!(
+            err("f fua\n"),
+            "line 1: a flush cannot be FUA: only w, z and d take `fua`"
+        );
+        // Only as the last word, spelled as written, once.
+        assert_eq!(
+            err("w fua 0 1\n"),
+            "line 1: offset \"fua\" is not a decimal number below 2^64"
+        );
+        assert_eq!(
+            err("w 0 1 FUA\n"),
+            "line 1: unexpected \"FUA\" after the request (a comment starts with #)"
+        );
+        assert_eq!(
+            err("w 0 1 fua fua\n"),
+            "line 1: unexpected \"fua\" after the request (a comment starts with #)"
+        );
+        assert_eq!(
+            err("z 0 0 fua\n"),
+            "line 1: length 0: a request covers at least one byte"
+        );
     }
 
     #[test]

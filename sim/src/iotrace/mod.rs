@@ -4,7 +4,8 @@
 //! A trace is text (`format`): one request a line, byte offsets and lengths
 //! in decimal, `w OFFSET LENGTH` (write), `r OFFSET LENGTH` (read),
 //! `z OFFSET LENGTH` (write zeroes), `d OFFSET LENGTH` (discard) and `f`
-//! (flush); `#` starts a comment, blank lines are ignored. A trace carries
+//! (flush), a write, write zeroes or discard ending in `fua` when it is
+//! force unit access; `#` starts a comment, blank lines are ignored. A trace carries
 //! no data: a replayed write carries the self-describing data of
 //! [`oracle::data`], as every write of a case does.
 //!
@@ -36,13 +37,17 @@ pub const MAX_END: u64 = i64::MAX as u64;
 /// Most requests one trace may hold (each costs a few dozen bytes).
 pub const MAX_REQUESTS: usize = 1 << 24;
 
-/// One guest request. Offsets and lengths are in bytes.
+/// One guest request. Offsets and lengths are in bytes. `fua` marks a
+/// request as force unit access (Linux REQ_FUA, NBD_CMD_FLAG_FUA, a write
+/// through an `O_DSYNC` descriptor): once it completes, what it did is
+/// durable, as if a flush of it alone had followed. A trace line says so
+/// with a trailing `fua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Request {
-    Write { offset: u64, length: u64 },
+    Write { offset: u64, length: u64, fua: bool },
     Read { offset: u64, length: u64 },
-    WriteZeroes { offset: u64, length: u64 },
-    Discard { offset: u64, length: u64 },
+    WriteZeroes { offset: u64, length: u64, fua: bool },
+    Discard { offset: u64, length: u64, fua: bool },
     Flush,
 }
 
@@ -79,6 +84,13 @@ impl Kind {
         })
     }
 
+    /// Whether a request of this kind may be FUA: those that change the
+    /// disk (a read changes nothing to make durable; a flush is already
+    /// all FUA would add).
+    pub fn takes_fua(self) -> bool {
+        matches!(self, Kind::Write | Kind::WriteZeroes | Kind::Discard)
+    }
+
     /// What the kind is called in messages.
     pub fn name(self) -> &'static str {
         match self {
@@ -108,13 +120,50 @@ impl Request {
         if offset.checked_add(length).is_none_or(|end| end > MAX_END) {
             return Err(Problem::PastEnd { offset, length });
         }
+        let fua = false;
         Ok(match kind {
-            Kind::Write => Request::Write { offset, length },
+            Kind::Write => Request::Write {
+                offset,
+                length,
+                fua,
+            },
             Kind::Read => Request::Read { offset, length },
-            Kind::WriteZeroes => Request::WriteZeroes { offset, length },
-            Kind::Discard => Request::Discard { offset, length },
+            Kind::WriteZeroes => Request::WriteZeroes {
+                offset,
+                length,
+                fua,
+            },
+            Kind::Discard => Request::Discard {
+                offset,
+                length,
+                fua,
+            },
             Kind::Flush => unreachable!("handled above"),
         })
+    }
+
+    /// The same request with its FUA flag set to `on`, for the kinds that
+    /// take one ([`Kind::takes_fua`]); a read or a flush comes back
+    /// unchanged (as `case::Op::with_fua` does), so callers that read FUA
+    /// from input refuse it on those themselves, naming the line.
+    pub fn with_fua(mut self, on: bool) -> Request {
+        if let Request::Write { fua, .. }
+        | Request::WriteZeroes { fua, .. }
+        | Request::Discard { fua, .. } = &mut self
+        {
+            *fua = on;
+        }
+        self
+    }
+
+    /// Whether the request is FUA.
+    pub fn is_fua(&self) -> bool {
+        matches!(
+            self,
+            Request::Write { fua: true, .. }
+                | Request::WriteZeroes { fua: true, .. }
+                | Request::Discard { fua: true, .. }
+        )
     }
 
     pub fn kind(&self) -> Kind {
@@ -130,24 +179,31 @@ impl Request {
     /// The bytes the request covers, as (offset, length); None for a flush.
     pub fn range(&self) -> Option<(u64, u64)> {
         match *self {
-            Request::Write { offset, length }
+            Request::Write { offset, length, .. }
             | Request::Read { offset, length }
-            | Request::WriteZeroes { offset, length }
-            | Request::Discard { offset, length } => Some((offset, length)),
+            | Request::WriteZeroes { offset, length, .. }
+            | Request::Discard { offset, length, .. } => Some((offset, length)),
             Request::Flush => None,
         }
     }
 }
 
-/// As a trace line: `w 8192 4096`, `f`.
+/// As a trace line: `w 8192 4096`, `w 8192 4096 fua`, `f`.
 impl fmt::Display for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.range() {
-            Some((offset, length)) => write!(f, "{} {offset} {length}", self.kind().letter()),
-            None => write!(f, "{}", self.kind().letter()),
+            Some((offset, length)) => write!(f, "{} {offset} {length}", self.kind().letter())?,
+            None => write!(f, "{}", self.kind().letter())?,
         }
+        if self.is_fua() {
+            write!(f, " {FUA_WORD}")?;
+        }
+        Ok(())
     }
 }
+
+/// The word that ends a FUA request's line.
+pub const FUA_WORD: &str = "fua";
 
 /// A request and the line of the input it came from (counting from 1):
 /// the trace file's, or the recording's for an imported trace.
@@ -196,6 +252,7 @@ impl Trace {
             };
             *n += 1;
             *bytes += r.range().map_or(0, |(_, l)| l);
+            c.fua += u64::from(r.is_fua());
         }
         c
     }
@@ -223,6 +280,9 @@ pub struct Counts {
     pub discards: u64,
     pub discard_bytes: u64,
     pub flushes: u64,
+    /// Writes, write_zeroes and discards that are FUA (counted in their
+    /// kind's too).
+    pub fua: u64,
 }
 
 impl fmt::Display for Counts {
@@ -240,7 +300,13 @@ impl fmt::Display for Counts {
             self.discards,
             self.discard_bytes,
             self.flushes
-        )
+        )?;
+        // Only when there are any, so that a trace without FUA is
+        // described exactly as before the flag existed.
+        if self.fua > 0 {
+            write!(f, "; {} FUA requests", self.fua)?;
+        }
+        Ok(())
     }
 }
 
@@ -282,6 +348,8 @@ pub enum Problem {
     Number { field: &'static str, text: String },
     #[error("unexpected {0:?} after the request (a comment starts with #)")]
     Extra(String),
+    #[error("a {kind} cannot be FUA: only w, z and d take `{FUA_WORD}`", kind = .0.name())]
+    FuaNotTaken(Kind),
     #[error("length 0: a request covers at least one byte")]
     ZeroLength,
     #[error("length {0} is more than the {MAX_LENGTH} bytes one request may cover")]

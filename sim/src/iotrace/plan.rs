@@ -16,6 +16,11 @@
 //!   than a case's longest operation ([`MAX_OP_SECTORS`], 2 MiB) is split
 //!   into operations of at most that, each counting towards the depth.
 //! - `z` is a write_zeroes that may not unmap; `d` a discard.
+//! - A FUA request (`fua` on its line) becomes an operation with its
+//!   `fua` flag set, which the runner sends to the engine's FUA entry
+//!   points and the model holds durable once it completes. Every piece of
+//!   a split FUA request is FUA (each must be durable when the request
+//!   is), and rounding a request out changes nothing of its flag.
 //! - `crashes` crash points go into windows drawn from the seed (a window
 //!   is cut short at a time the run draws, possibly with its requests in
 //!   flight, and the image is reopened and checked before the next one);
@@ -94,6 +99,11 @@ pub struct PlanStats {
     pub split: u64,
     /// Requests rounded out to whole sectors.
     pub rounded: u64,
+    /// FUA requests of the trace.
+    pub fua: u64,
+    /// Operations of the case flagged FUA (more than `fua` where a FUA
+    /// request is split).
+    pub fua_ops: u64,
     /// Crash points drawn from the seed.
     pub crashes: u64,
     /// Crash points after flushes.
@@ -210,6 +220,8 @@ pub fn plan_case(trace: &Trace, plan: &TracePlan) -> Result<TraceCase, PlanError
         if last - first > MAX_OP_SECTORS {
             stats.split += 1;
         }
+        let fua = e.request.is_fua();
+        stats.fua += u64::from(fua);
         let mut sector = first;
         while sector < last {
             let sectors = (last - sector).min(MAX_OP_SECTORS);
@@ -217,22 +229,23 @@ pub fn plan_case(trace: &Trace, plan: &TracePlan) -> Result<TraceCase, PlanError
                 Request::Write { .. } => Op::Write {
                     sector,
                     sectors,
-                    fua: false,
+                    fua,
                 },
                 Request::Read { .. } => Op::Read { sector, sectors },
                 Request::WriteZeroes { .. } => Op::WriteZeroes {
                     sector,
                     sectors,
                     unmap: false,
-                    fua: false,
+                    fua,
                 },
                 Request::Discard { .. } => Op::Discard {
                     sector,
                     sectors,
-                    fua: false,
+                    fua,
                 },
                 Request::Flush => unreachable!("a flush has no range"),
             };
+            stats.fua_ops += u64::from(op.is_fua());
             if cur.0.len() >= plan.depth || cur.0.iter().any(|o| conflicts(o, &op)) {
                 close(&mut cur, &mut windows);
             }
@@ -473,6 +486,37 @@ mod tests {
         // The same seed draws the same windows; the case is valid.
         assert_eq!(run("z 0 5242880\nf\nw 0 512\nf\n", &p).unwrap(), tc);
         tc.case.validate().unwrap();
+    }
+
+    #[test]
+    fn fua_requests_keep_their_flag_when_split_or_rounded() {
+        let mut p = plan(8 << 20);
+        p.depth = 4;
+        // 5 MiB FUA write_zeroes: three operations, every one FUA; an
+        // unaligned FUA write rounded out; a plain write stays plain.
+        let tc = run(
+            "z 0 5242880 fua\nw 6291457 100 fua\nw 7340032 512\nd 0 512 fua\n",
+            &p,
+        )
+        .unwrap();
+        let ops: Vec<&Op> = tc.case.workload.iter().flatten().collect();
+        let fua: Vec<bool> = ops.iter().map(|o| o.is_fua()).collect();
+        assert_eq!(fua, [true, true, true, true, false, true]);
+        assert_eq!(
+            *ops[3],
+            Op::Write {
+                sector: 12288,
+                sectors: 1,
+                fua: true
+            }
+        );
+        assert_eq!((tc.stats.fua, tc.stats.fua_ops), (3, 5));
+        assert_eq!((tc.stats.split, tc.stats.rounded), (1, 1));
+        tc.case.validate().unwrap();
+        // A trace without the word plans exactly as before: no FUA.
+        let plain = run("z 0 5242880\nw 6291457 100\n", &p).unwrap();
+        assert!(plain.case.workload.iter().flatten().all(|o| !o.is_fua()));
+        assert_eq!((plain.stats.fua, plain.stats.fua_ops), (0, 0));
     }
 
     #[test]

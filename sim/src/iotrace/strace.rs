@@ -1,7 +1,7 @@
 //! Importing `strace` output of a program that writes a raw image file:
 //!
 //! ```text
-//! strace -f -tt -e trace=pwrite64,pwritev,pwritev2,fsync,fdatasync,fallocate -o OUT PROGRAM
+//! strace -f -tt -e trace=pwrite64,pwritev,pwritev2,fsync,fdatasync,fallocate,open,openat,openat2,creat,dup,dup2,dup3,fcntl,close,close_range -o OUT PROGRAM
 //! ```
 //!
 //! A line is `[PREFIX] [TIMESTAMP] NAME(ARGS) = RESULT [...]`: the prefix
@@ -17,12 +17,28 @@
 //!   written, which a short write makes fewer than `count`);
 //! - `pwritev(fd, iov, iovcnt, offset)` and `pwritev2(..., offset, flags)`:
 //!   `w offset n`, where `n`, the result, is the sum of the `iov_len`s
-//!   for a whole write; `pwritev2` with `RWF_DSYNC` or `RWF_SYNC` is
-//!   followed by `f` (the data is durable when the call returns);
+//!   for a whole write; `pwritev2` with `RWF_DSYNC` or `RWF_SYNC` is a
+//!   FUA write, `w offset n fua` (its data is durable when the call
+//!   returns, with no flush of the file's other writes);
+//! - a write through a descriptor opened with `O_DSYNC` or `O_SYNC` is
+//!   FUA likewise. The importer follows descriptors to know which:
+//!   `open`, `openat`, `openat2` and `creat` give their result the flags
+//!   strace prints (`O_RDWR|O_CREAT|O_DSYNC`; `creat` never syncs);
+//!   `dup`, `dup2`, `dup3` and `fcntl` with `F_DUPFD`/`F_DUPFD_CLOEXEC`
+//!   give the copy the original's; `close` and `close_range` forget them.
+//!   `fcntl(F_SETFL)` is not followed: Linux ignores `O_DSYNC` and
+//!   `O_SYNC` there. A descriptor whose open is not in the recording (one
+//!   made without these calls traced, as before they were) is taken as
+//!   not syncing. Descriptors are one table for the whole recording, as
+//!   threads share theirs; a child's after `fork` start as its parent's.
+//!   `write` and `writev` (no offset: where they land is the file
+//!   position) are left out and counted, as before;
 //! - `pread64`, `preadv`, `preadv2` (if traced): `r offset n`;
 //! - `fsync(fd)`, `fdatasync(fd)`: `f`;
 //! - `fallocate(fd, mode, offset, len)`: with `FALLOC_FL_PUNCH_HOLE`
-//!   `d offset len`, with `FALLOC_FL_ZERO_RANGE` `z offset len`; a plain
+//!   `d offset len`, with `FALLOC_FL_ZERO_RANGE` `z offset len` (never
+//!   FUA: `O_DSYNC` promises writes, and a file system may or may not
+//!   make an fallocate durable before it returns); a plain
 //!   preallocation (mode 0 or `FALLOC_FL_KEEP_SIZE`) changes no byte the
 //!   guest sees and is left out; a mode that moves data
 //!   (`FALLOC_FL_COLLAPSE_RANGE`, `FALLOC_FL_INSERT_RANGE`) cannot be a
@@ -34,7 +50,7 @@
 //! calls, signals, exits, `strace:` messages, failed calls) is left out and
 //! counted.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::BufRead;
 
 use super::lines::for_each_line;
@@ -60,6 +76,7 @@ type Call = Sourced<u64>;
 pub fn import<R: BufRead>(input: R, opts: &StraceOptions) -> Result<Import, TraceError> {
     let mut summary = Summary::default();
     let mut calls: Vec<Call> = Vec::new();
+    let mut sync_fds = SyncFds::default();
     // Unfinished calls by process: (name, text so far, line).
     let mut pending: HashMap<Option<u64>, (String, String, u64)> = HashMap::new();
     // A call line that strace's own message (`strace: Process N
@@ -109,7 +126,7 @@ pub fn import<R: BufRead>(input: R, opts: &StraceOptions) -> Result<Import, Trac
             (rest.to_string(), line)
         };
         if let Some(call) =
-            parse_call(&whole, &mut summary).map_err(|problem| TraceError::Line {
+            parse_call(&whole, &mut sync_fds, &mut summary).map_err(|problem| TraceError::Line {
                 line: start,
                 problem,
             })?
@@ -273,13 +290,162 @@ fn falloc_mode(text: &str) -> Result<u64, Problem> {
     Ok(mode)
 }
 
+/// The descriptors open with `O_DSYNC` or `O_SYNC`, as far as the
+/// recording shows: writes through them are FUA.
+#[derive(Debug, Default)]
+struct SyncFds(HashSet<u64>);
+
+impl SyncFds {
+    /// `fd` was just opened (or made a copy of another): whether it syncs
+    /// is `sync`, whatever a closed descriptor of the same number did.
+    fn set(&mut self, fd: u64, sync: bool) {
+        if sync {
+            self.0.insert(fd);
+        } else {
+            self.0.remove(&fd);
+        }
+    }
+
+    fn syncs(&self, fd: u64) -> bool {
+        self.0.contains(&fd)
+    }
+}
+
+/// Whether open flags, as strace prints them (`O_RDWR|O_CREAT|O_DSYNC`,
+/// or openat2's `{flags=O_RDWR|O_SYNC, mode=0644, resolve=0}`), make
+/// writes synchronous. strace names `O_SYNC` (which holds `O_DSYNC`'s
+/// bit) and `O_DSYNC` alone; `O_RSYNC` is `O_SYNC` on Linux.
+fn sync_flags(text: &str) -> bool {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|w| matches!(w, "O_DSYNC" | "O_SYNC" | "O_RSYNC"))
+}
+
+/// The calls that make, copy or forget descriptors, and how many
+/// arguments each has (a range: open's mode is there only with O_CREAT).
+fn descriptor_call(name: &str) -> Option<(usize, usize)> {
+    Some(match name {
+        "open" => (2, 3),
+        "openat" => (3, 4),
+        "openat2" => (4, 4),
+        "creat" => (2, 2),
+        "dup" => (1, 1),
+        "dup2" => (2, 2),
+        "dup3" => (3, 3),
+        "fcntl" | "fcntl64" => (2, 3),
+        "close" => (1, 1),
+        "close_range" => (3, 3),
+        _ => return None,
+    })
+}
+
+/// Follow a call that makes, copies or forgets descriptors (its name
+/// passed [`descriptor_call`]); it makes no request.
+fn follow_descriptors(
+    name: &str,
+    args: &[&str],
+    result: &str,
+    fds: &mut SyncFds,
+    summary: &mut Summary,
+) -> Result<(), Problem> {
+    let fd_arg = |i: usize| {
+        leading_number(args[i])
+            .ok_or_else(|| Problem::Syntax(format!("{name} file descriptor {:?}", args[i])))
+    };
+    // close and close_range forget whatever their result: Linux frees
+    // the descriptor even when close reports an error (EINTR, EIO), and
+    // forgetting one that was not open changes nothing.
+    match name {
+        "close" => {
+            fds.set(fd_arg(0)?, false);
+            summary.note("descriptor calls followed (open, dup, fcntl F_DUPFD, close)");
+            return Ok(());
+        }
+        "close_range" => {
+            // CLOSE_RANGE_CLOEXEC only marks them close-on-exec.
+            if !args[2].contains("CLOSE_RANGE_CLOEXEC") {
+                let first = fd_arg(0)?;
+                let last = leading_number(args[1]).unwrap_or(u64::MAX);
+                fds.0.retain(|&fd| !(first..=last).contains(&fd));
+            }
+            summary.note("descriptor calls followed (open, dup, fcntl F_DUPFD, close)");
+            return Ok(());
+        }
+        _ => {}
+    }
+    // The rest make a descriptor: their result (`3`, or `3</path>` with
+    // -y), when they succeed.
+    let Some(new) = leading_number(result) else {
+        return if result.starts_with('-') || result == "?" {
+            summary.skip(format!("failed {name} calls"));
+            Ok(())
+        } else {
+            Err(Problem::Syntax(format!(
+                "{name} result {result:?} is not a file descriptor"
+            )))
+        };
+    };
+    let sync = match name {
+        "open" => sync_flags(args[1]),
+        "openat" | "openat2" => sync_flags(args[2]),
+        "creat" => false,
+        "dup" | "dup2" | "dup3" => fds.syncs(fd_arg(0)?),
+        _ => {
+            // fcntl: only F_DUPFD and F_DUPFD_CLOEXEC make a descriptor
+            // (F_SETFL cannot change O_DSYNC or O_SYNC on Linux).
+            if !args[1].starts_with("F_DUPFD") {
+                summary.skip("fcntl calls other than F_DUPFD");
+                return Ok(());
+            }
+            fds.syncs(fd_arg(0)?)
+        }
+    };
+    fds.set(new, sync);
+    if sync && matches!(name, "open" | "openat" | "openat2") {
+        summary.note("descriptors opened with O_DSYNC or O_SYNC (their writes are FUA)");
+    }
+    summary.note("descriptor calls followed (open, dup, fcntl F_DUPFD, close)");
+    Ok(())
+}
+
+/// A call's arguments and its result (the word after `=`).
+fn call_parts<'a>(name: &str, text: &'a str) -> Result<(Vec<&'a str>, &'a str), Problem> {
+    let (args, after) = split_args(text)
+        .ok_or_else(|| Problem::Syntax(format!("{name}( without its closing parenthesis")))?;
+    let result = after
+        .trim_start()
+        .strip_prefix('=')
+        .map(|r| r.split_whitespace().next().unwrap_or(""))
+        .ok_or_else(|| Problem::Syntax(format!("{name}(...) without \"= RESULT\"")))?;
+    Ok((args, result))
+}
+
 /// One complete call: its requests, or None (counted in `summary`) if it
-/// makes none.
-fn parse_call(text: &str, summary: &mut Summary) -> Result<Option<Call>, Problem> {
+/// makes none. `fds` follows which descriptors sync their writes.
+fn parse_call(
+    text: &str,
+    fds: &mut SyncFds,
+    summary: &mut Summary,
+) -> Result<Option<Call>, Problem> {
     let Some(name) = call_name(text) else {
         summary.skip("lines that are not system calls");
         return Ok(None);
     };
+    if let Some((least, most)) = descriptor_call(name) {
+        let (args, result) = call_parts(name, text)?;
+        if !(least..=most).contains(&args.len()) {
+            let want = if least == most {
+                least.to_string()
+            } else {
+                format!("{least} or {most}")
+            };
+            return Err(Problem::Syntax(format!(
+                "{name} with {} arguments, expected {want}",
+                args.len()
+            )));
+        }
+        follow_descriptors(name, &args, result, fds, summary)?;
+        return Ok(None);
+    }
     let (kind, want) = match name {
         "pwrite64" | "pwritev" => (Kind::Write, 4),
         "pwritev2" => (Kind::Write, 5),
@@ -292,13 +458,7 @@ fn parse_call(text: &str, summary: &mut Summary) -> Result<Option<Call>, Problem
             return Ok(None);
         }
     };
-    let (args, after) = split_args(text)
-        .ok_or_else(|| Problem::Syntax(format!("{name}( without its closing parenthesis")))?;
-    let result = after
-        .trim_start()
-        .strip_prefix('=')
-        .map(|r| r.split_whitespace().next().unwrap_or(""))
-        .ok_or_else(|| Problem::Syntax(format!("{name}(...) without \"= RESULT\"")))?;
+    let (args, result) = call_parts(name, text)?;
     if args.len() != want {
         return Err(Problem::Syntax(format!(
             "{name} with {} arguments, expected {want}",
@@ -353,14 +513,20 @@ fn parse_call(text: &str, summary: &mut Summary) -> Result<Option<Call>, Problem
             } else if num(2, "count")? > length {
                 summary.note(format!("short {name} calls (the bytes moved count)"));
             }
-            let request = Request::new(kind, offset, length)?;
-            let mut requests = vec![request];
-            if name == "pwritev2" && (args[4].contains("RWF_DSYNC") || args[4].contains("RWF_SYNC"))
-            {
-                summary.note("pwritev2 calls with RWF_DSYNC or RWF_SYNC followed by a flush");
-                requests.push(Request::Flush);
+            let mut request = Request::new(kind, offset, length)?;
+            if kind == Kind::Write {
+                // Durable when the call returns: through a descriptor
+                // opened O_DSYNC/O_SYNC, or by pwritev2's own flag (for
+                // this call only). Not noted in the summary, which counts
+                // every descriptor's calls: the trace's own counts say
+                // how many of the kept ones are FUA.
+                let rwf = name == "pwritev2"
+                    && args[4]
+                        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .any(|w| matches!(w, "RWF_DSYNC" | "RWF_SYNC"));
+                request = request.with_fua(rwf || fds.syncs(fd));
             }
-            done(requests, true)
+            done(vec![request], true)
         }
         Kind::Discard | Kind::WriteZeroes => {
             let mode = falloc_mode(args[1])?;
@@ -437,12 +603,14 @@ mod tests {
             "fsync(3)                = 0\n",
             "+++ exited with 0 +++\n",
         ));
+        // pwritev2 with RWF_DSYNC: a FUA write, no flush after it.
         assert_eq!(
             to_text(&t.trace),
-            "w 8192 4096\nw 0 1536\nw 4096 512\nf\nd 0 65536\nz 65536 512\nf\nw 0 1024\nf\n"
+            "w 8192 4096\nw 0 1536\nw 4096 512 fua\nd 0 65536\nz 65536 512\nf\nw 0 1024\nf\n"
         );
         let lines: Vec<u64> = t.trace.entries.iter().map(|e| e.line).collect();
-        assert_eq!(lines, [1, 2, 3, 3, 4, 5, 7, 9, 10]);
+        assert_eq!(lines, [1, 2, 3, 4, 5, 7, 9, 10]);
+        assert_eq!(t.trace.counts().fua, 1);
         assert_eq!(t.summary.skipped["failed calls"], 1);
         assert_eq!(
             t.summary.skipped["fallocate calls that only preallocate (no byte changes)"],
@@ -451,6 +619,131 @@ mod tests {
         assert_eq!(
             t.summary.notes["short pwrite64 calls (the bytes moved count)"],
             1
+        );
+    }
+
+    #[test]
+    fn pwritev2_flags_make_that_call_alone_fua() {
+        let t = imp(concat!(
+            "pwritev2(3, [{iov_base=\"a\", iov_len=512}], 1, 0, RWF_SYNC) = 512\n",
+            "pwritev2(3, [{iov_base=\"a\", iov_len=512}], 1, 512, RWF_HIPRI|RWF_DSYNC) = 512\n",
+            "pwritev2(3, [{iov_base=\"a\", iov_len=512}], 1, 1024, 0) = 512\n",
+            "pwritev2(3, [{iov_base=\"a\", iov_len=512}], 1, 1536, RWF_NOWAIT) = 512\n",
+            // A read's flags make nothing durable.
+            "preadv2(3, [{iov_base=\"a\", iov_len=512}], 1, 0, RWF_DSYNC) = 512\n",
+        ));
+        assert_eq!(
+            to_text(&t.trace),
+            "w 0 512 fua\nw 512 512 fua\nw 1024 512\nw 1536 512\nr 0 512\n"
+        );
+    }
+
+    /// Import `text` keeping descriptor `fd`'s requests.
+    fn imp_fd(text: &str, fd: u64) -> Import {
+        import(text.as_bytes(), &StraceOptions { fd: Some(fd) }).unwrap()
+    }
+
+    #[test]
+    fn writes_through_a_dsync_or_sync_descriptor_are_fua() {
+        const OPENS: &str = concat!(
+            "openat(AT_FDCWD, \"disk.raw\", O_RDWR|O_CREAT|O_DSYNC|O_CLOEXEC, 0644) = 3\n",
+            "open(\"disk.raw\", O_WRONLY|O_SYNC) = 4</tmp/disk.raw>\n",
+            "openat2(AT_FDCWD, \"disk.raw\", {flags=O_RDWR|O_DSYNC, resolve=0}, 24) = 5\n",
+            "openat(AT_FDCWD, \"disk.raw\", O_RDWR) = 6\n",
+            "creat(\"O_DSYNC\", 0644) = 7\n",
+            "openat(AT_FDCWD, \"nope\", O_RDWR|O_DSYNC) = -1 ENOENT (No such file or directory)\n",
+            "pwrite64(3, \"a\", 512, 0) = 512\n",
+            "pwrite64(4, \"a\", 512, 512) = 512\n",
+            "pwritev(5, [{iov_base=\"a\", iov_len=512}], 1, 1024) = 512\n",
+            "pwrite64(6, \"a\", 512, 1536) = 512\n",
+            "pwrite64(7, \"a\", 512, 2048) = 512\n",
+            "pwrite64(8, \"a\", 512, 2560) = 512\n",
+            // Reads and fallocate through a syncing descriptor: not FUA.
+            "pread64(3, \"a\", 512, 0) = 512\n",
+            "fallocate(3, FALLOC_FL_ZERO_RANGE, 0, 512) = 0\n",
+            "fdatasync(3) = 0\n",
+        );
+        let t = imp_fd(OPENS, 3);
+        assert_eq!(to_text(&t.trace), "w 0 512 fua\nr 0 512\nz 0 512\nf\n");
+        // O_DSYNC, O_SYNC (also with -y's `4</path>`), openat2's flags;
+        // plain, creat (a path spelled like a flag is not one), and a
+        // descriptor whose open the recording lacks: not FUA.
+        let got: Vec<bool> = (3..=8)
+            .map(|fd| imp_fd(OPENS, fd).trace.requests().next().unwrap().is_fua())
+            .collect();
+        assert_eq!(got, [true, true, true, false, false, false]);
+        assert_eq!(
+            t.summary.notes["descriptors opened with O_DSYNC or O_SYNC (their writes are FUA)"],
+            3
+        );
+        assert_eq!(t.trace.counts().fua, 1);
+        assert_eq!(t.summary.skipped["failed openat calls"], 1);
+    }
+
+    #[test]
+    fn dup_and_fcntl_copy_the_flag_and_close_forgets_it() {
+        const DUPS: &str = concat!(
+            "openat(AT_FDCWD, \"disk.raw\", O_RDWR|O_DSYNC) = 3\n",
+            "dup(3) = 4\n",
+            "dup2(3, 10) = 10\n",
+            "dup3(3, 11, O_CLOEXEC) = 11\n",
+            "fcntl(3, F_DUPFD, 20) = 20\n",
+            "fcntl(3, F_DUPFD_CLOEXEC, 0) = 21\n",
+            // F_SETFL cannot take O_DSYNC off (nor put it on).
+            "fcntl(3, F_SETFL, O_RDWR) = 0\n",
+            "fcntl(3, F_GETFL) = 0x9002 (flags O_RDWR|O_LARGEFILE|O_DSYNC)\n",
+            "pwrite64(4, \"a\", 512, 0) = 512\n",
+            "pwrite64(10, \"a\", 512, 0) = 512\n",
+            "pwrite64(11, \"a\", 512, 0) = 512\n",
+            "pwrite64(20, \"a\", 512, 0) = 512\n",
+            "pwrite64(21, \"a\", 512, 0) = 512\n",
+            "pwrite64(3, \"a\", 512, 0) = 512\n",
+            // Closed, then its number reused by a plain open: not FUA.
+            "close(3) = 0\n",
+            "openat(AT_FDCWD, \"disk.raw\", O_RDWR) = 3\n",
+            "pwrite64(3, \"a\", 512, 4096) = 512\n",
+            // dup2 over a syncing descriptor takes the new copy's flag.
+            "dup2(3, 4) = 4\n",
+            "pwrite64(4, \"a\", 512, 4096) = 512\n",
+            // close_range forgets a range; with CLOSE_RANGE_CLOEXEC it
+            // closes nothing yet.
+            "close_range(10, 11, CLOSE_RANGE_CLOEXEC) = 0\n",
+            "pwrite64(10, \"a\", 512, 8192) = 512\n",
+            "close_range(10, 20, 0) = 0\n",
+            "pwrite64(10, \"a\", 512, 8192) = 512\n",
+            "pwrite64(20, \"a\", 512, 8192) = 512\n",
+            "pwrite64(21, \"a\", 512, 8192) = 512\n",
+        );
+        let text = |fd| to_text(&imp_fd(DUPS, fd).trace);
+        assert_eq!(text(3), "w 0 512 fua\nw 4096 512\n");
+        assert_eq!(text(4), "w 0 512 fua\nw 4096 512\n");
+        assert_eq!(text(10), "w 0 512 fua\nw 8192 512 fua\nw 8192 512\n");
+        assert_eq!(text(11), "w 0 512 fua\n");
+        assert_eq!(text(20), "w 0 512 fua\nw 8192 512\n");
+        assert_eq!(text(21), "w 0 512 fua\nw 8192 512 fua\n");
+        let t = imp_fd(DUPS, 3);
+        assert_eq!(t.summary.skipped["fcntl calls other than F_DUPFD"], 2);
+    }
+
+    #[test]
+    fn bad_descriptor_calls_name_their_line() {
+        let err = |t: &str| {
+            import(t.as_bytes(), &StraceOptions::default())
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err("fsync(3) = 0\nopenat(AT_FDCWD, \"x\") = 3\n"),
+            "line 2: openat with 2 arguments, expected 3 or 4"
+        );
+        assert_eq!(err("dup(x) = 4\n"), "line 1: dup file descriptor \"x\"");
+        assert_eq!(
+            err("openat(AT_FDCWD, \"x\", O_RDWR) = y\n"),
+            "line 1: openat result \"y\" is not a file descriptor"
+        );
+        assert_eq!(
+            err("close(3\n"),
+            "line 1: close( without its closing parenthesis"
         );
     }
 

@@ -55,11 +55,13 @@ fn mke2fs_recording_imports() {
         [
             Request::Discard {
                 offset: 0,
-                length: 1024
+                length: 1024,
+                fua: false
             },
             Request::Discard {
                 offset: 0,
-                length: 16 << 20
+                length: 16 << 20,
+                fua: false
             }
         ]
     );
@@ -86,18 +88,25 @@ fn threaded_writer_recording_imports() {
     let t = strace_of("writer.strace", Some(3)).unwrap();
     let tr = &t.trace;
     // The first calls, in one thread: pwrite64, then pwritev2 (an iovec
-    // of 4096 + 512 bytes), then pwritev2 with RWF_DSYNC, then fdatasync.
-    let w = |offset, length| Request::Write { offset, length };
+    // of 4096 + 512 bytes), then pwritev2 with RWF_DSYNC, a FUA write
+    // (until FUA was carried, a write then a flush), then fdatasync.
+    let w = |offset, length| Request::Write {
+        offset,
+        length,
+        fua: false,
+    };
     assert_eq!(
-        tr.requests().take(5).collect::<Vec<_>>(),
+        tr.requests().take(4).collect::<Vec<_>>(),
         [
             w(0, 4096),
             w(8192, 4608),
-            w(65536, 1024),
+            w(65536, 1024).with_fua(true),
             Request::Flush,
-            Request::Flush
         ]
     );
+    // The recording has no descriptor calls (they were not traced): only
+    // the RWF_DSYNC write is FUA.
+    assert_eq!(tr.counts().fua, 1);
     // Two threads, 40 writes of 4 KiB each, joined from their
     // unfinished/resumed halves, in whatever order they completed.
     let mut thread_writes: Vec<u64> = tr
@@ -106,6 +115,7 @@ fn threaded_writer_recording_imports() {
             Request::Write {
                 offset,
                 length: 4096,
+                fua: false,
             } if (1 << 20..3 << 20).contains(&offset) => Some(offset),
             _ => None,
         })
@@ -125,17 +135,20 @@ fn threaded_writer_recording_imports() {
             w(3 << 20, 4096),
             Request::Discard {
                 offset: 1 << 20,
-                length: 8192
+                length: 8192,
+                fua: false
             },
             Request::WriteZeroes {
                 offset: 2 << 20,
-                length: 4096
+                length: 4096,
+                fua: false
             },
             Request::Flush
         ]
     );
-    // fdatasync, RWF_DSYNC, 8 fsyncs in the threads and the final two.
-    assert_eq!(count(tr, Kind::Flush), 12);
+    // fdatasync, 8 fsyncs in the threads and the final two (12 while
+    // RWF_DSYNC was read as a flush after its write).
+    assert_eq!(count(tr, Kind::Flush), 11);
     let s = &t.summary;
     assert_eq!(s.skipped["failed calls"], 1);
     assert_eq!(s.skipped["calls on other file descriptors"], 1);
@@ -148,10 +161,54 @@ fn threaded_writer_recording_imports() {
 }
 
 #[test]
+fn dsync_writer_recording_imports_its_fua_writes() {
+    // scripts/dsync-writer.py: one descriptor (3), opened O_DSYNC, then
+    // plain, then O_SYNC by dup2; the script's comment says what it
+    // writes through each, which this reads back from the recording.
+    let t = strace_of("dsync-writer.strace", None).unwrap();
+    let tr = &t.trace;
+    let writes: Vec<Request> = tr.requests().filter(|r| r.kind() == Kind::Write).collect();
+    let fua: Vec<bool> = writes.iter().map(Request::is_fua).collect();
+    // O_DSYNC: 8 pwrite64 and a pwritev (glibc sends it as pwritev2
+    // with no flag); plain: 4 pwrite64, RWF_DSYNC, a plain pwritev; O_SYNC
+    // through the dup2'd copy: 2 pwrite64.
+    let want: Vec<bool> = [
+        vec![true; 9],
+        vec![false; 4],
+        vec![true, false],
+        vec![true; 2],
+    ]
+    .concat();
+    assert_eq!(fua, want);
+    assert_eq!(tr.counts().fua, 12);
+    assert_eq!(count(tr, Kind::Flush), 2);
+    assert_eq!(tr.entries.len(), 19);
+    // What the program wrote where: the RWF_DSYNC write is the only one of
+    // 8 KiB at 3 MiB.
+    assert_eq!(
+        writes[13],
+        Request::Write {
+            offset: 3 << 20,
+            length: 8192,
+            fua: true
+        }
+    );
+    assert_eq!(
+        t.summary.notes["descriptors opened with O_DSYNC or O_SYNC (their writes are FUA)"],
+        2
+    );
+    round_trip(tr);
+}
+
+#[test]
 fn blkparse_output_imports() {
     let input = read("ext4-commit.blkparse");
     let q = blkparse::import(&input[..], &BlkparseOptions::default()).unwrap();
-    let w = |offset, length| Request::Write { offset, length };
+    let w = |offset, length| Request::Write {
+        offset,
+        length,
+        fua: false,
+    };
     let f = Request::Flush;
     assert_eq!(
         q.trace.requests().collect::<Vec<_>>(),
@@ -159,10 +216,10 @@ fn blkparse_output_imports() {
             w(2048 * 512, 4096),
             w(2056 * 512, 4096),
             w(2064 * 512, 8192),
-            // Q FWFS: a preflush, the commit block, FUA.
+            // Q FWFS: a preflush, then the commit block, FUA (until FUA
+            // was carried: a flush after it too, 13 requests, 4 flushes).
             f,
-            w(2080 * 512, 4096),
-            f,
+            w(2080 * 512, 4096).with_fua(true),
             Request::Read {
                 offset: 24576 * 512,
                 length: 4096
@@ -171,7 +228,8 @@ fn blkparse_output_imports() {
             w(10496 * 512, 256 * 512),
             Request::Discard {
                 offset: 16384 * 512,
-                length: 4096 * 512
+                length: 4096 * 512,
+                fua: false
             },
             // Q FWS without data: a flush.
             f,
@@ -180,6 +238,8 @@ fn blkparse_output_imports() {
     );
     assert_eq!(q.trace.entries[0].line, 1);
     assert_eq!(q.trace.entries[3].line, 12);
+    assert_eq!(q.trace.entries[4].line, 12);
+    assert_eq!((count(&q.trace, Kind::Flush), q.trace.counts().fua), (2, 1));
     // Completions: merged requests, and the one that failed left out.
     let c = blkparse::import(
         &input[..],
@@ -191,6 +251,8 @@ fn blkparse_output_imports() {
     .unwrap();
     assert_eq!(count(&c.trace, Kind::Write), 3);
     assert_eq!(c.summary.skipped["completions with an error"], 1);
+    // `C WFS`: the commit block completed FUA.
+    assert_eq!(c.trace.counts().fua, 1);
     assert_eq!(c.trace.requests().next(), Some(w(2048 * 512, 32 * 512)));
     round_trip(&q.trace);
     round_trip(&c.trace);
@@ -198,17 +260,26 @@ fn blkparse_output_imports() {
 
 fn request() -> impl Strategy<Value = Request> {
     let range = (0..MAX_END, 1..=MAX_LENGTH).prop_map(|(o, l)| (o.min(MAX_END - l), l));
+    let fua = any::<bool>();
     prop_oneof![
-        range
-            .clone()
-            .prop_map(|(offset, length)| Request::Write { offset, length }),
+        (range.clone(), fua).prop_map(|((offset, length), fua)| Request::Write {
+            offset,
+            length,
+            fua
+        }),
         range
             .clone()
             .prop_map(|(offset, length)| Request::Read { offset, length }),
-        range
-            .clone()
-            .prop_map(|(offset, length)| Request::WriteZeroes { offset, length }),
-        range.prop_map(|(offset, length)| Request::Discard { offset, length }),
+        (range.clone(), fua).prop_map(|((offset, length), fua)| Request::WriteZeroes {
+            offset,
+            length,
+            fua
+        }),
+        (range, fua).prop_map(|((offset, length), fua)| Request::Discard {
+            offset,
+            length,
+            fua
+        }),
         Just(Request::Flush),
     ]
 }

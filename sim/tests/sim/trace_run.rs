@@ -98,6 +98,34 @@ fn blkparse_trace_with_reads_replays_and_passes() {
 }
 
 #[test]
+fn dsync_writer_fua_writes_replay_with_crashes_and_pass() {
+    let imported = strace::import(
+        &fixture("dsync-writer.strace")[..],
+        &StraceOptions::default(),
+    )
+    .unwrap();
+    let fua = imported.trace.counts().fua;
+    assert!(fua > 0);
+    // Crash after each of its fsyncs and in 3 windows drawn from the seed:
+    // the model holds every completed FUA write durable at each crash.
+    let tc = plan_case(&imported.trace, &plan(3, 4 << 20, 3, true)).unwrap();
+    assert_eq!(tc.stats.fua, fua);
+    // No request of it is over 2 MiB: one FUA operation each.
+    assert_eq!(tc.stats.fua_ops, fua);
+    let report = run_case(&tc.case, &RunOptions::default());
+    assert!(report.passed(), "{:#?}", report.failures);
+    let c = &report.stats.counts;
+    // A crash cuts off what is in flight in its window: at most the case's
+    // FUA operations return, and some do.
+    assert!(
+        c.guest_fua_requests > 0 && c.guest_fua_requests <= fua,
+        "{c:?}"
+    );
+    assert!(c.disk_fua_writes > 0, "{c:?}");
+    assert!(c.crash_states_checked >= 3);
+}
+
+#[test]
 fn requests_past_the_disk_name_their_line() {
     let trace = parse_str("# header\nw 0 4096\nf\nw 1048576 512\n").unwrap();
     let e = plan_case(&trace, &plan(0, 1 << 20, 0, false)).unwrap_err();

@@ -1,9 +1,9 @@
 //! `qcsim serve --record TRACE`: an export that writes every request
 //! clients send, as the server starts it, to a trace in the format of
-//! `sim::iotrace` (`w|r|z|d OFFSET LENGTH`, `f`), then passes it on. A
-//! request with FUA is followed by a flush, as the blkparse importer
-//! reads FUA; block status changes nothing and is not written; requests
-//! longer than a trace line may hold are split.
+//! `sim::iotrace` (`w|r|z|d OFFSET LENGTH [fua]`, `f`), then passes it
+//! on. A request with FUA carries the trace's `fua` word (every piece of
+//! one that is split); block status changes nothing and is not written;
+//! requests longer than a trace line may hold are split.
 
 use std::cell::RefCell;
 use std::fs::File;
@@ -68,11 +68,13 @@ impl<E: Export> Recording<E> {
             // A request the trace format cannot hold (past its end
             // offset) is left out rather than written unreadable.
             if let Ok(r) = Request::new(kind, at, n) {
-                result = writeln!(out, "{r}");
+                // A read never has FUA (NBD allows the flag on one, where
+                // it means nothing); with_fua leaves a read as it is.
+                result = writeln!(out, "{}", r.with_fua(fua));
             }
             at += n;
         }
-        if result.is_ok() && (fua || kind == Kind::Flush) {
+        if result.is_ok() && kind == Kind::Flush {
             result = writeln!(out, "{}", Request::Flush);
         }
         if let Err(e) = result {
