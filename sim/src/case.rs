@@ -413,6 +413,43 @@ impl Op {
         )
     }
 
+    /// The same operation over `sectors` sectors from `sector`, every
+    /// other field kept; operations without a range come back unchanged.
+    pub fn with_range(mut self, sector: u64, sectors: u64) -> Op {
+        if let Op::Write {
+            sector: s,
+            sectors: n,
+            ..
+        }
+        | Op::Read {
+            sector: s,
+            sectors: n,
+        }
+        | Op::BackgroundRead {
+            sector: s,
+            sectors: n,
+            ..
+        }
+        | Op::WriteZeroes {
+            sector: s,
+            sectors: n,
+            ..
+        }
+        | Op::Discard {
+            sector: s,
+            sectors: n,
+            ..
+        }
+        | Op::WriteCompressed {
+            sector: s,
+            sectors: n,
+        } = &mut self
+        {
+            (*s, *n) = (sector, sectors);
+        }
+        self
+    }
+
     /// Whether it is a write, write_zeroes or discard flagged FUA.
     pub fn is_fua(&self) -> bool {
         matches!(

@@ -865,6 +865,8 @@ fn run_op(
 ) -> anyhow::Result<()> {
     let id = OpId(n);
     let ss = SECTOR_SIZE as u64;
+    // Counted as sent, whatever comes back.
+    report.guest_fua += u64::from(op.is_fua());
     match op {
         Op::Write {
             sector,
@@ -875,7 +877,6 @@ fn run_op(
             fill_write_buffer(&mut buf, WriteId(n), sector);
             let range = SectorRange::new(sector, sectors);
             model.write_issued_flagged(id, range, WriteKind::Data(WriteId(n)), fua);
-            report.guest_fua += u64::from(fua);
             let r = if fua {
                 client.write_fua(sector * ss, &buf)
             } else {
@@ -904,7 +905,6 @@ fn run_op(
             let range = SectorRange::new(sector, sectors);
             model.write_issued_flagged(id, range, WriteKind::Zero, fua);
             let (at, len) = (sector * ss, sectors * ss);
-            report.guest_fua += u64::from(fua);
             let r = if fua {
                 client.write_zeroes_fua(at, len, !unmap)
             } else {
@@ -921,7 +921,6 @@ fn run_op(
             let range = SectorRange::new(sector, sectors);
             model.write_issued_flagged(id, range, WriteKind::Discard, fua);
             let (at, len) = (sector * ss, sectors * ss);
-            report.guest_fua += u64::from(fua);
             let r = if fua {
                 client.trim_fua(at, len)
             } else {

@@ -316,8 +316,14 @@ impl SyncFds {
 /// writes synchronous. strace names `O_SYNC` (which holds `O_DSYNC`'s
 /// bit) and `O_DSYNC` alone; `O_RSYNC` is `O_SYNC` on Linux.
 fn sync_flags(text: &str) -> bool {
+    names_flag(text, &["O_DSYNC", "O_SYNC", "O_RSYNC"])
+}
+
+/// Whether strace's rendering of a flags argument (`A|B|C`, or inside a
+/// struct) names one of `flags`.
+fn names_flag(text: &str, flags: &[&str]) -> bool {
     text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .any(|w| matches!(w, "O_DSYNC" | "O_SYNC" | "O_RSYNC"))
+        .any(|w| flags.contains(&w))
 }
 
 /// The calls that make, copy or forget descriptors, and how many
@@ -338,6 +344,9 @@ fn descriptor_call(name: &str) -> Option<(usize, usize)> {
     })
 }
 
+/// The note a recording gets once any descriptor call was followed.
+const FOLLOWED: &str = "descriptor calls followed (open, dup, fcntl F_DUPFD, close)";
+
 /// Follow a call that makes, copies or forgets descriptors (its name
 /// passed [`descriptor_call`]); it makes no request.
 fn follow_descriptors(
@@ -357,7 +366,7 @@ fn follow_descriptors(
     match name {
         "close" => {
             fds.set(fd_arg(0)?, false);
-            summary.note("descriptor calls followed (open, dup, fcntl F_DUPFD, close)");
+            summary.note(FOLLOWED);
             return Ok(());
         }
         "close_range" => {
@@ -367,7 +376,7 @@ fn follow_descriptors(
                 let last = leading_number(args[1]).unwrap_or(u64::MAX);
                 fds.0.retain(|&fd| !(first..=last).contains(&fd));
             }
-            summary.note("descriptor calls followed (open, dup, fcntl F_DUPFD, close)");
+            summary.note(FOLLOWED);
             return Ok(());
         }
         _ => {}
@@ -403,7 +412,7 @@ fn follow_descriptors(
     if sync && matches!(name, "open" | "openat" | "openat2") {
         summary.note("descriptors opened with O_DSYNC or O_SYNC (their writes are FUA)");
     }
-    summary.note("descriptor calls followed (open, dup, fcntl F_DUPFD, close)");
+    summary.note(FOLLOWED);
     Ok(())
 }
 
@@ -520,10 +529,7 @@ fn parse_call(
                 // this call only). Not noted in the summary, which counts
                 // every descriptor's calls: the trace's own counts say
                 // how many of the kept ones are FUA.
-                let rwf = name == "pwritev2"
-                    && args[4]
-                        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                        .any(|w| matches!(w, "RWF_DSYNC" | "RWF_SYNC"));
+                let rwf = name == "pwritev2" && names_flag(args[4], &["RWF_DSYNC", "RWF_SYNC"]);
                 request = request.with_fua(rwf || fds.syncs(fd));
             }
             done(vec![request], true)

@@ -374,7 +374,6 @@ fn positions(case: &Case) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// Where the crash operations are, as (group, index).
 /// `case` with the FUA flag off on the operation at `at`, or on every
 /// operation when None.
 pub(super) fn without_fua(case: &Case, at: Option<(usize, usize)>) -> Case {
@@ -389,6 +388,7 @@ pub(super) fn without_fua(case: &Case, at: Option<(usize, usize)>) -> Case {
     c
 }
 
+/// Where the crash operations are, as (group, index).
 pub(super) fn crash_positions(case: &Case) -> Vec<(usize, usize)> {
     positions(case)
         .into_iter()
@@ -613,81 +613,17 @@ pub(super) fn coalesced_group(case: &Case, g: usize) -> Option<Case> {
     Some(c)
 }
 
-/// `op` covering `n` sectors from the same first sector.
+/// `op` covering `n` sectors from the same first sector. A compressed
+/// write is valid only as one whole cluster: `Case::validate` refuses the
+/// candidate otherwise.
 pub(super) fn with_length(op: Op, n: u64) -> Op {
-    match op {
-        Op::Write { sector, fua, .. } => Op::Write {
-            sector,
-            sectors: n,
-            fua,
-        },
-        Op::Read { sector, .. } => Op::Read { sector, sectors: n },
-        Op::BackgroundRead { sector, hold, .. } => Op::BackgroundRead {
-            sector,
-            sectors: n,
-            hold,
-        },
-        Op::WriteZeroes {
-            sector, unmap, fua, ..
-        } => Op::WriteZeroes {
-            sector,
-            sectors: n,
-            unmap,
-            fua,
-        },
-        Op::Discard { sector, fua, .. } => Op::Discard {
-            sector,
-            sectors: n,
-            fua,
-        },
-        // Valid only as one whole cluster: `Case::validate` refuses the
-        // candidate otherwise.
-        Op::WriteCompressed { sector, .. } => Op::WriteCompressed { sector, sectors: n },
-        Op::Flush
-        | Op::Crash
-        | Op::SnapshotCreate
-        | Op::SnapshotApply { .. }
-        | Op::SnapshotDelete { .. } => op,
-    }
+    op.range()
+        .map_or(op, |(sector, _)| op.with_range(sector, n))
 }
 
 /// `op` with the same length from `sector`.
 pub(super) fn at_sector(op: Op, sector: u64) -> Op {
-    match op {
-        Op::Write { sectors, fua, .. } => Op::Write {
-            sector,
-            sectors,
-            fua,
-        },
-        Op::Read { sectors, .. } => Op::Read { sector, sectors },
-        Op::BackgroundRead { sectors, hold, .. } => Op::BackgroundRead {
-            sector,
-            sectors,
-            hold,
-        },
-        Op::WriteZeroes {
-            sectors,
-            unmap,
-            fua,
-            ..
-        } => Op::WriteZeroes {
-            sector,
-            sectors,
-            unmap,
-            fua,
-        },
-        Op::Discard { sectors, fua, .. } => Op::Discard {
-            sector,
-            sectors,
-            fua,
-        },
-        Op::WriteCompressed { sectors, .. } => Op::WriteCompressed { sector, sectors },
-        Op::Flush
-        | Op::Crash
-        | Op::SnapshotCreate
-        | Op::SnapshotApply { .. }
-        | Op::SnapshotDelete { .. } => op,
-    }
+    op.range().map_or(op, |(_, n)| op.with_range(sector, n))
 }
 
 #[cfg(test)]
