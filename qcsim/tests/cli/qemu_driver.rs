@@ -376,18 +376,32 @@ fn qemus_l2_entry_outruns_its_data_files_cow_and_loses_backing_data() {
 /// may read zeroes or what it overwrote, never another write's data, so
 /// this is a failure; the engine, whose `free_after_durable` guard keeps a
 /// freed cluster until the unlinking is durable, passes the same case.
-#[test]
-fn qemus_reuse_of_a_cluster_freed_by_write_zeroes_leaks_a_later_write() {
+/// Replays the regression `name` on QEMU's driver and on the engine: what
+/// QEMU printed, for the caller's checks, after asserting that QEMU fails
+/// the case and the engine passes it (`seed 214 (journal): PASS`).
+fn qemu_fails_engine_passes(name: &str, seed: u64, profile: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let case = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../corpus/regressions/qemu-zero-unmap-reuse-seed-214.json");
-    let out = exec(
+        .join("../corpus/regressions")
+        .join(name);
+    let case = case.to_str().unwrap();
+    let out = text(&exec(
         QCSIM,
-        &["replay", "--driver", "qemu", case.to_str().unwrap()],
+        &["replay", "--driver", "qemu", case],
         dir.path(),
+    ));
+    assert!(out.contains(&format!("seed {seed} (qemu): FAIL")), "{out}");
+    let engine = text(&exec(QCSIM, &["replay", case], dir.path()));
+    assert!(
+        engine.contains(&format!("seed {seed} ({profile}): PASS")),
+        "{engine}"
     );
-    let out = text(&out);
-    assert!(out.contains("seed 214 (qemu): FAIL"), "{out}");
+    out
+}
+
+#[test]
+fn qemus_reuse_of_a_cluster_freed_by_write_zeroes_leaks_a_later_write() {
+    let out = qemu_fails_engine_passes("qemu-zero-unmap-reuse-seed-214.json", 214, "journal");
     // Sectors 576 and 577 were written by write #2 and zeroed; after the
     // crash they read write #5's data, meant for sectors 30 and 31.
     assert!(
@@ -395,7 +409,23 @@ fn qemus_reuse_of_a_cluster_freed_by_write_zeroes_leaks_a_later_write() {
             && out.contains("but the model allowed only zeroes or write #2"),
         "{out}"
     );
-    let engine = exec(QCSIM, &["replay", case.to_str().unwrap()], dir.path());
-    let engine = text(&engine);
-    assert!(engine.contains("seed 214 (journal): PASS"), "{engine}");
+}
+
+/// Extended L2, 64 KiB clusters (2 KiB subclusters): a write fills
+/// subcluster 1 (sectors 4..7) and is flushed; a write of sectors 6..9
+/// then runs over the rest of subcluster 1 and half of subcluster 2, which
+/// was never written. QEMU writes zeroes over sectors 6..11 (the COW area
+/// and the guest range with it) before the data, in a cluster the L2 table
+/// already maps, so a crash between the two can read zeroes in sectors
+/// 6..7, which hold flushed data. The engine's zero COW zeroes only the
+/// COW areas of a mapped cluster and passes.
+#[test]
+fn qemus_zeroing_of_a_subcluster_cow_erases_durable_data_in_the_same_write() {
+    let out = qemu_fails_engine_passes("qemu-extl2-zero-cow-over-data-seed-0.json", 0, "mkfs");
+    // Sector 7 in this case's second crash state.
+    assert!(
+        out.contains("guest sector 7 (byte 0xe00) held zeroes")
+            && out.contains("but the model allowed only write #1 or write #3"),
+        "{out}"
+    );
 }
