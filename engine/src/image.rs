@@ -93,6 +93,9 @@ pub struct Image<D: BlockDev> {
     /// The crash rules' ledger, for debug assertions (`rules`); kept apart
     /// from `meta` since it checks what `meta`'s owners do.
     pub(crate) rules: RefCell<crate::rules::RuleLedger>,
+    /// Which multi-step metadata operation runs and in which step, for
+    /// whoever drives the engine to read when the power goes (`steps`).
+    pub(crate) steps: crate::steps::StepProbe,
 }
 
 /// Metadata writes issued without FUA, and how many of the first of them
@@ -502,6 +505,13 @@ impl<D: BlockDev> Image<D> {
     /// simulation reads it after every step of a run armed with it).
     pub fn guard_count(&self, g: crate::guards::Guard) -> u64 {
         self.counters.borrow().guards.get(g)
+    }
+
+    /// The probe that says which multi-step metadata operation runs on
+    /// this image and in which step (`steps`): a handle that stays valid
+    /// after the image, or the future running the operation, is dropped.
+    pub fn step_probe(&self) -> crate::steps::StepProbe {
+        self.steps.clone()
     }
 
     // The engine's own.

@@ -29,6 +29,7 @@
 //! | `dev/` | `BlockDev` re-exported, `FileDev` (fdatasync, fallocate, O_DIRECT), its worker threads (`pool`, the engine's only threads), QEMU's OFD byte-range locks (`lock`) |
 //! | `sync` | `CoMutex<T>` (a FIFO lock that owns its state), a wait queue, wait queues by key (`WaitMap`); single-threaded |
 //! | `counters`, `guards` | `Counters` and the rare-path view (`RarePaths`), each count declared once; `Guard`, each rule the code enforces at one place, counted |
+//! | `steps` | the multi-step metadata operations (`MetaOp`) and their steps, the probe that says which one runs and where (`StepProbe`), crash points counted by both (`CrashPoints`) |
 //! | `rules`, `tracked` | debug builds only: the crash rules asserted where they are kept: a ledger of tracked writes, per-device flush epochs and what each table relies on, fed by hooks where the engine writes, flushes, links and frees; each broken rule panics naming it |
 //! | `broken` | the deliberately broken variants (only a simulated case selects one): `broken::is`, the one gate, and their code |
 //! | `error`, `options` | the typed errors (`Error`, `AmendError`, `SnapshotError`, `CompressedWriteError`); `EngineOptions` and the optimisation `Switches` |
@@ -48,6 +49,7 @@ mod ops;
 pub mod options;
 mod refcount;
 mod rules;
+pub mod steps;
 mod sync;
 mod tracked;
 mod writeback;
@@ -61,3 +63,4 @@ pub use image::{Backing, Compat, CreateOptions, Image, MAX_L1_BYTES};
 pub use ops::prealloc::{fill_zeroes, Preallocation};
 pub use ops::snapshot::find_snapshot;
 pub use options::{EngineOptions, Switches};
+pub use steps::{CrashPoints, MetaOp, Step, StepProbe};

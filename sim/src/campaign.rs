@@ -181,6 +181,12 @@ pub struct Totals {
     pub guards: engine::GuardCounts,
     /// How many cases had each guard's condition arise at least once.
     pub guard_cases: engine::GuardCounts,
+    /// The crashes that cut a multi-step metadata operation, by operation
+    /// and step, apart by the image's version: a step at 0 is a boundary
+    /// no crash tested.
+    pub crash_points: crate::runner::CrashPointsByVersion,
+    /// Cases with at least one such crash.
+    pub crash_point_cases: u64,
     /// The injected faults by kind.
     pub fault_kinds: crate::disk::FaultCounts,
     /// How many cases met each fault kind at least once.
@@ -259,6 +265,8 @@ impl Totals {
         self.guards.add(&s.guards);
         self.guard_cases
             .add(&engine::GuardCounts::reached(&s.guards));
+        self.crash_points.add(&s.crash_points);
+        self.crash_point_cases += u64::from(s.crash_points.total() > 0);
         self.fault_kinds.add(&s.fault_kinds);
         self.fault_kind_cases
             .add(&crate::disk::FaultCounts::reached(&s.fault_kinds));

@@ -118,6 +118,12 @@ pub trait Driver {
         let _ = guard;
         0
     }
+    /// The probe that says which multi-step metadata operation runs and
+    /// in which step (`engine::steps`), read when the power goes; `None`
+    /// for a driver that does not say (crash points then go uncounted).
+    fn step_probe(&self) -> Option<engine::StepProbe> {
+        None
+    }
     /// The host offset guest byte `guest` maps to, if it maps to a data
     /// cluster (for describing a wrong read; `None` when unknown).
     fn host_offset(&self, guest: u64) -> DriverFuture<'_, Option<u64>> {
@@ -248,6 +254,9 @@ impl Driver for Image<SimDisk> {
     }
     fn guard_count(&self, guard: Guard) -> u64 {
         Image::guard_count(self, guard)
+    }
+    fn step_probe(&self) -> Option<engine::StepProbe> {
+        Some(Image::step_probe(self))
     }
     fn host_offset(&self, guest: u64) -> DriverFuture<'_, Option<u64>> {
         Box::pin(Image::host_offset(self, guest))

@@ -20,6 +20,7 @@ use crate::error::Result;
 use crate::format::header::{compat, ext, incompat, V3_HEADER_LEN};
 use crate::format::{Header, L1Entry, L2Entry, L2Mapping};
 use crate::image::Image;
+use crate::steps::{MetaOp, Step};
 
 use crate::error::AmendError;
 
@@ -30,6 +31,7 @@ impl<D: BlockDev> Image<D> {
         if self.header().version >= 3 {
             return Ok(());
         }
+        let _op = self.steps.enter(MetaOp::AmendVersion);
         self.flush_internal(false).await?;
         let mg = self.meta.lock().await;
         let (table, old_len) = self.read_snapshot_table(&mg).await?;
@@ -70,6 +72,7 @@ impl<D: BlockDev> Image<D> {
         if h.version < 3 {
             return Ok(());
         }
+        let _op = self.steps.enter(MetaOp::AmendVersion);
         if h.refcount_order != 4 {
             return Err(AmendError::DowngradeRefcountBits.into());
         }
@@ -88,6 +91,7 @@ impl<D: BlockDev> Image<D> {
         }
         // Refcounts written and the dirty bit cleared, as a close does;
         // eager from here on.
+        self.steps.step(Step::Refcounts);
         self.flush_internal(true).await?;
         let features = self.header().incompatible_features & !incompat::COMPRESSION_TYPE;
         if features != 0 {
@@ -98,6 +102,7 @@ impl<D: BlockDev> Image<D> {
         }
         let l1_size = self.meta.lock().await.borrow().tables.l1().len() as u64;
         let total = l1_size + snapshots.iter().map(|s| s.l1_size as u64).sum::<u64>();
+        self.steps.step(Step::ZeroClusters);
         self.expand_zero_clusters(&mut |i| progress(i, total))
             .await?;
         for done in l1_size..total {
@@ -129,6 +134,7 @@ impl<D: BlockDev> Image<D> {
         if h.lazy_refcounts() == on {
             return Ok(());
         }
+        let _op = self.steps.enter(MetaOp::AmendLazyRefcounts);
         if on && h.version < 3 {
             return Err(AmendError::LazyNeedsV3.into());
         }
@@ -148,6 +154,7 @@ impl<D: BlockDev> Image<D> {
         if self.geo.refcount_bits == bits {
             return Ok(());
         }
+        let _op = self.steps.enter(MetaOp::AmendRefcountBits);
         self.flush_internal(true).await?;
         let cs = self.geo.cluster_size;
         let mg = self.meta.lock().await;
@@ -215,6 +222,7 @@ impl<D: BlockDev> Image<D> {
         let new_table_off = (end + blocks) * cs;
         let bytes: Vec<u8> = entries.iter().flat_map(|e| e.to_be_bytes()).collect();
         self.write_meta(new_table_off, &bytes).await?;
+        self.steps.step(Step::Table);
         self.device_flush(&mg).await?;
         let mut h = mg.borrow().header.clone();
         h.refcount_order = bits.trailing_zeros();
@@ -222,6 +230,7 @@ impl<D: BlockDev> Image<D> {
         h.refcount_table_clusters = table as u32;
         let h = Header::parse(&h.serialize()?)?;
         mg.borrow_mut().header = h.clone();
+        self.steps.step(Step::Header);
         self.write_header(&mg).await?;
         self.device_flush(&mg).await?;
         drop(mg);
@@ -252,6 +261,7 @@ impl<D: BlockDev> Image<D> {
         self.flush_internal(false).await?;
         let mg = self.meta.lock().await;
         mg.borrow_mut().header = h;
+        self.steps.step(Step::Header);
         self.write_header(&mg).await?;
         self.device_flush(&mg).await
     }

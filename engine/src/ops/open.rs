@@ -373,6 +373,7 @@ impl<D: BlockDev> Image<D> {
             counters: RefCell::new(Counters::default()),
             meta_epochs: Cell::default(),
             rules: RefCell::new(rules),
+            steps: Default::default(),
         }
     }
 

@@ -37,6 +37,7 @@ use crate::dev::BlockDev;
 use crate::error::{Error, Result};
 use crate::format::{be64_bytes, L1Entry};
 use crate::image::{Backing, Image, MAX_L1_BYTES};
+use crate::steps::{MetaOp, Step};
 
 impl<D: BlockDev> Image<D> {
     /// [`Image::resize`]: the implementation.
@@ -61,6 +62,8 @@ impl<D: BlockDev> Image<D> {
         let old_size = self.geo.virtual_size;
         // Everything pending first: the tables below are then the disk's.
         self.flush_internal(false).await?;
+        // A shrink runs until its header is durable (`set_size`).
+        let _shrink = (new_size < old_size).then(|| self.steps.enter(MetaOp::Shrink));
         if new_size < old_size {
             self.shrink_tables(new_size).await?;
         }
@@ -93,6 +96,7 @@ impl<D: BlockDev> Image<D> {
         let mg = self.meta.lock().await;
         // The L2 entries just cleared are durable (and their clusters
         // freed) before an L1 entry stops pointing at their table.
+        self.steps.step(Step::L2);
         self.writeback_all(&mg).await?;
         let l1_len = mg.borrow().tables.l1().len();
         for i in keep..l1_len {
@@ -110,6 +114,7 @@ impl<D: BlockDev> Image<D> {
             self.queue_free(l2 / cs);
         }
         // The cleared L1 entries durable, then the tables freed.
+        self.steps.step(Step::L1);
         self.writeback_all(&mg).await
     }
 
@@ -145,6 +150,7 @@ impl<D: BlockDev> Image<D> {
             let h = &mg.borrow().header;
             (h.l1_table_offset, h.l1_size as u64)
         };
+        let _growth = (needed > old_len).then(|| self.steps.enter(MetaOp::L1Growth));
         if needed > old_len {
             let clusters = (needed * 8).div_ceil(cs);
             let new_off = self.alloc_clusters(&mg, clusters).await?;
@@ -157,6 +163,7 @@ impl<D: BlockDev> Image<D> {
             // dirty bit stands in for them.
             self.ensure_dirty_bit(&mg).await?;
             self.writeback_refcount_phase(&mg).await?;
+            self.steps.step(Step::Table);
             self.device_flush(&mg).await?;
             table.truncate(needed as usize);
             let mut m = mg.borrow_mut();
@@ -167,11 +174,13 @@ impl<D: BlockDev> Image<D> {
         } else {
             mg.borrow_mut().header.size = new_size;
         }
+        self.steps.step(Step::Header);
         self.write_header(&mg).await?;
         self.device_flush(&mg).await?;
         if needed > old_len && old_off != 0 {
             // No header on disk names the old table any more.
             self.free_table_clusters(old_off, old_len * 8);
+            self.steps.step(Step::OldFreed);
             self.writeback_all(&mg).await?;
         }
         Ok(())

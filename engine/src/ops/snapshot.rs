@@ -28,6 +28,7 @@ use crate::format::snapshot::{
 };
 use crate::format::{be64_bytes, L1Entry};
 use crate::image::{Image, Meta, MetaGuard, MAX_L1_BYTES};
+use crate::steps::{MetaOp, Step};
 
 /// How much of the snapshot table one read asks for beyond what the
 /// entry being decoded needs.
@@ -52,6 +53,7 @@ impl<D: BlockDev> Image<D> {
         date_sec: u32,
         date_nsec: u32,
     ) -> Result<Snapshot> {
+        let _op = self.steps.enter(MetaOp::SnapshotCreate);
         self.begin_snapshot_op().await?;
         let mg = self.meta.lock().await;
         let _eager = self.eager_refcounts(&mg);
@@ -63,6 +65,7 @@ impl<D: BlockDev> Image<D> {
 
     /// [`Image::snapshot_apply`]: the implementation.
     pub(crate) async fn snapshot_apply_impl(&mut self, id_or_name: &str) -> Result<()> {
+        let _op = self.steps.enter(MetaOp::SnapshotApply);
         self.begin_snapshot_op().await?;
         let new_size = {
             let mg = self.meta.lock().await;
@@ -78,6 +81,7 @@ impl<D: BlockDev> Image<D> {
 
     /// [`Image::snapshot_delete`]: the implementation.
     pub(crate) async fn snapshot_delete_impl(&mut self, id_or_name: &str) -> Result<()> {
+        let _op = self.steps.enter(MetaOp::SnapshotDelete);
         self.begin_snapshot_op().await?;
         let mg = self.meta.lock().await;
         let _eager = self.eager_refcounts(&mg);
@@ -105,6 +109,7 @@ impl<D: BlockDev> Image<D> {
             return Ok(false);
         }
         mg.borrow_mut().header.incompatible_features |= incompat::DIRTY;
+        self.steps.step(Step::DirtyBit);
         self.write_header(mg).await?;
         self.device_flush(mg).await?;
         mg.borrow_mut().dirty_on_disk = true;
@@ -138,6 +143,7 @@ impl<D: BlockDev> Image<D> {
             return Ok(());
         }
         mg.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
+        self.steps.step(Step::DirtyCleared);
         self.write_header(mg).await?;
         self.device_flush(mg).await?;
         mg.borrow_mut().dirty_on_disk = false;
@@ -195,8 +201,10 @@ impl<D: BlockDev> Image<D> {
         // before the refcounts say they are shared, so that no crash
         // leaves a flag on a cluster counted twice.
         self.clear_copied(mg, &l1, true).await?;
+        self.steps.step(Step::CopiedCleared);
         self.writeback_all(mg).await?;
         self.add_references(mg, &refs).await?;
+        self.steps.step(Step::Refcounts);
         self.writeback_all(mg).await?;
         let sn = Snapshot {
             id: next_id(&table),
@@ -228,8 +236,10 @@ impl<D: BlockDev> Image<D> {
         // Nothing on disk names the snapshot any more.
         self.drop_references(&refs);
         self.free_table_clusters(sn.l1_table_offset, u64::from(sn.l1_size) * 8);
+        self.steps.step(Step::OldFreed);
         self.writeback_all(mg).await?;
         self.recompute_copied(mg).await?;
+        self.steps.step(Step::Flags);
         self.writeback_all(mg).await
     }
 
@@ -264,6 +274,7 @@ impl<D: BlockDev> Image<D> {
         // have the flag in a snapshot's tables.
         self.add_references(mg, &new_refs).await?;
         self.clear_copied(mg, &sn_l1, false).await?;
+        self.steps.step(Step::Refcounts);
         self.writeback_all(mg).await?;
         let mut l1: Vec<u64> = sn_l1.iter().map(|e| e & !COPIED).collect();
         l1.resize(new_len as usize, 0);
@@ -274,6 +285,7 @@ impl<D: BlockDev> Image<D> {
             // torn write mixing old and new entries is safe, both sets of
             // references being counted until the write is durable.
             self.write_meta(old_off, &be64_bytes(&l1)).await?;
+            self.steps.step(Step::L1);
             self.device_flush(mg).await?;
         } else {
             self.switch_active_l1(mg, &l1, new_size).await?;
@@ -300,8 +312,10 @@ impl<D: BlockDev> Image<D> {
         if !in_place {
             self.free_table_clusters(old_off, old_l1.len() as u64 * 8);
         }
+        self.steps.step(Step::OldFreed);
         self.writeback_all(mg).await?;
         self.recompute_copied(mg).await?;
+        self.steps.step(Step::Flags);
         self.writeback_all(mg).await?;
         Ok(new_size)
     }
@@ -323,6 +337,7 @@ impl<D: BlockDev> Image<D> {
             off
         };
         self.writeback_refcount_phase(mg).await?;
+        self.steps.step(Step::Table);
         self.device_flush(mg).await?;
         {
             let mut m = mg.borrow_mut();
@@ -330,6 +345,7 @@ impl<D: BlockDev> Image<D> {
             m.header.l1_size = l1.len() as u32;
             m.header.size = new_size;
         }
+        self.steps.step(Step::Header);
         self.write_header(mg).await?;
         self.device_flush(mg).await
     }
@@ -355,6 +371,7 @@ impl<D: BlockDev> Image<D> {
             off
         };
         self.writeback_refcount_phase(mg).await?;
+        self.steps.step(Step::Table);
         self.device_flush(mg).await?;
         let old_off = {
             let mut m = mg.borrow_mut();
@@ -363,9 +380,11 @@ impl<D: BlockDev> Image<D> {
             m.header.snapshots_offset = new_off;
             old
         };
+        self.steps.step(Step::Header);
         self.write_header(mg).await?;
         self.device_flush(mg).await?;
         self.free_table_clusters(old_off, old_len);
+        self.steps.step(Step::OldFreed);
         self.writeback_all(mg).await
     }
 

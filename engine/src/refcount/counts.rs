@@ -16,6 +16,7 @@ use crate::guards::Guard;
 use crate::image::{Image, MetaGuard};
 use crate::ops::create_options::MAX_REFTABLE_BYTES;
 use crate::rules::Dev;
+use crate::steps::{MetaOp, Step};
 
 impl<D: BlockDev> Image<D> {
     /// Host clusters for the `n` guest clusters starting at `guest_start`:
@@ -365,6 +366,7 @@ impl<D: BlockDev> Image<D> {
     /// it returns: the header switch must never point at a table whose
     /// blocks are not on disk.
     async fn grow_reftable(&self, mg: &MetaGuard<'_>, min_entries: usize) -> Result<()> {
+        let _op = self.steps.enter(MetaOp::ReftableGrowth);
         let cs = self.geo.cluster_size;
         let per_cluster = (cs / 8) as usize;
         let (old, start) = {
@@ -435,6 +437,7 @@ impl<D: BlockDev> Image<D> {
         }
         self.write_dirty_refblocks(mg).await?;
         self.write_meta(table_off, &be64_bytes(&table)).await?;
+        self.steps.step(Step::Table);
         self.guard_arose(Guard::ReftableBeforeHeader);
         if !broken::is(&self.opts, Broken::HeaderBeforeReftable) {
             self.device_flush(mg).await?;
@@ -452,6 +455,7 @@ impl<D: BlockDev> Image<D> {
             m.refs.replace_table(table);
             old
         };
+        self.steps.step(Step::Header);
         self.write_header(mg).await?;
         self.device_flush(mg).await?;
         self.count(|c| {

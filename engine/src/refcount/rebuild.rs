@@ -16,9 +16,11 @@ use crate::format::header::incompat;
 use crate::format::snapshot::{decode_entry_head, ENTRY_HEADER_LEN};
 use crate::format::{L1Entry, L2Entry};
 use crate::image::Image;
+use crate::steps::{MetaOp, Step};
 
 impl<D: BlockDev> Image<D> {
     pub(crate) async fn rebuild_refcounts(&self) -> Result<()> {
+        let _op = self.steps.enter(MetaOp::DirtyRebuild);
         let mg = self.meta.lock().await;
         let cs = self.geo.cluster_size;
         let file_clusters = self.dev.len().div_ceil(cs);
@@ -150,6 +152,7 @@ impl<D: BlockDev> Image<D> {
             m.alloc.note_allocated(max_cluster);
             m.refs.set_lazy(false);
         }
+        self.steps.step(Step::Refcounts);
         self.writeback_refcount_phase(&mg).await?;
         // COPIED exactly where the refcount is now 1 (QEMU's repair of a
         // dirty image mends the flags too): a crash inside a snapshot
@@ -185,9 +188,11 @@ impl<D: BlockDev> Image<D> {
                     }
                 }
             }
+            self.steps.step(Step::Flags);
             self.writeback_all(&mg).await?;
         }
         mg.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
+        self.steps.step(Step::Header);
         self.write_header(&mg).await?;
         self.device_flush(&mg).await?;
         let mut m = mg.borrow_mut();

@@ -336,6 +336,14 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     println!("rare paths: {}", t.rare_paths);
     println!("rare paths, cases reaching each: {}", t.rare_path_cases);
     println!("guards whose condition arose: {}", t.guards);
+    println!(
+        "crash points inside multi-step metadata operations: {} on version 2 images, {} on version 3, in {} cases (by operation and step: a step at 0 is a boundary no crash tested)",
+        t.crash_points.v2.total(),
+        t.crash_points.v3.total(),
+        t.crash_point_cases
+    );
+    println!("  version 2: {}", t.crash_points.v2);
+    println!("  version 3: {}", t.crash_points.v3);
     let never = t.guards.never();
     if !never.is_empty() {
         let names: Vec<&str> = never.iter().map(|g| g.name()).collect();

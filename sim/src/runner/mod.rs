@@ -46,8 +46,8 @@ pub use enumerate::{
     EnumerateReport, Granularity, StateFailure,
 };
 pub use report::{
-    cow_summary, to_hex, AllowedValue, ExcusedErrors, Failure, RunCounts, RunReport, RunStats,
-    WrongSector,
+    cow_summary, to_hex, AllowedValue, CrashPointsByVersion, ExcusedErrors, Failure, RunCounts,
+    RunReport, RunStats, WrongSector,
 };
 pub use sweep::mapped_clusters;
 
@@ -305,6 +305,8 @@ impl<'a> Run<'a> {
             let live = img.take().expect("an open image between groups");
             let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
             let flushes_before = self.disk.flushes();
+            // Taken before a snapshot operation takes the image away.
+            let probe = live.step_probe();
             // The image after the group (None if a crash cut a snapshot
             // operation short and it went with it), and whether the power
             // goes now.
@@ -331,6 +333,15 @@ impl<'a> Run<'a> {
             if !crashed {
                 img = Some(live.expect("a group run to its end gives the image back"));
                 continue;
+            }
+            // Read before the abort drops the operation and its scope.
+            if let Some((op, step)) = probe.and_then(|p| p.get()) {
+                let v2 = self.case.image.create.compat == engine::Compat::V2;
+                self.shared
+                    .stats
+                    .borrow_mut()
+                    .crash_points
+                    .bump(v2, op, step);
             }
             self.sim.abort_all();
             self.background.clear();

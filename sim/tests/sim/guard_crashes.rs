@@ -4,10 +4,13 @@
 //! guarded condition arises), background reads that later groups do not
 //! wait for (`Op::BackgroundRead`, held long by the disk across a free and
 //! a reuse of their cluster), and requests held by rank
-//! (`OutlierOptions::held`, what shrinking pins drawn outliers to).
+//! (`OutlierOptions::held`, what shrinking pins drawn outliers to); and
+//! the count of where such crashes land inside multi-step metadata
+//! operations (`RunStats::crash_points`).
 
 use engine::Compat;
 use engine::Guard;
+use engine::{MetaOp, Step};
 use sim::campaign::run_guarded;
 use sim::case::{Case, ImageSpec, Op};
 use sim::disk::{HeldRequest, OutlierOptions, CRASH_GUARDS};
@@ -45,15 +48,21 @@ fn generated_cases_arm_the_rare_guards_swarm_style() {
     assert!(ones > 40 && ones < 200, "{ones}");
 }
 
+/// A case whose correct run grows the refcount table, armed at that
+/// growth, to crash at its first arising.
+fn armed_growth_case() -> Case {
+    first_case(0, |c| {
+        c.disk.crash.at_guards == [Guard::ReftableBeforeHeader]
+            && c.disk.crash.at_guard_one_in == 1
+            && run_guarded(c).stats.guards.get(Guard::ReftableBeforeHeader) > 0
+    })
+}
+
 #[test]
 fn an_armed_guard_crashes_at_its_flush_and_only_when_armed() {
     // A case whose correct run grows the refcount table, armed at that
     // growth: the power goes there once, and the crash state is judged.
-    let case = first_case(0, |c| {
-        c.disk.crash.at_guards == [Guard::ReftableBeforeHeader]
-            && c.disk.crash.at_guard_one_in == 1
-            && run_guarded(c).stats.guards.get(Guard::ReftableBeforeHeader) > 0
-    });
+    let case = armed_growth_case();
     let armed = run_guarded(&case);
     assert!(armed.passed(), "{:?}", armed.failures);
     assert_eq!(armed.stats.counts.crashes_at_guard, 1, "seed {}", case.seed);
@@ -209,4 +218,65 @@ fn a_background_read_that_asks_to_be_held_is_held() {
     }];
     let e = case.validate().unwrap_err().to_string();
     assert!(e.contains("hold"), "{e}");
+}
+
+#[test]
+fn a_crash_inside_a_metadata_operation_is_counted_by_operation_and_step() {
+    // The armed guard crash above lands inside the refcount table's growth,
+    // after the new table is written: counted there, on the case's version.
+    let case = armed_growth_case();
+    let r = run_guarded(&case);
+    let points = if case.image.create.compat == Compat::V2 {
+        r.stats.crash_points.v2
+    } else {
+        r.stats.crash_points.v3
+    };
+    assert!(
+        points.get(MetaOp::ReftableGrowth, Step::Table) >= 1,
+        "seed {}: {points}",
+        case.seed
+    );
+    // A snapshot create cut at its first, second or third flush (drawn
+    // from each case's crash stream): every crash is counted inside it, at
+    // one step, and the cases between them reach more than one step.
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 0..400 {
+        let mut c = Case::generate(seed, Profile::Mixed);
+        if c.image.create.compat != Compat::V3
+            || c.image.data_file.is_some()
+            || c.image.backing.is_some()
+            || c.harsh()
+        {
+            continue;
+        }
+        c.disk.faults.enabled = false;
+        c.disk.crash.at_guards.clear();
+        c.disk.crash.at_flush_ppm = 1_000_000;
+        c.workload = vec![
+            vec![Op::Write {
+                sector: 0,
+                sectors: 8,
+                fua: false,
+            }],
+            vec![Op::Flush],
+            vec![Op::SnapshotCreate, Op::Crash],
+        ];
+        let r = run_guarded(&c);
+        assert!(r.passed(), "seed {seed}: {:?}", r.failures);
+        let p = r.stats.crash_points.v3;
+        let steps: Vec<Step> = MetaOp::SnapshotCreate
+            .steps()
+            .iter()
+            .copied()
+            .filter(|&s| p.get(MetaOp::SnapshotCreate, s) > 0)
+            .collect();
+        assert_eq!(p.total(), 1, "seed {seed}: {p}");
+        assert_eq!(steps.len(), 1, "seed {seed}: {p}");
+        assert_eq!(r.stats.crash_points.v2.total(), 0);
+        seen.insert(steps[0]);
+        if seen.len() >= 2 {
+            return;
+        }
+    }
+    panic!("every crash inside a snapshot create in one step: {seen:?}");
 }

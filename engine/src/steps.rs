@@ -1,0 +1,422 @@
+//! Where a multi-step metadata operation is: the operations whose crash
+//! safety rests on the order of their steps (snapshot create, apply and
+//! delete, refcount table growth, L1 growth, shrink, amend, the dirty-bit
+//! rebuild), each step of each ([`MetaOp::steps`]), and a probe the engine
+//! keeps current as an operation moves from step to step ([`StepProbe`]),
+//! so whoever drives the engine can tell, at the moment the power goes,
+//! which operation it cut and in which step ([`CrashPoints`] counts them).
+//!
+//! A step begins where the operation has issued the requests of that step
+//! and is about to make them durable; it lasts until the next step begins.
+//! So a crash counted against step S came after the step before S had its
+//! requests issued and its flush started, and before S+1 did: the
+//! boundary between them. `start` is the window before the first step
+//! (the operation's own reads, quiescing, the first writes).
+//!
+//! The probe is an atomic behind an `Arc` only so that `Image` stays
+//! `Send`; the engine is single-threaded and nothing else writes it. It
+//! holds no I/O and draws nothing: marking steps changes no run.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use serde::{Serialize, Serializer};
+
+/// A multi-step metadata operation (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MetaOp {
+    SnapshotCreate,
+    SnapshotApply,
+    SnapshotDelete,
+    /// A new, larger refcount table (`grow_reftable`).
+    ReftableGrowth,
+    /// A new, larger active L1 table on resize.
+    L1Growth,
+    /// A resize to fewer bytes: the clusters past the end unmapped, then
+    /// the size.
+    Shrink,
+    /// Amend of the version (up to 3 or down to 2).
+    AmendVersion,
+    /// Amend of lazy refcounts (on or off).
+    AmendLazyRefcounts,
+    /// Amend of the refcount width: a new table and blocks.
+    AmendRefcountBits,
+    /// The rebuild of refcounts and COPIED flags at the open of an image
+    /// left dirty.
+    DirtyRebuild,
+}
+
+/// How many operations there are.
+pub const META_OPS: usize = 10;
+
+/// A step of a [`MetaOp`] (see the module doc for when one begins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Step {
+    /// Before the first step.
+    Start,
+    /// The dirty bit set in the header (a version 3 snapshot operation).
+    DirtyBit,
+    /// COPIED cleared in the tables about to be shared.
+    CopiedCleared,
+    /// Refcounts changed and written back.
+    Refcounts,
+    /// A new table (snapshot table, L1, refcount table) written.
+    Table,
+    /// The header switched to the new table or value.
+    Header,
+    /// The old table's clusters freed and written back.
+    OldFreed,
+    /// COPIED flags recomputed and written back.
+    Flags,
+    /// L2 entries changed and written back.
+    L2,
+    /// L1 entries changed and written back.
+    L1,
+    /// Zero clusters expanded to allocated zeroes (down to version 2).
+    ZeroClusters,
+    /// The dirty bit cleared again.
+    DirtyCleared,
+}
+
+/// How many steps there are.
+pub const STEPS: usize = 12;
+
+impl Step {
+    /// Every step, in declaration order.
+    pub const ALL: [Step; STEPS] = [
+        Step::Start,
+        Step::DirtyBit,
+        Step::CopiedCleared,
+        Step::Refcounts,
+        Step::Table,
+        Step::Header,
+        Step::OldFreed,
+        Step::Flags,
+        Step::L2,
+        Step::L1,
+        Step::ZeroClusters,
+        Step::DirtyCleared,
+    ];
+
+    /// The step's stable snake_case name, as reports carry it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Start => "start",
+            Step::DirtyBit => "dirty_bit",
+            Step::CopiedCleared => "copied_cleared",
+            Step::Refcounts => "refcounts",
+            Step::Table => "table",
+            Step::Header => "header",
+            Step::OldFreed => "old_freed",
+            Step::Flags => "flags",
+            Step::L2 => "l2",
+            Step::L1 => "l1",
+            Step::ZeroClusters => "zero_clusters",
+            Step::DirtyCleared => "dirty_cleared",
+        }
+    }
+}
+
+impl MetaOp {
+    /// Every operation, in declaration order.
+    pub const ALL: [MetaOp; META_OPS] = [
+        MetaOp::SnapshotCreate,
+        MetaOp::SnapshotApply,
+        MetaOp::SnapshotDelete,
+        MetaOp::ReftableGrowth,
+        MetaOp::L1Growth,
+        MetaOp::Shrink,
+        MetaOp::AmendVersion,
+        MetaOp::AmendLazyRefcounts,
+        MetaOp::AmendRefcountBits,
+        MetaOp::DirtyRebuild,
+    ];
+
+    /// The operation's stable snake_case name, as reports carry it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MetaOp::SnapshotCreate => "snapshot_create",
+            MetaOp::SnapshotApply => "snapshot_apply",
+            MetaOp::SnapshotDelete => "snapshot_delete",
+            MetaOp::ReftableGrowth => "reftable_growth",
+            MetaOp::L1Growth => "l1_growth",
+            MetaOp::Shrink => "shrink",
+            MetaOp::AmendVersion => "amend_version",
+            MetaOp::AmendLazyRefcounts => "amend_lazy_refcounts",
+            MetaOp::AmendRefcountBits => "amend_refcount_bits",
+            MetaOp::DirtyRebuild => "dirty_rebuild",
+        }
+    }
+
+    /// The steps the operation can be in, in the order it takes them (a
+    /// run may skip some: a version 2 image has no dirty bit, an apply
+    /// in place writes no new table).
+    pub fn steps(self) -> &'static [Step] {
+        use Step::*;
+        match self {
+            MetaOp::SnapshotCreate => &[
+                Start,
+                DirtyBit,
+                CopiedCleared,
+                Refcounts,
+                Table,
+                Header,
+                OldFreed,
+                DirtyCleared,
+            ],
+            MetaOp::SnapshotApply => &[
+                Start,
+                DirtyBit,
+                Refcounts,
+                L1,
+                Table,
+                Header,
+                OldFreed,
+                Flags,
+                DirtyCleared,
+            ],
+            MetaOp::SnapshotDelete => &[
+                Start,
+                DirtyBit,
+                Table,
+                Header,
+                OldFreed,
+                Flags,
+                DirtyCleared,
+            ],
+            MetaOp::ReftableGrowth => &[Start, Table, Header],
+            MetaOp::L1Growth => &[Start, Table, Header, OldFreed],
+            MetaOp::Shrink => &[Start, L2, L1, Header],
+            MetaOp::AmendVersion => &[Start, Table, Header, OldFreed, Refcounts, ZeroClusters],
+            MetaOp::AmendLazyRefcounts => &[Start, Header],
+            MetaOp::AmendRefcountBits => &[Start, Table, Header],
+            MetaOp::DirtyRebuild => &[Start, Refcounts, Flags, Header],
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The engine's side of the probe: which operation is running and in
+/// which step, 0 for none. Encoded `(op + 1) << 8 | step`.
+#[derive(Debug, Clone, Default)]
+pub struct StepProbe(Arc<AtomicU32>);
+
+impl StepProbe {
+    /// The operation running and its step, if one is.
+    pub fn get(&self) -> Option<(MetaOp, Step)> {
+        decode(self.0.load(Ordering::Relaxed))
+    }
+
+    /// Enter `op` at its start; the returned scope puts back what was
+    /// running before (an operation inside another: a refcount table grown
+    /// by a snapshot create counts as growth until it ends).
+    pub(crate) fn enter(&self, op: MetaOp) -> OpScope {
+        let prev = self.0.swap(encode(op, Step::Start), Ordering::Relaxed);
+        OpScope {
+            probe: self.0.clone(),
+            prev,
+        }
+    }
+
+    /// The running operation has begun `step` (nothing if none runs).
+    pub(crate) fn step(&self, step: Step) {
+        if let Some((op, _)) = self.get() {
+            debug_assert!(
+                op.steps().contains(&step),
+                "{} has no step {}",
+                op.name(),
+                step.name()
+            );
+            self.0.store(encode(op, step), Ordering::Relaxed);
+        }
+    }
+}
+
+/// An operation running (see [`StepProbe::enter`]); dropped, the one
+/// before it is current again, whether the operation ended or was
+/// dropped with the future that ran it.
+#[must_use = "the operation ends when its scope drops"]
+pub(crate) struct OpScope {
+    probe: Arc<AtomicU32>,
+    prev: u32,
+}
+
+impl Drop for OpScope {
+    fn drop(&mut self) {
+        self.probe.store(self.prev, Ordering::Relaxed);
+    }
+}
+
+fn encode(op: MetaOp, step: Step) -> u32 {
+    ((op.index() as u32 + 1) << 8) | step as u32
+}
+
+fn decode(v: u32) -> Option<(MetaOp, Step)> {
+    let op = (v >> 8).checked_sub(1)?;
+    Some((
+        *MetaOp::ALL.get(op as usize)?,
+        *Step::ALL.get((v & 0xff) as usize)?,
+    ))
+}
+
+/// Crash points by operation and step: how many crashes landed while
+/// each operation was in each of its steps. Serialized as an object of
+/// operations, each an object of its steps (every step of
+/// [`MetaOp::steps`], zeroes too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CrashPoints([[u64; STEPS]; META_OPS]);
+
+impl Default for CrashPoints {
+    fn default() -> Self {
+        CrashPoints([[0; STEPS]; META_OPS])
+    }
+}
+
+impl CrashPoints {
+    /// The count of `op` in `step`.
+    pub fn get(&self, op: MetaOp, step: Step) -> u64 {
+        self.0[op.index()][step as usize]
+    }
+
+    /// Count one crash in `op`'s `step`.
+    pub fn bump(&mut self, op: MetaOp, step: Step) {
+        self.0[op.index()][step as usize] += 1;
+    }
+
+    /// Add `o`'s counts to these.
+    pub fn add(&mut self, o: &CrashPoints) {
+        for (a, b) in self.0.iter_mut().zip(o.0.iter()) {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x += y;
+            }
+        }
+    }
+
+    /// Every crash point counted.
+    pub fn total(&self) -> u64 {
+        self.0.iter().flatten().sum()
+    }
+
+    /// Every step of every operation with its count, in order.
+    pub fn named(&self) -> Vec<(MetaOp, Step, u64)> {
+        MetaOp::ALL
+            .iter()
+            .flat_map(|&op| op.steps().iter().map(move |&s| (op, s)))
+            .map(|(op, s)| (op, s, self.get(op, s)))
+            .collect()
+    }
+
+    /// The steps no crash landed in, as `op.step`.
+    pub fn never(&self) -> Vec<String> {
+        self.named()
+            .into_iter()
+            .filter(|&(_, _, n)| n == 0)
+            .map(|(op, s, _)| format!("{}.{}", op.name(), s.name()))
+            .collect()
+    }
+}
+
+impl std::fmt::Display for CrashPoints {
+    /// `snapshot_create: start 3, dirty_bit 12, ...; snapshot_apply: ...`:
+    /// every step, zeroes too, so a boundary never crashed is seen.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ops: Vec<String> = MetaOp::ALL
+            .iter()
+            .map(|&op| {
+                let steps: Vec<String> = op
+                    .steps()
+                    .iter()
+                    .map(|&s| format!("{} {}", s.name(), self.get(op, s)))
+                    .collect();
+                format!("{}: {}", op.name(), steps.join(", "))
+            })
+            .collect();
+        f.write_str(&ops.join("; "))
+    }
+}
+
+impl Serialize for CrashPoints {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        struct Steps<'a>(&'a CrashPoints, MetaOp);
+        impl Serialize for Steps<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(self.1.steps().len()))?;
+                for &st in self.1.steps() {
+                    m.serialize_entry(st.name(), &self.0.get(self.1, st))?;
+                }
+                m.end()
+            }
+        }
+        let mut m = s.serialize_map(Some(META_OPS))?;
+        for op in MetaOp::ALL {
+            m.serialize_entry(op.name(), &Steps(self, op))?;
+        }
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_and_steps_are_listed_once_in_order() {
+        for (i, op) in MetaOp::ALL.into_iter().enumerate() {
+            assert_eq!(op.index(), i, "{op:?} out of declaration order");
+            assert_eq!(op.steps()[0], Step::Start, "{op:?}");
+        }
+        for (i, s) in Step::ALL.into_iter().enumerate() {
+            assert_eq!(s as usize, i, "{s:?} out of declaration order");
+        }
+    }
+
+    #[test]
+    fn the_probe_follows_nested_operations_and_their_steps() {
+        let p = StepProbe::default();
+        assert_eq!(p.get(), None);
+        p.step(Step::Table); // no operation: nothing to mark
+        assert_eq!(p.get(), None);
+        {
+            let _outer = p.enter(MetaOp::SnapshotCreate);
+            p.step(Step::Refcounts);
+            {
+                let _inner = p.enter(MetaOp::ReftableGrowth);
+                assert_eq!(p.get(), Some((MetaOp::ReftableGrowth, Step::Start)));
+                p.step(Step::Header);
+                assert_eq!(p.get(), Some((MetaOp::ReftableGrowth, Step::Header)));
+            }
+            assert_eq!(p.get(), Some((MetaOp::SnapshotCreate, Step::Refcounts)));
+        }
+        assert_eq!(p.get(), None);
+    }
+
+    #[test]
+    fn crash_points_count_add_and_show_every_step() {
+        let mut c = CrashPoints::default();
+        c.bump(MetaOp::SnapshotCreate, Step::Refcounts);
+        c.bump(MetaOp::SnapshotCreate, Step::Refcounts);
+        let mut d = c;
+        d.add(&c);
+        assert_eq!(d.get(MetaOp::SnapshotCreate, Step::Refcounts), 4);
+        assert_eq!(d.total(), 4);
+        let shown = c.to_string();
+        assert!(
+            shown.starts_with(
+                "snapshot_create: start 0, dirty_bit 0, copied_cleared 0, refcounts 2,"
+            ),
+            "{shown}"
+        );
+        assert!(shown.contains("; dirty_rebuild: start 0, refcounts 0, flags 0, header 0"));
+        assert!(!c.never().contains(&"snapshot_create.refcounts".to_string()));
+        assert!(c.never().contains(&"shrink.l1".to_string()));
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(
+            json.starts_with("{\"snapshot_create\":{\"start\":0,\"dirty_bit\":0,\"copied_cleared\":0,\"refcounts\":2,"),
+            "{json}"
+        );
+    }
+}
