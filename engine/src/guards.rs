@@ -80,10 +80,14 @@ pub enum Guard {
     /// A FUA request's L2 table, written with FUA, follows the flush that
     /// made its data and refcounts durable.
     FuaFlushBeforeL2,
+    /// A snapshot create makes the refcount increments that share the
+    /// active clusters durable before the snapshot table that adds the
+    /// second reference.
+    SnapshotRefcountsBeforeTable,
 }
 
 /// How many guards there are.
-pub const GUARDS: usize = 22;
+pub const GUARDS: usize = 23;
 
 impl Guard {
     /// Every guard, in declaration order.
@@ -110,6 +114,7 @@ impl Guard {
         Guard::PartialCow,
         Guard::FuaMappingDurable,
         Guard::FuaFlushBeforeL2,
+        Guard::SnapshotRefcountsBeforeTable,
     ];
 
     /// The guard's stable snake_case name, as reports carry it.
@@ -137,6 +142,7 @@ impl Guard {
             Guard::PartialCow => "partial_cow",
             Guard::FuaMappingDurable => "fua_mapping_durable",
             Guard::FuaFlushBeforeL2 => "fua_flush_before_l2",
+            Guard::SnapshotRefcountsBeforeTable => "snapshot_refcounts_before_table",
         }
     }
 
@@ -165,6 +171,7 @@ impl Guard {
             Guard::PartialCow => Broken::DropPartialCow,
             Guard::FuaMappingDurable => Broken::FuaBeforeL2,
             Guard::FuaFlushBeforeL2 => Broken::FuaWithoutPreflush,
+            Guard::SnapshotRefcountsBeforeTable => Broken::SnapshotTableBeforeRefcounts,
         }
     }
 
@@ -312,7 +319,7 @@ mod tests {
         for (i, g) in Guard::ALL.into_iter().enumerate() {
             c.bump(g, i as u64 + 1);
         }
-        assert_eq!(c.get(Guard::FuaFlushBeforeL2), GUARDS as u64);
+        assert_eq!(c.get(Guard::SnapshotRefcountsBeforeTable), GUARDS as u64);
         let mut d = c;
         d.add(&c);
         assert_eq!(d.since(&c), c);

@@ -173,11 +173,16 @@ pub enum Broken {
     /// before them: FUA makes only its own write durable, not the data
     /// and refcounts the table points at.
     FuaWithoutPreflush,
+    /// A snapshot create switches in the snapshot table naming the new
+    /// snapshot before the refcount increments that share its clusters
+    /// are written: a crash between the two leaves clusters with two
+    /// references and a refcount of 1.
+    SnapshotTableBeforeRefcounts,
 }
 
 impl Broken {
     /// Every variant, in declaration order.
-    pub const ALL: [Broken; 22] = [
+    pub const ALL: [Broken; 23] = [
         Broken::LinkBeforeData,
         Broken::SkipRefcountFlush,
         Broken::DropPartialCow,
@@ -200,6 +205,7 @@ impl Broken {
         Broken::ReadIgnoresAllocs,
         Broken::FuaBeforeL2,
         Broken::FuaWithoutPreflush,
+        Broken::SnapshotTableBeforeRefcounts,
     ];
 
     /// The variant's name on the command line: kebab-case
@@ -228,6 +234,7 @@ impl Broken {
             Broken::ReadIgnoresAllocs => "read-ignores-allocs",
             Broken::FuaBeforeL2 => "fua-before-l2",
             Broken::FuaWithoutPreflush => "fua-without-preflush",
+            Broken::SnapshotTableBeforeRefcounts => "snapshot-table-before-refcounts",
         }
     }
 }

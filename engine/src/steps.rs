@@ -194,6 +194,14 @@ impl MetaOp {
         }
     }
 
+    /// Whether it is a snapshot operation (create, apply or delete).
+    pub fn is_snapshot(self) -> bool {
+        matches!(
+            self,
+            MetaOp::SnapshotCreate | MetaOp::SnapshotApply | MetaOp::SnapshotDelete
+        )
+    }
+
     fn index(self) -> usize {
         self as usize
     }

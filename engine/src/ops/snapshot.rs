@@ -19,6 +19,7 @@
 //! clusters exists, and set again only once the refcount of 1 that
 //! allows it is durable.
 
+use crate::broken::{self, Broken};
 use crate::dev::BlockDev;
 use crate::error::{Error, Result, SnapshotError};
 use crate::format::entry::COPIED;
@@ -27,6 +28,7 @@ use crate::format::snapshot::{
     decode_entry, encode_table, Decoded, Snapshot, MAX_SNAPSHOTS, MAX_TABLE_BYTES,
 };
 use crate::format::{be64_bytes, L1Entry};
+use crate::guards::Guard;
 use crate::image::{Image, Meta, MetaGuard, MAX_L1_BYTES};
 use crate::steps::{MetaOp, Step};
 
@@ -203,9 +205,15 @@ impl<D: BlockDev> Image<D> {
         self.clear_copied(mg, &l1, true).await?;
         self.steps.step(Step::CopiedCleared);
         self.writeback_all(mg).await?;
-        self.add_references(mg, &refs).await?;
-        self.steps.step(Step::Refcounts);
-        self.writeback_all(mg).await?;
+        let table_first = broken::is(&self.opts, Broken::SnapshotTableBeforeRefcounts);
+        if !refs.is_empty() {
+            self.guard_arose(Guard::SnapshotRefcountsBeforeTable);
+        }
+        if !table_first {
+            self.add_references(mg, &refs).await?;
+            self.steps.step(Step::Refcounts);
+            self.writeback_all(mg).await?;
+        }
         let sn = Snapshot {
             id: next_id(&table),
             name: name.to_owned(),
@@ -221,6 +229,13 @@ impl<D: BlockDev> Image<D> {
         };
         table.push(sn.clone());
         self.switch_snapshot_table(mg, &table, old_len).await?;
+        if table_first {
+            // Deliberately wrong: the table names the snapshot before the
+            // clusters it shares are counted twice.
+            self.add_references(mg, &refs).await?;
+            self.steps.step(Step::Refcounts);
+            self.writeback_all(mg).await?;
+        }
         Ok(sn)
     }
 

@@ -325,11 +325,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
     }
     println!(
-        "crash states kept {} multi-sector device writes in part (torn at sector granularity); {} of {} crashes came the moment a flush reached the disk ({} of them the flush after an armed guard's condition arose); the engine gave up {} allocations after I/O errors and grew image files ahead of allocation {} times",
+        "crash states kept {} multi-sector device writes in part (torn at sector granularity); {} of {} crashes came the moment a flush reached the disk ({} of them the flush after an armed guard's condition arose, {} the flush after a multi-step metadata operation reached its drawn step); the engine gave up {} allocations after I/O errors and grew image files ahead of allocation {} times",
         t.counts.torn_writes,
         t.counts.crashes_at_flush,
         t.counts.crashes,
         t.counts.crashes_at_guard,
+        t.counts.crashes_at_step,
         t.counts.allocs_dropped,
         t.counts.grow_requests
     );

@@ -230,12 +230,13 @@ pub fn print_report(report: &RunReport, json: bool) {
         }
         let _ = writeln!(
             out,
-            "  checked: {} read sectors, {} crash states ({} of {} crashes at a flush, {} at an armed guard's), {} recovered sectors; leaked clusters {}",
+            "  checked: {} read sectors, {} crash states ({} of {} crashes at a flush, {} at an armed guard's, {} inside a metadata operation at its drawn step), {} recovered sectors; leaked clusters {}",
             s.counts.read_sectors_checked,
             s.counts.crash_states_checked,
             s.counts.crashes_at_flush,
             s.counts.crashes,
             s.counts.crashes_at_guard,
+            s.counts.crashes_at_step,
             s.counts.recovered_sectors_checked,
             s.counts.leaked_clusters
         );

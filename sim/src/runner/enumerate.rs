@@ -231,7 +231,7 @@ impl<'a> Run<'a> {
             if let Some(&(n, op)) = ops.iter().find(|(_, op)| op.is_snapshot()) {
                 // It owns the image meanwhile and gives it back at its end.
                 match self.run_snapshot_group(img, g, n, op, SnapshotUntil::End) {
-                    Some(Some(back)) => img = Rc::new(back),
+                    Some((Some(back), _)) => img = Rc::new(back),
                     _ => return Ok(false),
                 }
             } else if !self.run_group(&img, g, ops, false) {

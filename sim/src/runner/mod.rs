@@ -28,6 +28,7 @@
 //! snapshots a run knows, `enumerate` every crash state of one crash
 //! point. The executor's budgets are the case's (`crate::budget`).
 
+mod armed;
 mod enumerate;
 mod explain;
 mod faults;
@@ -38,6 +39,7 @@ mod report;
 mod setup;
 mod snapshots;
 mod state;
+mod step_watch;
 mod sweep;
 
 pub use crate::case::WHOLE_SWEEP_MAX;
@@ -174,15 +176,11 @@ impl<'a> Run<'a> {
         let fg = Foreground { tasks: fg, starts };
         let ran = if crash {
             self.run_until_power_fails()
-        } else if armed && !self.armed.is_empty() {
-            match self.run_to_guard(img, &fg) {
-                Ok(Some(guard)) => {
-                    self.armed.retain(|&a| a != guard);
-                    self.at_flush = true;
-                    let mut stats = self.shared.stats.borrow_mut();
-                    stats.counts.crashes_at_flush += 1;
-                    stats.counts.crashes_at_guard += 1;
-                    return GroupEnd::GuardCrash;
+        } else if armed && (!self.armed.is_empty() || self.step_watch.is_some()) {
+            match self.run_armed(img, &fg) {
+                Ok(Some(stop)) => {
+                    self.armed_crash(stop);
+                    return GroupEnd::ArmedCrash;
                 }
                 Ok(None) => Ok(()),
                 Err(e) => Err(e),
@@ -248,46 +246,6 @@ impl<'a> Run<'a> {
         self.sim.run_until(|| fg.done()).map(|_| ())
     }
 
-    /// Run the spawned group until the first device flush (on the
-    /// crashing disks) after one of the armed guards' condition arose, or
-    /// to its end. Returns the guard that stopped it. The flush counted is
-    /// one issued after the step before the one that counted the guard: a
-    /// guarded flush issued in the same step as its guard is the one.
-    fn run_to_guard(&mut self, img: &Rc<Img>, fg: &Foreground) -> Result<Option<Guard>, ExecError> {
-        let disks = self.crashing_disks();
-        // Each armed guard's count as last seen.
-        let mut seen: Vec<(Guard, u64)> = self
-            .armed
-            .iter()
-            .map(|&g| (g, img.guard_count(g)))
-            .collect();
-        let one_in = self.case.disk.crash.at_guard_one_in.max(1);
-        let rng = &mut self.guard_rng;
-        let mut before = flushes_on(&disks);
-        let mut arose: Option<(Guard, u64)> = None;
-        let end = self.sim.run_until(|| {
-            let now = flushes_on(&disks);
-            for (g, n) in seen.iter_mut() {
-                let count = img.guard_count(*g);
-                while arose.is_none() && *n < count {
-                    *n += 1;
-                    if rng.gen_ratio(1, one_in) {
-                        arose = Some((*g, before));
-                    }
-                }
-                *n = count;
-            }
-            before = now;
-            matches!(arose, Some((_, at)) if now > at) || fg.done()
-        })?;
-        Ok(match (end, arose) {
-            (RunEnd::Stopped, Some((g, at))) if flushes_on(&disks) > at => Some(g),
-            // The group ended with the guard's flush never issued (a
-            // failed write poisoned the image): the guard stays armed.
-            _ => None,
-        })
-    }
-
     fn fail(&self, f: Failure) {
         self.shared.failures.borrow_mut().push(f);
     }
@@ -315,18 +273,18 @@ impl<'a> Run<'a> {
                     let until = if crash {
                         SnapshotUntil::PowerFails
                     } else {
-                        SnapshotUntil::End
+                        SnapshotUntil::Armed
                     };
-                    let Some(back) = self.run_snapshot_group(live, g, n, op, until) else {
+                    let Some((back, went)) = self.run_snapshot_group(live, g, n, op, until) else {
                         return;
                     };
-                    (back.map(Rc::new), crash)
+                    (back.map(Rc::new), crash || went)
                 } else {
                     let end = self.run_group_armed(&live, g, ops, crash, !crash);
                     if end == GroupEnd::Hung {
                         return;
                     }
-                    (Some(live), crash || end == GroupEnd::GuardCrash)
+                    (Some(live), crash || end == GroupEnd::ArmedCrash)
                 };
             self.group_flushes
                 .push(self.disk.flushes() - flushes_before);
@@ -335,7 +293,8 @@ impl<'a> Run<'a> {
                 continue;
             }
             // Read before the abort drops the operation and its scope.
-            if let Some((op, step)) = probe.and_then(|p| p.get()) {
+            self.crashed_in = probe.and_then(|p| p.get());
+            if let Some((op, step)) = self.crashed_in {
                 let v2 = self.case.image.create.compat == engine::Compat::V2;
                 self.shared
                     .stats

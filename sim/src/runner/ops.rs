@@ -187,7 +187,7 @@ impl Run<'_> {
         n: u64,
         op: Op,
         until: SnapshotUntil,
-    ) -> Option<Option<Img>> {
+    ) -> Option<(Option<Img>, bool)> {
         self.group = g;
         // Counted from before the drain, as `go` counts a group's flushes.
         let flush_target = match until {
@@ -246,9 +246,12 @@ impl Run<'_> {
             return None;
         };
         let slot: Rc<RefCell<Option<Img>>> = Rc::new(RefCell::new(None));
+        let probe = owned.step_probe();
         self.spawn_snapshot_op(owned, n, op, plan, slot.clone());
+        let mut went = false;
         let ran = match until {
             SnapshotUntil::End => self.sim.run().map(|_| ()),
+            SnapshotUntil::Armed => self.run_snapshot_armed(probe).map(|w| went = w),
             SnapshotUntil::PowerFails => self.run_until_power_fails(),
             SnapshotUntil::DeviceFlush(_) => {
                 let disk = self.disk.clone();
@@ -266,7 +269,10 @@ impl Run<'_> {
             return None;
         }
         let back = slot.borrow_mut().take();
-        Some(back)
+        if went {
+            self.armed_crash(super::armed::ArmedStop::Step);
+        }
+        Some((back, went))
     }
 
     /// What applying a snapshot holding `taken` puts in each sector whose
@@ -338,9 +344,17 @@ impl Run<'_> {
     ) {
         let shared = self.shared.clone();
         let mut ledger = self.fault_ledger();
+        let v2 = self.case.image.create.compat == engine::Compat::V2;
         let name = format!("op {n} {op:?}");
         self.sim.spawn_named(name, async move {
-            let mut img = owned;
+            let mut held = HeldImage {
+                img: Some(owned),
+                shared: shared.clone(),
+            };
+            let img = held
+                .img
+                .as_mut()
+                .expect("the image until the operation ends");
             let id = OpId(n);
             ledger.issued();
             let name_of = |i: usize| shared.snapshots.borrow().get(i).name.clone();
@@ -388,7 +402,7 @@ impl Run<'_> {
                 }
                 SnapshotPlan::Skip => Ok(()),
             };
-            *slot.borrow_mut() = Some(img);
+            *slot.borrow_mut() = held.img.take();
             // Narrow refcounts cannot count a cluster shared once more:
             // the engine refuses before changing anything, as QEMU does.
             // The model took the refusal for a failure, which promises
@@ -400,6 +414,9 @@ impl Run<'_> {
                 ))
             );
             let result = if refused { Ok(()) } else { result };
+            if v2 && matches!(&result, Err(e) if !matches!(e, engine::Error::Snapshot(_))) {
+                shared.flags_in_doubt.set(true);
+            }
             {
                 let mut stats = shared.stats.borrow_mut();
                 stats.counts.snapshot_ops += 1;
@@ -435,5 +452,22 @@ impl Run<'_> {
             });
         }
         Ok(())
+    }
+}
+
+/// The image a snapshot operation's task owns. A crash that cuts the
+/// operation short drops the task, and the image with it: its epoch's
+/// counters (guards whose condition arose, rare paths) are added to the
+/// run's then, as `Run::go` adds those of an image it gets back.
+struct HeldImage {
+    img: Option<Img>,
+    shared: Rc<Shared>,
+}
+
+impl Drop for HeldImage {
+    fn drop(&mut self) {
+        if let Some(img) = self.img.take() {
+            self.shared.stats.borrow_mut().add_epoch(&img.counters());
+        }
     }
 }

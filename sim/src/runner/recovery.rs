@@ -11,12 +11,15 @@ impl Run<'_> {
     pub(super) fn crash(&mut self) -> Result<Rc<Img>, Failure> {
         self.crashes += 1;
         self.judge_overlaps(&format!("before crash {}", self.crashes));
-        let image = self
-            .disk
-            .crash_image(&mut self.crash_rng)
-            .map_err(|e| Failure::Engine {
-                what: format!("crash image: {e}"),
-            })?;
+        let cut = matches!(self.crashed_in.take(), Some((op, _)) if op.is_snapshot());
+        let in_snapshot_v2 = self.case.image.create.compat == engine::Compat::V2
+            && (cut | self.shared.flags_in_doubt.take());
+        let mut image =
+            self.disk
+                .crash_image(&mut self.crash_rng)
+                .map_err(|e| Failure::Engine {
+                    what: format!("crash image: {e}"),
+                })?;
         // The data file's disk loses power at the same moment.
         let data_image = match &self.data {
             Some(d) => {
@@ -29,9 +32,14 @@ impl Run<'_> {
             }
             None => None,
         };
+        self.copied_excused = in_snapshot_v2;
         if std::mem::take(&mut self.at_flush) {
             self.judge_more_states()?;
         }
+        if in_snapshot_v2 {
+            image.content = self.repair_v2_snapshot_crash(&image.content)?;
+        }
+        self.copied_excused = false;
         let torn = image.summary().torn_writes
             + data_image.as_ref().map_or(0, |i| i.summary().torn_writes);
         self.shared.stats.borrow_mut().counts.torn_writes += torn;
@@ -84,6 +92,30 @@ impl Run<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A version 2 image cut inside a snapshot operation has no dirty bit
+    /// for the next open to act on: judged as the crash left it (missing
+    /// COPIED flags excused, `copied_excused`), then repaired as a user
+    /// would, with `qemu-img check -r all`, and the repaired image is the
+    /// one the run goes on from (and judges strictly at the reopen).
+    fn repair_v2_snapshot_crash(&mut self, content: &SparseStore) -> Result<SparseStore, Failure> {
+        let label = format!("crash-{} (before check -r all)", self.crashes);
+        self.judge(&label, content, None);
+        let mut bytes = content.to_bytes();
+        let report =
+            oracle::check::repair(&mut bytes, oracle::check::RepairMode::All).map_err(|e| {
+                Failure::Engine {
+                    what: format!("check -r all after crash {}: {e}", self.crashes),
+                }
+            })?;
+        if let Some(f) = report.failure {
+            return Err(Failure::Engine {
+                what: format!("check -r all after crash {}: {f}", self.crashes),
+            });
+        }
+        self.shared.stats.borrow_mut().counts.v2_snapshot_repairs += 1;
+        Ok(SparseStore::from_bytes(&bytes))
     }
 
     pub(super) fn recover(&mut self, label: &str) -> Result<Rc<Img>, Failure> {

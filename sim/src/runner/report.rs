@@ -215,8 +215,17 @@ engine::counter_set! {
         /// arose (`CrashOptions::at_guards`), in a group with no crash of
         /// its own.
         crashes_at_guard,
+        /// Of those at a flush, crashes at the flush after a multi-step
+        /// metadata operation reached the step drawn for it
+        /// (`CrashOptions::at_steps`), in a group with no crash of its own.
+        crashes_at_step,
         /// Post-crash images reopened, checked and read whole.
         crash_states_checked,
+        /// Crash states of a version 2 image cut inside a snapshot
+        /// operation: judged with COPIED flags missing on clusters of
+        /// refcount 1 excused, then repaired as `qemu-img check -r all`
+        /// repairs, before the reopen (no dirty bit asks the engine to).
+        v2_snapshot_repairs,
         /// Device writes of several sectors that a crash state kept in part
         /// (some sectors new, some old).
         torn_writes,

@@ -56,6 +56,11 @@ pub(super) struct Shared {
     pub(super) stats: RefCell<RunStats>,
     /// The internal snapshots the workload took.
     pub(super) snapshots: RefCell<Snapshots>,
+    /// A snapshot operation on a version 2 image failed partway (an I/O
+    /// error, which poisons the image): as after a crash inside one, its
+    /// COPIED flags may lag its refcounts until the next crash state is
+    /// repaired (`Run::crash`).
+    pub(super) flags_in_doubt: Cell<bool>,
 }
 
 /// What a snapshot operation will do, decided by the runner before it
@@ -119,6 +124,13 @@ pub(super) struct Run<'a> {
     /// The crash about to be taken came the moment a flush reached the
     /// disk (`CrashOptions::at_flush_ppm`, or a guard's).
     pub(super) at_flush: bool,
+    /// The multi-step metadata operation the power cut, and its step, as
+    /// the probe showed it when the power went (`engine::steps`).
+    pub(super) crashed_in: Option<(engine::MetaOp, engine::Step)>,
+    /// While the crash states of a version 2 image cut inside a snapshot
+    /// operation are judged: COPIED flags missing on clusters of refcount
+    /// 1 are not corruption there (`Run::crash`).
+    pub(super) copied_excused: bool,
     /// The case's armed guards that have not yet taken the power with
     /// them (`CrashOptions::at_guards`).
     pub(super) armed: Vec<Guard>,
@@ -126,6 +138,8 @@ pub(super) struct Run<'a> {
     pub(super) background: Vec<JoinHandle<()>>,
     /// Draws whether an armed guard's condition takes the power with it.
     pub(super) guard_rng: ChaCha8Rng,
+    /// The case's step crash, until it lands (`CrashOptions::at_steps`).
+    pub(super) step_watch: Option<super::step_watch::StepWatch>,
     /// The sweeps' read buffer, handed back after each read
     /// (`Run::read_all`, `Run::give_back`): a fresh zeroed megabyte per
     /// read was a twentieth of a campaign's time.
@@ -137,9 +151,10 @@ pub(super) struct Run<'a> {
 pub(super) enum GroupEnd {
     /// Its operations ran (to completion, or to its own crash).
     Ran,
-    /// An armed guard's condition arose and the power went at the next
-    /// device flush, in a group with no crash of its own.
-    GuardCrash,
+    /// An armed crash (a guard's condition arose, or an operation reached
+    /// its drawn step) took the power at the next device flush, in a
+    /// group with no crash of its own (`armed`).
+    ArmedCrash,
     /// The executor could not go on (a hang, recorded).
     Hung,
 }
@@ -149,6 +164,9 @@ pub(super) enum GroupEnd {
 pub(super) enum SnapshotUntil {
     /// At the operation's end.
     End,
+    /// At its end, or with a step crash armed (`CrashOptions::at_steps`)
+    /// at the flush after the step drawn for it.
+    Armed,
     /// When the power goes: a time drawn from the crash stream, as any
     /// crash group's.
     PowerFails,
@@ -294,6 +312,7 @@ impl<'a> Run<'a> {
             failures: RefCell::new(Vec::new()),
             stats: RefCell::new(RunStats::default()),
             snapshots: RefCell::new(Snapshots::default()),
+            flags_in_doubt: Cell::new(false),
         });
         Run {
             case,
@@ -316,9 +335,16 @@ impl<'a> Run<'a> {
             epoch_start: DiskCounters::default(),
             group_flushes: Vec::new(),
             at_flush: false,
+            crashed_in: None,
+            copied_excused: false,
             armed: case.disk.crash.at_guards.clone(),
             background: Vec::new(),
             guard_rng: rng::substream(case.seed, Stream::Crash, GUARD_CRASH_STREAM),
+            step_watch: case
+                .disk
+                .crash
+                .at_steps
+                .then(|| super::step_watch::StepWatch::new(case.seed)),
             spare: RefCell::new(Vec::new()),
         }
     }

@@ -89,7 +89,7 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
 
     /// The plainest timing of crashes and tasks the failure allows: the
     /// uniform schedule, crashes at a drawn time rather than at a flush,
-    /// no guard armed to crash.
+    /// no guard and no operation's step armed to crash.
     pub(super) fn plain_timing(&mut self) {
         self.try_edits(
             "plain_timing",
@@ -97,6 +97,7 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
                 &|c| c.schedule = SchedulePolicy::Random,
                 &|c| c.disk.crash.at_flush_ppm = 0,
                 &|c| c.disk.crash.at_guards.clear(),
+                &|c| c.disk.crash.at_steps = false,
             ],
         );
     }

@@ -310,15 +310,14 @@ fn extras(
     let sectors = image.create.size / SECTOR_SIZE as u64;
     let cs = image.create.cluster_size / SECTOR_SIZE as u64;
     let compressed_ok = cs <= MAX_OP_SECTORS;
-    let snapshots_ok = image.create.compat == Compat::V3;
     for _ in 0..u.int_in_range(1..=MAX_ARBITRARY_EXTRAS)? {
         let at = u.int_in_range(0..=groups.len())?;
         let op = match u.int_in_range(0..=3u8)? {
-            0 if snapshots_ok => Op::SnapshotCreate,
-            1 if snapshots_ok => Op::SnapshotApply {
+            0 => Op::SnapshotCreate,
+            1 => Op::SnapshotApply {
                 pick: u.arbitrary()?,
             },
-            2 if snapshots_ok => Op::SnapshotDelete {
+            2 => Op::SnapshotDelete {
                 pick: u.arbitrary()?,
             },
             _ if compressed_ok => {

@@ -16,7 +16,6 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::builder::{pick, Builder};
-use engine::Compat;
 
 use crate::case::{ImageSpec, Op};
 
@@ -47,12 +46,6 @@ impl SnapshotsAndCompression {
             1 => (false, true),
             _ => (true, true),
         };
-        // A version 2 image has no dirty bit for a crash inside a snapshot
-        // operation to leave: its COPIED flags may then disagree with the
-        // refcounts, as with QEMU's driver (`Image::open_flag_window`),
-        // which the checker rightly reports. Its snapshots are left to
-        // the engine's own tests.
-        let snapshots = snapshots && image.create.compat != Compat::V2;
         Some(SnapshotsAndCompression {
             snapshot_ops: if snapshots {
                 rng.gen_range(1..=MAX_SNAPSHOT_OPS)

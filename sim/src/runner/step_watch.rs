@@ -1,0 +1,68 @@
+//! The step crashes of a case (`CrashOptions::at_steps`): the step drawn
+//! for each multi-step metadata operation the engine starts, whether the
+//! operation reached it (`armed` acts on it), and the kinds of operation
+//! a crash already landed inside (one crash per kind per case, so a case
+//! that creates, applies and deletes snapshots crashes inside each).
+
+use engine::{MetaOp, StepProbe};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::rng::{self, Stream};
+
+/// The substream of the crash stream that draws the step an armed
+/// operation crashes at.
+const STEP_CRASH_STREAM: u32 = 3;
+
+/// The step crashes of a case (`CrashOptions::at_steps`).
+pub(super) struct StepWatch {
+    rng: ChaCha8Rng,
+    /// The kinds a crash landed inside already.
+    spent: [bool; engine::steps::META_OPS],
+    /// The kind that last reached its step.
+    reached: Option<usize>,
+    /// The step index each operation seen since the probe was last idle
+    /// crashes at (an operation inside another keeps its own).
+    targets: [Option<usize>; engine::steps::META_OPS],
+}
+
+impl StepWatch {
+    pub(super) fn new(seed: u64) -> StepWatch {
+        StepWatch {
+            rng: rng::substream(seed, Stream::Crash, STEP_CRASH_STREAM),
+            spent: [false; engine::steps::META_OPS],
+            reached: None,
+            targets: [None; engine::steps::META_OPS],
+        }
+    }
+
+    /// Whether the operation the probe shows has reached its drawn step
+    /// (drawing it when the operation is new), for a kind no crash landed
+    /// inside yet.
+    pub(super) fn reached(&mut self, probe: &StepProbe) -> bool {
+        let Some((op, step)) = probe.get() else {
+            self.targets = [None; engine::steps::META_OPS];
+            return false;
+        };
+        let steps = op.steps();
+        let i = MetaOp::ALL.iter().position(|&o| o == op).unwrap_or(0);
+        if self.spent[i] {
+            return false;
+        }
+        let target = *self.targets[i].get_or_insert_with(|| self.rng.gen_range(0..steps.len()));
+        let reached = steps.iter().position(|&s| s == step).unwrap_or(0) >= target;
+        if reached {
+            self.reached = Some(i);
+        }
+        reached
+    }
+
+    /// The power went at the flush after the last reached step: that kind
+    /// is done for this case.
+    pub(super) fn landed(&mut self) {
+        if let Some(i) = self.reached.take() {
+            self.spent[i] = true;
+        }
+        self.targets = [None; engine::steps::META_OPS];
+    }
+}
