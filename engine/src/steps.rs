@@ -6,12 +6,15 @@
 //! so whoever drives the engine can tell, at the moment the power goes,
 //! which operation it cut and in which step ([`CrashPoints`] counts them).
 //!
-//! A step begins where the operation has issued the requests of that step
-//! and is about to make them durable; it lasts until the next step begins.
-//! So a crash counted against step S came after the step before S had its
-//! requests issued and its flush started, and before S+1 did: the
-//! boundary between them. `start` is the window before the first step
-//! (the operation's own reads, quiescing, the first writes).
+//! A step begins where the operation turns to making it durable: for a
+//! table or header write, once it is issued and before the flush after
+//! it; for a change made in the caches (COPIED cleared, refcounts, frees,
+//! flags), before the writeback that writes and flushes it. It lasts until
+//! the next step begins. So a crash counted against step S came once the
+//! operation was on its way to make S durable and before it turned to
+//! S+1: the boundary between them (a drawn crash lands at S's first flush
+//! after that). `start` is the window before the first step (the
+//! operation's own reads, quiescing, the first writes).
 //!
 //! The probe is an atomic behind an `Arc` only so that `Image` stays
 //! `Send`; the engine is single-threaded and nothing else writes it. It
@@ -194,6 +197,17 @@ impl MetaOp {
         }
     }
 
+    /// The steps it can be in on a version 2 image (`v2`) or a version 3
+    /// one: a version 2 image has no dirty bit for a snapshot operation
+    /// to set and clear.
+    pub fn steps_on(self, v2: bool) -> Vec<Step> {
+        self.steps()
+            .iter()
+            .copied()
+            .filter(|&s| !(v2 && matches!(s, Step::DirtyBit | Step::DirtyCleared)))
+            .collect()
+    }
+
     /// Whether it is a snapshot operation (create, apply or delete).
     pub fn is_snapshot(self) -> bool {
         matches!(
@@ -327,22 +341,30 @@ impl CrashPoints {
     }
 }
 
-impl std::fmt::Display for CrashPoints {
-    /// `snapshot_create: start 3, dirty_bit 12, ...; snapshot_apply: ...`:
-    /// every step, zeroes too, so a boundary never crashed is seen.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ops: Vec<String> = MetaOp::ALL
+impl CrashPoints {
+    /// As `Display` shows them, with only the steps an image of that
+    /// version can be in ([`MetaOp::steps_on`]).
+    pub fn show_on(&self, v2: bool) -> String {
+        MetaOp::ALL
             .iter()
             .map(|&op| {
                 let steps: Vec<String> = op
-                    .steps()
+                    .steps_on(v2)
                     .iter()
                     .map(|&s| format!("{} {}", s.name(), self.get(op, s)))
                     .collect();
                 format!("{}: {}", op.name(), steps.join(", "))
             })
-            .collect();
-        f.write_str(&ops.join("; "))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+impl std::fmt::Display for CrashPoints {
+    /// `snapshot_create: start 3, dirty_bit 12, ...; snapshot_apply: ...`:
+    /// every step, zeroes too, so a boundary never crashed is seen.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.show_on(false))
     }
 }
 
@@ -419,6 +441,9 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("; dirty_rebuild: start 0, refcounts 0, flags 0, header 0"));
+        assert!(c
+            .show_on(true)
+            .starts_with("snapshot_create: start 0, copied_cleared 0, refcounts 2,"));
         assert!(!c.never().contains(&"snapshot_create.refcounts".to_string()));
         assert!(c.never().contains(&"shrink.l1".to_string()));
         let json = serde_json::to_string(&c).unwrap();

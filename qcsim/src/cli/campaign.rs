@@ -343,7 +343,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         t.crash_points.v3.total(),
         t.crash_point_cases
     );
-    println!("  version 2: {}", t.crash_points.v2);
+    println!(
+        "  version 2 (no dirty bit steps): {}",
+        t.crash_points.v2.show_on(true)
+    );
     println!("  version 3: {}", t.crash_points.v3);
     let never = t.guards.never();
     if !never.is_empty() {
