@@ -201,6 +201,24 @@ pub fn tables(summary: &Value) -> Vec<Table> {
                 .collect(),
         });
     }
+    if let (Some(v2), Some(v3)) = (
+        t["crash_points"]["v2"].as_object(),
+        t["crash_points"]["v3"].as_object(),
+    ) {
+        let mut rows = Vec::new();
+        for (op, steps) in v3 {
+            for (step, n3) in steps.as_object().into_iter().flatten() {
+                let n2 = &v2[op][step];
+                rows.push(vec![format!("{op}.{step}"), cell(n2), cell(n3)]);
+            }
+        }
+        out.push(Table {
+            title: "Crash points".into(),
+            note: "The crashes that cut a multi-step metadata operation, by the step it was in, on version 2 and version 3 images: a 0 is a boundary no crash tested (a version 2 image has no dirty_bit or dirty_cleared step).".into(),
+            header: vec!["operation.step".into(), "version 2".into(), "version 3".into()],
+            rows,
+        });
+    }
     if let Some(runs) = summary["timing"]["runs"].as_array() {
         out.push(Table {
             title: "Timing".into(),

@@ -129,11 +129,17 @@ fn a_campaign_writes_summary_markdown_and_html() {
         "## Per profile",
         "## Fault coverage",
         "## Rare paths",
+        "## Crash points",
         "## Excused errors",
         "## Optimisations",
     ] {
         assert!(md.contains(section), "no {section} in report.md");
     }
+    // Every step of every operation has its row, crashed or not.
+    assert!(
+        md.contains("snapshot_create.copied_cleared") && md.contains("shrink.l1"),
+        "no crash point rows in report.md"
+    );
     let html = std::fs::read_to_string(rep.join("report.html")).unwrap();
     assert!(
         html.contains("<h2 id=\"summary\">Summary</h2>")
