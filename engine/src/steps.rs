@@ -216,8 +216,15 @@ impl MetaOp {
         )
     }
 
-    fn index(self) -> usize {
+    /// Its place in [`MetaOp::ALL`].
+    pub fn index(self) -> usize {
         self as usize
+    }
+
+    /// Where `step` comes in [`MetaOp::steps`] (0, the start, for a step
+    /// the operation does not have).
+    pub fn step_index(self, step: Step) -> usize {
+        self.steps().iter().position(|&s| s == step).unwrap_or(0)
     }
 }
 
@@ -331,17 +338,6 @@ impl CrashPoints {
             .collect()
     }
 
-    /// The steps no crash landed in, as `op.step`.
-    pub fn never(&self) -> Vec<String> {
-        self.named()
-            .into_iter()
-            .filter(|&(_, _, n)| n == 0)
-            .map(|(op, s, _)| format!("{}.{}", op.name(), s.name()))
-            .collect()
-    }
-}
-
-impl CrashPoints {
     /// As `Display` shows them, with only the steps an image of that
     /// version can be in ([`MetaOp::steps_on`]).
     pub fn show_on(&self, v2: bool) -> String {
@@ -444,8 +440,6 @@ mod tests {
         assert!(c
             .show_on(true)
             .starts_with("snapshot_create: start 0, copied_cleared 0, refcounts 2,"));
-        assert!(!c.never().contains(&"snapshot_create.refcounts".to_string()));
-        assert!(c.never().contains(&"shrink.l1".to_string()));
         let json = serde_json::to_string(&c).unwrap();
         assert!(
             json.starts_with("{\"snapshot_create\":{\"start\":0,\"dirty_bit\":0,\"copied_cleared\":0,\"refcounts\":2,"),

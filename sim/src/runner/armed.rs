@@ -95,9 +95,12 @@ impl Run<'_> {
         &mut self,
         probe: Option<StepProbe>,
     ) -> Result<bool, ExecError> {
-        let (Some(mut watch), Some(probe)) = (self.step_watch.take(), probe) else {
+        // Taken only with a probe to read: a driver without one keeps the
+        // watch for later operations.
+        let (Some(probe), true) = (probe, self.step_watch.is_some()) else {
             return self.sim.run().map(|_| false);
         };
+        let mut watch = self.step_watch.take().expect("checked above");
         let disks = self.crashing_disks();
         let mut before = flushes_on(&disks);
         let mut at = None;

@@ -4,7 +4,7 @@
 //! a crash already landed inside (one crash per kind per case, so a case
 //! that creates, applies and deletes snapshots crashes inside each).
 
-use engine::{MetaOp, StepProbe};
+use engine::StepProbe;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -44,13 +44,13 @@ impl StepWatch {
             self.targets = [None; engine::steps::META_OPS];
             return false;
         };
-        let steps = op.steps();
-        let i = MetaOp::ALL.iter().position(|&o| o == op).unwrap_or(0);
+        let i = op.index();
         if self.spent[i] {
             return false;
         }
-        let target = *self.targets[i].get_or_insert_with(|| self.rng.gen_range(0..steps.len()));
-        let reached = steps.iter().position(|&s| s == step).unwrap_or(0) >= target;
+        let steps = op.steps().len();
+        let target = *self.targets[i].get_or_insert_with(|| self.rng.gen_range(0..steps));
+        let reached = op.step_index(step) >= target;
         if reached {
             self.reached = Some(i);
         }
