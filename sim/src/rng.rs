@@ -54,22 +54,3 @@ pub fn substream(seed: u64, concern: Stream, index: u32) -> ChaCha8Rng {
     rng.set_stream(((concern as u64) << 32) | u64::from(index));
     rng
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::RngCore;
-
-    #[test]
-    fn streams_are_independent_and_reproducible() {
-        let a1 = stream(7, Stream::Schedule).next_u64();
-        let a2 = stream(7, Stream::Schedule).next_u64();
-        let b = stream(7, Stream::Latency).next_u64();
-        let c = substream(7, Stream::Schedule, 1).next_u64();
-        let d = stream(8, Stream::Schedule).next_u64();
-        assert_eq!(a1, a2);
-        assert_ne!(a1, b);
-        assert_ne!(a1, c);
-        assert_ne!(a1, d);
-    }
-}

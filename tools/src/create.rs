@@ -217,19 +217,19 @@ fn creation_target(path: &Path) -> Result<PathBuf, CreateError> {
     Ok(name)
 }
 
-/// What tests run on each file [`prepare`] is about to open or create.
-#[cfg(test)]
-type Hook = Box<dyn FnMut(&Path)>;
+/// What tests run on each file [`prepare`] is about to open or create
+/// ([`BEFORE_OPEN`]).
+pub type Hook = Box<dyn FnMut(&Path)>;
 
-// Tests set this to run at the moment another process could make a file
-// appear.
-#[cfg(test)]
 thread_local! {
-    static BEFORE_OPEN: std::cell::RefCell<Option<Hook>> =
+    /// The hook [`prepare`] runs, on this thread, on each file it is about
+    /// to open or create: none but in tests, which set it to make a file
+    /// appear at the moment another process could.
+    pub static BEFORE_OPEN: std::cell::RefCell<Option<Hook>> =
         const { std::cell::RefCell::new(None) };
 }
 
-#[cfg(test)]
+/// Runs [`BEFORE_OPEN`]'s hook, if one is set, on `path`.
 fn before_open(path: &Path) {
     BEFORE_OPEN.with(|h| {
         if let Some(f) = h.borrow_mut().as_mut() {
@@ -245,7 +245,6 @@ async fn prepare_each(
     created: &mut Vec<(PathBuf, FileId)>,
 ) -> Result<(), CreateError> {
     for w in wanted {
-        #[cfg(test)]
         before_open(w.path);
         let (mut dev, made) = open_or_create(w.path, opts)?;
         let exists = made.is_none();
@@ -779,7 +778,7 @@ async fn prepare_qcow2(
 /// `c` the options in effect, `given` those the command line gave (which
 /// qemu-img echoes as given: `compat`, `data_file_raw`, `preallocation`,
 /// `refcount_bits` and the file protocol's); `size` the size asked for.
-fn formatting_line(file: &Path, c: &CreateOptions, size: u64, given: &ImageOpts) -> String {
+pub fn formatting_line(file: &Path, c: &CreateOptions, size: u64, given: &ImageOpts) -> String {
     let onoff = |b: bool| if b { "on" } else { "off" };
     let mut s = format!(
         "Formatting '{}', fmt=qcow2 cluster_size={} extended_l2={}",
@@ -818,193 +817,4 @@ fn formatting_line(file: &Path, c: &CreateOptions, size: u64, given: &ImageOpts)
     s.push_str(&given.nocow_option());
     s.push_str(&given.extent_size_hint_option());
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use futures::executor::block_on;
-
-    #[test]
-    fn the_dry_run_finds_what_the_engine_refuses() {
-        let ok = CreateOptions {
-            size: 1 << 30,
-            ..CreateOptions::default()
-        };
-        block_on(check_create_options(&ok)).unwrap();
-        let with_data = CreateOptions {
-            data_file: Some("d.raw".into()),
-            data_file_raw: true,
-            ..ok.clone()
-        };
-        block_on(check_create_options(&with_data)).unwrap();
-        for (bad, needle) in [
-            (
-                CreateOptions {
-                    size: 1 << 63,
-                    ..ok.clone()
-                },
-                "L1 table",
-            ),
-            (
-                CreateOptions {
-                    size: 1 << 40,
-                    cluster_size: 512,
-                    ..ok.clone()
-                },
-                "L1 table",
-            ),
-            (
-                CreateOptions {
-                    cluster_size: 3000,
-                    ..ok.clone()
-                },
-                "cluster_size",
-            ),
-            (
-                CreateOptions {
-                    backing_file: Some("b".repeat(2000)),
-                    ..ok.clone()
-                },
-                "1023",
-            ),
-        ] {
-            let err = block_on(check_create_options(&bad))
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains(needle), "{bad:?}: {err}");
-        }
-    }
-
-    #[test]
-    fn prepare_refuses_one_file_twice_and_removes_what_it_created() {
-        let dir = tempfile::tempdir().unwrap();
-        let keep = dir.path().join("keep");
-        std::fs::write(&keep, b"keep me").unwrap();
-        let link = dir.path().join("link");
-        std::fs::hard_link(&keep, &link).unwrap();
-        let new = dir.path().join("new");
-        let opts = FileOptions {
-            threads: 1,
-            ..FileOptions::default()
-        };
-        let wanted = [
-            Wanted {
-                path: &new,
-                length: None,
-            },
-            Wanted {
-                path: &keep,
-                length: Some(1 << 20),
-            },
-            Wanted {
-                path: &link,
-                length: None,
-            },
-        ];
-        let err = block_on(prepare(&wanted, &opts)).expect_err("refused");
-        assert!(matches!(err, CreateError::SameFile { .. }), "{err}");
-        assert_eq!(std::fs::read(&keep).unwrap(), b"keep me");
-        assert!(!new.exists(), "the file it created is gone");
-
-        // Too long for any file: refused, and the file is as it was.
-        let wanted = [Wanted {
-            path: &keep,
-            length: Some(u64::MAX),
-        }];
-        let err = block_on(prepare(&wanted, &opts)).expect_err("refused");
-        assert!(matches!(err, CreateError::Length { .. }), "{err}");
-        assert_eq!(std::fs::read(&keep).unwrap(), b"keep me");
-
-        let devs = block_on(prepare(&wanted[..0], &opts)).unwrap();
-        assert!(devs.is_empty());
-        let wanted = [Wanted {
-            path: &keep,
-            length: Some(1 << 20),
-        }];
-        let devs = block_on(prepare(&wanted, &opts)).unwrap();
-        assert_eq!(devs.len(), 1);
-        assert_eq!(std::fs::read(&keep).unwrap(), b"keep me", "not emptied");
-    }
-
-    #[test]
-    fn prepare_removes_only_the_files_it_created() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        let keep = d.join("keep");
-        std::fs::write(&keep, b"keep me").unwrap();
-        let link = d.join("link");
-        std::fs::hard_link(&keep, &link).unwrap();
-        let new = d.join("new");
-        // Another process makes `race` just as prepare comes to it.
-        let race = d.join("race");
-        let raced = race.clone();
-        BEFORE_OPEN.with(|h| {
-            *h.borrow_mut() = Some(Box::new(move |path: &Path| {
-                if path == raced {
-                    std::fs::write(path, b"theirs").unwrap();
-                }
-            }))
-        });
-        let opts = FileOptions {
-            threads: 1,
-            ..FileOptions::default()
-        };
-        // A dangling symlink: the file it names is created, and removed.
-        let sym = d.join("sym");
-        std::os::unix::fs::symlink("target", &sym).unwrap();
-        let wanted = [&new, &race, &sym, &keep, &link].map(|path| Wanted { path, length: None });
-        let err = block_on(prepare(&wanted, &opts)).expect_err("refused");
-        BEFORE_OPEN.with(|h| h.borrow_mut().take());
-        assert!(matches!(err, CreateError::SameFile { .. }), "{err}");
-        assert!(!new.exists(), "the file it created is gone");
-        assert_eq!(
-            std::fs::read(&race).ok().as_deref(),
-            Some(&b"theirs"[..]),
-            "the file it did not create is neither emptied nor removed"
-        );
-        assert_eq!(std::fs::read(&keep).unwrap(), b"keep me");
-        assert!(!d.join("target").exists(), "the symlink's file is gone");
-        assert!(sym.symlink_metadata().is_ok(), "the symlink is not");
-
-        let devs = block_on(prepare(&wanted[2..3], &opts)).unwrap();
-        assert_eq!(devs.len(), 1);
-        assert_eq!(std::fs::read(d.join("target")).unwrap(), b"");
-    }
-
-    #[test]
-    fn formatting_line_matches_qemu_img_order() {
-        let c = CreateOptions {
-            size: 1 << 20,
-            backing_file: Some("base.raw".into()),
-            backing_format: Some("raw".into()),
-            ..CreateOptions::default()
-        };
-        assert_eq!(
-            formatting_line(Path::new("top.qcow2"), &c, c.size, &ImageOpts::default()),
-            "Formatting 'top.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
-             compression_type=zlib size=1048576 backing_file=base.raw backing_fmt=raw \
-             lazy_refcounts=off refcount_bits=16"
-        );
-        let c = CreateOptions {
-            size: 1 << 30,
-            compat: engine::Compat::V2,
-            ..CreateOptions::default()
-        };
-        assert_eq!(
-            formatting_line(
-                Path::new("v2.qcow2"),
-                &c,
-                c.size,
-                &ImageOpts {
-                    compat_name: Some("0.10".into()),
-                    preallocation: Some(Preallocation::Metadata),
-                    ..ImageOpts::default()
-                }
-            ),
-            "Formatting 'v2.qcow2', fmt=qcow2 cluster_size=65536 extended_l2=off \
-             preallocation=metadata compression_type=zlib size=1073741824 compat=0.10 \
-             lazy_refcounts=off refcount_bits=16"
-        );
-    }
 }

@@ -16,7 +16,7 @@
 //! image file, timed by the wall clock), lives in the `tools` crate: this
 //! crate reads no clock.
 
-mod fua;
+pub mod fua;
 mod job;
 mod seed001;
 mod table;

@@ -22,7 +22,7 @@ use super::store::SparseStore;
 
 /// What a write-like request puts on the disk.
 #[derive(Debug, Clone)]
-pub(crate) enum Payload {
+pub enum Payload {
     /// Its bytes, compact (see `payload`): a pending write keeps them until
     /// it is durable or dead, however many later writes cover it.
     Data(Rc<Data>),
@@ -31,7 +31,7 @@ pub(crate) enum Payload {
 
 /// A write that is in flight or completed but not yet durable.
 #[derive(Debug, Clone)]
-pub(crate) struct Pending {
+pub struct Pending {
     pub(crate) id: u64,
     /// Where it lands (after any misdirection) and how much of it lands.
     pub(crate) offset: u64,
@@ -41,7 +41,7 @@ pub(crate) struct Pending {
     /// The completion order number, once completed.
     pub(crate) completed: Option<u64>,
     /// Byte ranges `[start, end)` superseded by a newer durable write.
-    pub(crate) dead: Vec<(u64, u64)>,
+    pub dead: Vec<(u64, u64)>,
 }
 
 impl Pending {
@@ -101,8 +101,9 @@ pub(crate) fn subtract(range: (u64, u64), holes: &[(u64, u64)]) -> Vec<(u64, u64
 
 /// The durable state and the pending writes.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Durability {
-    pub(crate) durable: SparseStore,
+pub struct Durability {
+    /// What every crash keeps: the writes made durable so far.
+    pub durable: SparseStore,
     /// By request id.
     pending: BTreeMap<u64, Pending>,
     /// The completed ones among them, by completion order number: a flush
@@ -116,7 +117,8 @@ pub(crate) struct Durability {
 }
 
 impl Durability {
-    pub(crate) fn new(durable: SparseStore) -> Self {
+    /// `durable` as the durable state, and no write pending.
+    pub fn new(durable: SparseStore) -> Self {
         Self {
             durable,
             pending: BTreeMap::new(),
@@ -126,7 +128,7 @@ impl Durability {
     }
 
     /// The pending writes, by request id.
-    pub(crate) fn pending(&self) -> &BTreeMap<u64, Pending> {
+    pub fn pending(&self) -> &BTreeMap<u64, Pending> {
         &self.pending
     }
 
@@ -143,7 +145,7 @@ impl Durability {
 
     /// A write-like request `id` was issued; it will land `len` bytes of
     /// `payload` at `offset` (after faults), unless it never completes.
-    pub(crate) fn issue(&mut self, id: u64, offset: u64, len: u64, payload: Payload, fua: bool) {
+    pub fn issue(&mut self, id: u64, offset: u64, len: u64, payload: Payload, fua: bool) {
         if len == 0 {
             return;
         }
@@ -169,7 +171,7 @@ impl Durability {
     /// Request `id` completed as event `seq`, successfully or not (a failed
     /// write may still have landed what `issue` said). Returns the write,
     /// for the caller to apply to its volatile view.
-    pub(crate) fn complete(&mut self, id: u64, seq: u64, ok: bool) -> Option<Pending> {
+    pub fn complete(&mut self, id: u64, seq: u64, ok: bool) -> Option<Pending> {
         let p = self.pending.get_mut(&id)?;
         assert!(p.completed.is_none(), "request #{id} completed twice");
         p.completed = Some(seq);
@@ -183,7 +185,7 @@ impl Durability {
     }
 
     /// A flush issued as event `issue_seq` completed successfully.
-    pub(crate) fn flush(&mut self, issue_seq: u64) {
+    pub fn flush(&mut self, issue_seq: u64) {
         // Writes that completed before the flush was issued, oldest first.
         let ids: Vec<u64> = self
             .completed
@@ -243,66 +245,5 @@ impl Durability {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn data(byte: u8, len: usize) -> Payload {
-        Payload::Data(Rc::new(Data::new(&vec![byte; len])))
-    }
-
-    fn read(store: &SparseStore, at: u64) -> u8 {
-        let mut b = [0u8];
-        store.read(at, &mut b);
-        b[0]
-    }
-
-    /// A FUA write made durable marks its bytes dead in the writes that
-    /// completed before it, and only in those; a flush then makes durable
-    /// exactly what completed before it was issued, oldest first.
-    #[test]
-    fn fua_and_flush_follow_completion_order() {
-        let mut d = Durability::new(SparseStore::new());
-        d.issue(0, 0, 1024, data(1, 1024), false);
-        d.issue(1, 0, 1024, data(2, 1024), false);
-        d.issue(2, 0, 512, data(3, 512), true);
-        d.issue(3, 256, 512, data(4, 512), false);
-        d.complete(0, 10, true);
-        d.complete(2, 11, true); // FUA: durable now; kills 0..512 of #0.
-        d.complete(1, 12, true); // Completed after #2: stays whole.
-        assert_eq!(d.pending()[&0].dead, vec![(0, 512)]);
-        assert!(d.pending()[&1].dead.is_empty());
-        assert!(!d.pending().contains_key(&2));
-        assert_eq!(read(&d.durable, 0), 3);
-        // A flush issued at 13 takes #0 then #1; #3 is still in flight.
-        d.flush(13);
-        assert_eq!(d.pending().keys().copied().collect::<Vec<_>>(), vec![3]);
-        assert_eq!((read(&d.durable, 0), read(&d.durable, 1000)), (2, 2));
-        d.complete(3, 14, true);
-        d.flush(15);
-        assert!(d.pending().is_empty());
-        assert_eq!((read(&d.durable, 300), read(&d.durable, 800)), (4, 2));
-    }
-
-    /// Many unflushed writes and one flush: all durable, in completion
-    /// order (the last to complete shows). This flush visited every
-    /// pending write once per write it made durable before (n^2).
-    #[test]
-    fn a_flush_of_many_unflushed_writes() {
-        let n = 20_000u64;
-        let mut d = Durability::new(SparseStore::new());
-        for id in 0..n {
-            d.issue(id, 0, 512, data((id % 251) as u8, 512), false);
-        }
-        // Completed in reverse order: #0 last.
-        for (seq, id) in (0..n).rev().enumerate() {
-            d.complete(id, seq as u64 + 1, true);
-        }
-        d.flush(n + 1);
-        assert!(d.pending().is_empty());
-        assert_eq!(read(&d.durable, 0), 0);
     }
 }

@@ -34,14 +34,14 @@
 //! ```
 
 mod crash;
-mod durability;
+pub mod durability;
 mod faults;
 mod log;
 mod options;
-mod overlap;
-mod payload;
+pub mod overlap;
+pub mod payload;
 mod simdisk;
-mod store;
+pub mod store;
 
 pub use crash::{
     CrashError, CrashImage, CrashMode, CrashPoint, CrashStates, CrashSummary, SectorChoice,

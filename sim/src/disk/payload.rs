@@ -27,7 +27,7 @@ const BLOCK: u64 = SECTOR_SIZE as u64;
 
 /// What a run of a payload holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
     /// Guest data of write `id`: the run's k-th block is that write's data
     /// for guest sector `sector + k`.
     Written { id: u64, sector: u64 },
@@ -42,23 +42,24 @@ enum Kind {
 
 /// One run: `len` bytes from payload offset `start`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Run {
+pub struct Run {
     start: u64,
     len: u64,
-    kind: Kind,
+    /// What its bytes are.
+    pub kind: Kind,
 }
 
 /// A data write's payload (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Data {
+pub struct Data {
     len: u64,
     /// Consecutive, covering `[0, len)`, no two neighbours mergeable.
-    runs: Vec<Run>,
+    pub runs: Vec<Run>,
 }
 
 impl Data {
     /// The compact form of `bytes`.
-    pub(crate) fn new(bytes: &[u8]) -> Data {
+    pub fn new(bytes: &[u8]) -> Data {
         let mut runs: Vec<Run> = Vec::new();
         let mut chunks = bytes.chunks_exact(SECTOR_SIZE);
         let mut pos = 0u64;
@@ -113,7 +114,7 @@ impl Data {
 
     /// Bytes this payload holds in memory beyond its fixed size: the raw
     /// bytes and the run records.
-    pub(crate) fn heap_bytes(&self) -> u64 {
+    pub fn heap_bytes(&self) -> u64 {
         let raw: usize = self
             .runs
             .iter()
@@ -172,7 +173,7 @@ impl Data {
     }
 
     /// Copy the bytes from payload offset `pos` into `out`.
-    pub(crate) fn copy_out(&self, pos: u64, out: &mut [u8]) {
+    pub fn copy_out(&self, pos: u64, out: &mut [u8]) {
         self.visit(pos, pos + out.len() as u64, |at, piece| {
             let i = (at - pos) as usize;
             match piece {
@@ -184,13 +185,7 @@ impl Data {
 
     /// Put the bytes of payload offsets `[from, to)` into `store` at
     /// `base + offset`.
-    pub(crate) fn apply(
-        &self,
-        store: &mut super::store::SparseStore,
-        base: u64,
-        from: u64,
-        to: u64,
-    ) {
+    pub fn apply(&self, store: &mut super::store::SparseStore, base: u64, from: u64, to: u64) {
         // Contiguous bytes are gathered and written together: one store
         // write per run of data rather than per block.
         let mut pending: Vec<u8> = Vec::new();
@@ -259,91 +254,4 @@ fn push(runs: &mut Vec<Run>, pos: u64, len: u64, kind: Kind) {
         len,
         kind,
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::disk::store::SparseStore;
-    use oracle::data::fill_write_buffer;
-    use proptest::prelude::*;
-
-    /// A buffer of every kind of block: guest data of two writes (one
-    /// continuing across a boundary, one jumping sectors), backing data,
-    /// zeroes, garbage, a corrupted data block, and an odd tail.
-    fn mixed() -> Vec<u8> {
-        let mut v = vec![0u8; 4 * SECTOR_SIZE];
-        fill_write_buffer(&mut v, WriteId(7), 100);
-        let mut w = vec![0u8; 2 * SECTOR_SIZE];
-        fill_write_buffer(&mut w, WriteId(7), 200);
-        v.extend_from_slice(&w);
-        let mut b = vec![0u8; SECTOR_SIZE];
-        fill_backing(&mut b, 3);
-        v.extend_from_slice(&b);
-        v.extend_from_slice(&[0u8; 2 * SECTOR_SIZE]);
-        v.extend((0..SECTOR_SIZE).map(|i| (i * 7 + 1) as u8));
-        let mut torn = vec![0u8; SECTOR_SIZE];
-        fill_write_buffer(&mut torn, WriteId(9), 5);
-        torn[300] ^= 1;
-        v.extend_from_slice(&torn);
-        v.extend_from_slice(&[5u8; 100]);
-        v
-    }
-
-    #[test]
-    fn keeps_generated_blocks_as_runs_and_the_rest_raw() {
-        let v = mixed();
-        let d = Data::new(&v);
-        let kinds: Vec<&Kind> = d.runs.iter().map(|r| &r.kind).collect();
-        assert_eq!(
-            kinds,
-            [
-                &Kind::Written { id: 7, sector: 100 },
-                &Kind::Written { id: 7, sector: 200 },
-                &Kind::Backing { sector: 3 },
-                &Kind::Zero,
-                &Kind::Raw(v[9 * SECTOR_SIZE..].to_vec()),
-            ]
-        );
-        let mut out = vec![0xffu8; v.len()];
-        d.copy_out(0, &mut out);
-        assert_eq!(out, v);
-    }
-
-    #[test]
-    fn a_megabyte_of_one_write_is_one_run() {
-        let mut v = vec![0u8; 1 << 20];
-        fill_write_buffer(&mut v, WriteId(4096), 0);
-        let d = Data::new(&v);
-        assert_eq!(d.runs.len(), 1);
-        assert!(d.heap_bytes() < 256, "{}", d.heap_bytes());
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(128))]
-        /// Any range copied out or applied reads exactly as the bytes.
-        #[test]
-        fn reads_back_exactly(a in 0usize..5000, b in 0usize..5000, base in 0u64..3000) {
-            let v = mixed();
-            let (from, to) = (a.min(b).min(v.len()), a.max(b).min(v.len()));
-            let d = Data::new(&v);
-            let mut out = vec![0xaau8; to - from];
-            d.copy_out(from as u64, &mut out);
-            prop_assert_eq!(&out[..], &v[from..to]);
-            let mut store = SparseStore::from_bytes(&vec![0x55u8; 8000]);
-            let mut expected = store.clone();
-            expected.write(base + from as u64, &v[from..to]);
-            d.apply(&mut store, base, from as u64, to as u64);
-            prop_assert_eq!(store, expected);
-        }
-
-        /// Arbitrary bytes (garbage to the decoder) come back as they were.
-        #[test]
-        fn arbitrary_bytes_come_back(v in prop::collection::vec(any::<u8>(), 0..3000)) {
-            let d = Data::new(&v);
-            let mut out = vec![0u8; v.len()];
-            d.copy_out(0, &mut out);
-            prop_assert_eq!(out, v);
-        }
-    }
 }

@@ -22,7 +22,7 @@
 pub mod blkparse;
 pub mod compressed;
 pub mod format;
-mod lines;
+pub mod lines;
 pub mod plan;
 pub mod strace;
 

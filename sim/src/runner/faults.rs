@@ -49,7 +49,7 @@ pub(super) fn account(
 
 /// What explains a guest operation's error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Excuse {
+pub enum Excuse {
     /// A fault met a request of this kind while the operation was in flight.
     Fault(IoOp),
     /// The image was poisoned by a failed metadata write this epoch.
@@ -60,7 +60,7 @@ pub(super) enum Excuse {
 /// fault injected while it was in flight, or (for the poisoned image's
 /// error) by any of the epoch's `epoch_faults`. None: an engine failure,
 /// however many faults the run injected elsewhere.
-pub(super) fn excuse(e: &engine::Error, during: Option<IoOp>, epoch_faults: u64) -> Option<Excuse> {
+pub fn excuse(e: &engine::Error, during: Option<IoOp>, epoch_faults: u64) -> Option<Excuse> {
     match (e, during) {
         (_, Some(op)) => Some(Excuse::Fault(op)),
         (engine::Error::Poisoned, None) if epoch_faults > 0 => Some(Excuse::Poisoned),
@@ -132,35 +132,5 @@ impl FaultLedger {
             op,
             result,
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{excuse, Excuse};
-    use engine::dev::IoOp;
-
-    #[test]
-    fn an_error_is_excused_only_by_a_fault_it_could_have_met() {
-        let eio = engine::Error::OutOfRange {
-            offset: 0,
-            len: 1,
-            size: 0,
-        };
-        // A fault while it was in flight explains any error, by its kind.
-        assert_eq!(
-            excuse(&eio, Some(IoOp::Flush), 3),
-            Some(Excuse::Fault(IoOp::Flush))
-        );
-        // Faults elsewhere in the run do not.
-        assert_eq!(excuse(&eio, None, 3), None);
-        // The poisoned image's refusal is explained by this epoch's faults
-        // only.
-        assert_eq!(
-            excuse(&engine::Error::Poisoned, None, 1),
-            Some(Excuse::Poisoned)
-        );
-        assert_eq!(excuse(&engine::Error::Poisoned, None, 0), None);
-        assert_eq!(excuse(&engine::Error::ReadOnly, None, 5), None);
     }
 }

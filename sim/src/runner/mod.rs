@@ -31,14 +31,14 @@
 mod armed;
 mod enumerate;
 mod explain;
-mod faults;
+pub mod faults;
 mod judge;
 mod ops;
 mod recovery;
 mod report;
 mod setup;
-mod snapshots;
-mod state;
+pub mod snapshots;
+pub mod state;
 mod step_watch;
 mod sweep;
 
@@ -334,7 +334,7 @@ impl<'a> Run<'a> {
     /// simulation. The executor's budgets follow from the case
     /// (`exec_options`), so running out of them, or a hang, is the
     /// engine's fault: a failure of the run, never a panic of the harness.
-    fn block<T: 'static>(
+    pub fn block<T: 'static>(
         &self,
         what: &str,
         f: impl std::future::Future<Output = T> + 'static,
@@ -346,30 +346,5 @@ impl<'a> Run<'a> {
                 message: format!("{what}: {e}"),
             }
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-
-    use super::*;
-    use crate::workload::Profile;
-
-    /// An engine request that never completes (a hang, or a spent budget)
-    /// is a failure of the run, not a panic of the harness (it was
-    /// `expect("a single engine request cannot hang the executor")`).
-    #[test]
-    fn a_request_that_never_completes_is_a_failure_not_a_panic() {
-        let case = Case::generate(1, Profile::Mixed);
-        let opts = RunOptions::default();
-        let run = Run::fresh(&case, &opts, &crate::driver::EngineDriver);
-        match run.block("waiting forever", std::future::pending::<()>()) {
-            Err(Failure::Hang { group: 0, message }) => {
-                assert!(message.starts_with("waiting forever: hang"), "{message}")
-            }
-            other => panic!("{other:?}"),
-        }
-        // The stuck task is gone: the simulation can go on.
-        assert_eq!(run.sim.task_count(), 0);
     }
 }

@@ -13,7 +13,7 @@ use oracle::model::Value;
 
 /// Whether a known snapshot is in the image's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Presence {
+pub enum Presence {
     /// Its create returned: it is there until deleted.
     Exists,
     /// Its create or delete failed or was cut short: either.
@@ -24,7 +24,8 @@ pub(super) enum Presence {
 
 /// One snapshot the run took.
 #[derive(Debug, Clone)]
-pub(super) struct Known {
+pub struct Known {
+    /// Its name in the image's snapshot table.
     pub name: String,
     /// The guest disk's content when it was taken, where it differs from
     /// what an unwritten sector reads, in ascending sector order.
@@ -34,7 +35,7 @@ pub(super) struct Known {
 
 /// The run's snapshots, in the order they were taken.
 #[derive(Debug, Default)]
-pub(super) struct Snapshots {
+pub struct Snapshots {
     list: Vec<Known>,
 }
 
@@ -68,10 +69,12 @@ impl Snapshots {
         self.list.is_empty()
     }
 
+    /// The `i`-th snapshot taken.
     pub fn get(&self, i: usize) -> &Known {
         &self.list[i]
     }
 
+    /// What is now known of the `i`-th snapshot's presence.
     pub fn set(&mut self, i: usize, presence: Presence) {
         let k = &mut self.list[i];
         k.presence = presence;
@@ -121,35 +124,5 @@ impl Snapshots {
         } else {
             Err(wrong.join("; "))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settling_holds_durable_snapshots_and_decides_the_doubtful() {
-        let mut s = Snapshots::default();
-        let a = s.taking("a".into(), vec![]);
-        let b = s.taking("b".into(), vec![]);
-        let c = s.taking("c".into(), vec![]);
-        s.set(a, Presence::Exists);
-        s.set(c, Presence::Deleted);
-        assert_eq!(s.pick(7), Some(a), "only a surely exists");
-        // b may exist: found, it exists from now on.
-        // b may exist: a running image's word does not settle it...
-        s.settle(&["a".into(), "b".into()], false).unwrap();
-        assert_eq!(s.get(b).presence, Presence::Maybe);
-        // ...a reopened image's does: found, it exists from now on.
-        s.settle(&["a".into(), "b".into()], true).unwrap();
-        assert_eq!(s.get(b).presence, Presence::Exists);
-        // a durable snapshot missing, a deleted one back, a stranger.
-        let e = s
-            .settle(&["b".into(), "c".into(), "z".into()], true)
-            .unwrap_err();
-        assert!(e.contains("\"a\" was taken"), "{e}");
-        assert!(e.contains("\"c\" was deleted"), "{e}");
-        assert!(e.contains("\"z\", which the run never took"), "{e}");
     }
 }

@@ -79,12 +79,15 @@ pub(super) enum SnapshotPlan {
     Skip,
 }
 
-pub(super) struct Run<'a> {
+/// One case's run: its simulation, disks and model, and what the
+/// runner's steps share (see the module documentation).
+pub struct Run<'a> {
     pub(super) case: &'a Case,
     pub(super) opts: &'a RunOptions,
     /// The driver under test.
     pub(super) driver: &'a dyn DriverKind,
-    pub(super) sim: Sim,
+    /// The simulation the run's tasks and disks live on.
+    pub sim: Sim,
     /// The group running (0 during setup, the last one at the end): where
     /// a hang or livelock is reported.
     pub(super) group: usize,
@@ -298,11 +301,7 @@ impl Run<'_> {
 
 impl<'a> Run<'a> {
     /// A run of `case`, not yet started.
-    pub(super) fn fresh(
-        case: &'a Case,
-        opts: &'a RunOptions,
-        driver: &'a dyn DriverKind,
-    ) -> Run<'a> {
+    pub fn fresh(case: &'a Case, opts: &'a RunOptions, driver: &'a dyn DriverKind) -> Run<'a> {
         // The case's schedule policy (uniform for a case saved before
         // cases recorded one, as `Sim::new`), and budgets that no run that
         // stays within them can observe.

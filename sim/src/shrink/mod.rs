@@ -72,8 +72,8 @@
 //! always give the same result, in the same number of runs.
 
 mod device;
-mod image;
-mod workload;
+pub mod image;
+pub mod workload;
 
 use crate::campaign::run_guarded;
 use crate::case::Case;
@@ -430,35 +430,5 @@ impl<F: FnMut(&Case) -> bool, P: FnMut(&Progress)> Shrinker<F, P> {
             edit(&mut c);
             self.try_case(pass, c);
         }
-    }
-}
-
-/// A synthetic predicate's test case for the passes' unit tests: no engine
-/// runs, only the shape of the case decides.
-#[cfg(test)]
-pub(crate) mod testcase {
-    use crate::case::{Case, Op};
-    use crate::workload::Profile;
-
-    /// A generated case (valid, with its image, device and engine
-    /// options) whose workload is replaced by `groups`.
-    pub fn with_groups(groups: Vec<Vec<Op>>) -> Case {
-        let mut c = Case::generate(5, Profile::Random);
-        c.workload = groups;
-        c.validate().expect("a valid test case");
-        c
-    }
-
-    pub fn w(sector: u64, sectors: u64) -> Op {
-        Op::Write {
-            sector,
-            sectors,
-            fua: false,
-        }
-    }
-
-    /// Every operation, in workload order.
-    pub fn ops(c: &Case) -> Vec<Op> {
-        c.workload.iter().flatten().copied().collect()
     }
 }

@@ -1,6 +1,7 @@
 //! The harness's integration tests (simulated disk, executor, cases,
 //! runner, campaigns, shrinking, enumeration, simulated benchmarks), one
-//! module per subject, in one test binary.
+//! module per subject, and the library's unit tests (`unit`), in one test
+//! binary.
 
 mod bench_bounds;
 mod case_arbitrary;
@@ -32,5 +33,6 @@ mod shrink_mechanics;
 mod trace_import;
 mod trace_recorded;
 mod trace_run;
+mod unit;
 mod verify_corpus;
 mod verify_qemu_oracle;

@@ -1,6 +1,8 @@
 //! The real-file tools as functions: each test calls a `tools` function on
 //! image files in a temporary directory and asserts on the structured
-//! result or the typed error, one module per tool, in one test binary.
+//! result or the typed error, one module per tool; with the library's unit
+//! tests (`unit`), in one test binary. Every test that opens files holds
+//! `support::serial()`.
 
 mod support;
 
@@ -13,3 +15,4 @@ mod info;
 mod io;
 mod rebase_commit;
 mod resize;
+mod unit;

@@ -1,0 +1,4 @@
+//! The unit tests of `sim::bench`'s modules.
+
+mod fua;
+mod job;

@@ -1,0 +1,3 @@
+//! The unit tests of `sim::exhaust`'s modules.
+
+mod vocab;

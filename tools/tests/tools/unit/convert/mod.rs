@@ -1,0 +1,3 @@
+//! The unit tests of `tools::convert`'s modules.
+
+mod fresh;
