@@ -84,10 +84,27 @@ pub enum Guard {
     /// active clusters durable before the snapshot table that adds the
     /// second reference.
     SnapshotRefcountsBeforeTable,
+    /// A snapshot create clears the COPIED flags of the clusters it is
+    /// about to share, durably, before the refcount increments.
+    CopiedClearedBeforeShared,
+    /// A snapshot apply drops the old active table's references only once
+    /// the new active table is durable.
+    ApplyDropsOldAfterSwitch,
+    /// A snapshot delete drops the snapshot's references only once the
+    /// snapshot table without it is durable.
+    DeleteTableBeforeDecrements,
+    /// A compressed write whose bytes spill from the packing cluster into
+    /// a new one takes a reference on both.
+    SpillReferencesBoth,
+    /// A freed cluster that held the packing tail is packed into no more.
+    FreeForgetsPackingTail,
+    /// The dirty-bit rebuild counts an L2 table, and what it maps, once
+    /// for each L1 table that names it.
+    RebuildCountsEachNaming,
 }
 
 /// How many guards there are.
-pub const GUARDS: usize = 23;
+pub const GUARDS: usize = 29;
 
 impl Guard {
     /// Every guard, in declaration order.
@@ -115,6 +132,12 @@ impl Guard {
         Guard::FuaMappingDurable,
         Guard::FuaFlushBeforeL2,
         Guard::SnapshotRefcountsBeforeTable,
+        Guard::CopiedClearedBeforeShared,
+        Guard::ApplyDropsOldAfterSwitch,
+        Guard::DeleteTableBeforeDecrements,
+        Guard::SpillReferencesBoth,
+        Guard::FreeForgetsPackingTail,
+        Guard::RebuildCountsEachNaming,
     ];
 
     /// The guard's stable snake_case name, as reports carry it.
@@ -143,6 +166,12 @@ impl Guard {
             Guard::FuaMappingDurable => "fua_mapping_durable",
             Guard::FuaFlushBeforeL2 => "fua_flush_before_l2",
             Guard::SnapshotRefcountsBeforeTable => "snapshot_refcounts_before_table",
+            Guard::CopiedClearedBeforeShared => "copied_cleared_before_shared",
+            Guard::ApplyDropsOldAfterSwitch => "apply_drops_old_after_switch",
+            Guard::DeleteTableBeforeDecrements => "delete_table_before_decrements",
+            Guard::SpillReferencesBoth => "spill_references_both",
+            Guard::FreeForgetsPackingTail => "free_forgets_packing_tail",
+            Guard::RebuildCountsEachNaming => "rebuild_counts_each_naming",
         }
     }
 
@@ -172,6 +201,12 @@ impl Guard {
             Guard::FuaMappingDurable => Broken::FuaBeforeL2,
             Guard::FuaFlushBeforeL2 => Broken::FuaWithoutPreflush,
             Guard::SnapshotRefcountsBeforeTable => Broken::SnapshotTableBeforeRefcounts,
+            Guard::CopiedClearedBeforeShared => Broken::CopiedAfterRefcounts,
+            Guard::ApplyDropsOldAfterSwitch => Broken::ApplyDropsOldFirst,
+            Guard::DeleteTableBeforeDecrements => Broken::DeleteDropsBeforeTable,
+            Guard::SpillReferencesBoth => Broken::SpillForgetsFirstReference,
+            Guard::FreeForgetsPackingTail => Broken::FreeKeepsPackingTail,
+            Guard::RebuildCountsEachNaming => Broken::RebuildCountsSharedOnce,
         }
     }
 
@@ -319,7 +354,7 @@ mod tests {
         for (i, g) in Guard::ALL.into_iter().enumerate() {
             c.bump(g, i as u64 + 1);
         }
-        assert_eq!(c.get(Guard::SnapshotRefcountsBeforeTable), GUARDS as u64);
+        assert_eq!(c.get(Guard::RebuildCountsEachNaming), GUARDS as u64);
         let mut d = c;
         d.add(&c);
         assert_eq!(d.since(&c), c);

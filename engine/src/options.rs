@@ -178,11 +178,36 @@ pub enum Broken {
     /// are written: a crash between the two leaves clusters with two
     /// references and a refcount of 1.
     SnapshotTableBeforeRefcounts,
+    /// A snapshot create writes the refcount increments that share the
+    /// active clusters before it clears their COPIED flags: a crash
+    /// between the two leaves flags saying "refcount 1, write in place"
+    /// on clusters counted twice.
+    CopiedAfterRefcounts,
+    /// A snapshot apply drops the old active table's references before
+    /// the new active table is durable: a crash between leaves the old
+    /// table naming clusters counted too low, or freed and reused.
+    ApplyDropsOldFirst,
+    /// A snapshot delete drops the snapshot's references before the
+    /// snapshot table without it is durable: a crash between leaves the
+    /// snapshot naming clusters counted too low, or freed and reused.
+    DeleteDropsBeforeTable,
+    /// A compressed write whose bytes spill from the packing cluster into
+    /// the next one takes no reference on the first: it is counted once
+    /// too few.
+    SpillForgetsFirstReference,
+    /// A freed host cluster stays the packing tail: the next compressed
+    /// write packs into a cluster that is free, or already handed out
+    /// whole to something else.
+    FreeKeepsPackingTail,
+    /// The dirty-bit rebuild counts an L2 table (and what it maps) once
+    /// however many L1 tables name it: a table a snapshot shares ends up
+    /// counted once for two references.
+    RebuildCountsSharedOnce,
 }
 
 impl Broken {
     /// Every variant, in declaration order.
-    pub const ALL: [Broken; 23] = [
+    pub const ALL: [Broken; 29] = [
         Broken::LinkBeforeData,
         Broken::SkipRefcountFlush,
         Broken::DropPartialCow,
@@ -206,6 +231,12 @@ impl Broken {
         Broken::FuaBeforeL2,
         Broken::FuaWithoutPreflush,
         Broken::SnapshotTableBeforeRefcounts,
+        Broken::CopiedAfterRefcounts,
+        Broken::ApplyDropsOldFirst,
+        Broken::DeleteDropsBeforeTable,
+        Broken::SpillForgetsFirstReference,
+        Broken::FreeKeepsPackingTail,
+        Broken::RebuildCountsSharedOnce,
     ];
 
     /// The variant's name on the command line: kebab-case
@@ -235,6 +266,12 @@ impl Broken {
             Broken::FuaBeforeL2 => "fua-before-l2",
             Broken::FuaWithoutPreflush => "fua-without-preflush",
             Broken::SnapshotTableBeforeRefcounts => "snapshot-table-before-refcounts",
+            Broken::CopiedAfterRefcounts => "copied-after-refcounts",
+            Broken::ApplyDropsOldFirst => "apply-drops-old-first",
+            Broken::DeleteDropsBeforeTable => "delete-drops-before-table",
+            Broken::SpillForgetsFirstReference => "spill-forgets-first-reference",
+            Broken::FreeKeepsPackingTail => "free-keeps-packing-tail",
+            Broken::RebuildCountsSharedOnce => "rebuild-counts-shared-once",
         }
     }
 }

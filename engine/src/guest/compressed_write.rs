@@ -44,11 +44,13 @@
 //! write path and the simulation never reach it.
 
 use crate::alloc::allocator::CompressedTail;
+use crate::broken::{self, Broken};
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::{CompressedWriteError, Error, Result};
 use crate::format::compress;
 use crate::format::entry::OFFSET_MASK;
 use crate::format::{refcount, L2Entry};
+use crate::guards::Guard;
 use crate::image::{Image, MetaGuard};
 
 impl<D: BlockDev> Image<D> {
@@ -178,7 +180,10 @@ impl<D: BlockDev> Image<D> {
                     // Right after the tail cluster: the data starts in
                     // the tail and runs on into the new cluster.
                     Some(t) if (t.cluster + 1) * cs == new => {
-                        self.add_reference(mg, t.cluster).await?;
+                        self.guard_arose(Guard::SpillReferencesBoth);
+                        if !broken::is(&self.opts, Broken::SpillForgetsFirstReference) {
+                            self.add_reference(mg, t.cluster).await?;
+                        }
                         t.offset
                     }
                     _ => new,

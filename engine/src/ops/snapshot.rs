@@ -199,17 +199,26 @@ impl<D: BlockDev> Image<D> {
             self.write_meta(off, &be64_bytes(&copy)).await?;
             off
         };
+        let table_first = broken::is(&self.opts, Broken::SnapshotTableBeforeRefcounts);
+        let copied_last = broken::is(&self.opts, Broken::CopiedAfterRefcounts);
+        if !refs.is_empty() {
+            self.guard_arose(Guard::SnapshotRefcountsBeforeTable);
+            self.guard_arose(Guard::CopiedClearedBeforeShared);
+        }
+        if copied_last {
+            // Deliberately wrong: the clusters are counted twice while
+            // their flags still say "refcount 1, write in place".
+            self.add_references(mg, &refs).await?;
+            self.steps.step(Step::Refcounts);
+            self.writeback_all(mg).await?;
+        }
         // Every active cluster is about to be shared: COPIED goes, on disk
         // before the refcounts say they are shared, so that no crash
         // leaves a flag on a cluster counted twice.
         self.clear_copied(mg, &l1, true).await?;
         self.steps.step(Step::CopiedCleared);
         self.writeback_all(mg).await?;
-        let table_first = broken::is(&self.opts, Broken::SnapshotTableBeforeRefcounts);
-        if !refs.is_empty() {
-            self.guard_arose(Guard::SnapshotRefcountsBeforeTable);
-        }
-        if !table_first {
+        if !table_first && !copied_last {
             self.add_references(mg, &refs).await?;
             self.steps.step(Step::Refcounts);
             self.writeback_all(mg).await?;
@@ -247,12 +256,26 @@ impl<D: BlockDev> Image<D> {
             .read_inactive_l1(sn.l1_table_offset, sn.l1_size)
             .await?;
         let refs = self.l1_references(mg, &l1).await?;
-        self.switch_snapshot_table(mg, &table, old_len).await?;
-        // Nothing on disk names the snapshot any more.
+        self.guard_arose(Guard::DeleteTableBeforeDecrements);
+        let drops_first = broken::is(&self.opts, Broken::DeleteDropsBeforeTable);
+        if !drops_first {
+            self.switch_snapshot_table(mg, &table, old_len).await?;
+        }
+        // Nothing on disk names the snapshot any more (unless deliberately
+        // broken: the table still names it until the switch below).
         self.drop_references(&refs);
         self.free_table_clusters(sn.l1_table_offset, u64::from(sn.l1_size) * 8);
+        if drops_first {
+            // Deliberately wrong: this writeback applies the frees, the
+            // next writes the decrements while the table still names the
+            // snapshot.
+            self.writeback_all(mg).await?;
+        }
         self.steps.step(Step::OldFreed);
         self.writeback_all(mg).await?;
+        if drops_first {
+            self.switch_snapshot_table(mg, &table, old_len).await?;
+        }
         self.recompute_copied(mg).await?;
         self.steps.step(Step::Flags);
         self.writeback_all(mg).await
@@ -295,6 +318,19 @@ impl<D: BlockDev> Image<D> {
         l1.resize(new_len as usize, 0);
         let in_place =
             new_len == old_l1.len() as u64 && new_size == self.geo.virtual_size && old_off != 0;
+        if !old_refs.is_empty() {
+            self.guard_arose(Guard::ApplyDropsOldAfterSwitch);
+        }
+        let drops_first = broken::is(&self.opts, Broken::ApplyDropsOldFirst);
+        if drops_first {
+            // Deliberately wrong: the old table is still the active one on
+            // disk while what it names is counted down, even freed (a
+            // writeback applies the frees, the next writes them).
+            self.drop_references(&old_refs);
+            self.writeback_all(mg).await?;
+            self.steps.step(Step::OldFreed);
+            self.writeback_all(mg).await?;
+        }
         if in_place {
             // The active table overwritten where it is, as QEMU does: a
             // torn write mixing old and new entries is safe, both sets of
@@ -323,7 +359,9 @@ impl<D: BlockDev> Image<D> {
                 }
             }
         }
-        self.drop_references(&old_refs);
+        if !drops_first {
+            self.drop_references(&old_refs);
+        }
         if !in_place {
             self.free_table_clusters(old_off, old_l1.len() as u64 * 8);
         }

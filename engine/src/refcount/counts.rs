@@ -564,7 +564,16 @@ impl<D: BlockDev> Image<D> {
             if rc == 1 {
                 self.rules(|r| r.cluster_freed(cluster * self.geo.cluster_size));
                 let mut m = mg.borrow_mut();
+                let tail = m.alloc.compressed_tail().filter(|t| t.cluster == cluster);
                 m.alloc.note_free(cluster);
+                if tail.is_some() {
+                    self.guard_arose(Guard::FreeForgetsPackingTail);
+                    if broken::is(&self.opts, Broken::FreeKeepsPackingTail) {
+                        // Deliberately wrong: packing goes on in a free
+                        // cluster.
+                        m.alloc.set_compressed_tail(tail);
+                    }
+                }
                 m.meta_clusters.remove(cluster * self.geo.cluster_size);
             }
         }

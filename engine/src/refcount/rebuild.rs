@@ -6,8 +6,9 @@
 //! This is the engine's own rebuild; the checker in `oracle` rebuilds
 //! independently, so a bug here cannot hide itself from the check.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use crate::broken::{self, Broken};
 use crate::cluster::l1l2::decode_slot;
 use crate::dev::BlockDev;
 use crate::error::{Error, Result};
@@ -15,6 +16,7 @@ use crate::format::entry::{L2Mapping, COPIED};
 use crate::format::header::incompat;
 use crate::format::snapshot::{decode_entry_head, ENTRY_HEADER_LEN};
 use crate::format::{L1Entry, L2Entry};
+use crate::guards::Guard;
 use crate::image::Image;
 use crate::steps::{MetaOp, Step};
 
@@ -62,12 +64,22 @@ impl<D: BlockDev> Image<D> {
         // The active table's entries that name a host cluster of their
         // own, with their COPIED flags, to hold against the counts below.
         let mut flags = Vec::new();
+        // L2 tables an earlier L1 table named: one a snapshot shares is
+        // counted again, with everything it maps, for each table naming it.
+        let mut named = BTreeSet::new();
         for (k, l1) in l1_tables.iter().enumerate() {
             let active = k == 0;
             for (i, &e) in l1.iter().enumerate() {
                 let l2_off = L1Entry(e).l2_offset();
                 if l2_off == 0 {
                     continue;
+                }
+                if !named.insert(l2_off) {
+                    self.guard_arose(Guard::RebuildCountsEachNaming);
+                    if broken::is(&self.opts, Broken::RebuildCountsSharedOnce) {
+                        // Deliberately wrong: a second naming not counted.
+                        continue;
+                    }
                 }
                 count(geo.clusters_in(l2_off, cs));
                 if active {

@@ -339,11 +339,10 @@ impl<'a> Run<'a> {
             armed: case.disk.crash.at_guards.clone(),
             background: Vec::new(),
             guard_rng: rng::substream(case.seed, Stream::Crash, GUARD_CRASH_STREAM),
-            step_watch: case
-                .disk
-                .crash
-                .at_steps
-                .then(|| super::step_watch::StepWatch::new(case.seed)),
+            step_watch: case.disk.crash.at_steps.then(|| {
+                let v2 = case.image.create.compat == engine::Compat::V2;
+                super::step_watch::StepWatch::new(case.seed, v2)
+            }),
             spare: RefCell::new(Vec::new()),
         }
     }

@@ -16,6 +16,8 @@ const STEP_CRASH_STREAM: u32 = 3;
 
 /// The step crashes of a case (`CrashOptions::at_steps`).
 pub(super) struct StepWatch {
+    /// A version 2 image: steps are drawn among those it has.
+    v2: bool,
     rng: ChaCha8Rng,
     /// The kinds a crash landed inside already.
     spent: [bool; engine::steps::META_OPS],
@@ -27,8 +29,11 @@ pub(super) struct StepWatch {
 }
 
 impl StepWatch {
-    pub(super) fn new(seed: u64) -> StepWatch {
+    /// For the case of `seed`, on a version 2 image if `v2` (which has
+    /// no dirty-bit steps to crash at).
+    pub(super) fn new(seed: u64, v2: bool) -> StepWatch {
         StepWatch {
+            v2,
             rng: rng::substream(seed, Stream::Crash, STEP_CRASH_STREAM),
             spent: [false; engine::steps::META_OPS],
             reached: None,
@@ -48,8 +53,15 @@ impl StepWatch {
         if self.spent[i] {
             return false;
         }
-        let steps = op.steps().len();
-        let target = *self.targets[i].get_or_insert_with(|| self.rng.gen_range(0..steps));
+        let v2 = self.v2;
+        let rng = &mut self.rng;
+        // A step the image has, as its index among all the operation's
+        // steps (a dirty-bit step drawn on version 2 would be reached
+        // late, or never).
+        let target = *self.targets[i].get_or_insert_with(|| {
+            let steps = op.steps_on(v2);
+            op.step_index(steps[rng.gen_range(0..steps.len())])
+        });
         let reached = op.step_index(step) >= target;
         if reached {
             self.reached = Some(i);

@@ -51,6 +51,13 @@ const WORKLOAD_SNAPSHOT_COMPRESS: u32 = 7;
 /// Whether and how often the case's writes are flagged FUA (see
 /// [`super::fua`]): its own stream, so the other draws stay as they were.
 const WORKLOAD_FUA: u32 = 8;
+/// The rare shapes of a case with snapshot operations or compressed
+/// writes (see [`SnapshotsAndCompression::add_shapes`]): its own stream,
+/// so what the case drew before them stays as it was.
+const WORKLOAD_SHAPES: u32 = 10;
+/// Share of the plain version 3 images of cases with snapshot operations
+/// made version 2.
+const SNAPSHOTS_ON_V2: f64 = 0.6;
 /// Whether [`Profile::Mixed`] picks one of the FUA profiles instead: its
 /// own stream, so the other cases keep their pick.
 const WORKLOAD_FUA_PROFILE: u32 = 9;
@@ -161,6 +168,25 @@ impl Case {
         let mut extras_rng = stream(seed, Stream::Workload, WORKLOAD_SNAPSHOT_COMPRESS);
         if let Some(x) = SnapshotsAndCompression::draw(&mut extras_rng, &image) {
             x.add(&mut extras_rng, &mut b);
+            let mut shapes = stream(seed, Stream::Workload, WORKLOAD_SHAPES);
+            let added = x.add_shapes(&mut shapes, &mut b);
+            // A version 2 image has no dirty bit to cover a crash inside a
+            // snapshot operation: there only the operation's order keeps
+            // the image consistent, so snapshots go there often (a plain
+            // version 3 image of the case made version 2; not a rare-path
+            // or extended L2 shape, which need version 3).
+            let c = &mut image.create;
+            if x.snapshot_ops() + added > 0
+                && c.compat == Compat::V3
+                && !c.extended_l2
+                && rare.is_none()
+                && shapes.gen_bool(SNAPSHOTS_ON_V2)
+            {
+                c.compat = Compat::V2;
+                c.refcount_bits = 16;
+                c.lazy_refcounts = false;
+                c.compression_type = Default::default();
+            }
         }
         let crashes = rng.gen_range(2..=4u32) as usize;
         let mut workload = b.finish(&mut rng, crashes);

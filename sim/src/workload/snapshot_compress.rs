@@ -26,6 +26,74 @@ const MAX_SNAPSHOT_OPS: u32 = 5;
 /// Most compressed writes a case gets.
 const MAX_COMPRESSED: u32 = 8;
 
+/// Share of cases with compressed writes given a packing run.
+const PACKING_RUN_PROBABILITY: f64 = 0.8;
+/// Most compressed writes in a packing run (at least 3).
+const MAX_PACKING_RUN: u32 = 8;
+/// Most create-then-apply or create-then-delete pairs added to a case
+/// with snapshot operations.
+const MAX_SNAPSHOT_PAIRS: u32 = 3;
+
+/// A packing run: compressed writes of several clusters no other request
+/// touches, one after the other with nothing allocated between them, so
+/// that their bytes are packed into the same host clusters and, a cluster
+/// filled, spill from one into the next (a compressed cluster is about a
+/// quarter of a cluster: [`oracle::data::COMPRESSIBLE_STRIDE`]). Then,
+/// mostly, the run is discarded and flushed, which frees host clusters
+/// holding several compressed clusters and the packing tail, and an
+/// allocating write and another compressed write follow, which reuse what
+/// was freed, then reads of it all.
+fn add_packing_run(rng: &mut ChaCha8Rng, b: &mut Builder) {
+    let geom = b.geom;
+    let cs = geom.cluster_sectors;
+    let want = rng.gen_range(3..=MAX_PACKING_RUN) as usize;
+    // The run, as many clusters to reuse what it frees, and one more
+    // compressed write.
+    let fresh = b.untouched_clusters(None, 2 * want + 1);
+    if fresh.len() < 2 * want + 1 {
+        return;
+    }
+    let (run, after) = fresh.split_at(want);
+    let (reuse, last) = after.split_at(want);
+    let whole = |c: u64| (c * cs, cs.min(geom.sectors - c * cs));
+    let start = rng.gen_range(0..=b.groups() as u32) as usize;
+    for (k, &c) in run.iter().enumerate() {
+        let (sector, sectors) = whole(c);
+        b.insert_one(start + k, Op::WriteCompressed { sector, sectors });
+    }
+    let at = start + run.len();
+    if !rng.gen_bool(0.8) {
+        return;
+    }
+    let mut tail = vec![Op::Flush];
+    for &c in run {
+        let (sector, sectors) = whole(c);
+        tail.push(if rng.gen_bool(0.7) {
+            geom.discard(sector, sectors)
+        } else {
+            geom.zeroes(sector, sectors, true)
+        });
+    }
+    tail.extend([Op::Flush, Op::Flush]);
+    // Allocating writes enough to take every host cluster the run freed,
+    // then a compressed write, which must not pack into any of them.
+    for &c in reuse {
+        let (sector, sectors) = whole(c);
+        tail.push(geom.write(sector, sectors));
+    }
+    let (sector, sectors) = whole(last[0]);
+    tail.push(Op::WriteCompressed { sector, sectors });
+    tail.push(Op::Flush);
+    for &c in run.iter().chain(reuse).chain(last) {
+        let (sector, sectors) = whole(c);
+        tail.push(geom.read(sector, sectors));
+    }
+    let at = rng.gen_range(at as u32..=b.groups() as u32) as usize;
+    for (k, op) in tail.into_iter().enumerate() {
+        b.insert_one(at + k, op);
+    }
+}
+
 /// How many of each a case gets.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SnapshotsAndCompression {
@@ -64,6 +132,44 @@ impl SnapshotsAndCompression {
     pub fn add(&self, rng: &mut ChaCha8Rng, b: &mut Builder) {
         self.add_compressed(rng, b);
         self.add_snapshot_ops(rng, b);
+    }
+
+    /// How many snapshot operations [`Self::add`] adds.
+    pub fn snapshot_ops(&self) -> u32 {
+        self.snapshot_ops
+    }
+
+    /// Adds the rare shapes of these operations, drawn from `rng` (a
+    /// stream of their own, so that what [`Self::add`] drew stays as it
+    /// was): a packing run, its free and what may reuse it, for a case
+    /// with compressed writes; snapshots each later applied or deleted,
+    /// for one with snapshot operations (and now and then one without).
+    /// Returns how many snapshot operations it added.
+    pub fn add_shapes(&self, rng: &mut ChaCha8Rng, b: &mut Builder) -> u32 {
+        if self.compressed > 0 && rng.gen_bool(PACKING_RUN_PROBABILITY) {
+            add_packing_run(rng, b);
+        }
+        // Snapshots over whatever the case wrote by then (compressed
+        // clusters too), each applied or deleted later: a create before
+        // each, so the later operation has a snapshot to pick.
+        let pairs = if self.snapshot_ops > 0 {
+            rng.gen_range(1..=MAX_SNAPSHOT_PAIRS)
+        } else {
+            u32::from(rng.gen_bool(0.5))
+        };
+        for _ in 0..pairs {
+            let n = b.groups() as u32;
+            let first = rng.gen_range(0..=n) as usize;
+            let then = rng.gen_range(first as u32..=n) as usize;
+            let op = if rng.gen_bool(0.5) {
+                Op::SnapshotApply { pick: rng.gen() }
+            } else {
+                Op::SnapshotDelete { pick: rng.gen() }
+            };
+            b.insert_one(then, op);
+            b.insert_one(first, Op::SnapshotCreate);
+        }
+        2 * pairs
     }
 
     fn add_compressed(&self, rng: &mut ChaCha8Rng, b: &mut Builder) {

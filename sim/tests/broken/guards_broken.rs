@@ -25,12 +25,12 @@ use sim::case::{Case, Op};
 use sim::runner::{enumerate_crash_states_at, CrashAt, EnumerateOptions, Granularity};
 
 /// Each variant and the first seed of 0..500 that catches it.
-const FIRST_FAILING: [(Broken, u64); 23] = [
+const FIRST_FAILING: [(Broken, u64); 29] = [
     (Broken::LinkBeforeData, 5),
-    (Broken::SkipDataFlushBeforeL2, 4),
+    (Broken::SkipDataFlushBeforeL2, 20),
     (Broken::SkipRefcountFlush, 1),
     (Broken::SkipReftableFlush, 11),
-    (Broken::SkipL2Flush, 16),
+    (Broken::SkipL2Flush, 21),
     (Broken::FlushSkipsWhenClean, 0),
     (Broken::ReuseBeforeDurable, 11),
     (Broken::FreeIgnoresInflightIo, 13),
@@ -48,7 +48,13 @@ const FIRST_FAILING: [(Broken, u64); 23] = [
     (Broken::DropPartialCow, 6),
     (Broken::FuaBeforeL2, 2),
     (Broken::FuaWithoutPreflush, 14),
-    (Broken::SnapshotTableBeforeRefcounts, 6),
+    (Broken::SnapshotTableBeforeRefcounts, 81),
+    (Broken::CopiedAfterRefcounts, 63),
+    (Broken::ApplyDropsOldFirst, 81),
+    (Broken::DeleteDropsBeforeTable, 4),
+    (Broken::SpillForgetsFirstReference, 6),
+    (Broken::FreeKeepsPackingTail, 36),
+    (Broken::RebuildCountsSharedOnce, 1),
 ];
 
 /// The first failing seed of `b`.
@@ -265,6 +271,29 @@ fn shrunk_ops(broken: Broken) -> usize {
         fixed.workload
     );
     after.ops
+}
+
+/// The variants of the multi-step metadata operations' ordering rules
+/// (issue 36: snapshot create, apply and delete, compressed packing, the
+/// dirty-bit rebuild) are caught within the first 200 seeds of the
+/// default campaign, and their first failing cases shrink to at most 8
+/// operations.
+#[test]
+fn the_metadata_operation_variants_are_caught_in_200_seeds_and_shrink_to_eight() {
+    for broken in [
+        Broken::SnapshotTableBeforeRefcounts,
+        Broken::CopiedAfterRefcounts,
+        Broken::ApplyDropsOldFirst,
+        Broken::DeleteDropsBeforeTable,
+        Broken::SpillForgetsFirstReference,
+        Broken::FreeKeepsPackingTail,
+        Broken::RebuildCountsSharedOnce,
+    ] {
+        let seed = seed_of(broken);
+        assert!(seed < 200, "{broken:?}: first failing seed {seed}");
+        let ops = shrunk_ops(broken);
+        assert!(ops <= 8, "{broken:?} shrinks to {ops} operations");
+    }
 }
 
 /// Four of the table's shrinks that stalled far above 8 operations: three

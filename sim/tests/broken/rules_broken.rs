@@ -42,7 +42,7 @@ const FIRST_PANIC: [(Broken, &str, &str, u64); 20] = [
         Broken::CommitIgnoresWriters,
         "data before link",
         "is in flight",
-        4,
+        15,
     ),
     (Broken::CommitIgnoresWriters, "no overlapping writes", "", 5),
     (Broken::DoubleAlloc, "no overlapping writes", "", 7),
@@ -80,7 +80,7 @@ const FIRST_PANIC: [(Broken, &str, &str, u64); 20] = [
         Broken::FreeIgnoresInflightIo,
         "frees after the I/O before them",
         "",
-        1,
+        11,
     ),
     (
         Broken::FlushSkipsWhenClean,
