@@ -121,12 +121,14 @@ fn compare_repairs(
     true
 }
 
-#[test]
-fn repair_all_agrees_with_qemu_img_and_preserves_data() {
+/// `repair_all_agrees_with_qemu_img_and_preserves_data`, over the bases
+/// whose index is `half` modulo 2: two tests, so that the test threads
+/// share the work (one took a third of the binary's time alone).
+fn repair_all_agrees_on_half(half: usize) {
     let s = Scratch::new();
     let mut failures = Vec::new();
     let mut repaired = 0;
-    for (i, base) in bases(&s).iter().enumerate() {
+    for (i, base) in bases(&s).iter().enumerate().filter(|(i, _)| i % 2 == half) {
         // Each base repairs a different third of the corruptions: every
         // kind is still repaired on several bases, at a third of the cost.
         for case in cases(base, 0x5eed_0000 + i as u64, 0)
@@ -140,13 +142,24 @@ fn repair_all_agrees_with_qemu_img_and_preserves_data() {
             }
         }
     }
-    assert!(repaired > 25, "only {repaired} repairs succeeded");
+    println!("half {half}: {repaired} repairs succeeded");
+    assert!(repaired > 13, "only {repaired} repairs succeeded");
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",
         failures.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn repair_all_agrees_with_qemu_img_and_preserves_data() {
+    repair_all_agrees_on_half(0);
+}
+
+#[test]
+fn repair_all_agrees_with_qemu_img_and_preserves_data_on_the_other_bases() {
+    repair_all_agrees_on_half(1);
 }
 
 #[test]
