@@ -26,7 +26,9 @@ pub struct Args {
     #[arg(long)]
     pub ops: Option<usize>,
     /// Geometries, comma-separated (default: all): 4k, 4k-backing, 64k,
-    /// 64k-backing, 64k-extl2, 64k-extl2-backing.
+    /// 64k-backing, 64k-extl2, 64k-extl2-backing, 4k-v2 (a version 2
+    /// image), 4k-v2-backing, 4k-rc1 and 4k-rc64 (1- and 64-bit
+    /// refcounts).
     #[arg(long, value_delimiter = ',')]
     pub geometry: Vec<String>,
     /// Operations of the vocabulary, comma-separated (default: the 12 of

@@ -38,7 +38,12 @@
 //! one before it has completed.
 //!
 //! The geometries: 4 KiB clusters, 64 KiB clusters, 64 KiB clusters with
-//! extended L2 entries, each without and with a backing file. A 64 KiB
+//! extended L2 entries, each without and with a backing file (version 3,
+//! 16-bit refcounts); and 4 KiB clusters on version 2 images (without and
+//! with a backing file), where only a snapshot operation's order protects
+//! the image, and with 1-bit and 64-bit refcounts, where a compressed
+//! write packs nothing (1 bit counts one reference) or a refcount block
+//! covers few clusters. A 64 KiB
 //! cluster moves sixteen times the bytes of a 4 KiB one through every run
 //! (data, COW, the reads after each crash), so by default 4 KiB geometries
 //! get workloads of up to 3 operations and 64 KiB ones up to 2
@@ -396,30 +401,69 @@ pub struct Geometry {
     /// a partial write must copy it, a discard of the overlay must not
     /// uncover it.
     pub backing: bool,
+    /// A version 2 image: no dirty bit, so a crash inside a snapshot
+    /// operation is judged by its order alone (COPIED flags a crash may
+    /// leave missing excused, then repaired, as campaigns do).
+    pub v2: bool,
+    /// Refcount width in bits: 16, or a narrow (1) or wide (64) one.
+    pub refcount_bits: u32,
 }
 
 impl Geometry {
     /// Every geometry, in order: 4 KiB clusters, 64 KiB, 64 KiB with
-    /// extended L2; each without then with a backing file.
+    /// extended L2; each without then with a backing file (version 3,
+    /// 16-bit refcounts); then 4 KiB clusters on version 2, without and
+    /// with a backing file, and with 1-bit and 64-bit refcounts.
     pub fn all() -> Vec<Geometry> {
-        [(4 << 10, false), (64 << 10, false), (64 << 10, true)]
+        let plain = |cluster_size, extended_l2, backing| Geometry {
+            cluster_size,
+            extended_l2,
+            backing,
+            v2: false,
+            refcount_bits: 16,
+        };
+        let mut out: Vec<Geometry> = [(4 << 10, false), (64 << 10, false), (64 << 10, true)]
             .into_iter()
-            .flat_map(|(cluster_size, extended_l2)| {
-                [false, true].map(|backing| Geometry {
-                    cluster_size,
-                    extended_l2,
-                    backing,
-                })
-            })
-            .collect()
+            .flat_map(|(cs, extl2)| [false, true].map(|backing| plain(cs, extl2, backing)))
+            .collect();
+        let small = plain(4 << 10, false, false);
+        out.extend([
+            Geometry { v2: true, ..small },
+            Geometry {
+                v2: true,
+                backing: true,
+                ..small
+            },
+            Geometry {
+                refcount_bits: 1,
+                ..small
+            },
+            Geometry {
+                refcount_bits: 64,
+                ..small
+            },
+        ]);
+        out
     }
 
-    /// Its name, as `64k-extl2-backing`.
+    /// Whether it is one of the version 3, 16-bit refcount geometries
+    /// (the extra switch sets of the default run take only these).
+    pub fn is_plain(&self) -> bool {
+        !self.v2 && self.refcount_bits == 16
+    }
+
+    /// Its name, as `64k-extl2-backing` or `4k-v2`, `4k-rc1`.
     pub fn name(&self) -> String {
         format!(
-            "{}k{}{}",
+            "{}k{}{}{}{}",
             self.cluster_size >> 10,
             if self.extended_l2 { "-extl2" } else { "" },
+            if self.v2 { "-v2" } else { "" },
+            if self.refcount_bits != 16 {
+                format!("-rc{}", self.refcount_bits)
+            } else {
+                String::new()
+            },
             if self.backing { "-backing" } else { "" }
         )
     }
@@ -445,8 +489,8 @@ impl Geometry {
     }
 
     /// `workload` on this geometry as an ordinary case, without a crash:
-    /// version 3, 16-bit refcounts, no lazy refcounts, a fault-free disk of
-    /// 512-byte sectors, `engine`'s options.
+    /// its version and refcount width, no lazy refcounts, a fault-free
+    /// disk of 512-byte sectors, `engine`'s options.
     pub fn case(&self, workload: &Workload, engine: &EngineOptions) -> Case {
         let size = DISK_CLUSTERS * self.cluster_size;
         let backing = self.backing.then_some(BackingSpec::Raw {
@@ -455,7 +499,15 @@ impl Geometry {
                 pattern: BackingPattern::Full,
             },
         });
-        let mut image = ImageSpec::new(size, self.cluster_size, 16, Compat::V3, false, backing);
+        let compat = if self.v2 { Compat::V2 } else { Compat::V3 };
+        let mut image = ImageSpec::new(
+            size,
+            self.cluster_size,
+            self.refcount_bits,
+            compat,
+            false,
+            backing,
+        );
         image.create.extended_l2 = self.extended_l2;
         Case {
             version: CASE_VERSION,

@@ -315,9 +315,29 @@ impl<'a> Run<'a> {
     /// as `crash` does, then end the run cleanly.
     fn check_state(&mut self, image: CrashImage) {
         self.crashes += 1;
+        // A version 2 image cut inside a snapshot operation (or one whose
+        // failure left its flags in doubt) is judged and repaired as a
+        // campaign's crash there is (`Run::crash`).
+        let in_snapshot = self
+            .case
+            .workload
+            .get(self.group)
+            .is_some_and(|ops| ops.iter().any(Op::is_snapshot));
+        let in_snapshot_v2 = self.case.image.create.compat == engine::Compat::V2
+            && (in_snapshot | self.shared.flags_in_doubt.take());
+        let mut content = image.content;
+        if in_snapshot_v2 {
+            self.copied_excused = true;
+            let repaired = self.repair_v2_snapshot_crash(&content);
+            self.copied_excused = false;
+            match repaired {
+                Ok(c) => content = c,
+                Err(f) => return self.fail(f),
+            }
+        }
         self.shared.model.borrow_mut().crash();
         self.gone.add(std::slice::from_ref(&self.disk));
-        self.disk = self.disk.reopen(image.content);
+        self.disk = self.disk.reopen(content);
         match self.recover(&format!("crash-{}", self.crashes)) {
             Ok(img) => self.finish(img),
             Err(f) => self.fail(f),

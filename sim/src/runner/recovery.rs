@@ -99,7 +99,10 @@ impl Run<'_> {
     /// COPIED flags excused, `copied_excused`), then repaired as a user
     /// would, with `qemu-img check -r all`, and the repaired image is the
     /// one the run goes on from (and judges strictly at the reopen).
-    fn repair_v2_snapshot_crash(&mut self, content: &SparseStore) -> Result<SparseStore, Failure> {
+    pub(super) fn repair_v2_snapshot_crash(
+        &mut self,
+        content: &SparseStore,
+    ) -> Result<SparseStore, Failure> {
         let label = format!("crash-{} (before check -r all)", self.crashes);
         self.judge(&label, content, None);
         let mut bytes = content.to_bytes();

@@ -229,6 +229,63 @@ fn exhaust_catches_double_alloc() {
     );
 }
 
+/// On a version 2 image (no dirty bit) a snapshot operation's order is all
+/// that keeps a crash inside it consistent: a create that switches its
+/// table before its increments leaves a cluster named twice and counted
+/// once at a flush of the create (the correct engine's crash states there
+/// pass, with missing COPIED flags excused and then repaired, as
+/// campaigns judge them).
+#[test]
+fn exhaust_catches_snapshot_table_before_refcounts_on_version_2() {
+    caught(
+        Broken::SnapshotTableBeforeRefcounts,
+        slice("4k-v2", &["W(A)", "S"], 2, Switches::ALL_ON),
+        "W(A) S",
+        Some(Point::DeviceFlush(9)),
+        Kind::Check,
+    );
+}
+
+/// A create that writes its increments before it clears COPIED: at a flush
+/// between, a flag says "refcount 1" on a cluster counted twice.
+#[test]
+fn exhaust_catches_copied_after_refcounts_on_version_2() {
+    caught(
+        Broken::CopiedAfterRefcounts,
+        slice("4k-v2", &["W(A)", "S"], 2, Switches::ALL_ON),
+        "W(A) S",
+        Some(Point::DeviceFlush(4)),
+        Kind::Check,
+    );
+}
+
+/// A delete whose decrements are durable before the table without the
+/// snapshot: the snapshot still names clusters counted too low.
+#[test]
+fn exhaust_catches_delete_drops_before_table_on_version_2() {
+    caught(
+        Broken::DeleteDropsBeforeTable,
+        slice("4k-v2", &["S", "X"], 2, Switches::ALL_ON),
+        "S X",
+        Some(Point::DeviceFlush(3)),
+        Kind::Check,
+    );
+}
+
+/// An apply whose decrements of the old active table are durable before
+/// the new table: the old one, still active, names clusters counted too
+/// low.
+#[test]
+fn exhaust_catches_apply_drops_old_first_on_version_2() {
+    caught(
+        Broken::ApplyDropsOldFirst,
+        slice("4k-v2", &["W(A)", "S", "R"], 3, Switches::ALL_ON),
+        "S W(A) R",
+        Some(Point::DeviceFlush(6)),
+        Kind::Check,
+    );
+}
+
 /// `broken` fails the default run restricted to `geometries` and workloads
 /// of up to `max_ops` operations: every vocabulary operation, every switch
 /// set of the default run on those geometries. Only the broken engine runs

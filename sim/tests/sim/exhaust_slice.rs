@@ -46,10 +46,10 @@ fn the_workloads_are_every_sequence_with_every_flush_placement() {
     // geometry of 3 operations, 600 per geometry of 2.
     assert_eq!(VocabOp::all().len(), 12);
     assert_eq!(workload_count(12, 3), 14_424);
-    assert_eq!(Geometry::all().len(), 6);
+    assert_eq!(Geometry::all().len(), 10);
     // All switches on, on every geometry; then all on but delayed
-    // metadata, and all on but delayed COW, on the two 4 KiB geometries,
-    // up to 3 operations.
+    // metadata, and all on but delayed COW, on the two plain 4 KiB
+    // geometries, up to 3 operations.
     let names: Vec<String> = default_slices().iter().map(|s| s.name()).collect();
     assert_eq!(
         names,
@@ -60,6 +60,10 @@ fn the_workloads_are_every_sequence_with_every_flush_placement() {
             "11111 64k-backing",
             "11111 64k-extl2",
             "11111 64k-extl2-backing",
+            "11111 4k-v2",
+            "11111 4k-v2-backing",
+            "11111 4k-rc1",
+            "11111 4k-rc64",
             "11101 4k",
             "11101 4k-backing",
             "01111 4k",
@@ -68,11 +72,14 @@ fn the_workloads_are_every_sequence_with_every_flush_placement() {
     );
     assert_eq!(
         ExhaustOptions::default().workloads_per_slice(),
-        [14_424, 14_424, 600, 600, 600, 600, 14_424, 14_424, 14_424, 14_424]
+        [
+            14_424, 14_424, 600, 600, 600, 600, 14_424, 14_424, 14_424, 14_424, 14_424, 14_424,
+            14_424, 14_424
+        ]
     );
     assert_eq!(
         ExhaustOptions::default().workload_count(),
-        6 * 14_424 + 4 * 600
+        10 * 14_424 + 4 * 600
     );
     // A restriction keeps the default's slices on those geometries, with
     // the lower bound.
