@@ -11,7 +11,9 @@
 //! keeps its host cluster gets zeroes written there and becomes a data
 //! cluster; one without is made unallocated when no backing file shows
 //! through, and gets a zeroed data cluster through the write path
-//! otherwise. Zero clusters in internal snapshots' tables are refused
+//! otherwise. Unlike QEMU 10.0, a kept host cluster that a snapshot shares
+//! is converted as one without: zeroes written into it would change the
+//! snapshot. Zero clusters in internal snapshots' tables are refused
 //! ([`AmendError::SnapshotZeroClusters`]), not converted.
 
 use crate::cluster::l1l2::decode_slot;
@@ -316,14 +318,27 @@ impl<D: BlockDev> Image<D> {
                 let mut guest = start;
                 while guest < end {
                     let e = self.l2_entry(&mg, guest).await?;
+                    // A host cluster a snapshot shares (refcount above 1)
+                    // still holds the snapshot's data: zeroes written
+                    // there would change the snapshot (QEMU 10.0's
+                    // downgrade does so, and sets COPIED on it besides).
+                    // Such a cluster is converted as one without a host
+                    // cluster, its reference dropped once that is durable.
+                    let shared = match e.decode(self.geo.cluster_bits, 3) {
+                        L2Mapping::Zero {
+                            preallocated: Some(host),
+                        } => self.refcount(&mg, host / cs).await? > 1,
+                        _ => false,
+                    };
                     match e.decode(self.geo.cluster_bits, 3) {
                         L2Mapping::Zero {
                             preallocated: Some(host),
-                        } => zeroed.push((guest, host)),
-                        L2Mapping::Zero { preallocated: None } if backing => to_write.push(guest),
-                        L2Mapping::Zero { preallocated: None } => {
+                        } if !shared => zeroed.push((guest, host)),
+                        L2Mapping::Zero { .. } if backing => to_write.push(guest),
+                        L2Mapping::Zero { .. } => {
                             let l2 = self.l2_table_of(&mg, guest);
-                            self.set_l2_entry(&mg, l2, guest, L2Entry::UNALLOCATED);
+                            let old = self.set_l2_entry(&mg, l2, guest, L2Entry::UNALLOCATED);
+                            self.release_entry(old);
                         }
                         _ => {}
                     }
