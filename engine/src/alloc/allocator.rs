@@ -79,12 +79,14 @@ impl Allocator {
 
     /// Cluster `c` may have become free: start the next search no later
     /// than there. Compressed data goes into it no more: once free it may
-    /// be handed out whole.
-    pub(crate) fn note_free(&mut self, c: u64) {
+    /// be handed out whole. Returns the packing tail it forgot, if the tail
+    /// was in `c`.
+    pub(crate) fn note_free(&mut self, c: u64) -> Option<CompressedTail> {
         self.free_hint = self.free_hint.min(c);
         if self.compressed_tail.is_some_and(|t| t.cluster == c) {
-            self.compressed_tail = None;
+            return self.compressed_tail.take();
         }
+        None
     }
 
     /// Where compressed data may continue, if anywhere.

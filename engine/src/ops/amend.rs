@@ -324,13 +324,14 @@ impl<D: BlockDev> Image<D> {
                     // downgrade does so, and sets COPIED on it besides).
                     // Such a cluster is converted as one without a host
                     // cluster, its reference dropped once that is durable.
-                    let shared = match e.decode(self.geo.cluster_bits, 3) {
+                    let mapping = e.decode(self.geo.cluster_bits, 3);
+                    let shared = match mapping {
                         L2Mapping::Zero {
                             preallocated: Some(host),
                         } => self.refcount(&mg, host / cs).await? > 1,
                         _ => false,
                     };
-                    match e.decode(self.geo.cluster_bits, 3) {
+                    match mapping {
                         L2Mapping::Zero {
                             preallocated: Some(host),
                         } if !shared => zeroed.push((guest, host)),

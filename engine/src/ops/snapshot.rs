@@ -30,6 +30,7 @@ use crate::format::snapshot::{
 use crate::format::{be64_bytes, L1Entry};
 use crate::guards::Guard;
 use crate::image::{Image, Meta, MetaGuard, MAX_L1_BYTES};
+use crate::refcount::snapshot_refs::References;
 use crate::steps::{MetaOp, Step};
 
 /// How much of the snapshot table one read asks for beyond what the
@@ -208,9 +209,7 @@ impl<D: BlockDev> Image<D> {
         if copied_last {
             // Deliberately wrong: the clusters are counted twice while
             // their flags still say "refcount 1, write in place".
-            self.add_references(mg, &refs).await?;
-            self.steps.step(Step::Refcounts);
-            self.writeback_all(mg).await?;
+            self.share_durably(mg, &refs).await?;
         }
         // Every active cluster is about to be shared: COPIED goes, on disk
         // before the refcounts say they are shared, so that no crash
@@ -219,9 +218,7 @@ impl<D: BlockDev> Image<D> {
         self.steps.step(Step::CopiedCleared);
         self.writeback_all(mg).await?;
         if !table_first && !copied_last {
-            self.add_references(mg, &refs).await?;
-            self.steps.step(Step::Refcounts);
-            self.writeback_all(mg).await?;
+            self.share_durably(mg, &refs).await?;
         }
         let sn = Snapshot {
             id: next_id(&table),
@@ -241,11 +238,17 @@ impl<D: BlockDev> Image<D> {
         if table_first {
             // Deliberately wrong: the table names the snapshot before the
             // clusters it shares are counted twice.
-            self.add_references(mg, &refs).await?;
-            self.steps.step(Step::Refcounts);
-            self.writeback_all(mg).await?;
+            self.share_durably(mg, &refs).await?;
         }
         Ok(sn)
+    }
+
+    /// A create's increments of what the new snapshot shares, written
+    /// back (the `Refcounts` step).
+    async fn share_durably(&self, mg: &MetaGuard<'_>, refs: &References) -> Result<()> {
+        self.add_references(mg, refs).await?;
+        self.steps.step(Step::Refcounts);
+        self.writeback_all(mg).await
     }
 
     async fn delete_locked(&self, mg: &MetaGuard<'_>, id_or_name: &str) -> Result<()> {

@@ -466,6 +466,7 @@ impl<D: BlockDev> Image<D> {
         for c in old_off / cs..old_off / cs + old_clusters {
             self.set_refcount(mg, c, 0).await?;
         }
+        // Never the packing tail: the old table held no compressed data.
         mg.borrow_mut().alloc.note_free(old_off / cs);
         Ok(())
     }
@@ -564,14 +565,12 @@ impl<D: BlockDev> Image<D> {
             if rc == 1 {
                 self.rules(|r| r.cluster_freed(cluster * self.geo.cluster_size));
                 let mut m = mg.borrow_mut();
-                let tail = m.alloc.compressed_tail().filter(|t| t.cluster == cluster);
-                m.alloc.note_free(cluster);
-                if tail.is_some() {
+                if let Some(tail) = m.alloc.note_free(cluster) {
                     self.guard_arose(Guard::FreeForgetsPackingTail);
                     if broken::is(&self.opts, Broken::FreeKeepsPackingTail) {
                         // Deliberately wrong: packing goes on in a free
                         // cluster.
-                        m.alloc.set_compressed_tail(tail);
+                        m.alloc.set_compressed_tail(Some(tail));
                     }
                 }
                 m.meta_clusters.remove(cluster * self.geo.cluster_size);

@@ -323,14 +323,9 @@ impl<'a> Run<'a> {
             .workload
             .get(self.group)
             .is_some_and(|ops| ops.iter().any(Op::is_snapshot));
-        let in_snapshot_v2 = self.case.image.create.compat == engine::Compat::V2
-            && (in_snapshot | self.shared.flags_in_doubt.take());
         let mut content = image.content;
-        if in_snapshot_v2 {
-            self.copied_excused = true;
-            let repaired = self.repair_v2_snapshot_crash(&content);
-            self.copied_excused = false;
-            match repaired {
+        if self.v2_snapshot_cut(in_snapshot) {
+            match self.repair_v2_snapshot_crash(&content) {
                 Ok(c) => content = c,
                 Err(f) => return self.fail(f),
             }

@@ -12,8 +12,7 @@ impl Run<'_> {
         self.crashes += 1;
         self.judge_overlaps(&format!("before crash {}", self.crashes));
         let cut = matches!(self.crashed_in.take(), Some((op, _)) if op.is_snapshot());
-        let in_snapshot_v2 = self.case.image.create.compat == engine::Compat::V2
-            && (cut | self.shared.flags_in_doubt.take());
+        let in_snapshot_v2 = self.v2_snapshot_cut(cut);
         let mut image =
             self.disk
                 .crash_image(&mut self.crash_rng)
@@ -94,6 +93,14 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Whether the crash cut a snapshot operation on a version 2 image:
+    /// `cut` (the crash came inside one), or a failed one left its flags
+    /// in doubt (taken).
+    pub(super) fn v2_snapshot_cut(&self, cut: bool) -> bool {
+        self.case.image.create.compat == engine::Compat::V2
+            && (cut | self.shared.flags_in_doubt.take())
+    }
+
     /// A version 2 image cut inside a snapshot operation has no dirty bit
     /// for the next open to act on: judged as the crash left it (missing
     /// COPIED flags excused, `copied_excused`), then repaired as a user
@@ -104,7 +111,9 @@ impl Run<'_> {
         content: &SparseStore,
     ) -> Result<SparseStore, Failure> {
         let label = format!("crash-{} (before check -r all)", self.crashes);
+        self.copied_excused = true;
         self.judge(&label, content, None);
+        self.copied_excused = false;
         let mut bytes = content.to_bytes();
         let report =
             oracle::check::repair(&mut bytes, oracle::check::RepairMode::All).map_err(|e| {
