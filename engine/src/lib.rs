@@ -34,23 +34,23 @@
 //! | `broken` | the deliberately broken variants (only a simulated case selects one): `broken::is`, the one gate, and their code |
 //! | `error`, `options` | the typed errors (`Error`, `AmendError`, `SnapshotError`, `CompressedWriteError`); `EngineOptions` and the optimisation `Switches` |
 
-mod alloc;
+pub mod alloc;
 mod broken;
 mod cluster;
 pub mod counters;
-mod cow;
+pub mod cow;
 pub mod dev;
 pub mod error;
 pub mod format;
 pub mod guards;
 mod guest;
 pub mod image;
-mod ops;
+pub mod ops;
 pub mod options;
 mod refcount;
-mod rules;
+pub mod rules;
 pub mod steps;
-mod sync;
+pub mod sync;
 mod tracked;
 mod writeback;
 

@@ -46,14 +46,16 @@ use crate::format::L1Entry;
 /// Which device a request goes to. Without an external data file, guest
 /// data lives on the image device: `Data` then means `Image`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dev {
+pub enum Dev {
+    /// The image file.
     Image,
+    /// The device guest data goes to (the data file, if any).
     Data,
 }
 
 /// What a tracked write is, for what its completion tells the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// Guest data or COW (or zeroes standing for them).
     Data,
     /// Growing the file ahead: the range reads as zeroes once it completes.
@@ -146,11 +148,13 @@ struct Free {
 
 /// A write the ledger was told of; hand it back when the write completes.
 #[must_use]
-pub(crate) struct Token(u64);
+pub struct Token(u64);
 
 /// Where the image's tables are when it is opened.
-pub(crate) struct Layout {
+pub struct Layout {
+    /// The cluster size in bytes.
     pub cluster_size: u64,
+    /// Guest data lives in an external data file.
     pub data_file: bool,
     /// The L1 table: offset and bytes.
     pub l1: (u64, u64),
@@ -161,7 +165,7 @@ pub(crate) struct Layout {
 }
 
 /// The ledger (see the module doc).
-pub(crate) struct RuleLedger {
+pub struct RuleLedger {
     on: bool,
     cluster_size: u64,
     data_file: bool,
@@ -176,17 +180,17 @@ pub(crate) struct RuleLedger {
     /// Per domain: each change not yet durable, by number, with its
     /// object's key.
     undurable: [BTreeMap<u64, u64>; 2],
-    /// The active L1 table and refcount table, as the header names them:
-    /// `[start, end)`.
+    /// The active L1 table, as the header names it: `[start, end)`.
     l1: (u64, u64),
     /// The latest change of each L1 entry of the active table. The table is
     /// an object per 512-byte sector (how it is written), but a FUA
     /// request relies on its own entries only: another entry's change in
     /// the same sector is no concern of it.
     l1_entries: BTreeMap<usize, u64>,
-    reftable: (u64, u64),
+    /// The active refcount table, as the header names it: `[start, end)`.
+    pub reftable: (u64, u64),
     /// The latest durable header write set the dirty bit.
-    dirty_durable: bool,
+    pub dirty_durable: bool,
     /// Image device bytes growing zeroed and no write has touched since.
     zero: RangeSet,
     /// Data device bytes of unlinked allocations (and compressed data not
@@ -216,7 +220,7 @@ fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
 
 impl RuleLedger {
     /// The ledger of an image just opened; `on` false checks nothing.
-    pub(crate) fn new(on: bool, l: Layout) -> Self {
+    pub fn new(on: bool, l: Layout) -> Self {
         RuleLedger {
             on,
             cluster_size: l.cluster_size,
@@ -274,7 +278,7 @@ impl RuleLedger {
 
     /// A write of `len` bytes at `start` on `dev` is issued. Rule: no two
     /// of the engine's writes are in flight over the same bytes.
-    pub(crate) fn issue(&mut self, dev: Dev, start: u64, len: u64, kind: Kind) -> Token {
+    pub fn issue(&mut self, dev: Dev, start: u64, len: u64, kind: Kind) -> Token {
         let dev = self.real(dev);
         let end = start + len;
         if let Some(w) = self
@@ -307,7 +311,7 @@ impl RuleLedger {
     }
 
     /// The write `t` completed (`ok`), or failed.
-    pub(crate) fn complete(&mut self, t: Token, ok: bool) {
+    pub fn complete(&mut self, t: Token, ok: bool) {
         if let Some(p) = self.finish(t, ok) {
             self.pending.push(p);
         }
@@ -346,12 +350,12 @@ impl RuleLedger {
     }
 
     /// What a flush of `dev` issued now will make durable.
-    pub(crate) fn flush_mark(&self, dev: Dev) -> u64 {
+    pub fn flush_mark(&self, dev: Dev) -> u64 {
         self.epochs(dev).completed
     }
 
     /// A flush of `dev` issued at `mark` completed.
-    pub(crate) fn flushed(&mut self, dev: Dev, mark: u64) {
+    pub fn flushed(&mut self, dev: Dev, mark: u64) {
         let e = self.epochs_mut(dev);
         e.durable = e.durable.max(mark);
         if self.real(dev) != Dev::Image {
@@ -447,7 +451,7 @@ impl RuleLedger {
 
     /// An entry of the L2 table at `table` changed: the table now relies on
     /// every data write completed so far and every refcount change made.
-    pub(crate) fn l2_changed(&mut self, table: u64) {
+    pub fn l2_changed(&mut self, table: u64) {
         let c = self.change(table, Domain::References, "L2 table");
         let data = self.epochs(Dev::Data).completed;
         if let Some(o) = self.objects.get_mut(&table) {
@@ -456,7 +460,7 @@ impl RuleLedger {
     }
 
     /// A new L2 table at `table`, not on disk yet.
-    pub(crate) fn l2_created(&mut self, table: u64) {
+    pub fn l2_created(&mut self, table: u64) {
         self.forget(table);
         self.l2_changed(table);
         let o = self.objects.get_mut(&table).expect("just changed");
@@ -464,7 +468,7 @@ impl RuleLedger {
     }
 
     /// L1 entry `index` of the active table changed.
-    pub(crate) fn l1_changed(&mut self, index: usize) {
+    pub fn l1_changed(&mut self, index: usize) {
         let key = self.l1_key(index);
         let c = self.change(key, Domain::References, "L1 table");
         self.l1_entries.insert(index, c);
@@ -476,13 +480,13 @@ impl RuleLedger {
     }
 
     /// A refcount counted by the block at `block` changed.
-    pub(crate) fn refcount_changed(&mut self, block: u64) {
+    pub fn refcount_changed(&mut self, block: u64) {
         self.change(block, Domain::Refcounts, "refcount block");
     }
 
     /// A new refcount block at `block`, named by the refcount table in
     /// memory, not on disk yet.
-    pub(crate) fn refblock_added(&mut self, block: u64) {
+    pub fn refblock_added(&mut self, block: u64) {
         self.forget(block);
         let c = self.change(block, Domain::Refcounts, "refcount block");
         self.objects.get_mut(&block).expect("just changed").created = Some(c);
@@ -492,7 +496,7 @@ impl RuleLedger {
     /// A metadata write of `data` at `off` is issued: the rules that order
     /// it before or after others are checked here, whichever code path
     /// writes it (a writeback, an eviction, a snapshot operation).
-    pub(crate) fn issue_meta(&mut self, off: u64, data: &[u8]) -> Token {
+    pub fn issue_meta(&mut self, off: u64, data: &[u8]) -> Token {
         let end = off + data.len() as u64;
         let mut dirty = None;
         if off == 0 {
@@ -645,14 +649,14 @@ impl RuleLedger {
     /// Host bytes `cover` (on the data device) are an allocation's, not
     /// linked yet; `must` of them are to hold the guest data written into
     /// it. Nothing written before counts.
-    pub(crate) fn reserve(&mut self, cover: (u64, u64), must: (u64, u64)) {
+    pub fn reserve(&mut self, cover: (u64, u64), must: (u64, u64)) {
         self.reserved.insert(cover.0, cover.1);
         self.filled.remove(cover.0, cover.1);
         self.must.insert(must.0, must.1);
     }
 
     /// The allocation of host bytes `cover` is linked or given up.
-    pub(crate) fn release(&mut self, cover: (u64, u64)) {
+    pub fn release(&mut self, cover: (u64, u64)) {
         self.reserved.remove(cover.0, cover.1);
         self.filled.remove(cover.0, cover.1);
         self.must.remove(cover.0, cover.1);
@@ -663,7 +667,7 @@ impl RuleLedger {
     /// written, and every other byte was written too, or reads as zeroes
     /// (growing zeroed it and nothing wrote it since) where its COW source
     /// (`zero_source`) is zero.
-    pub(crate) fn check_link(&self, cover: (u64, u64), zero_source: &[(u64, u64)]) {
+    pub fn check_link(&self, cover: (u64, u64), zero_source: &[(u64, u64)]) {
         let dev = self.real(Dev::Data);
         if let Some(w) = self
             .in_flight
@@ -714,7 +718,7 @@ impl RuleLedger {
     /// The free of `cluster` is queued: it waits for every reference
     /// change made so far (none if `durable`: nothing on disk named the
     /// cluster) and for the data I/O numbered below `io_seq`.
-    pub(crate) fn free_queued(&mut self, cluster: u64, io_seq: u64, durable: bool) {
+    pub fn free_queued(&mut self, cluster: u64, io_seq: u64, durable: bool) {
         let references = if durable { 0 } else { self.changes };
         self.frees
             .entry(cluster)
@@ -734,7 +738,7 @@ impl RuleLedger {
     /// Rules: frees after the reference is gone (durably), and after the
     /// I/O started before them (one rule of ARCHITECTURE.md, two names). The refcount of `cluster` drops now;
     /// `oldest_io` is the oldest data I/O in flight.
-    pub(crate) fn free_applied(&mut self, cluster: u64, oldest_io: Option<u64>) {
+    pub fn free_applied(&mut self, cluster: u64, oldest_io: Option<u64>) {
         let Some(list) = self.frees.get(&cluster) else {
             return;
         };
@@ -817,13 +821,13 @@ impl RuleLedger {
     }
 
     /// The writes completed so far on the image and data devices.
-    pub(crate) fn completed(&self) -> (u64, u64) {
+    pub fn completed(&self) -> (u64, u64) {
         (self.image.completed, self.epochs(Dev::Data).completed)
     }
 
     /// Rule `rule`: every write completed at `marks` (from
     /// [`RuleLedger::completed`]) is durable.
-    pub(crate) fn check_durable(&self, marks: (u64, u64), rule: &str) {
+    pub fn check_durable(&self, marks: (u64, u64), rule: &str) {
         let (image, data) = (self.image.durable, self.epochs(Dev::Data).durable);
         if image < marks.0 || data < marks.1 {
             panic!(
@@ -831,272 +835,5 @@ impl RuleLedger {
                 marks.0, marks.1
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const CS: u64 = 64 << 10;
-
-    /// Header at 0, refcount table at 1, a block at 2, the L1 table (8
-    /// entries) at 3; L2 tables and data from 4 on.
-    fn ledger_with(data_file: bool) -> RuleLedger {
-        RuleLedger::new(
-            true,
-            Layout {
-                cluster_size: CS,
-                data_file,
-                l1: (3 * CS, 64),
-                reftable: (CS, CS),
-                dirty: false,
-            },
-        )
-    }
-
-    fn ledger() -> RuleLedger {
-        ledger_with(false)
-    }
-
-    /// A completed write of `len` bytes at `off`.
-    fn wrote(l: &mut RuleLedger, dev: Dev, off: u64, len: u64) {
-        let t = l.issue(dev, off, len, Kind::Data);
-        l.complete(t, true);
-    }
-
-    fn meta(l: &mut RuleLedger, off: u64, data: &[u8]) {
-        let t = l.issue_meta(off, data);
-        l.complete(t, true);
-    }
-
-    fn flush(l: &mut RuleLedger) {
-        let m = l.flush_mark(Dev::Image);
-        l.flushed(Dev::Image, m);
-    }
-
-    /// The L1 sector naming L2 table `t` as entry 0.
-    fn l1_naming(t: u64) -> Vec<u8> {
-        let mut s = vec![0u8; 512];
-        s[..8].copy_from_slice(&L1Entry::new(t, true).0.to_be_bytes());
-        s
-    }
-
-    #[test]
-    fn the_writeback_order_passes() {
-        let mut l = ledger();
-        let (data, block, table) = (10 * CS, 2 * CS, 4 * CS);
-        l.reserve((data, data + CS), (data, data + CS));
-        wrote(&mut l, Dev::Data, data, CS);
-        l.refcount_changed(block);
-        l.check_link((data, data + CS), &[]);
-        l.release((data, data + CS));
-        l.l2_created(table);
-        l.l1_changed(0);
-        meta(&mut l, block, &[0; 512]);
-        flush(&mut l);
-        meta(&mut l, table, &[0; 512]);
-        flush(&mut l);
-        meta(&mut l, 3 * CS, &l1_naming(table));
-        flush(&mut l);
-        l.free_queued(20, 0, false);
-        l.l2_changed(table);
-        meta(&mut l, table, &[0; 512]);
-        flush(&mut l);
-        l.free_applied(20, None);
-        l.check_durable(l.completed(), "flush");
-    }
-
-    #[test]
-    #[should_panic(expected = "crash rule broken: no overlapping writes")]
-    fn two_writes_over_one_byte_fail() {
-        let mut l = ledger();
-        let _first = l.issue(Dev::Data, 0, 4096, Kind::Data);
-        let _second = l.issue(Dev::Image, 4095, 2, Kind::Data);
-    }
-
-    #[test]
-    #[should_panic(expected = "crash rule broken: data before link")]
-    fn a_link_with_a_write_in_flight_fails() {
-        let mut l = ledger();
-        l.reserve((0, CS), (0, 4096));
-        let _w = l.issue(Dev::Data, 0, 4096, Kind::Data);
-        l.check_link((0, CS), &[(0, CS)]);
-    }
-
-    #[test]
-    #[should_panic(expected = "before its guest data")]
-    fn a_link_before_the_data_fails_even_over_zeroes() {
-        let mut l = ledger();
-        let g = l.issue(Dev::Image, 0, CS, Kind::Growth);
-        l.complete(g, true);
-        l.reserve((0, CS), (0, 4096));
-        l.check_link((0, CS), &[(0, CS)]);
-    }
-
-    #[test]
-    #[should_panic(expected = "before its COW")]
-    fn a_link_without_its_cow_fails() {
-        let mut l = ledger();
-        l.reserve((0, CS), (0, 4096));
-        wrote(&mut l, Dev::Data, 0, 4096);
-        // Grown zeroes stand for a zero source only.
-        let g = l.issue(Dev::Image, 4096, CS - 4096, Kind::Growth);
-        l.complete(g, true);
-        l.check_link((0, CS), &[(0, CS / 2)]);
-    }
-
-    #[test]
-    fn a_fresh_run_needs_no_zero_cow() {
-        let mut l = ledger();
-        let g = l.issue(Dev::Image, 0, 2 * CS, Kind::Growth);
-        l.complete(g, true);
-        l.reserve((0, CS), (100, 200));
-        wrote(&mut l, Dev::Data, 100, 100);
-        l.check_link((0, CS), &[(0, CS)]);
-    }
-
-    #[test]
-    #[should_panic(expected = "crash rule broken: data before L2")]
-    fn an_l2_write_before_the_data_flush_fails() {
-        let mut l = ledger();
-        wrote(&mut l, Dev::Data, 10 * CS, CS);
-        l.l2_changed(4 * CS);
-        meta(&mut l, 4 * CS, &[0; 512]);
-    }
-
-    #[test]
-    #[should_panic(expected = "crash rule broken: data before L2")]
-    fn a_data_file_flushed_only_on_the_image_fails() {
-        let mut l = ledger_with(true);
-        wrote(&mut l, Dev::Data, 10 * CS, CS);
-        l.l2_changed(4 * CS);
-        flush(&mut l);
-        meta(&mut l, 4 * CS, &[0; 512]);
-    }
-
-    #[test]
-    #[should_panic(expected = "crash rule broken: refcounts before L2")]
-    fn an_l2_write_before_its_refcounts_are_durable_fails() {
-        let mut l = ledger();
-        l.refcount_changed(2 * CS);
-        l.l2_changed(4 * CS);
-        meta(&mut l, 2 * CS, &[0; 512]);
-        meta(&mut l, 4 * CS, &[0; 512]);
-    }
-
-    #[test]
-    fn a_durable_dirty_bit_stands_in_for_refcounts() {
-        let mut l = ledger();
-        l.dirty_durable = true;
-        l.refcount_changed(2 * CS);
-        l.l2_changed(4 * CS);
-        flush(&mut l);
-        meta(&mut l, 4 * CS, &[0; 512]);
-    }
-
-    #[test]
-    #[should_panic(expected = "crash rule broken: L2 before L1")]
-    fn an_l1_entry_naming_an_l2_table_not_durable_fails() {
-        let mut l = ledger();
-        l.l2_created(4 * CS);
-        flush(&mut l);
-        meta(&mut l, 4 * CS, &[0; 512]);
-        meta(&mut l, 3 * CS, &l1_naming(4 * CS));
-    }
-
-    #[test]
-    #[should_panic(expected = "crash rule broken: blocks before the refcount table")]
-    fn a_refcount_table_naming_a_block_not_durable_fails() {
-        let mut l = ledger();
-        l.refblock_added(2 * CS);
-        meta(&mut l, 2 * CS, &[0; 512]);
-        let mut t = vec![0u8; 16];
-        t[8..].copy_from_slice(&(2 * CS).to_be_bytes());
-        meta(&mut l, CS, &t);
-    }
-
-    /// The serialized header of the ledger's layout, its refcount table at
-    /// `reftable` instead, the dirty bit as `dirty` says.
-    fn header(reftable: u64, dirty: bool) -> Vec<u8> {
-        Header {
-            version: 3,
-            backing_file_offset: 0,
-            backing_file_size: 0,
-            cluster_bits: CS.trailing_zeros(),
-            size: 1 << 30,
-            crypt_method: 0,
-            l1_size: 8,
-            l1_table_offset: 3 * CS,
-            refcount_table_offset: reftable,
-            refcount_table_clusters: 1,
-            nb_snapshots: 0,
-            snapshots_offset: 0,
-            incompatible_features: if dirty { incompat::DIRTY } else { 0 },
-            compatible_features: 0,
-            autoclear_features: 0,
-            refcount_order: 4,
-            header_length: 104,
-            compression_type: 0,
-            extensions: Vec::new(),
-            backing_file: None,
-        }
-        .serialize()
-        .expect("a header")
-    }
-
-    #[test]
-    #[should_panic(expected = "crash rule broken: tables before the header")]
-    fn a_header_naming_a_table_not_durable_fails() {
-        let mut l = ledger();
-        meta(&mut l, 0, &header(CS, false));
-        meta(&mut l, 6 * CS, &[0; 512]);
-        flush(&mut l);
-        meta(&mut l, 0, &header(6 * CS, false));
-        // The table moved: changes of the old one are forgotten.
-        assert_eq!(l.reftable, (6 * CS, 7 * CS));
-        meta(&mut l, 8 * CS, &[0; 512]);
-        meta(&mut l, 0, &header(8 * CS, false));
-    }
-
-    #[test]
-    #[should_panic(expected = "crash rule broken: refcounts before L2")]
-    fn the_dirty_bit_stands_in_only_while_durable() {
-        let mut l = ledger();
-        meta(&mut l, 0, &header(CS, true));
-        flush(&mut l);
-        l.refcount_changed(2 * CS);
-        l.l2_changed(4 * CS);
-        meta(&mut l, 4 * CS, &[0; 512]);
-        // A header write clearing it, not yet durable: nothing stands in.
-        meta(&mut l, 0, &header(CS, false));
-        meta(&mut l, 4 * CS, &[0; 512]);
-    }
-
-    #[test]
-    #[should_panic(expected = "crash rule broken: frees after the reference is gone")]
-    fn a_free_before_the_reference_is_durably_gone_fails() {
-        let mut l = ledger();
-        l.l2_changed(4 * CS);
-        l.free_queued(20, 0, false);
-        l.free_applied(20, None);
-    }
-
-    #[test]
-    #[should_panic(expected = "started before the free is in flight")]
-    fn a_free_under_io_in_flight_fails() {
-        let mut l = ledger();
-        l.free_queued(20, 5, true);
-        l.free_applied(20, Some(4));
-    }
-
-    #[test]
-    #[should_panic(expected = "crash rule broken: guest flush")]
-    fn a_flush_that_leaves_a_write_volatile_fails() {
-        let mut l = ledger();
-        let marks = l.completed();
-        wrote(&mut l, Dev::Data, 0, 512);
-        l.check_durable(marks, "guest flush");
-        l.check_durable(l.completed(), "guest flush");
     }
 }

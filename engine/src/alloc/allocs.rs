@@ -47,20 +47,23 @@ use crate::format::L2Entry;
 
 /// One allocation's identity, unique among the image's allocations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct AllocId(u64);
+pub struct AllocId(u64);
 
 /// Where an allocation is in its lifecycle (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AllocState {
+pub enum AllocState {
+    /// Writes may still go into it; anyone may begin committing it.
     Open,
+    /// One task is completing its COW and linking it.
     Committing,
+    /// A guest flush gives it up once it reports its failure.
     Doomed,
 }
 
 /// One allocation of a run of host clusters for guest clusters not linked
 /// into the L2 table yet.
 #[derive(Debug, Clone)]
-pub(crate) struct Alloc {
+pub struct Alloc {
     id: AllocId,
     state: AllocState,
     /// Guest offset of the first cluster (cluster aligned).
@@ -97,7 +100,7 @@ pub(crate) struct Alloc {
 }
 
 /// What a new allocation is made of; see the fields of [`Alloc`].
-pub(crate) struct NewAlloc {
+pub struct NewAlloc {
     pub guest_start: u64,
     pub len: u64,
     pub host: u64,
@@ -114,14 +117,17 @@ impl Alloc {
         self.state == AllocState::Open && delayed_cow
     }
 
+    /// Its identity.
     pub fn id(&self) -> AllocId {
         self.id
     }
 
+    /// Where it is in its lifecycle.
     pub fn state(&self) -> AllocState {
         self.state
     }
 
+    /// Guest offset of the first cluster.
     pub fn guest_start(&self) -> u64 {
         self.guest_start
     }
@@ -131,6 +137,7 @@ impl Alloc {
         self.old.len() as u64
     }
 
+    /// Guest offset just past the last cluster.
     pub fn end(&self) -> u64 {
         self.guest_start + self.len
     }
@@ -155,6 +162,8 @@ impl Alloc {
         &self.written
     }
 
+    /// The COW areas as created (head of the first cluster, tail of the
+    /// last).
     pub fn cow_areas(&self) -> &[(u64, u64)] {
         &self.cow_areas
     }
@@ -174,14 +183,17 @@ impl Alloc {
         (self.host_of(self.cover.0), self.host_of(self.cover.1))
     }
 
+    /// The host cluster is the guest cluster's own, filled in place.
     pub fn in_place(&self) -> bool {
         self.in_place
     }
 
+    /// The new clusters read as zeroes (grown, never used).
     pub fn fresh(&self) -> bool {
         self.fresh
     }
 
+    /// A write into the new clusters failed: they may hold anything.
     pub fn failed_write(&self) -> bool {
         self.failed_write
     }
@@ -204,7 +216,7 @@ impl Alloc {
 
 /// The unlinked allocations, by guest start, and the id of the next.
 #[derive(Default)]
-pub(crate) struct AllocTable {
+pub struct AllocTable {
     by_start: BTreeMap<u64, Alloc>,
     start_of: BTreeMap<AllocId, u64>,
     last_id: u64,
@@ -249,6 +261,7 @@ impl AllocTable {
         self.by_start.len()
     }
 
+    /// Allocation `id`, if it is in the table.
     pub fn get(&self, id: AllocId) -> Option<&Alloc> {
         let start = self.start_of.get(&id)?;
         self.by_start.get(start)
@@ -266,6 +279,7 @@ impl AllocTable {
             .expect("allocation in the table")
     }
 
+    /// The state of allocation `id`; `None` once it is gone.
     pub fn state(&self, id: AllocId) -> Option<AllocState> {
         self.get(id).map(|a| a.state)
     }
@@ -476,131 +490,4 @@ pub(crate) enum CowFailure {
     Drop,
     /// Keep it open for the next flush.
     Keep,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const CS: u64 = 64 << 10;
-
-    /// A two-cluster allocation at guest `start`, host 1 MiB, written at
-    /// [start + 4K, start + 100K).
-    fn new_alloc(start: u64) -> NewAlloc {
-        NewAlloc {
-            guest_start: start,
-            len: 2 * CS,
-            host: 1 << 20,
-            old: vec![L2Entry::UNALLOCATED; 2],
-            cow_areas: vec![(start, start + 4096), (start + 100 * 1024, start + 2 * CS)],
-            cover: (start, start + 2 * CS),
-            in_place: false,
-            fresh: false,
-        }
-    }
-
-    #[test]
-    fn lookups_by_offset_answer_ids_in_guest_order() {
-        let mut t = AllocTable::default();
-        let b = t.open(new_alloc(4 * CS));
-        let a = t.open(new_alloc(0));
-        assert_ne!(a, b);
-        assert_eq!(t.at(CS + 5), Some(a));
-        assert_eq!(t.at(2 * CS), None);
-        assert_eq!(t.at(5 * CS), Some(b));
-        assert_eq!(t.next_start_after(0), Some(4 * CS));
-        assert_eq!(t.first_start(), Some(0));
-        assert_eq!(t.starts(), vec![0, 4 * CS]);
-        assert_eq!(t.starts_overlapping(CS, 5 * CS), vec![0, 4 * CS]);
-        assert_eq!(t.starts_overlapping(2 * CS, 4 * CS), Vec::<u64>::new());
-        assert_eq!(t.alloc(b).host_of(4 * CS + 10), (1 << 20) + 10);
-        assert_eq!(t.count(), 2);
-    }
-
-    #[test]
-    fn writers_cover_an_allocation() {
-        let mut t = AllocTable::default();
-        let id = t.open(new_alloc(0));
-        assert!(!t.writer_done(id, Some((4096, 100 * 1024))));
-        assert!(!t.ready_to_commit(id));
-        assert_eq!(t.join(id, 0, 8192), (1 << 20, 8192));
-        assert_eq!(
-            t.join(id, 100 * 1024, 1 << 20),
-            ((1 << 20) + 100 * 1024, 28 * 1024)
-        );
-        assert!(!t.writer_done(id, Some((0, 4096))));
-        // A failed write fills nothing and taints the run.
-        assert!(!t.writer_done(id, None));
-        assert!(t.alloc(id).failed_write());
-        assert_eq!(t.alloc(id).unwritten(), vec![(100 * 1024, 2 * CS)]);
-    }
-
-    #[test]
-    fn a_commit_links_and_removes() {
-        let mut t = AllocTable::default();
-        let id = t.open(new_alloc(0));
-        t.writer_done(id, Some((4096, 100 * 1024)));
-        t.begin_commit(id);
-        t.cow_done(id);
-        assert!(t.alloc(id).unwritten().is_empty());
-        t.linked_through(id, 1);
-        // Linking failed after one cluster: Open again, partly linked.
-        t.reopen(id);
-        assert_eq!(t.state(id), Some(AllocState::Open));
-        assert_eq!(t.alloc(id).linked(), 1);
-        t.begin_commit(id);
-        t.linked_through(id, 2);
-        t.finish(id);
-        assert_eq!(t.state(id), None);
-        // The guest start is free for a later allocation, with a new id.
-        let later = t.open(new_alloc(0));
-        assert_ne!(later, id);
-        assert_eq!(t.at(0), Some(later));
-    }
-
-    #[test]
-    fn a_doomed_allocation_is_given_up() {
-        let mut t = AllocTable::default();
-        let id = t.open(new_alloc(0));
-        t.writer_done(id, Some((4096, 100 * 1024)));
-        t.begin_commit(id);
-        t.doom(id);
-        assert_eq!(t.state(id), Some(AllocState::Doomed));
-        let a = t.give_up(id);
-        assert_eq!((a.linked(), a.clusters()), (0, 2));
-        assert_eq!(t.count(), 0);
-    }
-
-    #[test]
-    #[cfg(debug_assertions)]
-    #[should_panic(expected = "illegal move Doomed -> Open")]
-    fn a_doomed_allocation_is_never_reopened() {
-        let mut t = AllocTable::default();
-        let id = t.open(new_alloc(0));
-        t.writer_done(id, Some((4096, 100 * 1024)));
-        t.begin_commit(id);
-        t.doom(id);
-        t.reopen(id);
-    }
-
-    #[test]
-    #[cfg(debug_assertions)]
-    #[should_panic(expected = "illegal move Committing -> given up")]
-    fn nobody_gives_up_an_allocation_being_committed() {
-        let mut t = AllocTable::default();
-        let id = t.open(new_alloc(0));
-        t.writer_done(id, Some((4096, 100 * 1024)));
-        t.begin_commit(id);
-        t.give_up(id);
-    }
-
-    #[test]
-    #[cfg(debug_assertions)]
-    #[should_panic(expected = "illegal move Committing -> Committing")]
-    fn one_commit_at_a_time() {
-        let mut t = AllocTable::default();
-        let id = t.open(new_alloc(0));
-        t.begin_commit(id);
-        t.begin_commit(id);
-    }
 }

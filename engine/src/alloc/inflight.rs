@@ -29,7 +29,7 @@ pub(crate) struct InFlight {
 /// allocation its own writer gives up is not logged: that writer fails,
 /// and no other request can have joined it.
 #[derive(Default)]
-pub(crate) struct DropLog {
+pub struct DropLog {
     seq: u64,
     recent: VecDeque<(u64, u64, u64)>,
 }
@@ -38,8 +38,9 @@ impl DropLog {
     /// How many drops are kept. A request that began before the oldest
     /// kept one is told "maybe" (see `overlaps_since`): rare (it takes this
     /// many failures during one request), and the safe answer.
-    const KEEP: usize = 64;
+    pub const KEEP: usize = 64;
 
+    /// The number of the latest drop: what a request takes when it begins.
     pub fn mark(&self) -> u64 {
         self.seq
     }
@@ -95,29 +96,5 @@ impl InFlight {
 
     pub fn oldest_io(&self) -> Option<u64> {
         self.io_active.first().copied()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::DropLog;
-
-    #[test]
-    fn drop_log_answers_for_the_range_and_is_safe_past_its_reach() {
-        let mut log = DropLog::default();
-        let m = log.mark();
-        assert!(!log.overlaps_since(m, 0, 100));
-        log.record(200, 300);
-        assert!(!log.overlaps_since(m, 0, 100), "another range");
-        assert!(log.overlaps_since(m, 250, 260));
-        assert!(!log.overlaps_since(log.mark(), 250, 260), "before the mark");
-        for i in 0..DropLog::KEEP as u64 {
-            log.record(1000 + i, 1001 + i);
-        }
-        // The drop at 200 fell out of the log: the answer for any range is
-        // "maybe".
-        assert!(log.overlaps_since(m, 0, 100));
-        let m2 = log.mark() - 1;
-        assert!(!log.overlaps_since(m2, 0, 100));
     }
 }

@@ -7,8 +7,8 @@
 
 pub(crate) mod alloc_wait;
 pub(crate) mod allocator;
-pub(crate) mod allocs;
+pub mod allocs;
 pub(crate) mod grow;
 pub(crate) mod growth;
-pub(crate) mod inflight;
-pub(crate) mod ranges;
+pub mod inflight;
+pub mod ranges;

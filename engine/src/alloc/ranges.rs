@@ -4,11 +4,12 @@
 
 /// Sorted, disjoint, non-adjacent half-open byte ranges.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct RangeSet {
+pub struct RangeSet {
     ranges: Vec<(u64, u64)>,
 }
 
 impl RangeSet {
+    /// Add [start, end) to the set.
     pub fn insert(&mut self, start: u64, end: u64) {
         if start >= end {
             return;
@@ -94,32 +95,5 @@ impl RangeSet {
     /// The start of the first range beginning after `off`.
     pub fn next_start_after(&self, off: u64) -> Option<u64> {
         self.ranges.iter().map(|&(a, _)| a).find(|&a| a > off)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::RangeSet;
-
-    #[test]
-    fn gaps_and_merging() {
-        let mut r = RangeSet::default();
-        r.insert(10, 20);
-        r.insert(30, 40);
-        assert_eq!(r.gaps(0, 50), vec![(0, 10), (20, 30), (40, 50)]);
-        r.insert(20, 30);
-        assert_eq!(r.gaps(0, 50), vec![(0, 10), (40, 50)]);
-        assert_eq!(r.gaps(10, 40), vec![]);
-        assert_eq!(r.covering_end(15), Some(40));
-        assert_eq!(r.covering_end(40), None);
-        assert_eq!(r.next_start_after(0), Some(10));
-        r.insert(5, 12);
-        assert_eq!(r.gaps(0, 50), vec![(0, 5), (40, 50)]);
-        assert_eq!(r.parts_in(0, 8), vec![(5, 8)]);
-        r.remove(8, 20);
-        r.remove(35, 60);
-        assert_eq!(r.parts_in(0, 50), vec![(5, 8), (20, 35)]);
-        r.remove(0, 100);
-        assert_eq!(r.gaps(0, 50), vec![(0, 50)]);
     }
 }

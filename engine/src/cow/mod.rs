@@ -18,8 +18,8 @@
 //! allocation (what no write covered, `Image::perform_remaining_cow`).
 
 mod exec;
-mod plan;
-mod source;
+pub mod plan;
+pub mod source;
 
 pub(crate) use exec::Place;
 pub(crate) use plan::plan;

@@ -11,18 +11,21 @@ use crate::image::Image;
 
 /// Where the old content of a guest cluster lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CowSource {
+pub enum CowSource {
+    /// Zeroes: a zero cluster, or an unallocated one without a backing
+    /// file.
     Zero,
+    /// The backing file, at the same guest offset (an unallocated cluster
+    /// over a backing file).
     Backing,
     /// The old host cluster (cluster-aligned offset).
     Host(u64),
-    Compressed {
-        host: u64,
-        sectors: u64,
-    },
+    /// A compressed cluster: its host offset and sector count.
+    Compressed { host: u64, sectors: u64 },
 }
 
 impl CowSource {
+    /// Whether the old content is zeroes.
     pub fn is_zero(&self) -> bool {
         matches!(self, CowSource::Zero)
     }
@@ -31,14 +34,17 @@ impl CowSource {
 /// Guest bytes `[start, end)` of an allocation whose old content has one
 /// source; never wider than a cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Piece {
+pub struct Piece {
+    /// First guest byte.
     pub start: u64,
+    /// End (exclusive).
     pub end: u64,
+    /// Where its old content lives.
     pub src: CowSource,
 }
 
 impl Piece {
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.end - self.start
     }
 }

@@ -4,9 +4,9 @@
 //! locks QEMU's file driver takes live here, because only the engine's
 //! real-file users open files.
 
-mod file;
+pub mod file;
 pub mod lock;
-mod pool;
+pub mod pool;
 
 pub use blockdev::{
     BlockDev, CountingDev, DevCounts, DevError, Faulty, Injected, IoOp, MemDev, Recorder, Request,

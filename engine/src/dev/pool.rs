@@ -106,7 +106,7 @@ impl IoPool {
     /// this pool is in flight and no other request is deciding. The permit
     /// counts as a job in flight until dropped, so that a request from
     /// another thread does not take it for idle meanwhile.
-    pub(super) async fn alone(&self) -> Option<Busy> {
+    pub async fn alone(&self) -> Option<Busy> {
         let load = &self.inner.load;
         let deciding = Deciding::enter(load);
         // Pending once, waking itself: the executor runs its other ready
@@ -122,7 +122,7 @@ impl IoPool {
     }
 
     /// Run `job` on a worker; the returned future resolves to its result.
-    pub(super) fn submit<T, F>(&self, job: F) -> Completion<T>
+    pub fn submit<T, F>(&self, job: F) -> Completion<T>
     where
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
@@ -223,12 +223,12 @@ fn settle<T>(slot: &Mutex<SlotState<T>>, new: SlotState<T>) {
 
 /// The awaiting half of a one-shot completion. Dropping it early is fine:
 /// the worker still finishes the syscall and its result is discarded.
-pub(super) struct Completion<T> {
+pub struct Completion<T> {
     slot: Arc<Mutex<SlotState<T>>>,
 }
 
 /// The worker died without answering.
-pub(super) struct Abandoned;
+pub struct Abandoned;
 
 impl<T> Future for Completion<T> {
     type Output = Result<T, Abandoned>;
@@ -249,7 +249,7 @@ impl<T> Future for Completion<T> {
 
 /// A request running alone, or a job on a worker: counted in
 /// [`Load::busy`] while it lives.
-pub(super) struct Busy {
+pub struct Busy {
     load: Arc<Load>,
 }
 
@@ -282,74 +282,5 @@ impl<'a> Deciding<'a> {
 impl Drop for Deciding<'_> {
     fn drop(&mut self) {
         self.0.deciding.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use futures::executor::block_on;
-    use futures::future::join_all;
-
-    #[test]
-    fn a_panicking_job_is_reported_not_hung_and_the_pool_survives() {
-        let pool = IoPool::new(1).unwrap();
-        let panicked = block_on(pool.submit(|| -> u32 {
-            panic!("deliberate panic in an I/O job");
-        }));
-        assert!(matches!(panicked, Err(Abandoned)));
-        // The single worker is still there to run the next job, and the
-        // panicked one no longer counts as in flight.
-        let ok = block_on(pool.submit(|| 42u32));
-        assert!(matches!(ok, Ok(42)));
-        assert!(block_on(pool.alone()).is_some());
-    }
-
-    #[test]
-    fn a_request_alone_runs_alone_and_one_among_others_does_not() {
-        let pool = IoPool::new(2).unwrap();
-        assert!(block_on(pool.alone()).is_some());
-        // Four requests issued together, each handing its job to a worker
-        // when it may not run alone (as `FileDev` does); the jobs wait for
-        // a release, so none is finished while another decides.
-        let mut releases = Vec::new();
-        let mut requests = Vec::new();
-        for _ in 0..4 {
-            let (release, wait) = mpsc::channel::<()>();
-            releases.push(release);
-            let pool = &pool;
-            requests.push(async move {
-                match pool.alone().await {
-                    Some(_alone) => None,
-                    None => Some(pool.submit(move || wait.recv().is_ok())),
-                }
-            });
-        }
-        let handed = block_on(join_all(requests));
-        assert!(
-            handed.iter().all(Option::is_some),
-            "a request ran alone among four"
-        );
-        for r in releases {
-            r.send(()).unwrap();
-        }
-        for job in handed.into_iter().flatten() {
-            assert!(matches!(block_on(job), Ok(true)));
-        }
-        assert_eq!(pool.alone_runs(), 1);
-    }
-
-    #[test]
-    fn a_job_in_flight_or_a_request_running_alone_keeps_others_off() {
-        let pool = IoPool::new(1).unwrap();
-        let (release, wait) = mpsc::channel::<()>();
-        let job = pool.submit(move || wait.recv().is_ok());
-        assert!(block_on(pool.alone()).is_none(), "a worker is busy");
-        release.send(()).unwrap();
-        assert!(matches!(block_on(job), Ok(true)));
-        let permit = block_on(pool.alone()).expect("idle again");
-        assert!(block_on(pool.alone()).is_none(), "one runs alone already");
-        drop(permit);
-        assert!(block_on(pool.alone()).is_some());
     }
 }

@@ -3,7 +3,7 @@
 //! (`geometry`), compressed clusters both ways (`compress`). Pure encoding
 //! and decoding; no I/O.
 
-pub(crate) mod compress;
+pub mod compress;
 pub mod entry;
 pub(crate) mod geometry;
 pub mod header;

@@ -10,6 +10,6 @@ pub(crate) mod create;
 pub(crate) mod create_options;
 pub(crate) mod data_file;
 pub(crate) mod open;
-pub(crate) mod prealloc;
+pub mod prealloc;
 pub(crate) mod resize;
 pub(crate) mod snapshot;

@@ -35,11 +35,11 @@ pub use crate::ops::create_options::Preallocation;
 
 /// Clusters in use (refcount 1), as disjoint runs `start -> end`.
 #[derive(Default)]
-struct Used(BTreeMap<u64, u64>);
+pub struct Used(BTreeMap<u64, u64>);
 
 impl Used {
     /// The first cluster in use in `[s, e)`.
-    fn first_in(&self, s: u64, e: u64) -> Option<u64> {
+    pub fn first_in(&self, s: u64, e: u64) -> Option<u64> {
         if let Some((_, &end)) = self.0.range(..=s).next_back() {
             if end > s {
                 return Some(s);
@@ -48,7 +48,8 @@ impl Used {
         self.0.range(s..e).next().map(|(&a, _)| a)
     }
 
-    fn insert(&mut self, s: u64, e: u64) {
+    /// Count clusters `[s, e)` in use.
+    pub fn insert(&mut self, s: u64, e: u64) {
         if s >= e {
             return;
         }
@@ -67,7 +68,8 @@ impl Used {
         self.0.insert(s, e);
     }
 
-    fn remove(&mut self, s: u64, e: u64) {
+    /// Count clusters `[s, e)` free.
+    pub fn remove(&mut self, s: u64, e: u64) {
         if s >= e {
             return;
         }
@@ -89,7 +91,7 @@ impl Used {
     }
 
     /// The runs overlapping `[s, e)`, clipped to it.
-    fn runs_in(&self, s: u64, e: u64) -> Vec<(u64, u64)> {
+    pub fn runs_in(&self, s: u64, e: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         if let Some((_, &b)) = self.0.range(..s).next_back() {
             if b > s {
@@ -100,7 +102,8 @@ impl Used {
         out
     }
 
-    fn last(&self) -> Option<u64> {
+    /// The last cluster in use.
+    pub fn last(&self) -> Option<u64> {
         self.0.iter().next_back().map(|(_, &b)| b - 1)
     }
 }
@@ -110,15 +113,18 @@ impl Used {
 struct Again;
 
 /// The refcount model QEMU's allocator runs on, in clusters.
-struct Model {
+pub struct Model {
     cs: u64,
     /// Refcount entries per refcount block.
-    rce: u64,
-    used: Used,
+    pub rce: u64,
+    /// The clusters in use.
+    pub used: Used,
     /// Host offsets of the refcount blocks (0: none), the table's length.
-    reftable: Vec<u64>,
-    reftable_cluster: u64,
-    reftable_clusters: u64,
+    pub reftable: Vec<u64>,
+    /// The refcount table's first cluster.
+    pub reftable_cluster: u64,
+    /// The refcount table's length in clusters.
+    pub reftable_clusters: u64,
     /// Where the next search for free clusters starts (QEMU's
     /// `free_cluster_index`: only a free moves it back).
     free_index: u64,
@@ -148,7 +154,8 @@ impl Model {
         }
     }
 
-    fn has_block(&self, rti: u64) -> bool {
+    /// Whether refcount table entry `rti` names a block.
+    pub fn has_block(&self, rti: u64) -> bool {
         self.reftable.get(rti as usize).is_some_and(|&b| b != 0)
     }
 
@@ -311,25 +318,30 @@ impl Model {
 /// Guest clusters `[guest, guest + n)` mapped to host clusters from
 /// `host`.
 #[derive(Debug, Clone, Copy)]
-struct Run {
+pub struct Run {
     guest: u64,
-    host: u64,
-    n: u64,
+    /// The first host cluster.
+    pub host: u64,
+    /// How many clusters.
+    pub n: u64,
 }
 
 /// A preallocated image's layout, found by replaying QEMU's allocator.
-pub(crate) struct Plan {
+pub struct Plan {
     cs: u64,
-    model: Model,
-    l1_cluster: u64,
+    /// The refcounts as the replay left them.
+    pub model: Model,
+    /// The L1 table's first cluster.
+    pub l1_cluster: u64,
     l1_entries: u64,
     /// The L2 table of each L1 entry (host cluster).
-    l2: Vec<Option<u64>>,
-    runs: Vec<Run>,
+    pub l2: Vec<Option<u64>>,
+    /// The guest clusters' host clusters, in runs.
+    pub runs: Vec<Run>,
     /// The data clusters QEMU fallocates or zeroes (`falloc`, `full`).
-    data_area: Option<(u64, u64)>,
+    pub data_area: Option<(u64, u64)>,
     /// The length QEMU extends the file to for the data, in bytes.
-    data_end: u64,
+    pub data_end: u64,
     /// The host bytes past the end of the disk in its last cluster, which
     /// `metadata` writes with zeroes (QEMU's copy-on-write of the part of
     /// the cluster its request did not cover).
@@ -343,7 +355,7 @@ const MAX_REQUEST: u64 = 0x7fff_fe00;
 impl Plan {
     /// The layout QEMU gives an image created with `o` (its preallocation
     /// not `Off`, no data file) whose L1 table has `l1_entries` entries.
-    pub(crate) fn new(o: &CreateOptions, l1_entries: u64) -> Result<Plan> {
+    pub fn new(o: &CreateOptions, l1_entries: u64) -> Result<Plan> {
         let cs = o.cluster_size;
         let mut model = Model::minimal(cs, o.refcount_bits);
         let l1_cluster = if l1_entries > 0 {
@@ -486,7 +498,8 @@ impl Plan {
         self.l1_cluster * self.cs
     }
 
-    pub(crate) fn reftable_offset(&self) -> u64 {
+    /// The refcount table's host offset.
+    pub fn reftable_offset(&self) -> u64 {
         self.model.reftable_cluster * self.cs
     }
 
@@ -631,104 +644,4 @@ pub async fn fill_zeroes<D: BlockDev>(
         at += n;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn opts(size: u64, cs: u64, mode: crate::Preallocation) -> CreateOptions {
-        CreateOptions {
-            size,
-            cluster_size: cs,
-            preallocation: mode,
-            ..CreateOptions::default()
-        }
-    }
-
-    fn l1_entries(o: &CreateOptions) -> u64 {
-        o.size.div_ceil(o.cluster_size * (o.cluster_size / 8))
-    }
-
-    #[test]
-    fn used_runs_merge_split_and_search() {
-        let mut u = Used::default();
-        u.insert(0, 3);
-        u.insert(5, 8);
-        u.insert(3, 5);
-        assert_eq!(u.runs_in(0, 100), vec![(0, 8)]);
-        u.remove(2, 4);
-        assert_eq!(u.runs_in(0, 100), vec![(0, 2), (4, 8)]);
-        assert_eq!(u.first_in(2, 10), Some(4));
-        assert_eq!(u.first_in(5, 10), Some(5));
-        assert_eq!(u.first_in(8, 10), None);
-        assert_eq!(u.last(), Some(7));
-    }
-
-    #[test]
-    fn metadata_puts_each_l2_table_before_its_data() {
-        // 64 KiB clusters, 1 GiB: L1 at 3, L2 at 4, data from 5, the
-        // second L2 table right after the first one's 8192 data clusters.
-        let o = opts(1 << 30, 65536, crate::Preallocation::Metadata);
-        let p = Plan::new(&o, l1_entries(&o)).unwrap();
-        assert_eq!(p.l1_cluster, 3);
-        assert_eq!(p.l2, vec![Some(4), Some(5 + 8192)]);
-        assert_eq!(p.runs[0].host, 5);
-        assert_eq!(p.runs[1].host, 5 + 8192 + 1);
-        assert_eq!(p.data_end, (6 + 2 * 8192) * 65536);
-        assert_eq!(p.reftable_offset(), 65536);
-    }
-
-    #[test]
-    fn a_refcount_block_goes_after_the_run_that_needs_it() {
-        // 16-bit refcounts: one block counts 32768 clusters (2 GiB); the
-        // run crossing cluster 32768 gets its block right after it.
-        let o = opts(3 << 30, 65536, crate::Preallocation::Metadata);
-        let p = Plan::new(&o, l1_entries(&o)).unwrap();
-        let crossing = p
-            .runs
-            .iter()
-            .find(|r| r.host < 32768 && r.host + r.n > 32768)
-            .expect("a run crosses the first block's range");
-        assert_eq!(p.model.reftable[1], (crossing.host + crossing.n) * 65536);
-    }
-
-    #[test]
-    fn falloc_moves_the_refcount_table_and_reuses_its_cluster() {
-        let o = opts(3 << 20, 65536, crate::Preallocation::Falloc);
-        let p = Plan::new(&o, l1_entries(&o)).unwrap();
-        assert_eq!(p.reftable_offset(), 4 * 65536);
-        assert_eq!(p.data_area, Some((5, 48)));
-        assert_eq!(p.l2, vec![Some(1)]);
-        assert_eq!(p.data_end, 53 * 65536);
-    }
-
-    #[test]
-    fn tiny_refcount_blocks_grow_the_table_and_count_everything() {
-        // 512-byte clusters with 64-bit refcounts: 64 clusters a block.
-        let o = CreateOptions {
-            refcount_bits: 64,
-            ..opts(8 << 20, 512, crate::Preallocation::Metadata)
-        };
-        let p = Plan::new(&o, o.size.div_ceil(512 * 64)).unwrap();
-        let m = &p.model;
-        // Every cluster in use has a block, every block is in use, and
-        // nothing overlaps: the data, the tables and the blocks.
-        let last = m.used.last().unwrap();
-        for (a, b) in m.used.runs_in(0, last + 1) {
-            for c in a..b {
-                assert!(m.has_block(c / m.rce), "cluster {c} has no block");
-            }
-        }
-        let mut seen = std::collections::HashSet::new();
-        let blocks = m.reftable.iter().filter(|&&b| b != 0).map(|b| b / 512);
-        let l2 = p.l2.iter().flatten().copied();
-        let data = p.runs.iter().flat_map(|r| r.host..r.host + r.n);
-        let table = m.reftable_cluster..m.reftable_cluster + m.reftable_clusters;
-        for c in blocks.chain(l2).chain(data).chain(table) {
-            assert!(m.used.first_in(c, c + 1).is_some(), "{c} not counted");
-            assert!(seen.insert(c), "cluster {c} used twice");
-        }
-        assert!(m.reftable_clusters > 1, "the table grew");
-    }
 }

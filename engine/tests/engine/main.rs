@@ -1,6 +1,7 @@
-//! The engine's integration tests, one module per subject, in one test
-//! binary (one link, not one per file). Images go to QEMU's tools through
-//! `testkit`; devices with exact faults or records come from `blockdev`.
+//! The engine's integration tests, one module per subject, and the
+//! library's unit tests (`unit`), in one test binary (one link, not one per
+//! file). Images go to QEMU's tools through `testkit`; devices with exact
+//! faults or records come from `blockdev`.
 
 mod support;
 
@@ -22,5 +23,6 @@ mod raw_subcluster_zero;
 mod roundtrip;
 mod snapshot;
 mod snapshot_crash;
+mod unit;
 mod xl2_data_file;
 mod zstd_clusters;

@@ -1,0 +1,5 @@
+//! The unit tests of `engine::alloc`'s modules.
+
+mod allocs;
+mod inflight;
+mod ranges;

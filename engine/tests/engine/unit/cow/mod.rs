@@ -1,0 +1,3 @@
+//! The unit tests of `engine::cow`'s modules.
+
+mod plan;

@@ -1,0 +1,5 @@
+//! The unit tests of `engine::dev`'s modules.
+
+mod file;
+mod lock;
+mod pool;

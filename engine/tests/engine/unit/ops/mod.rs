@@ -1,0 +1,3 @@
+//! The unit tests of `engine::ops`'s modules.
+
+mod prealloc;
