@@ -177,6 +177,8 @@ pub enum AmendError {
     },
     #[error("Lazy refcounts only supported with compatibility level 1.1 and above (use compat=1.1 or greater)")]
     LazyNeedsV3,
+    #[error("Refcount widths other than 16 bits require compatibility level 1.1 or above (use compat=1.1 or greater)")]
+    RefcountBitsNeedV3,
 }
 
 impl From<AmendError> for Error {

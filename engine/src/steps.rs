@@ -190,7 +190,12 @@ impl MetaOp {
             MetaOp::ReftableGrowth => &[Start, Table, Header],
             MetaOp::L1Growth => &[Start, Table, Header, OldFreed],
             MetaOp::Shrink => &[Start, L2, L1, Header],
-            MetaOp::AmendVersion => &[Start, Table, Header, OldFreed, Refcounts, ZeroClusters],
+            // A downgrade goes Start, Refcounts, ZeroClusters, Header; an
+            // upgrade Start, then Table, Header, OldFreed if it rewrites
+            // the snapshot table, then Header again. In this order a step
+            // drawn for either is reached where its name says (a step
+            // crash waits for the first step at or past the drawn one).
+            MetaOp::AmendVersion => &[Start, Table, Refcounts, ZeroClusters, Header, OldFreed],
             MetaOp::AmendLazyRefcounts => &[Start, Header],
             MetaOp::AmendRefcountBits => &[Start, Table, Header],
             MetaOp::DirtyRebuild => &[Start, Refcounts, Flags, Header],

@@ -325,8 +325,56 @@ pub enum Op {
     SnapshotDelete {
         pick: u32,
     },
+    /// Amend the image's format options in place (`qemu-img amend`): the
+    /// version, lazy refcounts or the refcount width. Runs alone, as a
+    /// snapshot operation does; the guest disk reads the same before and
+    /// after. A change the image cannot take (a downgrade with refcounts
+    /// that are not 16 bits wide, lazy refcounts on version 2, a width
+    /// too narrow for a refcount) is refused before anything changes, as
+    /// QEMU refuses it, and counted, not failed.
+    Amend {
+        change: Amend,
+    },
     Flush,
     Crash,
+}
+
+/// One change of an image's format options ([`Op::Amend`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Amend {
+    /// To version 2 (`compat=0.10`) or 3 (`compat=1.1`).
+    Version(u32),
+    /// Lazy refcounts on or off.
+    LazyRefcounts(bool),
+    /// Refcounts this many bits wide (a power of two, 1 to 64).
+    RefcountBits(u32),
+}
+
+impl std::fmt::Display for Amend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Amend::Version(v) => write!(f, "version {v}"),
+            Amend::LazyRefcounts(on) => {
+                write!(f, "lazy refcounts {}", if on { "on" } else { "off" })
+            }
+            Amend::RefcountBits(b) => write!(f, "{b}-bit refcounts"),
+        }
+    }
+}
+
+impl Amend {
+    /// What is wrong with it, if anything.
+    pub fn problem(&self) -> Option<String> {
+        match *self {
+            Amend::Version(2 | 3) | Amend::LazyRefcounts(_) => None,
+            Amend::RefcountBits(b) if b.is_power_of_two() && b <= 64 => None,
+            Amend::Version(v) => Some(format!("amend to version {v}: only 2 and 3 exist")),
+            Amend::RefcountBits(b) => Some(format!(
+                "amend to {b}-bit refcounts: a power of two from 1 to 64"
+            )),
+        }
+    }
 }
 
 impl std::fmt::Display for Op {
@@ -368,6 +416,7 @@ impl std::fmt::Display for Op {
             Op::SnapshotCreate => return write!(f, "snapshot create"),
             Op::SnapshotApply { pick } => return write!(f, "snapshot apply (pick {pick})"),
             Op::SnapshotDelete { pick } => return write!(f, "snapshot delete (pick {pick})"),
+            Op::Amend { change } => return write!(f, "amend to {change}"),
             Op::Flush => return write!(f, "flush"),
             Op::Crash => return write!(f, "crash"),
         }
@@ -400,17 +449,24 @@ impl Op {
             | Op::Crash
             | Op::SnapshotCreate
             | Op::SnapshotApply { .. }
-            | Op::SnapshotDelete { .. } => None,
+            | Op::SnapshotDelete { .. }
+            | Op::Amend { .. } => None,
         }
     }
 
-    /// Whether it is a snapshot operation, which runs with nothing else in
-    /// flight: its group holds it and at most a crash.
+    /// Whether it is a snapshot operation.
     pub fn is_snapshot(&self) -> bool {
         matches!(
             self,
             Op::SnapshotCreate | Op::SnapshotApply { .. } | Op::SnapshotDelete { .. }
         )
+    }
+
+    /// Whether it runs with nothing else in flight (a snapshot operation
+    /// or an amend, which QEMU runs on a drained disk): its group holds it
+    /// and at most a crash.
+    pub fn runs_alone(&self) -> bool {
+        self.is_snapshot() || matches!(self, Op::Amend { .. })
     }
 
     /// The same operation over `sectors` sectors from `sector`, every
@@ -733,6 +789,10 @@ impl Case {
                     // and the tables and refcount blocks it rewrites, far
                     // fewer than the clusters they hold.
                     work += sweep(swept) + EPOCH_OVERHEAD;
+                } else if op.runs_alone() {
+                    // An amend: a downgrade writes each zero cluster it
+                    // converts, a new width rewrites every refcount block.
+                    work += 2 * disk_clusters + EPOCH_OVERHEAD;
                 }
                 if let Some((sector, sectors)) = op.range() {
                     let spanned = (sector + sectors).div_ceil(cs) - sector / cs;
@@ -761,12 +821,12 @@ impl Case {
         self.epoch_work().iter().sum()
     }
 
-    /// The case without its snapshot operations and compressed writes
-    /// (groups left empty dropped): for runners of their own that drive
+    /// The case without its snapshot operations, amends and compressed
+    /// writes (groups left empty dropped): for runners of their own that drive
     /// only the guest's requests (the engine's smoke tests).
     pub fn without_snapshots_and_compression(mut self) -> Case {
         for g in &mut self.workload {
-            g.retain(|op| !op.is_snapshot() && !matches!(op, Op::WriteCompressed { .. }));
+            g.retain(|op| !op.runs_alone() && !matches!(op, Op::WriteCompressed { .. }));
         }
         self.workload.retain(|g| !g.is_empty());
         self
@@ -993,12 +1053,19 @@ impl Case {
                 ))
             } else if ops.iter().filter(|op| matches!(op, Op::Crash)).count() > 1 {
                 Some("more than one crash".to_string())
-            } else if ops.iter().any(Op::is_snapshot)
+            } else if ops.iter().any(Op::runs_alone)
                 && ops.iter().filter(|op| !matches!(op, Op::Crash)).count() > 1
             {
                 Some(
-                    "a snapshot operation shares its group (it runs alone, or with a crash)".into(),
+                    "a snapshot operation or amend shares its group (it runs alone, or with a \
+                     crash)"
+                        .into(),
                 )
+            } else if let Some(p) = ops.iter().find_map(|op| match op {
+                Op::Amend { change } => change.problem(),
+                _ => None,
+            }) {
+                Some(p)
             } else if self.image.data_file.is_some()
                 && ops
                     .iter()

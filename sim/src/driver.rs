@@ -26,6 +26,7 @@ use std::pin::Pin;
 
 use engine::{Backing, Counters, CreateOptions, EngineOptions, Error, Guard, Image};
 
+use crate::case::Amend;
 use crate::disk::SimDisk;
 
 /// A driver's request in flight.
@@ -94,6 +95,13 @@ pub trait Driver {
         let _ = name;
         unsupported("internal snapshots")
     }
+    /// Amend the image's format options as `change` says (nothing else
+    /// in flight), as `qemu-img amend` does; a change the image cannot
+    /// take is refused with [`Error::Amend`] before anything changes.
+    fn amend(&mut self, change: Amend) -> DriverFuture<'_, ()> {
+        let _ = change;
+        unsupported("amend")
+    }
     /// The names of the image's internal snapshots, in table order.
     fn snapshot_names(&self) -> DriverFuture<'_, Vec<String>> {
         Box::pin(async { Ok(Vec::new()) })
@@ -130,6 +138,19 @@ pub trait Driver {
         let _ = guest;
         Box::pin(async { Ok(None) })
     }
+}
+
+/// [`Driver::amend`] on qcsim's engine: the `Image` call for each change
+/// (for adapters that wrap an engine image, too).
+pub fn amend_engine(img: &mut Image<SimDisk>, change: Amend) -> DriverFuture<'_, ()> {
+    Box::pin(async move {
+        match change {
+            Amend::Version(3) => img.upgrade_to_v3().await,
+            Amend::Version(_) => img.downgrade_to_v2(&mut |_, _| {}).await,
+            Amend::LazyRefcounts(on) => img.set_lazy_refcounts(on).await,
+            Amend::RefcountBits(bits) => img.set_refcount_bits(bits).await,
+        }
+    })
 }
 
 /// A driver's refusal of what it does not do.
@@ -238,6 +259,9 @@ impl Driver for Image<SimDisk> {
     }
     fn snapshot_delete<'a>(&'a mut self, name: &'a str) -> DriverFuture<'a, ()> {
         Box::pin(Image::snapshot_delete(self, name))
+    }
+    fn amend(&mut self, change: Amend) -> DriverFuture<'_, ()> {
+        amend_engine(self, change)
     }
     fn snapshot_names(&self) -> DriverFuture<'_, Vec<String>> {
         Box::pin(async move {

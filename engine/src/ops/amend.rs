@@ -19,12 +19,32 @@
 use crate::cluster::l1l2::decode_slot;
 use crate::dev::{BlockDev, WriteFlags};
 use crate::error::Result;
-use crate::format::header::{compat, ext, incompat, V3_HEADER_LEN};
+use crate::format::header::{compat, ext, incompat, V2_HEADER_LEN, V3_HEADER_LEN};
 use crate::format::{Header, L1Entry, L2Entry, L2Mapping};
 use crate::image::Image;
 use crate::steps::{MetaOp, Step};
 
 use crate::error::AmendError;
+
+/// The unit a crash never tears: one 512-byte sector.
+const SECTOR: usize = 512;
+
+/// The bytes of the first cluster `h` uses: the header, its extensions
+/// and their end marker, the backing file's name.
+fn used_len(h: &Header) -> usize {
+    let fixed = if h.version >= 3 {
+        h.header_length as usize
+    } else {
+        V2_HEADER_LEN
+    };
+    let extensions: usize = h
+        .extensions
+        .iter()
+        .map(|e| 8 + e.data.len().next_multiple_of(8))
+        .sum();
+    let name_end = h.backing_file_offset + u64::from(h.backing_file_size);
+    (fixed + extensions + 8).max(name_end as usize)
+}
 
 impl<D: BlockDev> Image<D> {
     /// [`Image::upgrade_to_v3`]: the implementation.
@@ -60,6 +80,12 @@ impl<D: BlockDev> Image<D> {
                 .position(|e| e.kind != ext::BACKING_FORMAT)
                 .unwrap_or(h.extensions.len());
             h.extensions.insert(at, Header::feature_table());
+            // Optional, as at create: small clusters may have no room
+            // for it beside a backing file's name, and QEMU leaves it
+            // out then.
+            if h.serialize().is_err() {
+                h.extensions.retain(|e| e.kind != ext::FEATURE_TABLE);
+            }
         }
         self.switch_header(h).await
     }
@@ -155,6 +181,10 @@ impl<D: BlockDev> Image<D> {
         self.check_writable()?;
         if self.geo.refcount_bits == bits {
             return Ok(());
+        }
+        // A version 2 header has no field for the width: it is 16.
+        if self.header().version < 3 {
+            return Err(AmendError::RefcountBitsNeedV3.into());
         }
         let _op = self.steps.enter(MetaOp::AmendRefcountBits);
         self.flush_internal(true).await?;
@@ -259,11 +289,28 @@ impl<D: BlockDev> Image<D> {
     /// Write `h` as the header (checked to fit and parsed back) after
     /// everything pending, and make it durable.
     async fn switch_header(&self, h: Header) -> Result<()> {
-        let h = Header::parse(&h.serialize()?)?;
+        let new = h.serialize()?;
+        let h = Header::parse(&new)?;
         self.flush_internal(false).await?;
         let mg = self.meta.lock().await;
-        mg.borrow_mut().header = h;
+        let old = mg.borrow().header.clone();
+        mg.borrow_mut().header = h.clone();
         self.steps.step(Step::Header);
+        // A write of more than one sector may be torn by a crash: an
+        // upgrade's header (the feature table makes it longer than a
+        // sector) written whole could land its first sector without the
+        // rest, and the new header would name a backing file whose name
+        // is not there. When the old header lives in the first sector
+        // alone, the new one's rest goes first, made durable, so that
+        // the write of the first sector (one sector: whole or not at
+        // all) switches. An old header longer than a sector whose rest
+        // changes keeps the one write, as QEMU's does.
+        let new_len = used_len(&h);
+        if new_len > SECTOR && used_len(&old) <= SECTOR {
+            let tail = new[SECTOR..new_len].to_vec();
+            self.write_meta(SECTOR as u64, &tail).await?;
+            self.device_flush(&mg).await?;
+        }
         self.write_header(&mg).await?;
         self.device_flush(&mg).await
     }

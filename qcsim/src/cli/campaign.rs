@@ -378,6 +378,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             t.counts.compressed_refused
         );
     }
+    if t.counts.amends > 0 {
+        println!(
+            "amends (version, lazy refcounts, refcount width): {} ({} refused as QEMU refuses them)",
+            t.counts.amends, t.counts.amends_refused
+        );
+    }
     println!(
         "FUA requests: {} in {} of {} cases; the simulated disks saw {} FUA writes",
         t.counts.guest_fua_requests, t.fua_cases, summary.cases, t.counts.disk_fua_writes

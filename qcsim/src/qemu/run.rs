@@ -157,6 +157,10 @@ pub fn unsupported(case: &Case, engine: Engine) -> Option<String> {
         // or qemu-img, with the image closed to qemu-nbd.
         return Some("snapshot operations (NBD has no request for them)".into());
     }
+    if case.workload.iter().flatten().any(Op::runs_alone) {
+        // The same for `qemu-img amend`.
+        return Some("amends (NBD has no request for them)".into());
+    }
     if engine != Engine::Imago {
         return None;
     }
@@ -956,8 +960,11 @@ fn run_op(
                 }
             }
         }
-        Op::SnapshotCreate | Op::SnapshotApply { .. } | Op::SnapshotDelete { .. } => {
-            unreachable!("cases with snapshot operations are unsupported here")
+        Op::SnapshotCreate
+        | Op::SnapshotApply { .. }
+        | Op::SnapshotDelete { .. }
+        | Op::Amend { .. } => {
+            unreachable!("cases with snapshot operations or amends are unsupported here")
         }
         Op::Crash => unreachable!("crash points split epochs"),
     }

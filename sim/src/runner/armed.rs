@@ -91,10 +91,7 @@ impl Run<'_> {
     /// Run a spawned snapshot operation (`probe` its image's) to its end,
     /// or, with a step crash armed, until the flush after its drawn step.
     /// Returns whether the power went.
-    pub(super) fn run_snapshot_armed(
-        &mut self,
-        probe: Option<StepProbe>,
-    ) -> Result<bool, ExecError> {
+    pub(super) fn run_alone_armed(&mut self, probe: Option<StepProbe>) -> Result<bool, ExecError> {
         // Taken only with a probe to read: a driver without one keeps the
         // watch for later operations.
         let (Some(probe), true) = (probe, self.step_watch.is_some()) else {

@@ -19,7 +19,7 @@ use std::rc::Rc;
 
 use serde::Serialize;
 
-use super::{Failure, Run, RunOptions, SnapshotUntil};
+use super::{AloneUntil, Failure, Run, RunOptions};
 use crate::case::{Case, Op};
 use crate::disk::{CrashError, CrashImage, CrashStates};
 
@@ -228,9 +228,9 @@ impl<'a> Run<'a> {
         };
         let groups = self.case.numbered_groups();
         for (g, ops) in groups.iter().enumerate().take(crash_group) {
-            if let Some(&(n, op)) = ops.iter().find(|(_, op)| op.is_snapshot()) {
+            if let Some(&(n, op)) = ops.iter().find(|(_, op)| op.runs_alone()) {
                 // It owns the image meanwhile and gives it back at its end.
-                match self.run_snapshot_group(img, g, n, op, SnapshotUntil::End) {
+                match self.run_alone_group(img, g, n, op, AloneUntil::End) {
                     Some((Some(back), _)) => img = Rc::new(back),
                     _ => return Ok(false),
                 }
@@ -239,17 +239,17 @@ impl<'a> Run<'a> {
             }
         }
         let ops = &groups[crash_group];
-        let reached = match ops.iter().find(|(_, op)| op.is_snapshot()) {
+        let reached = match ops.iter().find(|(_, op)| op.runs_alone()) {
             Some(&(n, op)) => {
                 let until = match at {
-                    CrashAt::Drawn => SnapshotUntil::PowerFails,
-                    CrashAt::DeviceFlush(k) => SnapshotUntil::DeviceFlush(k),
+                    CrashAt::Drawn => AloneUntil::PowerFails,
+                    CrashAt::DeviceFlush(k) => AloneUntil::DeviceFlush(k),
                 };
                 let before = self.disk.flushes();
                 // The image, if the operation ended before the power went,
                 // goes with the crash.
                 if self
-                    .run_snapshot_group(img, crash_group, n, op, until)
+                    .run_alone_group(img, crash_group, n, op, until)
                     .is_none()
                 {
                     return Ok(false);

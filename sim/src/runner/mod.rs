@@ -261,6 +261,10 @@ impl<'a> Run<'a> {
         for (g, ops) in groups.iter().enumerate() {
             progress(g, groups.len());
             let live = img.take().expect("an open image between groups");
+            if let Some(w) = &mut self.step_watch {
+                // An amend may have changed the image's version.
+                w.set_v2(self.shared.v2.get());
+            }
             let crash = ops.iter().any(|(_, op)| matches!(op, Op::Crash));
             let flushes_before = self.disk.flushes();
             // Taken before a snapshot operation takes the image away.
@@ -268,24 +272,24 @@ impl<'a> Run<'a> {
             // The image after the group (None if a crash cut a snapshot
             // operation short and it went with it), and whether the power
             // goes now.
-            let (live, crashed) =
-                if let Some(&(n, op)) = ops.iter().find(|(_, op)| op.is_snapshot()) {
-                    let until = if crash {
-                        SnapshotUntil::PowerFails
-                    } else {
-                        SnapshotUntil::Armed
-                    };
-                    let Some((back, went)) = self.run_snapshot_group(live, g, n, op, until) else {
-                        return;
-                    };
-                    (back.map(Rc::new), crash || went)
+            let (live, crashed) = if let Some(&(n, op)) = ops.iter().find(|(_, op)| op.runs_alone())
+            {
+                let until = if crash {
+                    AloneUntil::PowerFails
                 } else {
-                    let end = self.run_group_armed(&live, g, ops, crash, !crash);
-                    if end == GroupEnd::Hung {
-                        return;
-                    }
-                    (Some(live), crash || end == GroupEnd::ArmedCrash)
+                    AloneUntil::Armed
                 };
+                let Some((back, went)) = self.run_alone_group(live, g, n, op, until) else {
+                    return;
+                };
+                (back.map(Rc::new), crash || went)
+            } else {
+                let end = self.run_group_armed(&live, g, ops, crash, !crash);
+                if end == GroupEnd::Hung {
+                    return;
+                }
+                (Some(live), crash || end == GroupEnd::ArmedCrash)
+            };
             self.group_flushes
                 .push(self.disk.flushes() - flushes_before);
             if !crashed {
@@ -295,7 +299,7 @@ impl<'a> Run<'a> {
             // Read before the abort drops the operation and its scope.
             self.crashed_in = probe.and_then(|p| p.get());
             if let Some((op, step)) = self.crashed_in {
-                let v2 = self.case.image.create.compat == engine::Compat::V2;
+                let v2 = self.shared.v2.get();
                 self.shared
                     .stats
                     .borrow_mut()

@@ -162,8 +162,11 @@ impl Run<'_> {
                         r
                     }
                 }
-                Op::SnapshotCreate | Op::SnapshotApply { .. } | Op::SnapshotDelete { .. } => {
-                    unreachable!("snapshot operations run alone (run_snapshot_group)")
+                Op::SnapshotCreate
+                | Op::SnapshotApply { .. }
+                | Op::SnapshotDelete { .. }
+                | Op::Amend { .. } => {
+                    unreachable!("snapshot operations and amends run alone (run_alone_group)")
                 }
                 Op::Crash => unreachable!("crashes are not spawned"),
             };
@@ -180,18 +183,18 @@ impl Run<'_> {
     /// (perhaps in the middle of the operation). Returns the image (None
     /// if the power went before the operation ended and it went with it),
     /// or None outright if the run cannot go on (a failure is recorded).
-    pub(super) fn run_snapshot_group(
+    pub(super) fn run_alone_group(
         &mut self,
         live: Rc<Img>,
         g: usize,
         n: u64,
         op: Op,
-        until: SnapshotUntil,
+        until: AloneUntil,
     ) -> Option<(Option<Img>, bool)> {
         self.group = g;
         // Counted from before the drain, as `go` counts a group's flushes.
         let flush_target = match until {
-            SnapshotUntil::DeviceFlush(k) => self.disk.flushes().saturating_add(k),
+            AloneUntil::DeviceFlush(k) => self.disk.flushes().saturating_add(k),
             _ => u64::MAX,
         };
         if let Err(e) = self.sim.run() {
@@ -205,7 +208,7 @@ impl Run<'_> {
         self.background.clear();
         let plan = match op {
             Op::SnapshotCreate => match self.capture(&live, n) {
-                Ok(values) => SnapshotPlan::Create(
+                Ok(values) => AlonePlan::Create(
                     self.shared
                         .snapshots
                         .borrow_mut()
@@ -219,11 +222,11 @@ impl Run<'_> {
             Op::SnapshotApply { pick } => {
                 let known = self.shared.snapshots.borrow();
                 match known.pick(pick) {
-                    Some(i) => SnapshotPlan::Apply {
+                    Some(i) => AlonePlan::Apply {
                         snapshot: i,
                         values: self.values_after_apply(&known.get(i).values),
                     },
-                    None => SnapshotPlan::Skip,
+                    None => AlonePlan::Skip,
                 }
             }
             Op::SnapshotDelete { pick } => {
@@ -232,12 +235,13 @@ impl Run<'_> {
                     Some(i) => {
                         // Cut short, it may have happened or not.
                         known.set(i, Presence::Maybe);
-                        SnapshotPlan::Delete(i)
+                        AlonePlan::Delete(i)
                     }
-                    None => SnapshotPlan::Skip,
+                    None => AlonePlan::Skip,
                 }
             }
-            _ => unreachable!("run_snapshot_group runs snapshot operations"),
+            Op::Amend { change } => AlonePlan::Amend(change),
+            _ => unreachable!("run_alone_group runs snapshot operations and amends"),
         };
         let Ok(owned) = Rc::try_unwrap(live) else {
             self.fail(Failure::Engine {
@@ -247,13 +251,13 @@ impl Run<'_> {
         };
         let slot: Rc<RefCell<Option<Img>>> = Rc::new(RefCell::new(None));
         let probe = owned.step_probe();
-        self.spawn_snapshot_op(owned, n, op, plan, slot.clone());
+        self.spawn_alone_op(owned, n, op, plan, slot.clone());
         let mut went = false;
         let ran = match until {
-            SnapshotUntil::End => self.sim.run().map(|_| ()),
-            SnapshotUntil::Armed => self.run_snapshot_armed(probe).map(|w| went = w),
-            SnapshotUntil::PowerFails => self.run_until_power_fails(),
-            SnapshotUntil::DeviceFlush(_) => {
+            AloneUntil::End => self.sim.run().map(|_| ()),
+            AloneUntil::Armed => self.run_alone_armed(probe).map(|w| went = w),
+            AloneUntil::PowerFails => self.run_until_power_fails(),
+            AloneUntil::DeviceFlush(_) => {
                 let disk = self.disk.clone();
                 self.sim
                     .run_until(|| disk.flushes() >= flush_target)
@@ -268,11 +272,62 @@ impl Run<'_> {
             });
             return None;
         }
-        let back = slot.borrow_mut().take();
+        let mut back = slot.borrow_mut().take();
         if went {
             self.armed_crash(super::armed::ArmedStop::Step);
         }
+        // An amend that failed (an injected fault) leaves the image as a
+        // failed request does: the run goes on with it, as with any.
+        if matches!(op, Op::Amend { .. }) && !went && self.shared.amend_done.take() {
+            if let Some(img) = back.take() {
+                back = Some(self.reopen_after_amend(img, n)?);
+            }
+        }
         Some((back, went))
+    }
+
+    /// `qemu-img amend` works on a closed image, and the guest's driver
+    /// opens it afresh afterwards: so does the run, faults off (an open
+    /// image keeps the geometry it was opened with). The close makes
+    /// everything written before durable, as a flush does. None, with a
+    /// failure recorded, if either fails.
+    fn reopen_after_amend(&mut self, img: Img, n: u64) -> Option<Img> {
+        self.shared.stats.borrow_mut().add_epoch(&img.counters());
+        self.set_faults_enabled(false);
+        let id = OpId(n);
+        self.shared.model.borrow_mut().flush_issued(id);
+        let closed = match self.block("closing the image after an amend", img.close()) {
+            Ok(r) => r,
+            Err(f) => {
+                self.fail(f);
+                return None;
+            }
+        };
+        if let Err(e) = closed {
+            self.fail(Failure::Engine {
+                what: format!("closing the image after op {n} (an amend), faults off: {e}"),
+            });
+            return None;
+        }
+        self.shared
+            .model
+            .borrow_mut()
+            .flush_completed(id, Status::Ok);
+        let opened = match self.open_image("reopening the image after an amend") {
+            Ok(Ok(img)) => img,
+            Ok(Err(e)) => {
+                self.fail(Failure::Engine {
+                    what: format!("reopening the image after op {n} (an amend) failed: {e}"),
+                });
+                return None;
+            }
+            Err(f) => {
+                self.fail(f);
+                return None;
+            }
+        };
+        self.set_faults_enabled(true);
+        Some(opened)
     }
 
     /// What applying a snapshot holding `taken` puts in each sector whose
@@ -334,17 +389,17 @@ impl Run<'_> {
     /// Spawn the task that runs snapshot operation `op` (number `n`) as
     /// `plan` says, on the image it owns meanwhile, and puts the image in
     /// `slot` when done.
-    pub(super) fn spawn_snapshot_op(
+    pub(super) fn spawn_alone_op(
         &self,
         owned: Img,
         n: u64,
         op: Op,
-        plan: SnapshotPlan,
+        plan: AlonePlan,
         slot: Rc<RefCell<Option<Img>>>,
     ) {
         let shared = self.shared.clone();
         let mut ledger = self.fault_ledger();
-        let v2 = self.case.image.create.compat == engine::Compat::V2;
+        let v2 = self.shared.v2.get();
         let name = format!("op {n} {op:?}");
         self.sim.spawn_named(name, async move {
             let mut held = HeldImage {
@@ -358,11 +413,11 @@ impl Run<'_> {
             let id = OpId(n);
             ledger.issued();
             let name_of = |i: usize| shared.snapshots.borrow().get(i).name.clone();
-            let skipped = matches!(plan, SnapshotPlan::Skip);
+            let skipped = matches!(plan, AlonePlan::Skip);
             // Each operation first makes everything written before it
             // durable, as a flush does, and is durable once it returns.
             let result = match plan {
-                SnapshotPlan::Create(i) => {
+                AlonePlan::Create(i) => {
                     let name = name_of(i);
                     shared.model.borrow_mut().flush_issued(id);
                     let r = img.snapshot_create(&name).await;
@@ -372,7 +427,7 @@ impl Run<'_> {
                     }
                     r
                 }
-                SnapshotPlan::Apply { snapshot, values } => {
+                AlonePlan::Apply { snapshot, values } => {
                     let name = name_of(snapshot);
                     {
                         let mut m = shared.model.borrow_mut();
@@ -390,7 +445,7 @@ impl Run<'_> {
                     }
                     r
                 }
-                SnapshotPlan::Delete(i) => {
+                AlonePlan::Delete(i) => {
                     let name = name_of(i);
                     shared.model.borrow_mut().flush_issued(id);
                     let r = img.snapshot_delete(&name).await;
@@ -400,28 +455,52 @@ impl Run<'_> {
                     }
                     r
                 }
-                SnapshotPlan::Skip => Ok(()),
+                AlonePlan::Skip => Ok(()),
+                AlonePlan::Amend(change) => {
+                    // The guest disk reads the same after it. Not a flush
+                    // to the model: a change the image has already (or
+                    // refuses) returns without one, as `qemu-img amend`
+                    // leaves durability to the close.
+                    let r = img.amend(change).await;
+                    if let (Ok(()), crate::case::Amend::Version(v)) = (&r, change) {
+                        shared.v2.set(v == 2);
+                    }
+                    r
+                }
             };
             *slot.borrow_mut() = held.img.take();
             // Narrow refcounts cannot count a cluster shared once more:
             // the engine refuses before changing anything, as QEMU does.
             // The model took the refusal for a failure, which promises
             // nothing.
+            // So can an amend the image cannot take.
             let refused = matches!(
                 result,
-                Err(engine::Error::Snapshot(
-                    engine::SnapshotError::RefcountOverflow { .. }
-                ))
+                Err(
+                    engine::Error::Snapshot(engine::SnapshotError::RefcountOverflow { .. })
+                        | engine::Error::Amend(_)
+                )
             );
             let result = if refused { Ok(()) } else { result };
-            if v2 && matches!(&result, Err(e) if !matches!(e, engine::Error::Snapshot(_))) {
+            shared
+                .amend_done
+                .set(matches!(op, Op::Amend { .. }) && result.is_ok());
+            if v2
+                && op.is_snapshot()
+                && matches!(&result, Err(e) if !matches!(e, engine::Error::Snapshot(_)))
+            {
                 shared.flags_in_doubt.set(true);
             }
             {
                 let mut stats = shared.stats.borrow_mut();
-                stats.counts.snapshot_ops += 1;
-                stats.counts.snapshot_ops_skipped += u64::from(skipped);
-                stats.counts.snapshot_ops_refused += u64::from(refused);
+                if op.is_snapshot() {
+                    stats.counts.snapshot_ops += 1;
+                    stats.counts.snapshot_ops_skipped += u64::from(skipped);
+                    stats.counts.snapshot_ops_refused += u64::from(refused);
+                } else {
+                    stats.counts.amends += 1;
+                    stats.counts.amends_refused += u64::from(refused);
+                }
             }
             ledger.account(&shared, n, &op, result);
         });

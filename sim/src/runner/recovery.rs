@@ -19,6 +19,13 @@ impl Run<'_> {
                 .map_err(|e| Failure::Engine {
                     what: format!("crash image: {e}"),
                 })?;
+        // A crash inside an amend of the version leaves the old one or
+        // the new: the header says which the run goes on with.
+        let mut version = [0u8; 8];
+        image.content.read(0, &mut version);
+        if version[..4] == *b"QFI\xfb" {
+            self.shared.v2.set(version[4..] == 2u32.to_be_bytes());
+        }
         // The data file's disk loses power at the same moment.
         let data_image = match &self.data {
             Some(d) => {
@@ -97,8 +104,7 @@ impl Run<'_> {
     /// `cut` (the crash came inside one), or a failed one left its flags
     /// in doubt (taken).
     pub(super) fn v2_snapshot_cut(&self, cut: bool) -> bool {
-        self.case.image.create.compat == engine::Compat::V2
-            && (cut | self.shared.flags_in_doubt.take())
+        self.shared.v2.get() && (cut | self.shared.flags_in_doubt.take())
     }
 
     /// A version 2 image cut inside a snapshot operation has no dirty bit
@@ -146,6 +152,20 @@ impl Run<'_> {
         let judged = if dirty { self.disk.volatile() } else { raw };
         // A crash may leak clusters (allocated, never linked).
         let leaks = self.judge(label, &judged, None);
+        // The run reads through the case's backing file whatever the
+        // header says: a header that lost its name (a torn write of a
+        // header that moved it) would lose the backing data for QEMU and
+        // every other reader.
+        let expected = self.case.image.backing.as_ref().map(|b| b.file_name());
+        let named = header_backing_name(&judged);
+        if named.as_deref() != expected {
+            self.fail(Failure::Engine {
+                what: format!(
+                    "after {label} the header names the backing file {named:?}, the image's is \
+                     {expected:?}"
+                ),
+            });
+        }
         // Judged: a later check (the final one) is not of this crash. The
         // disk as the power went stays for describing wrong reads: its log
         // has the writes before the crash.
@@ -268,4 +288,20 @@ impl Run<'_> {
             }),
         }
     }
+}
+
+/// The backing file name the header of `image` names, if it names one
+/// (read as bytes, lossily as UTF-8: a name that is not UTF-8 differs).
+fn header_backing_name(image: &SparseStore) -> Option<String> {
+    let mut h = [0u8; 20];
+    image.read(0, &mut h);
+    let off = u64::from_be_bytes(h[8..16].try_into().expect("8 bytes"));
+    let len = u32::from_be_bytes(h[16..20].try_into().expect("4 bytes"));
+    // The format's limit on the name (1023 bytes) bounds the read.
+    if off == 0 || len == 0 || len > 1023 {
+        return None;
+    }
+    let mut name = vec![0u8; len as usize];
+    image.read(off, &mut name);
+    Some(String::from_utf8_lossy(&name).into_owned())
 }

@@ -205,6 +205,11 @@ engine::counter_set! {
         /// Of those, refused because a refcount would overflow (narrow
         /// refcounts), which changes nothing.
         snapshot_ops_refused,
+        /// Amends of the image's format options (version, lazy refcounts,
+        /// refcount width) run.
+        amends,
+        /// Of those, refused as QEMU refuses them (nothing changed).
+        amends_refused,
         /// Sectors of guest reads the model checked.
         read_sectors_checked,
         crashes,

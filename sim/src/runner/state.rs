@@ -61,11 +61,19 @@ pub(super) struct Shared {
     /// COPIED flags may lag its refcounts until the next crash state is
     /// repaired (`Run::crash`).
     pub(super) flags_in_doubt: Cell<bool>,
+    /// The image is version 2 now: the case's version until an amend
+    /// changes it (set when the amend returns, or from the header of the
+    /// image a crash left).
+    pub(super) v2: Cell<bool>,
+    /// The amend that just ran returned (changed the image or refused):
+    /// the run closes and reopens the image (`Run::reopen_after_amend`).
+    pub(super) amend_done: Cell<bool>,
 }
 
-/// What a snapshot operation will do, decided by the runner before it
-/// hands the image to the operation's task.
-pub(super) enum SnapshotPlan {
+/// What an operation that runs alone (a snapshot operation, an amend)
+/// will do, decided by the runner before it hands the image to the
+/// operation's task.
+pub(super) enum AlonePlan {
     /// Take the snapshot at this index of the run's list.
     Create(usize),
     /// Revert to the snapshot at this index: each sector in `values` gets
@@ -77,6 +85,8 @@ pub(super) enum SnapshotPlan {
     Delete(usize),
     /// No snapshot surely exists to apply or delete.
     Skip,
+    /// Amend the image's format options.
+    Amend(crate::case::Amend),
 }
 
 /// One case's run: its simulation, disks and model, and what the
@@ -162,9 +172,10 @@ pub(super) enum GroupEnd {
     Hung,
 }
 
-/// When a snapshot group stops (`Run::run_snapshot_group`).
+/// When a group that runs one operation alone stops
+/// (`Run::run_alone_group`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum SnapshotUntil {
+pub(super) enum AloneUntil {
     /// At the operation's end.
     End,
     /// At its end, or with a step crash armed (`CrashOptions::at_steps`)
@@ -312,6 +323,8 @@ impl<'a> Run<'a> {
             stats: RefCell::new(RunStats::default()),
             snapshots: RefCell::new(Snapshots::default()),
             flags_in_doubt: Cell::new(false),
+            v2: Cell::new(case.image.create.compat == engine::Compat::V2),
+            amend_done: Cell::new(false),
         });
         Run {
             case,

@@ -16,7 +16,8 @@ const STEP_CRASH_STREAM: u32 = 3;
 
 /// The step crashes of a case (`CrashOptions::at_steps`).
 pub(super) struct StepWatch {
-    /// A version 2 image: steps are drawn among those it has.
+    /// A version 2 image (now: an amend may change it): steps are drawn
+    /// among those it has.
     v2: bool,
     rng: ChaCha8Rng,
     /// The kinds a crash landed inside already.
@@ -39,6 +40,11 @@ impl StepWatch {
             reached: None,
             targets: [None; engine::steps::META_OPS],
         }
+    }
+
+    /// The image is version 2 from now on if `v2` (an amend changed it).
+    pub(super) fn set_v2(&mut self, v2: bool) {
+        self.v2 = v2;
     }
 
     /// Whether the operation the probe shows has reached its drawn step

@@ -503,10 +503,13 @@ fn issued_kind(op: &Op) -> Option<IoOp> {
         Op::Discard { .. } => Some(IoOp::Discard),
         Op::WriteCompressed { .. } => Some(IoOp::Write),
         Op::Flush => Some(IoOp::Flush),
-        // A snapshot operation issues many requests of every kind.
-        Op::Crash | Op::SnapshotCreate | Op::SnapshotApply { .. } | Op::SnapshotDelete { .. } => {
-            None
-        }
+        // A snapshot operation or an amend issues many requests of every
+        // kind.
+        Op::Crash
+        | Op::SnapshotCreate
+        | Op::SnapshotApply { .. }
+        | Op::SnapshotDelete { .. }
+        | Op::Amend { .. } => None,
     }
 }
 

@@ -12,7 +12,9 @@ use oracle::data::{BackingData, BackingPattern, SECTOR_SIZE};
 
 use engine::dev::IoOp;
 
-use crate::case::{BackingSpec, Case, ImageSpec, Op, CASE_VERSION, MAX_GROUP_OPS, MAX_OP_SECTORS};
+use crate::case::{
+    Amend, BackingSpec, Case, ImageSpec, Op, CASE_VERSION, MAX_GROUP_OPS, MAX_OP_SECTORS,
+};
 use crate::disk::{
     DiscardEffect, DiskOptions, FaultOptions, LatencyOptions, NthRequest, OutlierOptions,
     OutlierRates, SupportOptions, MAX_OUTLIER_FACTOR,
@@ -25,6 +27,8 @@ pub const MAX_ARBITRARY_OPS: usize = 64;
 /// on top of its [`MAX_ARBITRARY_OPS`]: each snapshot operation reads the
 /// whole disk back (a create) or rewrites the tables, as costly as a crash.
 pub const MAX_ARBITRARY_EXTRAS: usize = 6;
+/// Most amends a decoded case holds.
+pub const MAX_ARBITRARY_AMENDS: usize = 3;
 /// Most sectors one decoded request covers.
 const MAX_ARBITRARY_OP_SECTORS: u64 = 256;
 /// Most crash points a decoded case holds; later crash draws become
@@ -57,6 +61,8 @@ impl Case {
         // Drawn after everything else, for the same reason.
         let mut workload = workload;
         extras(u, &image, &mut workload)?;
+        // And amends after those.
+        amends(u, &mut workload)?;
         let case = Case {
             version: CASE_VERSION,
             seed,
@@ -336,6 +342,25 @@ fn extras(
             }
             _ => groups.insert(at, vec![op]),
         }
+    }
+    Ok(())
+}
+
+/// Amends of the image, each a group of its own: none when the first draw
+/// is 0 (as exhausted bytes give). Any change, whether the image can take
+/// it or not (the engine refuses what QEMU refuses).
+fn amends(u: &mut Unstructured<'_>, groups: &mut Vec<Vec<Op>>) -> arbitrary::Result<()> {
+    if u.int_in_range(0..=1u8)? == 0 {
+        return Ok(());
+    }
+    for _ in 0..u.int_in_range(1..=MAX_ARBITRARY_AMENDS)? {
+        let at = u.int_in_range(0..=groups.len())?;
+        let change = match u.int_in_range(0..=2u8)? {
+            0 => Amend::Version(u.int_in_range(2..=3)?),
+            1 => Amend::LazyRefcounts(u.arbitrary()?),
+            _ => Amend::RefcountBits(1 << u.int_in_range(0..=6)?),
+        };
+        groups.insert(at, vec![Op::Amend { change }]);
     }
     Ok(())
 }

@@ -159,11 +159,11 @@ impl Builder {
     }
 
     /// Adds `op` to group `at`, to run concurrently with its requests, if
-    /// the group has room and no snapshot operation (which runs alone);
-    /// says whether it did.
+    /// the group has room and no snapshot operation or amend (which runs
+    /// alone); says whether it did.
     pub fn join(&mut self, at: usize, op: Op) -> bool {
         let group = &mut self.groups[at];
-        if group.len() >= MAX_GROUP_OPS || group.iter().any(Op::is_snapshot) {
+        if group.len() >= MAX_GROUP_OPS || group.iter().any(Op::runs_alone) {
             return false;
         }
         group.push(op);
@@ -208,11 +208,11 @@ impl Builder {
                 // Half of these with a flush in flight too, so the power
                 // can go during its writeback (and, with
                 // `CrashOptions::at_flush_ppm`, at one of its flushes).
-                // Not beside a snapshot operation, which runs alone (its
-                // own flushes are where the power may go).
+                // Not beside a snapshot operation or an amend, which runs
+                // alone (its own flushes are where the power may go).
                 if group.len() + 1 < MAX_GROUP_OPS
                     && !group.contains(&Op::Flush)
-                    && !group.iter().any(Op::is_snapshot)
+                    && !group.iter().any(Op::runs_alone)
                     && rng.gen_bool(0.5)
                 {
                     group.push(Op::Flush);

@@ -12,7 +12,7 @@ use super::builder::{pick, Builder, Geometry};
 use super::fua::FuaMix;
 use super::hazard::{Hazards, HELD_READS_FACTOR_MIN, HELD_READS_PPM};
 use super::snapshot_compress::SnapshotsAndCompression;
-use super::{backing, bench, dsync, iozone, journal, mkfs, random, sequential, Profile};
+use super::{amend, backing, bench, dsync, iozone, journal, mkfs, random, sequential, Profile};
 use crate::case::{
     BackingSpec, Case, DataFileSpec, ImageSpec, Op, CASE_VERSION, MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
@@ -55,6 +55,10 @@ const WORKLOAD_FUA: u32 = 8;
 /// writes (see [`SnapshotsAndCompression::add_shapes`]): its own stream,
 /// so what the case drew before them stays as it was.
 const WORKLOAD_SHAPES: u32 = 10;
+/// Whether the case gets amends of its image, and which (see
+/// [`super::amend`]): its own stream, so the other draws stay as they
+/// were.
+const WORKLOAD_AMEND: u32 = 11;
 /// Share of the plain version 3 images of cases with snapshot operations
 /// made version 2.
 const SNAPSHOTS_ON_V2: f64 = 0.6;
@@ -166,6 +170,7 @@ impl Case {
             h.add(&mut hazard_rng, &mut b);
         }
         let mut extras_rng = stream(seed, Stream::Workload, WORKLOAD_SNAPSHOT_COMPRESS);
+        let mut snapshots = false;
         if let Some(x) = SnapshotsAndCompression::draw(&mut extras_rng, &image) {
             x.add(&mut extras_rng, &mut b);
             let mut shapes = stream(seed, Stream::Workload, WORKLOAD_SHAPES);
@@ -175,8 +180,9 @@ impl Case {
             // the image consistent, so snapshots go there often (a plain
             // version 3 image of the case made version 2; not a rare-path
             // or extended L2 shape, which need version 3).
+            snapshots = x.snapshot_ops() + added > 0;
             let c = &mut image.create;
-            if x.snapshot_ops() + added > 0
+            if snapshots
                 && c.compat == Compat::V3
                 && !c.extended_l2
                 && rare.is_none()
@@ -188,6 +194,9 @@ impl Case {
                 c.compression_type = Default::default();
             }
         }
+        // Amends of the image as the lines above left it.
+        let mut amend_rng = stream(seed, Stream::Workload, WORKLOAD_AMEND);
+        amend::add(&mut amend_rng, &image, snapshots, &mut b);
         let crashes = rng.gen_range(2..=4u32) as usize;
         let mut workload = b.finish(&mut rng, crashes);
         let mut fua_rng = stream(seed, Stream::Workload, WORKLOAD_FUA);

@@ -6,6 +6,7 @@
 //! crash-and-reopen points, and stays small (a few MiB of virtual disk, a
 //! few hundred operations) so that a campaign runs thousands of cases.
 
+mod amend;
 mod arbitrary;
 mod backing;
 mod bench;
@@ -22,5 +23,7 @@ mod random;
 mod sequential;
 mod snapshot_compress;
 
-pub use arbitrary::{MAX_ARBITRARY_CRASHES, MAX_ARBITRARY_EXTRAS, MAX_ARBITRARY_OPS};
+pub use arbitrary::{
+    MAX_ARBITRARY_AMENDS, MAX_ARBITRARY_CRASHES, MAX_ARBITRARY_EXTRAS, MAX_ARBITRARY_OPS,
+};
 pub use profile::{Profile, UnknownProfile};

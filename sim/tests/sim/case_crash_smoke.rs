@@ -171,7 +171,8 @@ fn run(case: &Case) -> Result<Outcome, String> {
                 Op::WriteCompressed { .. }
                 | Op::SnapshotCreate
                 | Op::SnapshotApply { .. }
-                | Op::SnapshotDelete { .. } => {
+                | Op::SnapshotDelete { .. }
+                | Op::Amend { .. } => {
                     unreachable!("left out of the case above")
                 }
             }
@@ -242,7 +243,7 @@ fn generated_cases_survive_crashes_on_the_simulated_disk() {
         // (tests/case_data_file.rs).
         case.image = case.image.without_data_file();
         // Snapshot operations run alone, on the image handed over (the
-        // runner's `run_snapshot_group`), and compressed writes may be
+        // runner's `run_alone_group`), and compressed writes may be
         // refused: the runner's (tests/driver_interface.rs).
         let case = case.without_snapshots_and_compression();
         crashes += check(&case);

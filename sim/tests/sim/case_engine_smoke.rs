@@ -165,7 +165,8 @@ fn run(case: &Case) -> u64 {
                 Op::WriteCompressed { .. }
                 | Op::SnapshotCreate
                 | Op::SnapshotApply { .. }
-                | Op::SnapshotDelete { .. } => {
+                | Op::SnapshotDelete { .. }
+                | Op::Amend { .. } => {
                     unreachable!("left out of the case above")
                 }
             }

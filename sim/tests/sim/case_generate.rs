@@ -88,7 +88,7 @@ fn mixed_covers_every_profile_and_options_vary() {
     assert!(cases.iter().any(|c| c.disk.sector_size == 4096));
     assert!(cases.iter().any(|c| c.image.backing.is_some()));
     let kinds = |c: &Case| {
-        let mut k = [false; 9];
+        let mut k = [false; 10];
         for op in c.workload.iter().flatten() {
             k[match op {
                 Op::Write { .. } => 0,
@@ -100,17 +100,18 @@ fn mixed_covers_every_profile_and_options_vary() {
                 Op::WriteCompressed { .. } => 6,
                 Op::SnapshotCreate => 7,
                 Op::SnapshotApply { .. } | Op::SnapshotDelete { .. } => 8,
+                Op::Amend { .. } => 9,
             }] = true;
         }
         k
     };
-    let all = cases.iter().map(kinds).fold([false; 9], |mut a, k| {
-        for i in 0..9 {
+    let all = cases.iter().map(kinds).fold([false; 10], |mut a, k| {
+        for i in 0..10 {
             a[i] |= k[i];
         }
         a
     });
-    assert_eq!(all, [true; 9]);
+    assert_eq!(all, [true; 10]);
 }
 
 #[test]

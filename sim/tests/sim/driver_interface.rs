@@ -6,7 +6,7 @@
 //! still passes.
 
 use engine::{Backing, Counters, CreateOptions, EngineOptions, Error, Guard, Image};
-use sim::case::{Case, Op};
+use sim::case::{Amend, Case, Op};
 use sim::disk::SimDisk;
 use sim::driver::{Driver, DriverFuture, DriverKind, EngineDriver};
 use sim::runner::{run_case, run_case_on, RunOptions};
@@ -81,6 +81,9 @@ impl Driver for Adapter {
     }
     fn snapshot_delete<'a>(&'a mut self, name: &'a str) -> DriverFuture<'a, ()> {
         Box::pin(self.img.snapshot_delete(name))
+    }
+    fn amend(&mut self, change: Amend) -> DriverFuture<'_, ()> {
+        sim::driver::amend_engine(&mut self.img, change)
     }
     fn snapshot_names(&self) -> DriverFuture<'_, Vec<String>> {
         Box::pin(async move {

@@ -4,6 +4,7 @@
 //! binary.
 
 mod bench_bounds;
+mod case_amend;
 mod case_arbitrary;
 mod case_crash_smoke;
 mod case_data_file;
