@@ -458,10 +458,19 @@ impl Run<'_> {
                 AlonePlan::Skip => Ok(()),
                 AlonePlan::Amend(change) => {
                     // The guest disk reads the same after it. Not a flush
-                    // to the model: a change the image has already (or
-                    // refuses) returns without one, as `qemu-img amend`
-                    // leaves durability to the close.
+                    // to the model when it returns: a change the image has
+                    // already (or refuses) returns without one, and the
+                    // close after it (`reopen_after_amend`) is the flush.
                     let r = img.amend(change).await;
+                    // One that fails on an I/O error failed in its own
+                    // flush, or after it: to the model a failed flush,
+                    // after which writes not yet durable may be lost (the
+                    // engine gives up what it could not write).
+                    if matches!(&r, Err(e) if !matches!(e, engine::Error::Amend(_))) {
+                        let mut m = shared.model.borrow_mut();
+                        m.flush_issued(id);
+                        m.flush_completed(id, Status::Failed);
+                    }
                     if let (Ok(()), crate::case::Amend::Version(v)) = (&r, change) {
                         shared.v2.set(v == 2);
                     }
