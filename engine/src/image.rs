@@ -312,7 +312,7 @@ impl<D: BlockDev> Image<D> {
     /// Make a version 2 image version 3: snapshot entries without the
     /// extra data version 3 requires are rewritten first, then the header
     /// (with the feature name table version 3 images carry).
-    pub async fn upgrade_to_v3(&self) -> Result<()> {
+    pub async fn upgrade_to_v3(&mut self) -> Result<()> {
         self.upgrade_to_v3_impl().await
     }
 
@@ -321,13 +321,13 @@ impl<D: BlockDev> Image<D> {
     /// written and the dirty bit cleared, the header last.
     /// `progress(done, total)` is told as each L1 entry (the active
     /// table's, then each snapshot's) is done, as QEMU reports it.
-    pub async fn downgrade_to_v2(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
+    pub async fn downgrade_to_v2(&mut self, progress: &mut dyn FnMut(u64, u64)) -> Result<()> {
         self.downgrade_to_v2_impl(progress).await
     }
 
     /// Turn lazy refcounts on or off. Off writes every refcount and clears
     /// the dirty bit before the header stops allowing them.
-    pub async fn set_lazy_refcounts(&self, on: bool) -> Result<()> {
+    pub async fn set_lazy_refcounts(&mut self, on: bool) -> Result<()> {
         self.set_lazy_refcounts_impl(on).await
     }
 

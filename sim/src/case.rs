@@ -335,6 +335,18 @@ pub enum Op {
     Amend {
         change: Amend,
     },
+    /// Change the guest disk's size to `sectors` sectors (`qemu-img
+    /// resize`), with nothing else in flight. A size the case did not
+    /// create the image with is a whole number of clusters, so that a
+    /// shrink leaves no part of a cluster past the end. Growing past
+    /// what the L1 table maps takes a new table; shrinking drops every
+    /// cluster past the new end. Guest requests past the current end are
+    /// not sent (counted). On a version 2 image with internal snapshots
+    /// it is refused (no field records each snapshot's size), as QEMU
+    /// refuses it.
+    Resize {
+        sectors: u64,
+    },
     Flush,
     Crash,
 }
@@ -417,6 +429,7 @@ impl std::fmt::Display for Op {
             Op::SnapshotApply { pick } => return write!(f, "snapshot apply (pick {pick})"),
             Op::SnapshotDelete { pick } => return write!(f, "snapshot delete (pick {pick})"),
             Op::Amend { change } => return write!(f, "amend to {change}"),
+            Op::Resize { sectors } => return write!(f, "resize to {sectors} sectors"),
             Op::Flush => return write!(f, "flush"),
             Op::Crash => return write!(f, "crash"),
         }
@@ -450,7 +463,8 @@ impl Op {
             | Op::SnapshotCreate
             | Op::SnapshotApply { .. }
             | Op::SnapshotDelete { .. }
-            | Op::Amend { .. } => None,
+            | Op::Amend { .. }
+            | Op::Resize { .. } => None,
         }
     }
 
@@ -462,11 +476,11 @@ impl Op {
         )
     }
 
-    /// Whether it runs with nothing else in flight (a snapshot operation
-    /// or an amend, which QEMU runs on a drained disk): its group holds it
-    /// and at most a crash.
+    /// Whether it runs with nothing else in flight (a snapshot operation,
+    /// an amend or a resize, which QEMU runs on a drained disk): its group
+    /// holds it and at most a crash.
     pub fn runs_alone(&self) -> bool {
-        self.is_snapshot() || matches!(self, Op::Amend { .. })
+        self.is_snapshot() || matches!(self, Op::Amend { .. } | Op::Resize { .. })
     }
 
     /// The same operation over `sectors` sectors from `sector`, every
@@ -655,9 +669,22 @@ impl Case {
         })
     }
 
-    /// The virtual disk size in guest sectors.
+    /// The virtual disk size in guest sectors, as the image is created.
     pub fn sectors(&self) -> u64 {
         self.image.create.size / SECTOR_SIZE as u64
+    }
+
+    /// The largest size the guest disk has in the run, in sectors: the
+    /// created size or a resize's (the model covers this many).
+    pub fn max_sectors(&self) -> u64 {
+        self.workload
+            .iter()
+            .flatten()
+            .filter_map(|op| match *op {
+                Op::Resize { sectors } => Some(sectors),
+                _ => None,
+            })
+            .fold(self.sectors(), u64::max)
     }
 
     /// Every operation with its group index and its number, counting from
@@ -688,7 +715,7 @@ impl Case {
 
     /// A fresh reference model of this case's guest disk.
     pub fn model(&self) -> oracle::model::Model {
-        oracle::model::Model::new(self.sectors(), self.backing_data())
+        oracle::model::Model::new(self.max_sectors(), self.backing_data())
     }
 
     /// One line naming what the case exercises, for progress output and
@@ -768,7 +795,7 @@ impl Case {
     ///   the clusters those reads can cover), and `EPOCH_OVERHEAD`.
     pub fn epoch_work(&self) -> Vec<u64> {
         let cs = self.image.create.cluster_size / SECTOR_SIZE as u64;
-        let disk_clusters = self.sectors().div_ceil(cs);
+        let disk_clusters = self.max_sectors().div_ceil(cs);
         // The reads after a crash and at the end: the whole disk, or for a
         // disk read sparsely ([`WHOLE_SWEEP_MAX`]), at most what a
         // disk of that size costs (the first and last reads, the backing
@@ -789,6 +816,10 @@ impl Case {
                     // and the tables and refcount blocks it rewrites, far
                     // fewer than the clusters they hold.
                     work += sweep(swept) + EPOCH_OVERHEAD;
+                } else if let Op::Resize { sectors } = *op {
+                    // The clusters a grow zeroes or a shrink drops, from
+                    // any size the disk may have had.
+                    work += disk_clusters.max(sectors.div_ceil(cs)) + EPOCH_OVERHEAD;
                 } else if op.runs_alone() {
                     // An amend: a downgrade writes each zero cluster it
                     // converts, a new width rewrites every refcount block.
@@ -1037,8 +1068,37 @@ impl Case {
         Ok(())
     }
 
+    /// What is wrong with a resize to `sectors` sectors, if anything.
+    fn resize_problem(&self, sectors: u64) -> Option<String> {
+        let c = &self.image.create;
+        let bytes = sectors.saturating_mul(SECTOR_SIZE as u64);
+        if sectors == 0 || bytes > MAX_VIRTUAL_SIZE {
+            return Some(format!(
+                "resize to {sectors} sectors: from 1 sector to {MAX_VIRTUAL_SIZE} bytes"
+            ));
+        }
+        if bytes != c.size && !bytes.is_multiple_of(c.cluster_size) {
+            return Some(format!(
+                "resize to {sectors} sectors: not a whole number of {}-byte clusters (only \
+                 the created size may end inside a cluster)",
+                c.cluster_size
+            ));
+        }
+        let l1 = l1_table_bytes(bytes, c.cluster_size, c.extended_l2);
+        if l1 > MAX_L1_TABLE_BYTES {
+            return Some(format!(
+                "resize to {sectors} sectors: an L1 table of {l1} bytes, more than \
+                 {MAX_L1_TABLE_BYTES}"
+            ));
+        }
+        if self.image.data_file.is_some() {
+            return Some("resize needs an image without an external data file".into());
+        }
+        None
+    }
+
     fn validate_workload(&self) -> Result<(), CaseError> {
-        let disk = self.sectors();
+        let disk = self.max_sectors();
         let total: usize = self.workload.iter().map(Vec::len).sum();
         if total > MAX_OPS {
             return Err(CaseError::TooManyOps(total));
@@ -1061,8 +1121,9 @@ impl Case {
                      crash)"
                         .into(),
                 )
-            } else if let Some(p) = ops.iter().find_map(|op| match op {
+            } else if let Some(p) = ops.iter().find_map(|op| match *op {
                 Op::Amend { change } => change.problem(),
+                Op::Resize { sectors } => self.resize_problem(sectors),
                 _ => None,
             }) {
                 Some(p)
@@ -1108,7 +1169,16 @@ impl Case {
                 }
                 if let Op::WriteCompressed { .. } = op {
                     let cs = self.image.create.cluster_size / SECTOR_SIZE as u64;
-                    let whole = sectors == cs || (sectors < cs && sector + sectors == disk);
+                    // A partial one ends where the disk does, at a size
+                    // the case gives it.
+                    let ends = |size: u64| sector + sectors == size;
+                    let at_an_end = ends(self.sectors())
+                        || self
+                            .workload
+                            .iter()
+                            .flatten()
+                            .any(|op| matches!(*op, Op::Resize { sectors: s } if ends(s)));
+                    let whole = sectors == cs || (sectors < cs && at_an_end);
                     if !sector.is_multiple_of(cs) || !whole {
                         return Err(CaseError::Group {
                             group,

@@ -102,6 +102,12 @@ pub trait Driver {
         let _ = change;
         unsupported("amend")
     }
+    /// Change the guest disk's size to `bytes` (nothing else in flight),
+    /// as `qemu-img resize` does.
+    fn resize(&mut self, bytes: u64) -> DriverFuture<'_, ()> {
+        let _ = bytes;
+        unsupported("resize")
+    }
     /// The names of the image's internal snapshots, in table order.
     fn snapshot_names(&self) -> DriverFuture<'_, Vec<String>> {
         Box::pin(async { Ok(Vec::new()) })
@@ -262,6 +268,9 @@ impl Driver for Image<SimDisk> {
     }
     fn amend(&mut self, change: Amend) -> DriverFuture<'_, ()> {
         amend_engine(self, change)
+    }
+    fn resize(&mut self, bytes: u64) -> DriverFuture<'_, ()> {
+        Box::pin(Image::resize(self, bytes))
     }
     fn snapshot_names(&self) -> DriverFuture<'_, Vec<String>> {
         Box::pin(async move {

@@ -235,8 +235,10 @@ pub async fn amend_image(
         resize_image(path, &opts, SizeChange::To(size), true).await?;
     }
     if new_version < old_version {
-        let disk = open_image(path, &opts).await?;
-        let img = disk.qcow2().expect("a qcow2 image stays qcow2");
+        let mut disk = open_image(path, &opts).await?;
+        let Disk::Qcow2(img) = &mut disk else {
+            unreachable!("a qcow2 image stays qcow2")
+        };
         let mut report = |done: u64, total: u64| {
             progress(100.0 * done as f32 / total as f32);
         };

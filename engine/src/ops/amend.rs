@@ -48,7 +48,7 @@ fn used_len(h: &Header) -> usize {
 
 impl<D: BlockDev> Image<D> {
     /// [`Image::upgrade_to_v3`]: the implementation.
-    pub(crate) async fn upgrade_to_v3_impl(&self) -> Result<()> {
+    pub(crate) async fn upgrade_to_v3_impl(&mut self) -> Result<()> {
         self.check_writable()?;
         if self.header().version >= 3 {
             return Ok(());
@@ -87,12 +87,14 @@ impl<D: BlockDev> Image<D> {
                 h.extensions.retain(|e| e.kind != ext::FEATURE_TABLE);
             }
         }
-        self.switch_header(h).await
+        self.switch_header(h).await?;
+        self.take_new_header();
+        Ok(())
     }
 
     /// [`Image::downgrade_to_v2`]: the implementation.
     pub(crate) async fn downgrade_to_v2_impl(
-        &self,
+        &mut self,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<()> {
         self.check_writable()?;
@@ -152,11 +154,13 @@ impl<D: BlockDev> Image<D> {
         h.header_length = 0;
         h.extensions
             .retain(|e| e.kind != ext::FEATURE_TABLE && e.kind != ext::BITMAPS);
-        self.switch_header(h).await
+        self.switch_header(h).await?;
+        self.take_new_header();
+        Ok(())
     }
 
     /// [`Image::set_lazy_refcounts`]: the implementation.
-    pub(crate) async fn set_lazy_refcounts_impl(&self, on: bool) -> Result<()> {
+    pub(crate) async fn set_lazy_refcounts_impl(&mut self, on: bool) -> Result<()> {
         self.check_writable()?;
         let h = self.header();
         if h.lazy_refcounts() == on {
@@ -173,7 +177,9 @@ impl<D: BlockDev> Image<D> {
         } else {
             h.compatible_features &= !compat::LAZY_REFCOUNTS;
         }
-        self.switch_header(h).await
+        self.switch_header(h).await?;
+        self.take_new_header();
+        Ok(())
     }
 
     /// [`Image::set_refcount_bits`]: the implementation.
@@ -284,6 +290,19 @@ impl<D: BlockDev> Image<D> {
         m.alloc.note_allocated(end + blocks + table);
         m.alloc.set_search_start(0);
         Ok(())
+    }
+
+    /// Go on, for the rest of this open, as the header just switched to
+    /// says: its version (zero clusters, the dirty bit) and lazy
+    /// refcounts. An open image would otherwise keep the old ones, and
+    /// after a downgrade write zero clusters a version 2 reader cannot
+    /// read, or after an upgrade leave a snapshot operation without the
+    /// dirty bit that covers it.
+    fn take_new_header(&mut self) {
+        let m = self.meta.get_mut();
+        let h = m.header.clone();
+        m.refs.set_lazy(h.lazy_refcounts());
+        self.geo = crate::format::geometry::Geometry::new(&h);
     }
 
     /// Write `h` as the header (checked to fit and parsed back) after

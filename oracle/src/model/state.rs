@@ -741,6 +741,26 @@ impl Model {
         rec.next = end;
     }
 
+    /// Passes over the `sectors` sectors from `first_sector` in the
+    /// recovery check as past the end of the disk (a resize shrank it):
+    /// nothing reads them, and whatever they held is forgotten, so that
+    /// they hold their unwritten value in the next epoch, which a grow
+    /// that brings them back changes as it says.
+    pub fn forget_recovered(&mut self, first_sector: u64, sectors: u64) {
+        let end = first_sector + sectors;
+        let rec = self
+            .recovery
+            .as_mut()
+            .expect("forget_recovered without a crash");
+        assert_eq!(first_sector, rec.next, "recovery reads must be in order");
+        assert!(
+            end <= self.sectors,
+            "recovery skip past the end of the disk"
+        );
+        rec.cursor += rec.allowed_in(end).len();
+        rec.next = end;
+    }
+
     /// Every sector the model holds a record of (a base value, a history
     /// this epoch, a value a failed flush may have lost, or one allowed
     /// after the crash being checked), in order, each once: the sectors a

@@ -378,6 +378,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             t.counts.compressed_refused
         );
     }
+    if t.counts.resizes > 0 {
+        println!(
+            "resizes: {} ({} refused as QEMU refuses them); guest requests past the end a resize left, not sent: {}",
+            t.counts.resizes, t.counts.resizes_refused, t.counts.ops_past_end
+        );
+    }
     if t.counts.amends > 0 {
         println!(
             "amends (version, lazy refcounts, refcount width): {} ({} refused as QEMU refuses them)",

@@ -158,8 +158,8 @@ pub fn unsupported(case: &Case, engine: Engine) -> Option<String> {
         return Some("snapshot operations (NBD has no request for them)".into());
     }
     if case.workload.iter().flatten().any(Op::runs_alone) {
-        // The same for `qemu-img amend`.
-        return Some("amends (NBD has no request for them)".into());
+        // The same for `qemu-img amend` and `qemu-img resize`.
+        return Some("amends or resizes (NBD has no request for them)".into());
     }
     if engine != Engine::Imago {
         return None;
@@ -963,8 +963,9 @@ fn run_op(
         Op::SnapshotCreate
         | Op::SnapshotApply { .. }
         | Op::SnapshotDelete { .. }
-        | Op::Amend { .. } => {
-            unreachable!("cases with snapshot operations or amends are unsupported here")
+        | Op::Amend { .. }
+        | Op::Resize { .. } => {
+            unreachable!("cases with snapshot operations, amends or resizes are unsupported here")
         }
         Op::Crash => unreachable!("crash points split epochs"),
     }

@@ -156,7 +156,22 @@ impl<'a> Run<'a> {
         self.background.retain(|h| !h.is_finished());
         let mut fg = Vec::new();
         let mut starts = Vec::new();
+        let end = self.shared.sectors.get();
         for &(n, op) in ops.iter().filter(|(_, op)| !matches!(op, Op::Crash)) {
+            // Past the end a resize left, the guest has no disk to ask:
+            // not sent; nor a compressed write of a partial cluster that
+            // is no longer the disk's last.
+            let cs = self.case.image.create.cluster_size / SECTOR_SIZE as u64;
+            let past = match op {
+                Op::WriteCompressed { sector, sectors } => {
+                    sector + sectors > end || (sectors < cs && sector + sectors != end)
+                }
+                _ => op.range().is_some_and(|(s, k)| s + k > end),
+            };
+            if past {
+                self.shared.stats.borrow_mut().counts.ops_past_end += 1;
+                continue;
+            }
             if let Op::BackgroundRead { hold, .. } = op {
                 // The group waits for it to start (its first poll issues
                 // the read), not to end.

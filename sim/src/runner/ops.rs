@@ -165,8 +165,11 @@ impl Run<'_> {
                 Op::SnapshotCreate
                 | Op::SnapshotApply { .. }
                 | Op::SnapshotDelete { .. }
-                | Op::Amend { .. } => {
-                    unreachable!("snapshot operations and amends run alone (run_alone_group)")
+                | Op::Amend { .. }
+                | Op::Resize { .. } => {
+                    unreachable!(
+                        "snapshot operations, amends and resizes run alone (run_alone_group)"
+                    )
                 }
                 Op::Crash => unreachable!("crashes are not spawned"),
             };
@@ -208,12 +211,11 @@ impl Run<'_> {
         self.background.clear();
         let plan = match op {
             Op::SnapshotCreate => match self.capture(&live, n) {
-                Ok(values) => AlonePlan::Create(
-                    self.shared
-                        .snapshots
-                        .borrow_mut()
-                        .taking(Snapshots::name_of(n), values),
-                ),
+                Ok(values) => AlonePlan::Create(self.shared.snapshots.borrow_mut().taking(
+                    Snapshots::name_of(n),
+                    values,
+                    self.shared.sectors.get(),
+                )),
                 Err(f) => {
                     self.fail(f);
                     return None;
@@ -241,6 +243,13 @@ impl Run<'_> {
                 }
             }
             Op::Amend { change } => AlonePlan::Amend(change),
+            Op::Resize { sectors } => {
+                let from = self.shared.sectors.get();
+                AlonePlan::Resize {
+                    to: sectors,
+                    values: self.resize_values(from, sectors),
+                }
+            }
             _ => unreachable!("run_alone_group runs snapshot operations and amends"),
         };
         let Ok(owned) = Rc::try_unwrap(live) else {
@@ -330,6 +339,34 @@ impl Run<'_> {
         Some(opened)
     }
 
+    /// What the sectors between `from` and `to` hold after a resize
+    /// between those sizes (a grow: zeroes, the engine's zeroing where a
+    /// backing file would show through) or while one cut short (a shrink:
+    /// the clusters it dropped read as unwritten), for each sector the
+    /// model has a record of or the backing file has data in: the others
+    /// read as zeroes either way.
+    fn resize_values(&self, from: u64, to: u64) -> Vec<(u64, Value)> {
+        let (lo, hi) = (from.min(to), from.max(to));
+        let model = self.shared.model.borrow();
+        let mut sectors: BTreeSet<u64> = model.recorded_sectors().range(lo..hi).copied().collect();
+        if let Some(b) = self.case.backing_data() {
+            sectors.extend(lo..hi.min(b.sectors));
+        }
+        sectors
+            .into_iter()
+            .map(|s| {
+                (
+                    s,
+                    if to > from {
+                        Value::Zero
+                    } else {
+                        model.unwritten(s)
+                    },
+                )
+            })
+            .collect()
+    }
+
     /// What applying a snapshot holding `taken` puts in each sector whose
     /// value may change: those the model has a record of and those the
     /// snapshot holds written data in (an unwritten sector reads the same
@@ -356,7 +393,12 @@ impl Run<'_> {
     /// ones, in order: what a snapshot taken now holds.
     pub(super) fn capture(&mut self, img: &Rc<Img>, n: u64) -> Result<Vec<(u64, Value)>, Failure> {
         self.set_faults_enabled(false);
-        let reads = super::sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
+        let reads = super::sweep::plan(
+            self.case,
+            self.shared.sectors.get(),
+            &self.shared.model.borrow(),
+            &self.disk,
+        );
         let mut values = Vec::new();
         for (first, count) in reads {
             let buf = self.read_all(img, first, count)?;
@@ -442,6 +484,10 @@ impl Run<'_> {
                     if st == Status::Ok {
                         m.flush_issued(id);
                         m.flush_completed(id, Status::Ok);
+                        // The disk has the snapshot's size back.
+                        shared
+                            .sectors
+                            .set(shared.snapshots.borrow().get(snapshot).sectors);
                     }
                     r
                 }
@@ -456,6 +502,32 @@ impl Run<'_> {
                     r
                 }
                 AlonePlan::Skip => Ok(()),
+                AlonePlan::Resize { to, values } => {
+                    // Resizing first makes everything written before it
+                    // durable, as a flush does, and is durable once it
+                    // returns.
+                    {
+                        let mut m = shared.model.borrow_mut();
+                        m.flush_issued(id);
+                        m.write_issued_values(id, None, &values);
+                    }
+                    if to > shared.sectors.get() {
+                        shared.growing.set(Some((n, to)));
+                    }
+                    let r = img.resize(to * SECTOR_SIZE as u64).await;
+                    shared.growing.set(None);
+                    let st = status(&r);
+                    let mut m = shared.model.borrow_mut();
+                    m.write_completed(id, st);
+                    m.flush_completed(id, st);
+                    if st == Status::Ok {
+                        // What it wrote is durable too.
+                        m.flush_issued(id);
+                        m.flush_completed(id, Status::Ok);
+                        shared.sectors.set(to);
+                    }
+                    r
+                }
                 AlonePlan::Amend(change) => {
                     // The guest disk reads the same after it. Not a flush
                     // to the model when it returns: a change the image has
@@ -488,6 +560,7 @@ impl Run<'_> {
                 Err(
                     engine::Error::Snapshot(engine::SnapshotError::RefcountOverflow { .. })
                         | engine::Error::Amend(_)
+                        | engine::Error::ResizeV2WithSnapshots
                 )
             );
             let result = if refused { Ok(()) } else { result };
@@ -506,6 +579,9 @@ impl Run<'_> {
                     stats.counts.snapshot_ops += 1;
                     stats.counts.snapshot_ops_skipped += u64::from(skipped);
                     stats.counts.snapshot_ops_refused += u64::from(refused);
+                } else if let Op::Resize { .. } = op {
+                    stats.counts.resizes += 1;
+                    stats.counts.resizes_refused += u64::from(refused);
                 } else {
                     stats.counts.amends += 1;
                     stats.counts.amends_refused += u64::from(refused);

@@ -25,6 +25,31 @@ impl Run<'_> {
         image.content.read(0, &mut version);
         if version[..4] == *b"QFI\xfb" {
             self.shared.v2.set(version[4..] == 2u32.to_be_bytes());
+            // So does one inside a resize, or an apply of a snapshot of
+            // another size, with the size.
+            let mut size = [0u8; 8];
+            image.content.read(24, &mut size);
+            let sectors = u64::from_be_bytes(size) / SECTOR_SIZE as u64;
+            if sectors > self.case.max_sectors() {
+                return Err(Failure::Engine {
+                    what: format!(
+                        "crash {}: the header's size is {sectors} sectors, more than any size \
+                         the run gave the disk",
+                        self.crashes
+                    ),
+                });
+            }
+            self.shared.sectors.set(sectors);
+            // A grow cut short whose size is in the header zeroed its
+            // range first: to the model it completed.
+            if let Some((n, to)) = self.shared.growing.take() {
+                if sectors == to {
+                    let mut m = self.shared.model.borrow_mut();
+                    m.write_completed(OpId(n), Status::Ok);
+                    m.flush_completed(OpId(n), Status::Ok);
+                    self.shared.stats.borrow_mut().counts.grows_cut_at_new_size += 1;
+                }
+            }
         }
         // The data file's disk loses power at the same moment.
         let data_image = match &self.data {
@@ -180,8 +205,8 @@ impl Run<'_> {
         self.last_crash_image = Some(judged);
         self.shared.stats.borrow_mut().counts.crash_states_checked += 1;
         let img = Rc::new(img);
-        let sectors = self.case.sectors();
-        let reads = super::sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
+        let sectors = self.shared.sectors.get();
+        let reads = super::sweep::plan(self.case, sectors, &self.shared.model.borrow(), &self.disk);
         let mut violations = Vec::new();
         let mut next = 0;
         for (first, n) in reads {
@@ -197,6 +222,12 @@ impl Run<'_> {
         if next < sectors {
             let mut model = self.shared.model.borrow_mut();
             model.skip_recovered(next, sectors - next);
+        }
+        // Past the end a resize left: nothing to read, nothing kept.
+        let max = self.case.max_sectors();
+        if sectors < max {
+            let mut model = self.shared.model.borrow_mut();
+            model.forget_recovered(sectors, max - sectors);
         }
         self.shared.model.borrow_mut().finish_recovery();
         if !violations.is_empty() {
@@ -215,7 +246,12 @@ impl Run<'_> {
     /// and find neither corruption nor leak.
     pub(super) fn finish(&mut self, img: Rc<Img>) {
         self.set_faults_enabled(false);
-        let reads = super::sweep::plan(self.case, &self.shared.model.borrow(), &self.disk);
+        let reads = super::sweep::plan(
+            self.case,
+            self.shared.sectors.get(),
+            &self.shared.model.borrow(),
+            &self.disk,
+        );
         // Op ids the workload never uses, which violations name as the
         // read-back (`oracle::model::READ_BACK_OPS`).
         for (op, (first, n)) in (oracle::model::READ_BACK_OPS..).zip(reads) {

@@ -210,6 +210,18 @@ engine::counter_set! {
         amends,
         /// Of those, refused as QEMU refuses them (nothing changed).
         amends_refused,
+        /// Resizes of the guest disk run.
+        resizes,
+        /// Of those, refused as QEMU refuses them (a version 2 image with
+        /// internal snapshots).
+        resizes_refused,
+        /// Guest requests not sent because they reach past the disk's
+        /// end as a resize left it (or compress a partial cluster that is
+        /// no longer the disk's last).
+        ops_past_end,
+        /// Grows cut short by a crash whose image has the new size in its
+        /// header: the grown range must read as zeroes (`Shared::growing`).
+        grows_cut_at_new_size,
         /// Sectors of guest reads the model checked.
         read_sectors_checked,
         crashes,

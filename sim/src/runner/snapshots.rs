@@ -30,6 +30,9 @@ pub struct Known {
     /// The guest disk's content when it was taken, where it differs from
     /// what an unwritten sector reads, in ascending sector order.
     pub values: Vec<(u64, Value)>,
+    /// The guest disk's size when it was taken, in sectors: an apply
+    /// gives the disk this size back.
+    pub sectors: u64,
     pub presence: Presence,
 }
 
@@ -46,11 +49,13 @@ impl Snapshots {
         format!("op{n}")
     }
 
-    /// A snapshot about to be taken: it may exist from now on.
-    pub fn taking(&mut self, name: String, values: Vec<(u64, Value)>) -> usize {
+    /// A snapshot about to be taken of a disk of `sectors` sectors: it
+    /// may exist from now on.
+    pub fn taking(&mut self, name: String, values: Vec<(u64, Value)>, sectors: u64) -> usize {
         self.list.push(Known {
             name,
             values,
+            sectors,
             presence: Presence::Maybe,
         });
         self.list.len() - 1

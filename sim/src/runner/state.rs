@@ -68,6 +68,15 @@ pub(super) struct Shared {
     /// The amend that just ran returned (changed the image or refused):
     /// the run closes and reopens the image (`Run::reopen_after_amend`).
     pub(super) amend_done: Cell<bool>,
+    /// The guest disk's size now, in sectors: the case's until a resize
+    /// or the apply of a snapshot of another size changes it (set when
+    /// it returns, or from the header of the image a crash left).
+    pub(super) sectors: Cell<u64>,
+    /// A grow in flight: its operation's number and the size it grows to.
+    /// A crash that leaves that size in the header finds the grow done
+    /// (its range zeroed first, the size last), so the model is told it
+    /// completed (`Run::crash`).
+    pub(super) growing: Cell<Option<(u64, u64)>>,
 }
 
 /// What an operation that runs alone (a snapshot operation, an amend)
@@ -87,6 +96,15 @@ pub(super) enum AlonePlan {
     Skip,
     /// Amend the image's format options.
     Amend(crate::case::Amend),
+    /// Resize the guest disk to `to` sectors; `values` are
+    /// what the sectors between hold once it is done (a grow: zeroes) or
+    /// while it is cut short (a shrink: unallocated, reading as
+    /// unwritten), each sector the model has a record of or the backing
+    /// file has data in.
+    Resize {
+        to: u64,
+        values: Vec<(u64, Value)>,
+    },
 }
 
 /// One case's run: its simulation, disks and model, and what the
@@ -325,6 +343,8 @@ impl<'a> Run<'a> {
             flags_in_doubt: Cell::new(false),
             v2: Cell::new(case.image.create.compat == engine::Compat::V2),
             amend_done: Cell::new(false),
+            sectors: Cell::new(case.sectors()),
+            growing: Cell::new(None),
         });
         Run {
             case,

@@ -27,20 +27,21 @@ const MAX_L1_ENTRIES: u64 = 1 << 24;
 
 const CHUNK_SECTORS: u64 = SWEEP_CHUNK / SECTOR_SIZE as u64;
 
-/// The sweep's reads, in order: `(first sector, sectors)`.
-pub(super) fn plan(case: &Case, model: &Model, disk: &SimDisk) -> Vec<(u64, u64)> {
-    let sectors = case.sectors();
+/// The sweep's reads of a disk of `sectors` sectors (its size now), in
+/// order: `(first sector, sectors)`.
+pub(super) fn plan(case: &Case, sectors: u64, model: &Model, disk: &SimDisk) -> Vec<(u64, u64)> {
     let chunks = sectors.div_ceil(CHUNK_SECTORS);
     let read = |c: u64| {
         let first = c * CHUNK_SECTORS;
         (first, CHUNK_SECTORS.min(sectors - first))
     };
-    if case.image.create.size <= WHOLE_SWEEP_MAX {
+    if sectors * SECTOR_SIZE as u64 <= WHOLE_SWEEP_MAX {
         return (0..chunks).map(read).collect();
     }
     let mut set: BTreeSet<u64> = model
         .recorded_sectors()
         .into_iter()
+        .take_while(|&s| s < sectors)
         .map(|s| s / CHUNK_SECTORS)
         .collect();
     set.insert(0);

@@ -503,13 +503,14 @@ fn issued_kind(op: &Op) -> Option<IoOp> {
         Op::Discard { .. } => Some(IoOp::Discard),
         Op::WriteCompressed { .. } => Some(IoOp::Write),
         Op::Flush => Some(IoOp::Flush),
-        // A snapshot operation or an amend issues many requests of every
-        // kind.
+        // A snapshot operation, an amend or a resize issues many requests
+        // of every kind.
         Op::Crash
         | Op::SnapshotCreate
         | Op::SnapshotApply { .. }
         | Op::SnapshotDelete { .. }
-        | Op::Amend { .. } => None,
+        | Op::Amend { .. }
+        | Op::Resize { .. } => None,
     }
 }
 

@@ -29,6 +29,8 @@ pub const MAX_ARBITRARY_OPS: usize = 64;
 pub const MAX_ARBITRARY_EXTRAS: usize = 6;
 /// Most amends a decoded case holds.
 pub const MAX_ARBITRARY_AMENDS: usize = 3;
+/// Most resizes a decoded case holds.
+pub const MAX_ARBITRARY_RESIZES: usize = 3;
 /// Most sectors one decoded request covers.
 const MAX_ARBITRARY_OP_SECTORS: u64 = 256;
 /// Most crash points a decoded case holds; later crash draws become
@@ -61,8 +63,9 @@ impl Case {
         // Drawn after everything else, for the same reason.
         let mut workload = workload;
         extras(u, &image, &mut workload)?;
-        // And amends after those.
+        // And amends after those, then resizes.
         amends(u, &mut workload)?;
+        resizes(u, &image, &mut workload)?;
         let case = Case {
             version: CASE_VERSION,
             seed,
@@ -361,6 +364,32 @@ fn amends(u: &mut Unstructured<'_>, groups: &mut Vec<Vec<Op>>) -> arbitrary::Res
             _ => Amend::RefcountBits(1 << u.int_in_range(0..=6)?),
         };
         groups.insert(at, vec![Op::Amend { change }]);
+    }
+    Ok(())
+}
+
+/// Resizes of the guest disk, each a group of its own: none when the first
+/// draw is 0 (as exhausted bytes give), and none for an image with an
+/// external data file. Each to a whole number of clusters from one to
+/// twice the created size, or back to the created size.
+fn resizes(
+    u: &mut Unstructured<'_>,
+    image: &ImageSpec,
+    groups: &mut Vec<Vec<Op>>,
+) -> arbitrary::Result<()> {
+    if u.int_in_range(0..=1u8)? == 0 || image.data_file.is_some() {
+        return Ok(());
+    }
+    let size = image.create.size / SECTOR_SIZE as u64;
+    let cs = image.create.cluster_size / SECTOR_SIZE as u64;
+    for _ in 0..u.int_in_range(1..=MAX_ARBITRARY_RESIZES)? {
+        let at = u.int_in_range(0..=groups.len())?;
+        let sectors = if u.arbitrary()? {
+            size
+        } else {
+            u.int_in_range(1..=(2 * size).div_ceil(cs))? * cs
+        };
+        groups.insert(at, vec![Op::Resize { sectors }]);
     }
     Ok(())
 }

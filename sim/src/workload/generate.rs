@@ -12,7 +12,9 @@ use super::builder::{pick, Builder, Geometry};
 use super::fua::FuaMix;
 use super::hazard::{Hazards, HELD_READS_FACTOR_MIN, HELD_READS_PPM};
 use super::snapshot_compress::SnapshotsAndCompression;
-use super::{amend, backing, bench, dsync, iozone, journal, mkfs, random, sequential, Profile};
+use super::{
+    amend, backing, bench, dsync, iozone, journal, mkfs, random, resize, sequential, Profile,
+};
 use crate::case::{
     BackingSpec, Case, DataFileSpec, ImageSpec, Op, CASE_VERSION, MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
@@ -59,6 +61,9 @@ const WORKLOAD_SHAPES: u32 = 10;
 /// [`super::amend`]): its own stream, so the other draws stay as they
 /// were.
 const WORKLOAD_AMEND: u32 = 11;
+/// Whether the case gets resizes (see [`super::resize`]): its own stream,
+/// so the other draws stay as they were.
+const WORKLOAD_RESIZE: u32 = 12;
 /// Share of the plain version 3 images of cases with snapshot operations
 /// made version 2.
 const SNAPSHOTS_ON_V2: f64 = 0.6;
@@ -197,6 +202,8 @@ impl Case {
         // Amends of the image as the lines above left it.
         let mut amend_rng = stream(seed, Stream::Workload, WORKLOAD_AMEND);
         amend::add(&mut amend_rng, &image, snapshots, &mut b);
+        let mut resize_rng = stream(seed, Stream::Workload, WORKLOAD_RESIZE);
+        resize::add(&mut resize_rng, &image, &mut b);
         let crashes = rng.gen_range(2..=4u32) as usize;
         let mut workload = b.finish(&mut rng, crashes);
         let mut fua_rng = stream(seed, Stream::Workload, WORKLOAD_FUA);

@@ -20,10 +20,12 @@ mod journal;
 mod mkfs;
 mod profile;
 mod random;
+mod resize;
 mod sequential;
 mod snapshot_compress;
 
 pub use arbitrary::{
     MAX_ARBITRARY_AMENDS, MAX_ARBITRARY_CRASHES, MAX_ARBITRARY_EXTRAS, MAX_ARBITRARY_OPS,
+    MAX_ARBITRARY_RESIZES,
 };
 pub use profile::{Profile, UnknownProfile};

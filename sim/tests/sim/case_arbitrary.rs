@@ -30,7 +30,7 @@ fn random_bytes_decode_to_valid_bounded_cases() {
     let mut rng = ChaCha8Rng::seed_from_u64(0x5eed);
     let mut ops_seen = 0;
     let mut most_crashes = 0;
-    let mut kinds = [false; 11];
+    let mut kinds = [false; 12];
     let mut fua_seen = 0;
     let mut snapshot_versions = [false; 2];
     for _ in 0..400 {
@@ -45,6 +45,7 @@ fn random_bytes_decode_to_valid_bounded_cases() {
                 <= sim::workload::MAX_ARBITRARY_OPS
                     + sim::workload::MAX_ARBITRARY_EXTRAS
                     + sim::workload::MAX_ARBITRARY_AMENDS
+                    + sim::workload::MAX_ARBITRARY_RESIZES
         );
         // Each crash reads the whole image back: a few keep a fuzzer fast.
         let crashes = ops.iter().filter(|op| ***op == Op::Crash).count();
@@ -86,6 +87,7 @@ fn random_bytes_decode_to_valid_bounded_cases() {
                 Op::SnapshotApply { .. } => 8,
                 Op::SnapshotDelete { .. } => 9,
                 Op::Amend { .. } => 10,
+                Op::Resize { .. } => 11,
             }] = true;
         }
         // The JSON form of a decoded case is a case too.
@@ -95,7 +97,7 @@ fn random_bytes_decode_to_valid_bounded_cases() {
     // Write-like requests flagged FUA come up too.
     assert!(fua_seen > 50, "only {fua_seen} FUA requests decoded");
     assert_eq!(most_crashes, MAX_ARBITRARY_CRASHES, "the cap is reached");
-    assert_eq!(kinds, [true; 11], "some op kinds never decoded");
+    assert_eq!(kinds, [true; 12], "some op kinds never decoded");
     assert_eq!(snapshot_versions, [true; 2], "snapshots on v3, then v2");
 }
 

@@ -172,7 +172,8 @@ fn run(case: &Case) -> Result<Outcome, String> {
                 | Op::SnapshotCreate
                 | Op::SnapshotApply { .. }
                 | Op::SnapshotDelete { .. }
-                | Op::Amend { .. } => {
+                | Op::Amend { .. }
+                | Op::Resize { .. } => {
                     unreachable!("left out of the case above")
                 }
             }

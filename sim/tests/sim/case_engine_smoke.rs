@@ -166,7 +166,8 @@ fn run(case: &Case) -> u64 {
                 | Op::SnapshotCreate
                 | Op::SnapshotApply { .. }
                 | Op::SnapshotDelete { .. }
-                | Op::Amend { .. } => {
+                | Op::Amend { .. }
+                | Op::Resize { .. } => {
                     unreachable!("left out of the case above")
                 }
             }

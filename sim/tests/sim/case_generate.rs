@@ -88,7 +88,7 @@ fn mixed_covers_every_profile_and_options_vary() {
     assert!(cases.iter().any(|c| c.disk.sector_size == 4096));
     assert!(cases.iter().any(|c| c.image.backing.is_some()));
     let kinds = |c: &Case| {
-        let mut k = [false; 10];
+        let mut k = [false; 11];
         for op in c.workload.iter().flatten() {
             k[match op {
                 Op::Write { .. } => 0,
@@ -101,17 +101,18 @@ fn mixed_covers_every_profile_and_options_vary() {
                 Op::SnapshotCreate => 7,
                 Op::SnapshotApply { .. } | Op::SnapshotDelete { .. } => 8,
                 Op::Amend { .. } => 9,
+                Op::Resize { .. } => 10,
             }] = true;
         }
         k
     };
-    let all = cases.iter().map(kinds).fold([false; 10], |mut a, k| {
-        for i in 0..10 {
+    let all = cases.iter().map(kinds).fold([false; 11], |mut a, k| {
+        for i in 0..11 {
             a[i] |= k[i];
         }
         a
     });
-    assert_eq!(all, [true; 10]);
+    assert_eq!(all, [true; 11]);
 }
 
 #[test]

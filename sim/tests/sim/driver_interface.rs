@@ -85,6 +85,9 @@ impl Driver for Adapter {
     fn amend(&mut self, change: Amend) -> DriverFuture<'_, ()> {
         sim::driver::amend_engine(&mut self.img, change)
     }
+    fn resize(&mut self, bytes: u64) -> DriverFuture<'_, ()> {
+        Box::pin(self.img.resize(bytes))
+    }
     fn snapshot_names(&self) -> DriverFuture<'_, Vec<String>> {
         Box::pin(async move {
             let table = self.img.snapshots().await?;

@@ -12,6 +12,7 @@ mod case_engine_smoke;
 mod case_generate;
 mod case_hazards;
 mod case_json;
+mod case_resize;
 mod counters_switches;
 mod data_file_crash;
 mod disk_crash;

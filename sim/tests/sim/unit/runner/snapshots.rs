@@ -5,9 +5,9 @@ use sim::runner::snapshots::*;
 #[test]
 fn settling_holds_durable_snapshots_and_decides_the_doubtful() {
     let mut s = Snapshots::default();
-    let a = s.taking("a".into(), vec![]);
-    let b = s.taking("b".into(), vec![]);
-    let c = s.taking("c".into(), vec![]);
+    let a = s.taking("a".into(), vec![], 8);
+    let b = s.taking("b".into(), vec![], 8);
+    let c = s.taking("c".into(), vec![], 8);
     s.set(a, Presence::Exists);
     s.set(c, Presence::Deleted);
     assert_eq!(s.pick(7), Some(a), "only a surely exists");
