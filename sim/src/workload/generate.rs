@@ -175,8 +175,9 @@ impl Case {
             h.add(&mut hazard_rng, &mut b);
         }
         let mut extras_rng = stream(seed, Stream::Workload, WORKLOAD_SNAPSHOT_COMPRESS);
-        let mut snapshots = false;
+        let (mut snapshots, mut compressed) = (false, false);
         if let Some(x) = SnapshotsAndCompression::draw(&mut extras_rng, &image) {
+            compressed = x.compressed() > 0;
             x.add(&mut extras_rng, &mut b);
             let mut shapes = stream(seed, Stream::Workload, WORKLOAD_SHAPES);
             let added = x.add_shapes(&mut shapes, &mut b);
@@ -202,8 +203,14 @@ impl Case {
         // Amends of the image as the lines above left it.
         let mut amend_rng = stream(seed, Stream::Workload, WORKLOAD_AMEND);
         amend::add(&mut amend_rng, &image, snapshots, &mut b);
-        let mut resize_rng = stream(seed, Stream::Workload, WORKLOAD_RESIZE);
-        resize::add(&mut resize_rng, &image, &mut b);
+        // Not in a case with compressed writes: a shrink drops the packed
+        // host clusters whose later frees are the packing shapes' point
+        // (with it, the free-keeps-packing-tail variant went from 3 seeds
+        // of 500 to 1). The fuzz decoder still mixes the two.
+        if !compressed {
+            let mut resize_rng = stream(seed, Stream::Workload, WORKLOAD_RESIZE);
+            resize::add(&mut resize_rng, &image, &mut b);
+        }
         let crashes = rng.gen_range(2..=4u32) as usize;
         let mut workload = b.finish(&mut rng, crashes);
         let mut fua_rng = stream(seed, Stream::Workload, WORKLOAD_FUA);

@@ -134,6 +134,11 @@ impl SnapshotsAndCompression {
         self.add_snapshot_ops(rng, b);
     }
 
+    /// How many compressed writes [`Self::add`] adds.
+    pub fn compressed(&self) -> u32 {
+        self.compressed
+    }
+
     /// How many snapshot operations [`Self::add`] adds.
     pub fn snapshot_ops(&self) -> u32 {
         self.snapshot_ops
