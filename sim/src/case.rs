@@ -1099,6 +1099,18 @@ impl Case {
 
     fn validate_workload(&self) -> Result<(), CaseError> {
         let disk = self.max_sectors();
+        // Every size the disk has in the run: the created one, and each
+        // resize's.
+        let sizes: std::collections::BTreeSet<u64> = self
+            .workload
+            .iter()
+            .flatten()
+            .filter_map(|op| match *op {
+                Op::Resize { sectors } => Some(sectors),
+                _ => None,
+            })
+            .chain([self.sectors()])
+            .collect();
         let total: usize = self.workload.iter().map(Vec::len).sum();
         if total > MAX_OPS {
             return Err(CaseError::TooManyOps(total));
@@ -1171,13 +1183,7 @@ impl Case {
                     let cs = self.image.create.cluster_size / SECTOR_SIZE as u64;
                     // A partial one ends where the disk does, at a size
                     // the case gives it.
-                    let ends = |size: u64| sector + sectors == size;
-                    let at_an_end = ends(self.sectors())
-                        || self
-                            .workload
-                            .iter()
-                            .flatten()
-                            .any(|op| matches!(*op, Op::Resize { sectors: s } if ends(s)));
+                    let at_an_end = sizes.contains(&(sector + sectors));
                     let whole = sectors == cs || (sectors < cs && at_an_end);
                     if !sector.is_multiple_of(cs) || !whole {
                         return Err(CaseError::Group {

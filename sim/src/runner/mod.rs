@@ -157,11 +157,11 @@ impl<'a> Run<'a> {
         let mut fg = Vec::new();
         let mut starts = Vec::new();
         let end = self.shared.sectors.get();
+        let cs = self.case.image.create.cluster_size / SECTOR_SIZE as u64;
         for &(n, op) in ops.iter().filter(|(_, op)| !matches!(op, Op::Crash)) {
             // Past the end a resize left, the guest has no disk to ask:
             // not sent; nor a compressed write of a partial cluster that
             // is no longer the disk's last.
-            let cs = self.case.image.create.cluster_size / SECTOR_SIZE as u64;
             let past = match op {
                 Op::WriteCompressed { sector, sectors } => {
                     sector + sectors > end || (sectors < cs && sector + sectors != end)

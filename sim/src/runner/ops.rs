@@ -260,6 +260,8 @@ impl Run<'_> {
         };
         let slot: Rc<RefCell<Option<Img>>> = Rc::new(RefCell::new(None));
         let probe = owned.step_probe();
+        // Set by this operation's task if it returns, and only then.
+        self.shared.amend_done.set(false);
         self.spawn_alone_op(owned, n, op, plan, slot.clone());
         let mut went = false;
         let ran = match until {
@@ -471,19 +473,9 @@ impl Run<'_> {
                 }
                 AlonePlan::Apply { snapshot, values } => {
                     let name = name_of(snapshot);
-                    {
-                        let mut m = shared.model.borrow_mut();
-                        m.flush_issued(id);
-                        m.write_issued_values(id, None, &values);
-                    }
+                    flushed_write_issued(&shared.model, id, &values);
                     let r = img.snapshot_apply(&name).await;
-                    let st = status(&r);
-                    let mut m = shared.model.borrow_mut();
-                    m.write_completed(id, st);
-                    m.flush_completed(id, st);
-                    if st == Status::Ok {
-                        m.flush_issued(id);
-                        m.flush_completed(id, Status::Ok);
+                    if flushed_write_completed(&shared.model, id, &r) {
                         // The disk has the snapshot's size back.
                         shared
                             .sectors
@@ -503,27 +495,13 @@ impl Run<'_> {
                 }
                 AlonePlan::Skip => Ok(()),
                 AlonePlan::Resize { to, values } => {
-                    // Resizing first makes everything written before it
-                    // durable, as a flush does, and is durable once it
-                    // returns.
-                    {
-                        let mut m = shared.model.borrow_mut();
-                        m.flush_issued(id);
-                        m.write_issued_values(id, None, &values);
-                    }
+                    flushed_write_issued(&shared.model, id, &values);
                     if to > shared.sectors.get() {
                         shared.growing.set(Some((n, to)));
                     }
                     let r = img.resize(to * SECTOR_SIZE as u64).await;
                     shared.growing.set(None);
-                    let st = status(&r);
-                    let mut m = shared.model.borrow_mut();
-                    m.write_completed(id, st);
-                    m.flush_completed(id, st);
-                    if st == Status::Ok {
-                        // What it wrote is durable too.
-                        m.flush_issued(id);
-                        m.flush_completed(id, Status::Ok);
+                    if flushed_write_completed(&shared.model, id, &r) {
                         shared.sectors.set(to);
                     }
                     r
@@ -617,6 +595,33 @@ impl Run<'_> {
         }
         Ok(())
     }
+}
+
+/// An operation that first makes everything written before it durable,
+/// as a flush does, writes `values`, and is durable once it returns (a
+/// snapshot apply, a resize): issued, to the model.
+fn flushed_write_issued(model: &RefCell<Model>, id: OpId, values: &[(u64, Value)]) {
+    let mut m = model.borrow_mut();
+    m.flush_issued(id);
+    m.write_issued_values(id, None, values);
+}
+
+/// [`flushed_write_issued`]'s operation returned `r`: on success what it
+/// wrote is durable too. Returns whether it succeeded.
+fn flushed_write_completed(
+    model: &RefCell<Model>,
+    id: OpId,
+    r: &Result<(), engine::Error>,
+) -> bool {
+    let st = status(r);
+    let mut m = model.borrow_mut();
+    m.write_completed(id, st);
+    m.flush_completed(id, st);
+    if st == Status::Ok {
+        m.flush_issued(id);
+        m.flush_completed(id, Status::Ok);
+    }
+    st == Status::Ok
 }
 
 /// The image a snapshot operation's task owns. A crash that cuts the

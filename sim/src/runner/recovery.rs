@@ -21,15 +21,11 @@ impl Run<'_> {
                 })?;
         // A crash inside an amend of the version leaves the old one or
         // the new: the header says which the run goes on with.
-        let mut version = [0u8; 8];
-        image.content.read(0, &mut version);
-        if version[..4] == *b"QFI\xfb" {
-            self.shared.v2.set(version[4..] == 2u32.to_be_bytes());
+        if let Some(h) = CrashHeader::read(&image.content) {
+            self.shared.v2.set(h.version == 2);
             // So does one inside a resize, or an apply of a snapshot of
             // another size, with the size.
-            let mut size = [0u8; 8];
-            image.content.read(24, &mut size);
-            let sectors = u64::from_be_bytes(size) / SECTOR_SIZE as u64;
+            let sectors = h.size / SECTOR_SIZE as u64;
             if sectors > self.case.max_sectors() {
                 return Err(Failure::Engine {
                     what: format!(
@@ -182,7 +178,7 @@ impl Run<'_> {
         // header that moved it) would lose the backing data for QEMU and
         // every other reader.
         let expected = self.case.image.backing.as_ref().map(|b| b.file_name());
-        let named = header_backing_name(&judged);
+        let named = CrashHeader::read(&judged).and_then(|h| h.backing_name(&judged));
         if named.as_deref() != expected {
             self.fail(Failure::Engine {
                 what: format!(
@@ -326,18 +322,40 @@ impl Run<'_> {
     }
 }
 
-/// The backing file name the header of `image` names, if it names one
-/// (read as bytes, lossily as UTF-8: a name that is not UTF-8 differs).
-fn header_backing_name(image: &SparseStore) -> Option<String> {
-    let mut h = [0u8; 20];
-    image.read(0, &mut h);
-    let off = u64::from_be_bytes(h[8..16].try_into().expect("8 bytes"));
-    let len = u32::from_be_bytes(h[16..20].try_into().expect("4 bytes"));
-    // The format's limit on the name (1023 bytes) bounds the read.
-    if off == 0 || len == 0 || len > 1023 {
-        return None;
+/// The fixed header fields of a crash image that the run follows (the
+/// image may be anything a crash left: read raw, never trusted further).
+struct CrashHeader {
+    version: u32,
+    /// The virtual size, in bytes.
+    size: u64,
+    backing_offset: u64,
+    backing_len: u32,
+}
+
+impl CrashHeader {
+    /// The header of `image`, if it starts with the qcow2 magic.
+    fn read(image: &SparseStore) -> Option<CrashHeader> {
+        let mut h = [0u8; 32];
+        image.read(0, &mut h);
+        let be32 = |o: usize| u32::from_be_bytes(h[o..o + 4].try_into().expect("4 bytes"));
+        let be64 = |o: usize| u64::from_be_bytes(h[o..o + 8].try_into().expect("8 bytes"));
+        (h[..4] == *b"QFI\xfb").then(|| CrashHeader {
+            version: be32(4),
+            backing_offset: be64(8),
+            backing_len: be32(16),
+            size: be64(24),
+        })
     }
-    let mut name = vec![0u8; len as usize];
-    image.read(off, &mut name);
-    Some(String::from_utf8_lossy(&name).into_owned())
+
+    /// The backing file name it names, if it names one (lossily as
+    /// UTF-8: a name that is not UTF-8 differs from any expected).
+    fn backing_name(&self, image: &SparseStore) -> Option<String> {
+        // The format's limit on the name (1023 bytes) bounds the read.
+        if self.backing_offset == 0 || self.backing_len == 0 || self.backing_len > 1023 {
+            return None;
+        }
+        let mut name = vec![0u8; self.backing_len as usize];
+        image.read(self.backing_offset, &mut name);
+        Some(String::from_utf8_lossy(&name).into_owned())
+    }
 }

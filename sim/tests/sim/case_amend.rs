@@ -11,8 +11,8 @@ use sim::workload::Profile;
 
 /// The case of `seed` on a plain 1 MiB image made by `create` (4 KiB
 /// clusters, no backing file), faults off, no crash but the workload's,
-/// which lands at a flush.
-fn plain(seed: u64, create: CreateOptions, workload: Vec<Vec<Op>>) -> Case {
+/// which lands at a flush (`case_resize` uses it too).
+pub(crate) fn plain(seed: u64, create: CreateOptions, workload: Vec<Vec<Op>>) -> Case {
     let mut c = Case::generate(seed, Profile::Random);
     c.image = ImageSpec {
         create: CreateOptions {

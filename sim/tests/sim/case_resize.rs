@@ -4,38 +4,20 @@
 //! apply of a snapshot taken before a resize, and crashes inside a grow
 //! and a shrink, counted at their steps and judged like any other.
 
-use engine::{Compat, CreateOptions, MetaOp};
+use engine::{CreateOptions, MetaOp};
 use sim::campaign::run_guarded;
-use sim::case::{Case, ImageSpec, Op};
-use sim::disk::FaultOptions;
-use sim::workload::Profile;
+use sim::case::{Case, Op};
 
 /// 1 MiB, 4 KiB clusters: one L2 table maps 2 MiB (4096 sectors), so a
 /// grow to 4 MiB needs a second L1 entry, a longer table.
 const SIZE: u64 = 2048;
 const GROWN: u64 = 8192;
 
-/// The case of `seed` on a plain 1 MiB image (4 KiB clusters, no backing
-/// file), faults off, no crash but the workload's, which lands at a flush.
+/// The case of `seed` on a plain version 3 image of [`SIZE`] sectors (4
+/// KiB clusters, no backing file), faults off, no crash but the
+/// workload's, which lands at a flush.
 fn plain(seed: u64, workload: Vec<Vec<Op>>) -> Case {
-    let mut c = Case::generate(seed, Profile::Random);
-    c.image = ImageSpec {
-        create: CreateOptions {
-            size: SIZE * 512,
-            cluster_size: 4096,
-            compat: Compat::V3,
-            ..CreateOptions::default()
-        },
-        backing: None,
-        data_file: None,
-    };
-    c.disk.faults = FaultOptions::default();
-    c.disk.crash.at_guards.clear();
-    c.disk.crash.at_steps = false;
-    c.disk.crash.at_flush_ppm = 1_000_000;
-    c.workload = workload;
-    c.validate().expect("a valid case");
-    c
+    super::case_amend::plain(seed, CreateOptions::default(), workload)
 }
 
 fn write(sector: u64, sectors: u64) -> Vec<Op> {
