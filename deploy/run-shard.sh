@@ -41,6 +41,9 @@ mkdir -p "$out"
 # written by this run.
 marker="$out/.${name}.started"
 touch "$marker"
+# The corpus directory exists even when no case fails, so that a recipe
+# bringing it back from another host (parallel's --return) finds it.
+mkdir -p "$out/corpus-${index}-of-${count}"
 # --jobs: the CPUs this process was given (nproc honours cgroup quotas
 # and affinity), not the machine's.
 status=0

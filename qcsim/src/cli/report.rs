@@ -2,9 +2,13 @@
 //! report directory, or its summary.json) merged into one report whose
 //! totals and trace hash are those of one campaign over their seeds
 //! (`crate::report::merge` checks and adds; this module reads and
-//! writes). Nothing is written unless every input is read and agrees.
+//! writes). Nothing is written unless every input is read and agrees,
+//! and, with `--complete`, they are the whole campaign; a missing shard is
+//! named either way.
 
 use std::path::PathBuf;
+
+use anyhow::bail;
 
 use crate::report::{self, merge};
 
@@ -31,6 +35,12 @@ pub struct MergeArgs {
     /// A `qcsim bench --sim` JSON output to chart in the merged report.
     #[arg(long, value_name = "FILE")]
     pub bench_json: Option<PathBuf>,
+    /// Refuse, writing nothing, unless the inputs are the whole campaign:
+    /// every seed of their span ran (a missing shard is named either way).
+    /// The recipes in deploy/ merge with it, so a lost shard fails the
+    /// merge rather than shrinking the campaign.
+    #[arg(long)]
+    pub complete: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
@@ -51,9 +61,27 @@ fn run_merge(a: MergeArgs) -> anyhow::Result<i32> {
         .map(|p| merge::read_input(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let merged = merge::merge(&inputs)?;
+    let missing = merge::missing_shards(&merged);
+    let c = &merged["campaign"];
+    if a.complete && c["complete"] != true {
+        if missing.is_empty() {
+            bail!(
+                "report merge --complete: not every seed of {}..{} ran ({} cases): the inputs' ranges leave a gap",
+                c["seeds"][0],
+                c["seeds"][1],
+                merged["result"]["cases"]
+            );
+        }
+        bail!(
+            "report merge --complete: missing {}; run only that shard again (deploy/README.md says how for each scheduler) and merge again",
+            missing.join(", ")
+        );
+    }
+    for m in &missing {
+        eprintln!("report merge: missing {m}: the merged report is of the seeds present");
+    }
     report::write_report(&a.output, &merged, bench.as_deref())?;
     let r = &merged["result"];
-    let c = &merged["campaign"];
     println!(
         "merged {} reports: seeds {}..{}{}, {} cases, {} passed, {} failed",
         inputs.len(),

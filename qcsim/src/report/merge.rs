@@ -9,7 +9,7 @@
 //! hold no seed twice; each must be internally consistent (its trace hash
 //! is its cases' hashes combined).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -245,6 +245,51 @@ pub fn merge(inputs: &[Input]) -> anyhow::Result<Value> {
     }))
 }
 
+/// The shards of a sharded range that no input holds and whose seeds did
+/// not run, as `shard-I-of-N (seeds A..B, --shard I/N)` (the name
+/// `deploy/run-shard.sh` gives its report directory): a shard killed
+/// before it wrote its report leaves no directory, and the merge is only
+/// given the directories there are. Shards are grouped by the start of
+/// their range and their count (the ends of a timed campaign's shards
+/// differ); a shard is missing only if one of its seeds did not run, so
+/// a range split two ways by some inputs and four ways by others can
+/// still be whole. Works on a merged summary ([`merge`]'s).
+pub fn missing_shards(merged: &Value) -> Vec<String> {
+    let ran: BTreeSet<u64> = case_hashes(merged)
+        .unwrap_or_default()
+        .into_keys()
+        .collect();
+    // (start, count) -> (the largest end, the indices present)
+    let mut groups: BTreeMap<(u64, u64), (u64, BTreeSet<u64>)> = BTreeMap::new();
+    for part in merged["campaign"]["parts"].as_array().into_iter().flatten() {
+        let (Some(start), Some(end), Some(index), Some(count)) = (
+            part["seeds"][0].as_u64(),
+            part["seeds"][1].as_u64(),
+            part["shard"][0].as_u64(),
+            part["shard"][1].as_u64(),
+        ) else {
+            continue;
+        };
+        let group = groups.entry((start, count)).or_default();
+        group.0 = group.0.max(end);
+        group.1.insert(index);
+    }
+    let mut missing = Vec::new();
+    for ((start, count), (end, present)) in groups {
+        for index in (0..count).filter(|i| !present.contains(i)) {
+            // The shard's seeds: those of the range with seed % count == index.
+            let first = start.saturating_add((index + count - start % count) % count);
+            let mut seeds = (first..end).step_by(usize::try_from(count).unwrap_or(usize::MAX));
+            if seeds.any(|s| !ran.contains(&s)) {
+                missing.push(format!(
+                    "shard-{index}-of-{count} (seeds {start}..{end}, --shard {index}/{count})"
+                ));
+            }
+        }
+    }
+    missing
+}
+
 /// `acc += v`, field by field: counts are added, objects merged by key
 /// (a key only one side has is kept, so summaries from builds that count
 /// more merge), anything else must be equal.
@@ -277,8 +322,41 @@ pub fn add_into(acc: &mut Value, v: &Value, path: &str) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::add_into;
+    use super::{add_into, missing_shards};
     use serde_json::json;
+
+    /// A merged summary's two fields `missing_shards` reads: the parts
+    /// (`[start, end, index, count]`) and the seeds that ran.
+    fn merged(parts: &[[u64; 4]], ran: impl Iterator<Item = u64>) -> serde_json::Value {
+        let parts: Vec<_> = parts
+            .iter()
+            .map(|&[a, b, i, n]| json!({"seeds": [a, b], "shard": [i, n]}))
+            .collect();
+        let hashes: Vec<_> = ran.map(|s| json!([s, "00"])).collect();
+        json!({"campaign": {"parts": parts}, "result": {"case_hashes": hashes}})
+    }
+
+    #[test]
+    fn missing_shards_are_named_and_covered_seeds_are_not_missing() {
+        // Shard 2 of 4 of 10..30 absent: its seeds (10 % 4 == 2: 10, 14, ...) did not run.
+        let m = merged(
+            &[[10, 30, 0, 4], [10, 30, 1, 4], [10, 30, 3, 4]],
+            (10..30).filter(|s| s % 4 != 2),
+        );
+        assert_eq!(
+            missing_shards(&m),
+            ["shard-2-of-4 (seeds 10..30, --shard 2/4)"]
+        );
+        // Halves by 2 and quarters by 4: 0/2 with 1/4 and 3/4 is every seed.
+        let m = merged(&[[0, 8, 0, 2], [0, 8, 1, 4], [0, 8, 3, 4]], 0..8);
+        assert!(missing_shards(&m).is_empty());
+        // A timed campaign's shards end at different seeds.
+        let m = merged(&[[0, 9, 0, 2], [0, 8, 1, 2]], 0..9);
+        assert!(missing_shards(&m).is_empty());
+        // More shards than seeds: an empty shard is not missing.
+        let m = merged(&[[0, 2, 0, 4], [0, 2, 1, 4]], 0..2);
+        assert!(missing_shards(&m).is_empty());
+    }
 
     #[test]
     fn counts_add_and_objects_merge_by_key() {

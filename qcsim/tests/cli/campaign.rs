@@ -306,6 +306,52 @@ fn merge_refuses_bad_input_and_writes_nothing() {
     }
 }
 
+/// A shard that wrote no report (killed, or its node lost) is named by
+/// the merge as the directory `deploy/run-shard.sh` would have written;
+/// `--complete` refuses, writing nothing, until that shard alone is run
+/// again, and then merges to one campaign's hash.
+#[test]
+fn merge_names_a_missing_shard_and_complete_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let whole = campaign(d, &["--seeds", "0..6", "--report", "whole"]);
+    let shard = |i: u32| {
+        let (shard, out) = (format!("{i}/3"), format!("shard-{i}-of-3"));
+        campaign(d, &["--seeds", "0..6", "--shard", &shard, "--report", &out]);
+    };
+    shard(0);
+    shard(2);
+    let merge = |complete: bool| {
+        let mut args = vec!["report", "merge", "shard-0-of-3", "shard-2-of-3"];
+        if d.join("shard-1-of-3").exists() {
+            args.push("shard-1-of-3");
+        }
+        if complete {
+            args.push("--complete");
+        }
+        args.extend_from_slice(&["-o", "merged"]);
+        exec(QCSIM, &args, d)
+    };
+    let named = "shard-1-of-3 (seeds 0..6, --shard 1/3)";
+    let out = merge(true);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("missing {named}")), "{err}");
+    assert!(!d.join("merged").exists(), "--complete wrote a report");
+    // Without --complete the partial merge is written, the shard named.
+    let out = merge(false);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(named));
+    shard(1);
+    let out = merge(true);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(out.stderr.is_empty(), "{}", text(&out));
+    assert_eq!(
+        printed_hash(&String::from_utf8_lossy(&out.stdout)),
+        printed_hash(&whole)
+    );
+}
+
 /// How long Chromium may take to load and dump one page.
 const CHROMIUM_TIMEOUT: Duration = Duration::from_secs(90);
 

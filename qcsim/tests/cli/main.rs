@@ -14,6 +14,7 @@ mod cli_raw;
 
 mod closed_stdout;
 mod convert_holes;
+mod deploy;
 mod dropin;
 mod enumerate_cli;
 mod exhaust_cli;
