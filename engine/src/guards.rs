@@ -101,10 +101,13 @@ pub enum Guard {
     /// The dirty-bit rebuild counts an L2 table, and what it maps, once
     /// for each L1 table that names it.
     RebuildCountsEachNaming,
+    /// The dirty-bit rebuild clears the dirty bit only once the rebuilt
+    /// refcounts and COPIED flags are durable.
+    RebuildDurableBeforeClean,
 }
 
 /// How many guards there are.
-pub const GUARDS: usize = 29;
+pub const GUARDS: usize = 30;
 
 impl Guard {
     /// Every guard, in declaration order.
@@ -138,6 +141,7 @@ impl Guard {
         Guard::SpillReferencesBoth,
         Guard::FreeForgetsPackingTail,
         Guard::RebuildCountsEachNaming,
+        Guard::RebuildDurableBeforeClean,
     ];
 
     /// The guard's stable snake_case name, as reports carry it.
@@ -172,6 +176,7 @@ impl Guard {
             Guard::SpillReferencesBoth => "spill_references_both",
             Guard::FreeForgetsPackingTail => "free_forgets_packing_tail",
             Guard::RebuildCountsEachNaming => "rebuild_counts_each_naming",
+            Guard::RebuildDurableBeforeClean => "rebuild_durable_before_clean",
         }
     }
 
@@ -207,6 +212,7 @@ impl Guard {
             Guard::SpillReferencesBoth => Broken::SpillForgetsFirstReference,
             Guard::FreeForgetsPackingTail => Broken::FreeKeepsPackingTail,
             Guard::RebuildCountsEachNaming => Broken::RebuildCountsSharedOnce,
+            Guard::RebuildDurableBeforeClean => Broken::RebuildCleansFirst,
         }
     }
 

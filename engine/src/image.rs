@@ -153,7 +153,20 @@ impl<D: BlockDev> Image<D> {
     /// unless it is read-only: that open describes the image, and guest
     /// reads fail with the same error.
     pub async fn open_with_data(dev: D, data: Option<D>, opts: EngineOptions) -> Result<Self> {
-        Self::open_with_data_impl(dev, data, opts).await
+        Self::open_with_data_impl(dev, data, opts, Default::default()).await
+    }
+
+    /// [`Image::open_with_data`], with `probe` the image's step probe
+    /// ([`Image::step_probe`]) from the start: whoever drives the open
+    /// can tell where a repair it runs (the rebuild of an image left
+    /// dirty) is when the power goes.
+    pub async fn open_probed(
+        dev: D,
+        data: Option<D>,
+        opts: EngineOptions,
+        probe: crate::steps::StepProbe,
+    ) -> Result<Self> {
+        Self::open_with_data_impl(dev, data, opts, probe).await
     }
 
     // Guest requests.

@@ -203,11 +203,16 @@ pub enum Broken {
     /// however many L1 tables name it: a table a snapshot shares ends up
     /// counted once for two references.
     RebuildCountsSharedOnce,
+    /// The dirty-bit rebuild clears the dirty bit (and makes the header
+    /// durable) before it writes the rebuilt refcounts and flags: a crash
+    /// between leaves a clean image whose refcounts are the stale ones
+    /// the bit was there to excuse.
+    RebuildCleansFirst,
 }
 
 impl Broken {
     /// Every variant, in declaration order.
-    pub const ALL: [Broken; 29] = [
+    pub const ALL: [Broken; 30] = [
         Broken::LinkBeforeData,
         Broken::SkipRefcountFlush,
         Broken::DropPartialCow,
@@ -237,6 +242,7 @@ impl Broken {
         Broken::SpillForgetsFirstReference,
         Broken::FreeKeepsPackingTail,
         Broken::RebuildCountsSharedOnce,
+        Broken::RebuildCleansFirst,
     ];
 
     /// The variant's name on the command line: kebab-case
@@ -272,6 +278,7 @@ impl Broken {
             Broken::SpillForgetsFirstReference => "spill-forgets-first-reference",
             Broken::FreeKeepsPackingTail => "free-keeps-packing-tail",
             Broken::RebuildCountsSharedOnce => "rebuild-counts-shared-once",
+            Broken::RebuildCleansFirst => "rebuild-cleans-first",
         }
     }
 }

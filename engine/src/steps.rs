@@ -47,10 +47,22 @@ pub enum MetaOp {
     /// The rebuild of refcounts and COPIED flags at the open of an image
     /// left dirty.
     DirtyRebuild,
+    /// A compressed write that opens a new packing cluster (its bytes
+    /// there, or spilling into it from the last one): references taken on
+    /// each host cluster the bytes touch, the bytes written, the entry
+    /// linked. Its steps are the engine's two turns under the metadata
+    /// lock (the data write between them runs without it, beside other
+    /// requests, so the probe shows the operation only in those turns).
+    CompressedPacking,
+    /// `qemu-img check -r all` (the checker's repair, `oracle::check::
+    /// repair`), which the harness runs on a version 2 image cut inside a
+    /// snapshot operation: its corrections written, then one flush, so
+    /// one window (no probe: the harness places the crash itself).
+    CheckRepair,
 }
 
 /// How many operations there are.
-pub const META_OPS: usize = 10;
+pub const META_OPS: usize = 12;
 
 /// A step of a [`MetaOp`] (see the module doc for when one begins).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -133,6 +145,8 @@ impl MetaOp {
         MetaOp::AmendLazyRefcounts,
         MetaOp::AmendRefcountBits,
         MetaOp::DirtyRebuild,
+        MetaOp::CompressedPacking,
+        MetaOp::CheckRepair,
     ];
 
     /// The operation's stable snake_case name, as reports carry it.
@@ -148,6 +162,8 @@ impl MetaOp {
             MetaOp::AmendLazyRefcounts => "amend_lazy_refcounts",
             MetaOp::AmendRefcountBits => "amend_refcount_bits",
             MetaOp::DirtyRebuild => "dirty_rebuild",
+            MetaOp::CompressedPacking => "compressed_packing",
+            MetaOp::CheckRepair => "check_repair",
         }
     }
 
@@ -199,17 +215,48 @@ impl MetaOp {
             MetaOp::AmendLazyRefcounts => &[Start, Header],
             MetaOp::AmendRefcountBits => &[Start, Table, Header],
             MetaOp::DirtyRebuild => &[Start, Refcounts, Flags, Header],
+            // Start: the bytes placed and counted, then written (a crash
+            // drawn there comes at that write); L2: the entry set, made
+            // durable by the writeback after the refcounts (the request's
+            // own without delayed metadata, the next flush's with it).
+            MetaOp::CompressedPacking => &[Start, L2],
+            MetaOp::CheckRepair => &[Start],
         }
     }
 
     /// The steps it can be in on a version 2 image (`v2`) or a version 3
-    /// one: a version 2 image has no dirty bit for a snapshot operation
-    /// to set and clear.
+    /// one. A version 2 image has no dirty bit for a snapshot operation
+    /// to set and clear, and no dirty bit that asks for a rebuild at open
+    /// (its repair is `check -r`, which the harness runs only there).
+    /// Its snapshots are all of the active
+    /// table's size (a version 2 image with snapshots cannot be resized,
+    /// and a downgrade refuses a snapshot of another size), so an apply
+    /// overwrites the active table in place: no new table, no header
+    /// switch. An amend of its version is an upgrade, which rewrites the
+    /// snapshot table only for entries without the snapshot's size (the
+    /// engine and QEMU always write it), so just the header; of a
+    /// version 3 image a downgrade (refcounts, zero clusters expanded,
+    /// the header). Lazy refcounts and a refcount width other than 16
+    /// need version 3, and their amends are refused on version 2 before
+    /// anything is written.
     pub fn steps_on(self, v2: bool) -> Vec<Step> {
-        self.steps()
-            .iter()
+        use Step::*;
+        let only: &[Step] = match (self, v2) {
+            (MetaOp::SnapshotApply, true) => &[Start, Refcounts, L1, OldFreed, Flags],
+            (MetaOp::AmendVersion, true) => &[Start, Header],
+            (MetaOp::AmendVersion, false) => &[Start, Refcounts, ZeroClusters, Header],
+            (
+                MetaOp::AmendLazyRefcounts | MetaOp::AmendRefcountBits | MetaOp::DirtyRebuild,
+                true,
+            ) => &[],
+            // The harness repairs only version 2 images with `check -r`;
+            // version 3 ones have the dirty rebuild.
+            (MetaOp::CheckRepair, false) => &[],
+            _ => self.steps(),
+        };
+        only.iter()
             .copied()
-            .filter(|&s| !(v2 && matches!(s, Step::DirtyBit | Step::DirtyCleared)))
+            .filter(|&s| !(v2 && matches!(s, DirtyBit | DirtyCleared)))
             .collect()
     }
 
@@ -344,7 +391,8 @@ impl CrashPoints {
     }
 
     /// As `Display` shows them, with only the steps an image of that
-    /// version can be in ([`MetaOp::steps_on`]).
+    /// version can be in ([`MetaOp::steps_on`]); an operation with none
+    /// there is `n/a`.
     pub fn show_on(&self, v2: bool) -> String {
         MetaOp::ALL
             .iter()
@@ -354,16 +402,59 @@ impl CrashPoints {
                     .iter()
                     .map(|&s| format!("{} {}", s.name(), self.get(op, s)))
                     .collect();
-                format!("{}: {}", op.name(), steps.join(", "))
+                if steps.is_empty() {
+                    format!("{}: n/a", op.name())
+                } else {
+                    format!("{}: {}", op.name(), steps.join(", "))
+                }
             })
             .collect::<Vec<_>>()
             .join("; ")
+    }
+
+    /// Serialized as [`CrashPoints`] is, with only the steps an image of
+    /// that version can be in (an operation with none left out).
+    pub fn on(&self, v2: bool) -> OnVersion<'_> {
+        OnVersion { points: self, v2 }
+    }
+}
+
+/// [`CrashPoints::on`].
+pub struct OnVersion<'a> {
+    points: &'a CrashPoints,
+    v2: bool,
+}
+
+impl Serialize for OnVersion<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        struct Steps<'a>(&'a CrashPoints, MetaOp, Vec<Step>);
+        impl Serialize for Steps<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(self.2.len()))?;
+                for &st in &self.2 {
+                    m.serialize_entry(st.name(), &self.0.get(self.1, st))?;
+                }
+                m.end()
+            }
+        }
+        let ops: Vec<(MetaOp, Vec<Step>)> = MetaOp::ALL
+            .iter()
+            .map(|&op| (op, op.steps_on(self.v2)))
+            .filter(|(_, steps)| !steps.is_empty())
+            .collect();
+        let mut m = s.serialize_map(Some(ops.len()))?;
+        for (op, steps) in ops {
+            m.serialize_entry(op.name(), &Steps(self.points, op, steps))?;
+        }
+        m.end()
     }
 }
 
 impl std::fmt::Display for CrashPoints {
     /// `snapshot_create: start 3, dirty_bit 12, ...; snapshot_apply: ...`:
-    /// every step, zeroes too, so a boundary never crashed is seen.
+    /// every step a version 3 image can be in, zeroes too, so a boundary
+    /// never crashed is seen.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.show_on(false))
     }

@@ -183,6 +183,20 @@ pub trait DriverKind {
         data: Option<SimDisk>,
         options: EngineOptions,
     ) -> DriverFuture<'static, Box<dyn Driver>>;
+    /// [`DriverKind::open`], with `probe` as the opened image's step probe
+    /// ([`Driver::step_probe`]) from the start, so that a crash inside
+    /// the repair an open runs is placed and counted; a driver without a
+    /// probe ignores it.
+    fn open_probed(
+        &self,
+        disk: SimDisk,
+        data: Option<SimDisk>,
+        options: EngineOptions,
+        probe: engine::StepProbe,
+    ) -> DriverFuture<'static, Box<dyn Driver>> {
+        drop(probe);
+        self.open(disk, data, options)
+    }
     /// Whether the driver promises never to have two write-like requests
     /// in flight over the same bytes of a disk, so that the runner fails a
     /// case where it does (`crate::disk::Overlap`). The engine promises
@@ -216,6 +230,19 @@ impl DriverKind for EngineDriver {
     ) -> DriverFuture<'static, Box<dyn Driver>> {
         Box::pin(async move {
             let img = Image::open_with_data(disk, data, options).await?;
+            Ok(Box::new(img) as Box<dyn Driver>)
+        })
+    }
+
+    fn open_probed(
+        &self,
+        disk: SimDisk,
+        data: Option<SimDisk>,
+        options: EngineOptions,
+        probe: engine::StepProbe,
+    ) -> DriverFuture<'static, Box<dyn Driver>> {
+        Box::pin(async move {
+            let img = Image::open_probed(disk, data, options, probe).await?;
             Ok(Box::new(img) as Box<dyn Driver>)
         })
     }

@@ -52,6 +52,7 @@ use crate::format::entry::OFFSET_MASK;
 use crate::format::{refcount, L2Entry};
 use crate::guards::Guard;
 use crate::image::{Image, MetaGuard};
+use crate::steps::{MetaOp, OpScope, Step};
 
 impl<D: BlockDev> Image<D> {
     /// [`Image::write_compressed`]: the implementation.
@@ -106,10 +107,13 @@ impl<D: BlockDev> Image<D> {
         // where each lands.
         self.l2_table_for_write(&mg, off).await?;
         let len = raw.len() as u64;
-        let host = self.alloc_compressed_bytes(&mg, len).await?;
+        let (host, packing) = self.alloc_compressed_bytes(&mg, len).await?;
+        let opened = packing.is_some();
         let bytes = (host, host + len);
         self.rules(|r| r.reserve(bytes, bytes));
         let io = self.inflight.borrow_mut().begin_io();
+        // Out of the probe with the lock: other requests run meanwhile.
+        drop(packing);
         drop(mg);
         // Without a data file (refused above) the image holds guest data.
         let r = self.data_write(host, raw, WriteFlags::default()).await;
@@ -126,6 +130,11 @@ impl<D: BlockDev> Image<D> {
             return Err(Error::Poisoned);
         }
         // The data is written: the entry may now point at it.
+        let _packing = opened.then(|| {
+            let op = self.steps.enter(MetaOp::CompressedPacking);
+            self.steps.step(Step::L2);
+            op
+        });
         let l2 = self.l2_table_for_write(&mg, off).await?;
         let entry = L2Entry::compressed(host, len, self.geo.cluster_bits);
         self.rules(|r| {
@@ -157,8 +166,14 @@ impl<D: BlockDev> Image<D> {
 
     /// `len` bytes for compressed data, as QEMU's byte allocator places
     /// them (see the module comment); one reference more on each host
-    /// cluster they touch. Under the metadata lock.
-    async fn alloc_compressed_bytes(&self, mg: &MetaGuard<'_>, len: u64) -> Result<u64> {
+    /// cluster they touch. Under the metadata lock. When they open a new
+    /// packing cluster, the scope of that operation
+    /// (`MetaOp::CompressedPacking`) comes with them.
+    async fn alloc_compressed_bytes(
+        &self,
+        mg: &MetaGuard<'_>,
+        len: u64,
+    ) -> Result<(u64, Option<OpScope>)> {
         let cs = self.geo.cluster_size;
         debug_assert!(len > 0 && len < cs);
         let mut tail = mg.borrow().alloc.compressed_tail();
@@ -168,12 +183,14 @@ impl<D: BlockDev> Image<D> {
                 tail = None;
             }
         }
+        let mut packing = None;
         let start = match tail {
             Some(t) if cs - t.offset % cs >= len => {
                 self.add_reference(mg, t.cluster).await?;
                 t.offset
             }
             _ => {
+                packing = Some(self.steps.enter(MetaOp::CompressedPacking));
                 // A new cluster, counted once by the allocation itself.
                 let new = self.alloc_clusters(mg, 1).await?;
                 match tail {
@@ -196,7 +213,7 @@ impl<D: BlockDev> Image<D> {
             offset: end,
         });
         mg.borrow_mut().alloc.set_compressed_tail(next);
-        Ok(start)
+        Ok((start, packing))
     }
 
     async fn add_reference(&self, mg: &MetaGuard<'_>, cluster: u64) -> Result<()> {

@@ -65,6 +65,7 @@ impl<D: BlockDev> Image<D> {
         dev: D,
         data: Option<D>,
         opts: EngineOptions,
+        probe: crate::steps::StepProbe,
     ) -> Result<Self> {
         if opts.l2_cache_tables < 2 || opts.refcount_cache_tables < 2 {
             return Err(Error::InvalidOption {
@@ -81,7 +82,7 @@ impl<D: BlockDev> Image<D> {
         let l1 = Self::read_l1(&dev, &h, &sizes, file_len).await?;
         let reftable = Self::read_reftable(&dev, &h, &sizes, file_len).await?;
         let meta_clusters = Self::metadata_clusters(&l1, &reftable)?;
-        let img = Self::assemble(
+        let mut img = Self::assemble(
             dev,
             data,
             opts,
@@ -92,6 +93,8 @@ impl<D: BlockDev> Image<D> {
             meta_clusters,
             file_len,
         );
+        // Before the repair: whoever crashes the open sees its steps.
+        img.steps = probe;
         img.recover().await?;
         Ok(img)
     }

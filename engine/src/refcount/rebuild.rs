@@ -164,6 +164,12 @@ impl<D: BlockDev> Image<D> {
             m.alloc.note_allocated(max_cluster);
             m.refs.set_lazy(false);
         }
+        let cleans_first = broken::is(&self.opts, Broken::RebuildCleansFirst);
+        if cleans_first {
+            // Deliberately wrong: the bit that excuses stale refcounts
+            // goes before the rebuilt ones are written.
+            self.clear_dirty_bit(&mg).await?;
+        }
         self.steps.step(Step::Refcounts);
         self.writeback_refcount_phase(&mg).await?;
         // COPIED exactly where the refcount is now 1 (QEMU's repair of a
@@ -203,15 +209,25 @@ impl<D: BlockDev> Image<D> {
             self.steps.step(Step::Flags);
             self.writeback_all(&mg).await?;
         }
-        mg.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
-        self.steps.step(Step::Header);
-        self.write_header(&mg).await?;
-        self.device_flush(&mg).await?;
+        if !cleans_first {
+            self.guard_arose(Guard::RebuildDurableBeforeClean);
+            self.clear_dirty_bit(&mg).await?;
+        }
         let mut m = mg.borrow_mut();
         m.dirty_on_disk = false;
         let lazy = m.header.lazy_refcounts();
         m.refs.set_lazy(lazy);
         Ok(())
+    }
+
+    /// The header without the dirty bit, written and made durable: the
+    /// rebuild's last step, once everything it rebuilt is durable (the
+    /// writebacks before it end with a flush).
+    async fn clear_dirty_bit(&self, mg: &crate::image::MetaGuard<'_>) -> Result<()> {
+        mg.borrow_mut().header.incompatible_features &= !incompat::DIRTY;
+        self.steps.step(Step::Header);
+        self.write_header(mg).await?;
+        self.device_flush(mg).await
     }
 
     /// The snapshot table's length and each snapshot's L1 table (each

@@ -54,6 +54,9 @@ impl Fix {
 pub(crate) struct Counts {
     pub check_errors: i64,
     pub corruptions: i64,
+    /// Of the corruptions: clusters of refcount 1 whose entry lacks
+    /// COPIED, left unrepaired (see `CheckReport::copied_missing`).
+    pub copied_missing: u64,
     pub leaks: i64,
     pub corruptions_fixed: i64,
     pub leaks_fixed: i64,
@@ -660,6 +663,7 @@ impl<'a, 'b> Pass<'a, 'b> {
                 continue;
             };
             if (refcount == 1) != (l1e & OFLAG_COPIED != 0) {
+                self.res.copied_missing += u64::from(refcount == 1 && !repair);
                 self.corruption(
                     Some(h.l1_table_offset + i as u64 * 8),
                     format!(
@@ -707,6 +711,7 @@ impl<'a, 'b> Pass<'a, 'b> {
                     r
                 };
                 if (refcount == 1) != (e & OFLAG_COPIED != 0) {
+                    self.res.copied_missing += u64::from(refcount == 1 && !repair);
                     self.corruption(
                         Some(l2_offset + (j * stride * 8) as u64),
                         format!(

@@ -149,6 +149,7 @@ fn run(io: Io<'_>, fix: Fix) -> CheckReport {
     report.findings = findings;
     report.check_errors = to_u64(res.check_errors);
     report.corruptions = to_u64(res.corruptions) + sn_corruptions;
+    report.copied_missing = res.copied_missing;
     report.leaks = to_u64(res.leaks);
     report.corruptions_fixed = to_u64(res.corruptions_fixed) + sn_fixed;
     report.leaks_fixed = to_u64(res.leaks_fixed);
@@ -205,6 +206,7 @@ fn check_refcounts(pass: &mut Pass<'_, '_>) -> Result<u64, Abort> {
         });
         pass.rebuild_refcounts(&mut imrt)?;
         pass.res.corruptions = 0;
+        pass.res.copied_missing = 0;
         pass.res.leaks = 0;
         rebuild = false;
         imrt.clear();

@@ -344,7 +344,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         t.crash_point_cases
     );
     println!(
-        "  version 2 (no dirty bit steps): {}",
+        "  version 2 (n/a: not on version 2 images): {}",
         t.crash_points.v2.show_on(true)
     );
     println!("  version 3: {}", t.crash_points.v3);

@@ -205,16 +205,26 @@ pub fn tables(summary: &Value) -> Vec<Table> {
         t["crash_points"]["v2"].as_object(),
         t["crash_points"]["v3"].as_object(),
     ) {
+        // Each version lists only the steps its images can be in: the
+        // rows are the operations' steps on either, in the operations'
+        // order, with n/a where a version has no such step.
         let mut rows = Vec::new();
-        for (op, steps) in v3 {
-            for (step, n3) in steps.as_object().into_iter().flatten() {
-                let n2 = &v2[op][step];
-                rows.push(vec![format!("{op}.{step}"), cell(n2), cell(n3)]);
+        for op in engine::MetaOp::ALL {
+            for step in op.steps() {
+                let (name, s) = (op.name(), step.name());
+                let (n2, n3) = (&v2.get(name).map(|o| &o[s]), &v3.get(name).map(|o| &o[s]));
+                let show = |n: &Option<&Value>| match n {
+                    Some(v) if !v.is_null() => cell(v),
+                    _ => "n/a".to_string(),
+                };
+                if n2.is_some_and(|v| !v.is_null()) || n3.is_some_and(|v| !v.is_null()) {
+                    rows.push(vec![format!("{name}.{s}"), show(n2), show(n3)]);
+                }
             }
         }
         out.push(Table {
             title: "Crash points".into(),
-            note: "The crashes that cut a multi-step metadata operation, by the step it was in, on version 2 and version 3 images: a 0 is a boundary no crash tested (a version 2 image has no dirty_bit or dirty_cleared step).".into(),
+            note: "The crashes that cut a multi-step metadata operation, by the step it was in, on version 2 and version 3 images: a 0 is a boundary no crash tested; n/a is a step images of that version do not have (no dirty bit on version 2, whose repair is check -r and whose applies are in place; an amend of the version is an upgrade there and a downgrade on version 3; lazy refcounts and refcount widths need version 3).".into(),
             header: vec!["operation.step".into(), "version 2".into(), "version 3".into()],
             rows,
         });

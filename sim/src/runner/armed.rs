@@ -13,7 +13,8 @@ use std::rc::Rc;
 use engine::{Guard, StepProbe};
 use rand::Rng;
 
-use super::state::{flushes_on, Foreground, Img, Run};
+use super::state::{changes_on, flushes_on, Foreground, Img, Run};
+use super::step_watch::StepWatch;
 use crate::exec::{ExecError, RunEnd};
 
 /// What stopped an armed run: a guard's flush, or an operation's.
@@ -51,37 +52,37 @@ impl Run<'_> {
         let probe = img.step_probe();
         let mut watch = self.step_watch.take();
         let rng = &mut self.guard_rng;
-        let mut before = flushes_on(&disks);
-        let mut arose: Option<(ArmedStop, u64)> = None;
+        let mut before = Marks::on(&disks);
+        let mut arose: Option<(ArmedStop, Mark)> = None;
         let end = self.sim.run_until(|| {
-            let now = flushes_on(&disks);
+            let now = Marks::on(&disks);
             for (g, n) in seen.iter_mut() {
                 let count = img.guard_count(*g);
                 while arose.is_none() && *n < count {
                     *n += 1;
                     if rng.gen_ratio(1, one_in) {
-                        arose = Some((ArmedStop::Guard(*g), before));
+                        arose = Some((ArmedStop::Guard(*g), before.flush()));
                     }
                 }
                 *n = count;
             }
             if let (None, Some(w), Some(p)) = (arose, watch.as_mut(), probe.as_ref()) {
                 if w.reached(p) {
-                    arose = Some((ArmedStop::Step, before));
+                    arose = Some((ArmedStop::Step, before.for_watch(w)));
                 }
             }
             before = now;
-            matches!(arose, Some((_, at)) if now > at) || (!to_end && fg.done())
+            matches!(arose, Some((_, at)) if now.past(at)) || (!to_end && fg.done())
         });
         let stop = match (end?, arose) {
-            (RunEnd::Stopped, Some((stop, at))) if flushes_on(&disks) > at => Some(stop),
+            (RunEnd::Stopped, Some((stop, at))) if Marks::on(&disks).past(at) => Some(stop),
             // The group ended with the flush never issued (a failed write
             // poisoned the image, or the operation ended): still armed.
             _ => None,
         };
         if stop == Some(ArmedStop::Step) {
             if let Some(w) = watch.as_mut() {
-                w.landed();
+                self.step_crash = w.landed();
             }
         }
         self.step_watch = watch;
@@ -99,19 +100,19 @@ impl Run<'_> {
         };
         let mut watch = self.step_watch.take().expect("checked above");
         let disks = self.crashing_disks();
-        let mut before = flushes_on(&disks);
+        let mut before = Marks::on(&disks);
         let mut at = None;
         let end = self.sim.run_until(|| {
-            let now = flushes_on(&disks);
+            let now = Marks::on(&disks);
             if at.is_none() && watch.reached(&probe) {
-                at = Some(before);
+                at = Some(before.for_watch(&watch));
             }
             before = now;
-            matches!(at, Some(a) if now > a)
+            matches!(at, Some(a) if now.past(a))
         })?;
-        let went = matches!((end, at), (RunEnd::Stopped, Some(a)) if flushes_on(&disks) > a);
+        let went = matches!((end, at), (RunEnd::Stopped, Some(a)) if Marks::on(&disks).past(a));
         if went {
-            watch.landed();
+            self.step_crash = watch.landed();
         }
         self.step_watch = Some(watch);
         Ok(went)
@@ -120,15 +121,65 @@ impl Run<'_> {
     /// Note a crash an armed run took at a flush: the guard is spent, the
     /// crash counted.
     pub(super) fn armed_crash(&mut self, stop: ArmedStop) {
-        self.at_flush = true;
+        // A step crash drawn at an operation's start came at its first
+        // request, which need not be a flush.
+        let at_flush =
+            !(stop == ArmedStop::Step && self.step_crash.is_some_and(|c| c.at_request()));
+        self.at_flush = at_flush;
         let mut stats = self.shared.stats.borrow_mut();
-        stats.counts.crashes_at_flush += 1;
+        stats.counts.crashes_at_flush += u64::from(at_flush);
         match stop {
             ArmedStop::Guard(guard) => {
                 self.armed.retain(|&a| a != guard);
                 stats.counts.crashes_at_guard += 1;
             }
             ArmedStop::Step => stats.counts.crashes_at_step += 1,
+        }
+    }
+}
+
+/// The disks' flushes and changing requests at one moment.
+#[derive(Debug, Clone, Copy)]
+struct Marks {
+    flushes: u64,
+    changes: u64,
+}
+
+/// What an armed crash waits to see go past: the flushes, or (a crash
+/// drawn at an operation's start) the changing requests, as counted the
+/// executor step before the condition arose.
+#[derive(Debug, Clone, Copy)]
+enum Mark {
+    Flush(u64),
+    Change(u64),
+}
+
+impl Marks {
+    fn on(disks: &[crate::disk::SimDisk]) -> Marks {
+        Marks {
+            flushes: flushes_on(disks),
+            changes: changes_on(disks),
+        }
+    }
+
+    fn flush(self) -> Mark {
+        Mark::Flush(self.flushes)
+    }
+
+    /// The mark a step crash the watch just saw reached waits for.
+    fn for_watch(self, w: &StepWatch) -> Mark {
+        if w.at_request() {
+            Mark::Change(self.changes)
+        } else {
+            self.flush()
+        }
+    }
+
+    /// Whether a request the mark waits for was issued since it.
+    fn past(self, at: Mark) -> bool {
+        match at {
+            Mark::Flush(n) => self.flushes > n,
+            Mark::Change(n) => self.changes > n,
         }
     }
 }

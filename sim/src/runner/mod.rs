@@ -33,8 +33,10 @@ mod enumerate;
 mod explain;
 pub mod faults;
 mod judge;
+mod open_crash;
 mod ops;
 mod recovery;
+mod repair_crash;
 mod report;
 mod setup;
 pub mod snapshots;
@@ -312,7 +314,11 @@ impl<'a> Run<'a> {
                 continue;
             }
             // Read before the abort drops the operation and its scope.
-            self.crashed_in = probe.and_then(|p| p.get());
+            let now = probe.and_then(|p| p.get());
+            self.crashed_in = match self.step_crash.take() {
+                Some(c) => Some(c.counted(now)),
+                None => now,
+            };
             if let Some((op, step)) = self.crashed_in {
                 let v2 = self.shared.v2.get();
                 self.shared

@@ -10,6 +10,9 @@ impl Run<'_> {
     /// The power goes: take a crash image, reopen it, check it.
     pub(super) fn crash(&mut self) -> Result<Rc<Img>, Failure> {
         self.crashes += 1;
+        // Named before a crash inside the repair that follows (`check -r`
+        // of a version 2 image) counts one more.
+        let label = format!("crash-{}", self.crashes);
         self.judge_overlaps(&format!("before crash {}", self.crashes));
         let cut = matches!(self.crashed_in.take(), Some((op, _)) if op.is_snapshot());
         let in_snapshot_v2 = self.v2_snapshot_cut(cut);
@@ -78,7 +81,7 @@ impl Run<'_> {
             let next = d.reopen(i.content);
             self.data_before_crash = self.data.replace(next);
         }
-        self.recover(&format!("crash-{}", self.crashes))
+        self.recover(&label)
     }
 
     /// Reopen the image on `self.disk` after a crash (or a failed close),
@@ -141,18 +144,7 @@ impl Run<'_> {
         self.copied_excused = true;
         self.judge(&label, content, None);
         self.copied_excused = false;
-        let mut bytes = content.to_bytes();
-        let report =
-            oracle::check::repair(&mut bytes, oracle::check::RepairMode::All).map_err(|e| {
-                Failure::Engine {
-                    what: format!("check -r all after crash {}: {e}", self.crashes),
-                }
-            })?;
-        if let Some(f) = report.failure {
-            return Err(Failure::Engine {
-                what: format!("check -r all after crash {}: {f}", self.crashes),
-            });
-        }
+        let bytes = self.repair_maybe_cut(content.to_bytes())?;
         self.shared.stats.borrow_mut().counts.v2_snapshot_repairs += 1;
         Ok(SparseStore::from_bytes(&bytes))
     }
@@ -164,7 +156,7 @@ impl Run<'_> {
         let raw = self.disk.volatile();
         let dirty = dirty_bit(&raw);
         let img = self
-            .open_image(&format!("reopen after {label}"))?
+            .reopen_watched(label, dirty)?
             .map_err(|e| Failure::Engine {
                 what: format!("reopen after {label} failed: {e}"),
             })?;

@@ -108,10 +108,19 @@ impl Run<'_> {
             self.data.clone(),
             self.case.engine.clone(),
         );
-        let mut img = match self.block(what, opened)? {
-            Ok(img) => img,
-            Err(e) => return Ok(Err(e)),
-        };
+        match self.block(what, opened)? {
+            Ok(img) => self.attach_backing(img, what),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    /// The case's backing file attached to the just opened `img` (a raw
+    /// disk, or its qcow2 image opened read-only by the engine).
+    pub(super) fn attach_backing(
+        &self,
+        mut img: Img,
+        what: &str,
+    ) -> Result<Result<Img, engine::Error>, Failure> {
         if let Some(b) = &self.backing {
             let backing = match b.spec {
                 BackingSpec::Raw { .. } => Backing::Raw(b.disk.clone()),

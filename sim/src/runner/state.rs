@@ -158,6 +158,9 @@ pub struct Run<'a> {
     /// The multi-step metadata operation the power cut, and its step, as
     /// the probe showed it when the power went (`engine::steps`).
     pub(super) crashed_in: Option<(engine::MetaOp, engine::Step)>,
+    /// Where the step crash about to be taken landed
+    /// (`StepWatch::landed`).
+    pub(super) step_crash: Option<super::step_watch::StepCrash>,
     /// While the crash states of a version 2 image cut inside a snapshot
     /// operation are judged: COPIED flags missing on clusters of refcount
     /// 1 are not corruption there (`Run::crash`).
@@ -211,6 +214,19 @@ pub(super) enum AloneUntil {
 /// Flushes issued on `disks` so far, together.
 pub(super) fn flushes_on(disks: &[SimDisk]) -> u64 {
     disks.iter().map(SimDisk::flushes).sum()
+}
+
+/// Requests that change what a disk holds (writes, zeroings, discards,
+/// truncations) and flushes issued so far on `disks`: what a crash drawn
+/// at an operation's start waits for (`StepWatch::at_request`).
+pub(super) fn changes_on(disks: &[SimDisk]) -> u64 {
+    disks
+        .iter()
+        .map(|d| {
+            let c = d.counters();
+            c.writes + c.write_zeroes + c.discards + c.truncates + c.flushes
+        })
+        .sum()
 }
 
 /// What a group waits for: its operations but background reads, and the
@@ -368,6 +384,7 @@ impl<'a> Run<'a> {
             group_flushes: Vec::new(),
             at_flush: false,
             crashed_in: None,
+            step_crash: None,
             copied_excused: false,
             armed: case.disk.crash.at_guards.clone(),
             background: Vec::new(),

@@ -82,6 +82,11 @@ const ENGINE_RARE_CACHES: u32 = 2;
 /// costs.
 const MAX_FILL_SECTORS: u64 = (6 << 20) / SECTOR_SIZE as u64;
 
+/// What the first refcount table of a version 2 image with 512-byte
+/// clusters counts (16-bit refcounts: 64 blocks of 256 clusters): its
+/// rare-path fills go past it.
+const V2_OUTGROWN_BYTES: u64 = 8 << 20;
+
 /// How far ahead the image file grows: its own sub-stream of the engine
 /// options', so the switches and caches drawn before it existed stay as
 /// they were. Small steps make growth, and allocations racing it, common.
@@ -316,7 +321,17 @@ impl RareShape {
         // The clusters the first refcount table's blocks count, in bytes.
         let counted = (cs / 8) * (cs * 8 / c.refcount_bits as u64) * cs;
         let sector = SECTOR_SIZE as u64;
-        let outgrows = counted <= (4 << 20);
+        // A version 2 image's 16-bit refcounts at 512-byte clusters
+        // count 8 MiB: outgrown too, at twice the cost, so that its
+        // table growth (whose order alone protects it, no dirty bit
+        // there) meets crashes as version 3's does.
+        let v2_reach = c.compat == Compat::V2 && counted <= V2_OUTGROWN_BYTES;
+        let outgrows = counted <= (4 << 20) || v2_reach;
+        let max_fill = if v2_reach {
+            V2_OUTGROWN_BYTES * 5 / 4 / sector
+        } else {
+            MAX_FILL_SECTORS
+        };
         let fill_sectors = if outgrows {
             // Up to past the first table's reach: the tables the data
             // needs (an L2 table and a refcount block per 64 clusters at
@@ -327,13 +342,13 @@ impl RareShape {
             // blocks only.
             rng.gen_range(1..=4u64) << 20 >> 9
         }
-        .min(MAX_FILL_SECTORS);
+        .min(max_fill);
         // The smallest disk the fill needs, so that reading it whole after
         // each crash stays cheap at 512-byte clusters; never smaller than
         // a backing file drawn for the size before.
         let needed = (fill_sectors * sector + (1 << 20))
             .next_multiple_of(4 << 20)
-            .min(8 << 20);
+            .min(if v2_reach { 12 << 20 } else { 8 << 20 });
         let size = if image.backing.is_some() {
             needed.max(c.size)
         } else {

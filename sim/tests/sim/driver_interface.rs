@@ -147,6 +147,22 @@ impl DriverKind for AdapterKind {
             Ok(Box::new(Adapter { img, mode }) as Box<dyn Driver>)
         })
     }
+
+    // Forwarded too: the runner crashes the repair an open runs only
+    // where the driver shows its steps.
+    fn open_probed(
+        &self,
+        disk: SimDisk,
+        data: Option<SimDisk>,
+        options: EngineOptions,
+        probe: engine::StepProbe,
+    ) -> DriverFuture<'static, Box<dyn Driver>> {
+        let mode = self.0;
+        Box::pin(async move {
+            let img = Image::open_probed(disk, data, options, probe).await?;
+            Ok(Box::new(Adapter { img, mode }) as Box<dyn Driver>)
+        })
+    }
 }
 
 fn on(case: &Case, mode: Mode) -> sim::runner::RunReport {

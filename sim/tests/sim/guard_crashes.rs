@@ -270,7 +270,20 @@ fn a_crash_inside_a_metadata_operation_is_counted_by_operation_and_step() {
             .copied()
             .filter(|&s| p.get(MetaOp::SnapshotCreate, s) > 0)
             .collect();
-        assert_eq!(p.total(), 1, "seed {seed}: {p}");
+        // The crash inside the create, and perhaps one inside the
+        // rebuild at the reopen of the dirty image it left.
+        let inside_create: u64 = MetaOp::SnapshotCreate
+            .steps()
+            .iter()
+            .map(|&s| p.get(MetaOp::SnapshotCreate, s))
+            .sum();
+        let in_rebuild: u64 = MetaOp::DirtyRebuild
+            .steps()
+            .iter()
+            .map(|&s| p.get(MetaOp::DirtyRebuild, s))
+            .sum();
+        assert_eq!(inside_create, 1, "seed {seed}: {p}");
+        assert_eq!(p.total(), 1 + in_rebuild, "seed {seed}: {p}");
         assert_eq!(steps.len(), 1, "seed {seed}: {p}");
         assert_eq!(r.stats.crash_points.v2.total(), 0);
         seen.insert(steps[0]);
@@ -279,4 +292,110 @@ fn a_crash_inside_a_metadata_operation_is_counted_by_operation_and_step() {
         }
     }
     panic!("every crash inside a snapshot create in one step: {seen:?}");
+}
+
+/// The reopen of an image a crash left dirty runs the rebuild of its
+/// refcounts and flags; with step crashes armed, the power goes inside
+/// it too, at each of its steps across cases, and the image the second
+/// crash leaves is judged (strictly once the rebuild cleared the dirty
+/// bit). The rebuild that clears the bit before its refcounts are
+/// durable fails there.
+#[test]
+fn a_crash_inside_the_dirty_rebuild_is_counted_and_judged() {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut caught = 0;
+    for seed in 0..60 {
+        let mut c = Case::generate(seed, Profile::Mixed);
+        if c.image.create.compat != Compat::V3 || c.harsh() {
+            continue;
+        }
+        c.image.create.lazy_refcounts = true;
+        c.disk.faults.enabled = false;
+        c.disk.crash.at_guards.clear();
+        c.disk.crash.at_steps = true;
+        let write = |sector| {
+            vec![Op::Write {
+                sector,
+                sectors: 8,
+                fua: false,
+            }]
+        };
+        // Two flushed allocations, the second cut by the crash: the
+        // dirty bit is set, the refcounts on disk stale.
+        c.workload = vec![
+            write(0),
+            vec![Op::Flush],
+            write(64),
+            vec![Op::Flush, Op::Crash],
+            write(128),
+            vec![Op::Flush],
+        ];
+        let r = run_guarded(&c);
+        assert!(r.passed(), "seed {seed}: {:?}", r.failures);
+        let p = r.stats.crash_points.v3;
+        for &s in MetaOp::DirtyRebuild.steps() {
+            if p.get(MetaOp::DirtyRebuild, s) > 0 {
+                seen.insert(s);
+            }
+        }
+        let mut broken = c.clone();
+        broken.engine.broken = Some(engine::options::Broken::RebuildCleansFirst);
+        caught += usize::from(!run_guarded(&broken).passed());
+    }
+    assert!(
+        seen.contains(&Step::Refcounts) && seen.contains(&Step::Header),
+        "crashes inside the rebuild only at {seen:?}"
+    );
+    assert!(caught > 0, "the rebuild that cleans first was never caught");
+}
+
+/// A version 2 image cut inside a snapshot create is repaired with
+/// `check -r all`; with step crashes armed the power goes inside that
+/// repair too (half the time), keeping any of its writes, and running it
+/// again repairs the image with no guest data lost.
+#[test]
+fn a_crash_inside_check_repair_is_counted_and_a_second_repair_mends_it() {
+    let mut cut = 0;
+    for seed in 0..200 {
+        let mut c = Case::generate(seed, Profile::Mixed);
+        if c.image.create.compat != Compat::V2 || c.image.backing.is_some() || c.harsh() {
+            continue;
+        }
+        c.disk.faults.enabled = false;
+        c.disk.crash.at_guards.clear();
+        c.disk.crash.at_steps = true;
+        c.workload = vec![
+            vec![Op::Write {
+                sector: 0,
+                sectors: 64,
+                fua: false,
+            }],
+            vec![Op::Flush],
+            vec![Op::SnapshotCreate, Op::Crash],
+            vec![Op::Write {
+                sector: 8,
+                sectors: 8,
+                fua: false,
+            }],
+            vec![Op::Flush],
+        ];
+        let r = run_guarded(&c);
+        assert!(r.passed(), "seed {seed}: {:?}", r.failures);
+        assert_eq!(
+            r.stats
+                .crash_points
+                .v3
+                .get(MetaOp::CheckRepair, Step::Start),
+            0
+        );
+        cut += r
+            .stats
+            .crash_points
+            .v2
+            .get(MetaOp::CheckRepair, Step::Start);
+        if cut >= 3 {
+            return;
+        }
+    }
+    panic!("only {cut} crashes inside check -r in 200 seeds");
 }

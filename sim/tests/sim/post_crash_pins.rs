@@ -67,7 +67,9 @@ impl PostCrash {
 
 /// Run `case`, exporting its images, and render its first crash image
 /// (`crash-1`, the image the runner judged after the first crash: after
-/// the engine's repair on open when the crash left it dirty).
+/// the engine's repair on open when the crash left it dirty; or, when
+/// the power went again inside that repair, the image judged after it,
+/// `crash-2 (inside the rebuild after crash-1)`).
 pub fn post_crash(case: &Case) -> PostCrash {
     let dir = tempfile::tempdir().expect("temporary directory");
     let report = run_case(
@@ -76,12 +78,25 @@ pub fn post_crash(case: &Case) -> PostCrash {
             export: Some(dir.path().to_path_buf()),
         },
     );
-    let path = dir
-        .path()
-        .join(format!("seed-{}", case.seed))
-        .join("crash-1.qcow2");
-    let bytes = std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("seed {}: no exported crash image: {e}", case.seed));
+    let seed_dir = dir.path().join(format!("seed-{}", case.seed));
+    let first = seed_dir.join("crash-1.qcow2");
+    let path = if first.exists() {
+        first
+    } else {
+        seed_dir.join("crash-2 (inside the rebuild after crash-1).qcow2")
+    };
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        let names: Vec<_> = std::fs::read_dir(&seed_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        panic!(
+            "seed {}: no exported crash image: {e}; exported {names:?}",
+            case.seed
+        )
+    });
     PostCrash {
         report,
         dump: oracle::dump::dump(&bytes),

@@ -30,7 +30,7 @@ fn counts_add_subtract_and_round_trip() {
     for (i, g) in Guard::ALL.into_iter().enumerate() {
         c.bump(g, i as u64 + 1);
     }
-    assert_eq!(c.get(Guard::RebuildCountsEachNaming), GUARDS as u64);
+    assert_eq!(c.get(Guard::RebuildDurableBeforeClean), GUARDS as u64);
     let mut d = c;
     d.add(&c);
     assert_eq!(d.since(&c), c);
