@@ -14,7 +14,9 @@
 //! `disk-replay` its request log run again; `qemu/` is `--driver qemu`, a case
 //! on QEMU's qcow2 driver (`qemu::disk` an epoch's simulated disk, the image's
 //! or a data file's, on a thread of its own, `qemu::run` the case), and
-//! `cli::driver` the flag and what it prints); `dropin/` is the drop-in layer
+//! `cli::driver` the flag and what it prints); `findings` is the ledger of
+//! other drivers' defects (`corpus/findings.json`) and `cli::findings` its
+//! replay; `dropin/` is the drop-in layer
 //! (see "The drop-in tools" below): qcsim as `qemu-img` and `qemu-io`; `output`
 //! is every command's standard output: the crate's `print!`/`println!` (defined
 //! in `main.rs`, shadowing std's, which panic on a failed write) and qemu-io's
@@ -60,6 +62,7 @@ macro_rules! println {
 
 mod output;
 
+mod findings;
 mod progress;
 mod qemu;
 mod report;
@@ -120,6 +123,9 @@ enum Command {
     Serve(cli::serve::Args),
     /// Replay a simulated disk's request log (`serve --sim --record`).
     DiskReplay(cli::disk_replay::Args),
+    /// Replay every defect of the findings ledger on its driver: still
+    /// present, or gone (docs/findings.md).
+    Findings(cli::findings::Args),
 }
 
 /// The command line of a drop-in tool, passed on as it is.
@@ -168,6 +174,7 @@ fn main() {
         Command::Img(a) => Ok(dropin::run(dropin::Tool::Img, &a.args)),
         Command::Serve(a) => cli::serve::run(a),
         Command::DiskReplay(a) => cli::disk_replay::run(a),
+        Command::Findings(a) => cli::findings::run(a),
     };
     let code = match result {
         Ok(code) => code,

@@ -125,7 +125,7 @@ fn replay_command(r: &QemuReport, engine: Engine) -> String {
 /// A failing case's explanation, as the engine's failures are explained
 /// (`report::explain`): each failure in words, a wrong read's sectors
 /// with the hex diff against what the model allowed, the replay command.
-fn explanation(r: &QemuReport, engine: Engine) -> String {
+pub fn explanation(r: &QemuReport, engine: Engine) -> String {
     let entry = serde_json::json!({
         "seed": r.seed,
         "replay": replay_command(r, engine),

@@ -11,6 +11,7 @@ pub mod driver;
 pub mod dump;
 pub mod enumerate;
 pub mod exhaust;
+pub mod findings;
 pub mod hint;
 pub mod info;
 pub mod replay;

@@ -19,6 +19,7 @@ mod dropin;
 mod enumerate_cli;
 mod exhaust_cli;
 mod extended_l2_cli;
+mod findings;
 mod locking;
 mod progress_lines;
 mod qemu_driver;

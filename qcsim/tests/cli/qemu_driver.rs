@@ -429,3 +429,30 @@ fn qemus_zeroing_of_a_subcluster_cow_erases_durable_data_in_the_same_write() {
         "{out}"
     );
 }
+
+/// Seed 82 of the campaign the issue ran, cut by hand: the data-file
+/// defect of `qemus_l2_entry_outruns_its_data_files_cow_and_loses_backing_data`
+/// again, on 1 KiB clusters over a qcow2 backing file with lazy
+/// refcounts. After an empty first epoch's crash, a write of sector 637
+/// copies sector 636 from the backing file into the data file, a write of
+/// sector 5227 allocates an L2 table, which writes back the first one
+/// after flushing the image's disk only; the data file's disk sees no
+/// flush, and sector 636 reads zeroes after the power cut
+/// (docs/findings.md, qemu-data-file-cow-lost).
+#[test]
+fn qemus_data_file_cow_loss_shows_again_in_seed_82() {
+    let out = qemu_fails_engine_passes("qemu-data-file-cow-lost-seed-82.json", 82, "backing");
+    assert!(
+        out.contains(
+            "guest sector 636 (byte 0x4f800) held zeroes, but the model allowed only backing data"
+        ),
+        "{out}"
+    );
+    // The cause shows in the data file's disk: it was never flushed.
+    assert!(
+        out.lines()
+            .any(|l| l.contains("the data file's disk saw")
+                && l.ends_with("and 0 flushes from QEMU")),
+        "{out}"
+    );
+}
