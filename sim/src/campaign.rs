@@ -13,8 +13,9 @@ use engine::Switches;
 use serde::Serialize;
 
 use crate::case::Case;
+use crate::driver::{DriverKind, EngineDriver};
 use crate::exec::ScheduleMode;
-use crate::runner::{run_case, Failure, RunOptions, RunReport, RunStats};
+use crate::runner::{run_case_on, Failure, RunOptions, RunReport, RunStats};
 use crate::workload::Profile;
 
 /// Which switch combination each case runs with.
@@ -299,7 +300,14 @@ pub fn set_broken(case: &mut Case, broken: Option<engine::options::Broken>) {
 
 /// Run a case, turning a panic into a failure.
 pub fn run_guarded(case: &Case) -> RunReport {
-    match catch_unwind(AssertUnwindSafe(|| run_case(case, &RunOptions::default()))) {
+    run_guarded_on(case, &EngineDriver)
+}
+
+/// [`run_guarded`] with `driver` in place of qcsim's engine
+/// (`crate::driver`): a panic inside the driver is that case's failure.
+pub fn run_guarded_on(case: &Case, driver: &dyn DriverKind) -> RunReport {
+    let run = || run_case_on(case, &RunOptions::default(), driver, &mut |_, _| {}).0;
+    match catch_unwind(AssertUnwindSafe(run)) {
         Ok(r) => r,
         Err(p) => {
             let message = panic_message(p.as_ref());
@@ -331,6 +339,20 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// a case's content), which this crate never reads itself.
 pub fn run_campaign(
     plan: &CampaignPlan,
+    should_stop: &(dyn Fn() -> bool + Sync),
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> CampaignSummary {
+    run_campaign_on(plan, &EngineDriver, should_stop, progress)
+}
+
+/// [`run_campaign`] with `driver` in place of qcsim's engine: the same
+/// cases, schedules, crashes, model and checker, every case on `driver`
+/// (shared by the workers, so `Sync`; each case opens its own images).
+/// How a driver from outside this repository runs qcsim's campaigns:
+/// docs/driver-guide.md.
+pub fn run_campaign_on(
+    plan: &CampaignPlan,
+    driver: &(dyn DriverKind + Sync),
     should_stop: &(dyn Fn() -> bool + Sync),
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> CampaignSummary {
@@ -370,7 +392,7 @@ pub fn run_campaign(
                     continue;
                 }
                 let case = case_for(plan, seed);
-                let report = run_guarded(&case);
+                let report = run_guarded_on(&case, driver);
                 if tx.send((case, report)).is_err() {
                     break;
                 }
@@ -397,7 +419,7 @@ pub fn run_campaign(
             } else {
                 summary.failed += 1;
                 // A failure must replay: run it again and compare.
-                let again = run_guarded(&case);
+                let again = run_guarded_on(&case, driver);
                 let deterministic =
                     again.trace_hash == report.trace_hash && again.failures == report.failures;
                 summary.failures.push(CaseFailure {

@@ -269,3 +269,32 @@ fn the_engine_passes_with_snapshots_and_an_adapter_that_ignores_them_is_caught()
         "only {create} of 12 cases caught a create doing nothing"
     );
 }
+
+/// A driver from outside runs whole campaigns through
+/// `run_campaign_on` (docs/driver-guide.md): the forwarding adapter's
+/// campaign is the engine's, hash for hash; the one whose flush does
+/// nothing fails cases, each replayed deterministically.
+#[test]
+fn a_campaign_runs_on_an_adapter_as_on_the_engine() {
+    use sim::campaign::{run_campaign, run_campaign_on, CampaignPlan};
+    let plan = CampaignPlan {
+        jobs: 2,
+        ..CampaignPlan::new(0..24)
+    };
+    let engine = run_campaign(&plan, &|| false, &|_, _| {});
+    let adapter = run_campaign_on(&plan, &AdapterKind(Mode::Forward), &|| false, &|_, _| {});
+    assert_eq!(engine.failed, 0);
+    assert_eq!(adapter.cases, engine.cases);
+    assert_eq!(adapter.trace_hash, engine.trace_hash);
+    let broken = run_campaign_on(
+        &plan,
+        &AdapterKind(Mode::FlushDoesNothing),
+        &|| false,
+        &|_, _| {},
+    );
+    assert!(
+        broken.failed > 0,
+        "a flush that does nothing passed 24 cases"
+    );
+    assert!(broken.failures.iter().all(|f| f.deterministic));
+}
