@@ -65,6 +65,9 @@ pub(crate) const AUTOCLEAR_RAW_DATA: u64 = 1 << 1;
 const EXT_END: u32 = 0;
 const EXT_CRYPTO: u32 = 0x0537_be77;
 const EXT_BITMAPS: u32 = 0x2385_2875;
+const EXT_FEATURE_TABLE: u32 = 0x6803_f857;
+/// A feature name table entry: type, bit number, a NUL-padded name.
+const FEATURE_ENTRY: usize = 48;
 
 /// Upper bounds QEMU enforces on input-sized tables.
 pub(crate) const MAX_REFTABLE_BYTES: u64 = 8 << 20;
@@ -226,9 +229,16 @@ pub(crate) fn parse(src: &dyn ImageSource) -> Result<Header, String> {
         }
     }
     if incompatible & !INCOMPAT_KNOWN != 0 {
-        return Err(format!(
-            "Unsupported IMGFMT feature(s): {:#x}",
-            incompatible & !INCOMPAT_KNOWN
+        let ext_end = if backing_file_offset != 0 {
+            backing_file_offset
+        } else {
+            cluster_size
+        };
+        return Err(unsupported_features(
+            src,
+            header_length,
+            ext_end,
+            incompatible & !INCOMPAT_KNOWN,
         ));
     }
     if refcount_order > 6 {
@@ -314,6 +324,48 @@ pub(crate) fn parse(src: &dyn ImageSource) -> Result<Header, String> {
         "L1 table",
     )?;
     Ok(h)
+}
+
+/// QEMU's refusal of unknown incompatible features: the names the
+/// image's feature name table gives those bits, in table order, then
+/// the bits it names not, in hex (`Unsupported qcow2 feature(s): a, b,
+/// Unknown incompatible feature: 400`). The table is read as far as
+/// it can be: an extension area too broken to walk names nothing.
+fn unsupported_features(src: &dyn ImageSource, start: u64, end: u64, mut unknown: u64) -> String {
+    let mut names = Vec::new();
+    let mut offset = start;
+    // Each step moves at least 8 bytes within `end` (a cluster at most).
+    while offset + 8 <= end {
+        let mut eh = [0u8; 8];
+        if super::source::read_checked(src, offset, &mut eh).is_err() {
+            break;
+        }
+        let (magic, len) = (be32(&eh, 0), u64::from(be32(&eh, 4)));
+        offset += 8;
+        if magic == EXT_END || len > end - offset {
+            break;
+        }
+        if magic == EXT_FEATURE_TABLE {
+            let mut table = vec![0u8; len as usize];
+            if super::source::read_checked(src, offset, &mut table).is_err() {
+                break;
+            }
+            for e in table.chunks_exact(FEATURE_ENTRY) {
+                let bit = u64::from(e[1]);
+                if e[0] == 0 && bit < 64 && unknown & (1 << bit) != 0 {
+                    let name = &e[2..];
+                    let n = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+                    names.push(String::from_utf8_lossy(&name[..n]).into_owned());
+                    unknown &= !(1 << bit);
+                }
+            }
+        }
+        offset += len.div_ceil(8) * 8;
+    }
+    if unknown != 0 {
+        names.push(format!("Unknown incompatible feature: {unknown:x}"));
+    }
+    format!("Unsupported qcow2 feature(s): {}", names.join(", "))
 }
 
 fn read_extensions(
