@@ -381,6 +381,19 @@ impl CrashPoints {
         self.0.iter().flatten().sum()
     }
 
+    /// The crash points inside `op`, at any step.
+    pub fn of_op(&self, op: MetaOp) -> u64 {
+        self.0[op.index()].iter().sum()
+    }
+
+    /// The steps of `op` at least one crash landed in, in order.
+    pub fn crashed_steps(&self, op: MetaOp) -> impl Iterator<Item = Step> + '_ {
+        op.steps()
+            .iter()
+            .copied()
+            .filter(move |&s| self.get(op, s) > 0)
+    }
+
     /// Every step of every operation with its count, in order.
     pub fn named(&self) -> Vec<(MetaOp, Step, u64)> {
         MetaOp::ALL
@@ -427,27 +440,12 @@ pub struct OnVersion<'a> {
 
 impl Serialize for OnVersion<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        struct Steps<'a>(&'a CrashPoints, MetaOp, Vec<Step>);
-        impl Serialize for Steps<'_> {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let mut m = s.serialize_map(Some(self.2.len()))?;
-                for &st in &self.2 {
-                    m.serialize_entry(st.name(), &self.0.get(self.1, st))?;
-                }
-                m.end()
-            }
-        }
-        let ops: Vec<(MetaOp, Vec<Step>)> = MetaOp::ALL
+        let ops = MetaOp::ALL
             .iter()
             .map(|&op| (op, op.steps_on(self.v2)))
             .filter(|(_, steps)| !steps.is_empty())
             .collect();
-        let mut m = s.serialize_map(Some(ops.len()))?;
-        for (op, steps) in ops {
-            m.serialize_entry(op.name(), &Steps(self.points, op, steps))?;
-        }
-        m.end()
+        serialize_ops(self.points, ops, s)
     }
 }
 
@@ -462,21 +460,35 @@ impl std::fmt::Display for CrashPoints {
 
 impl Serialize for CrashPoints {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        struct Steps<'a>(&'a CrashPoints, MetaOp);
-        impl Serialize for Steps<'_> {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let mut m = s.serialize_map(Some(self.1.steps().len()))?;
-                for &st in self.1.steps() {
-                    m.serialize_entry(st.name(), &self.0.get(self.1, st))?;
-                }
-                m.end()
-            }
-        }
-        let mut m = s.serialize_map(Some(META_OPS))?;
-        for op in MetaOp::ALL {
-            m.serialize_entry(op.name(), &Steps(self, op))?;
-        }
-        m.end()
+        let ops = MetaOp::ALL
+            .iter()
+            .map(|&op| (op, op.steps().to_vec()))
+            .collect();
+        serialize_ops(self, ops, s)
     }
+}
+
+/// `points` as an object of the operations `ops` names, each an object
+/// of the steps given with it (zeroes too).
+fn serialize_ops<S: Serializer>(
+    points: &CrashPoints,
+    ops: Vec<(MetaOp, Vec<Step>)>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    struct Steps<'a>(&'a CrashPoints, MetaOp, &'a [Step]);
+    impl Serialize for Steps<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut m = s.serialize_map(Some(self.2.len()))?;
+            for &st in self.2 {
+                m.serialize_entry(st.name(), &self.0.get(self.1, st))?;
+            }
+            m.end()
+        }
+    }
+    let mut m = s.serialize_map(Some(ops.len()))?;
+    for (op, steps) in &ops {
+        m.serialize_entry(op.name(), &Steps(points, *op, steps))?;
+    }
+    m.end()
 }

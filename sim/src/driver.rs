@@ -228,10 +228,8 @@ impl DriverKind for EngineDriver {
         data: Option<SimDisk>,
         options: EngineOptions,
     ) -> DriverFuture<'static, Box<dyn Driver>> {
-        Box::pin(async move {
-            let img = Image::open_with_data(disk, data, options).await?;
-            Ok(Box::new(img) as Box<dyn Driver>)
-        })
+        // A fresh probe is the one `Image::open_with_data` makes.
+        self.open_probed(disk, data, options, engine::StepProbe::default())
     }
 
     fn open_probed(

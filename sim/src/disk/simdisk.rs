@@ -234,6 +234,16 @@ impl SimDisk {
         self.inner.state.borrow().counters.flushes
     }
 
+    /// Requests that change what the disk holds (writes, zeroings,
+    /// discards, truncations) and flushes issued so far: read after every
+    /// executor step while a crash waits for an operation's first
+    /// request, so without copying every count.
+    pub fn changes(&self) -> u64 {
+        let st = self.inner.state.borrow();
+        let c = &st.counters;
+        c.writes + c.write_zeroes + c.discards + c.truncates + c.flushes
+    }
+
     /// Every fault injected so far, in issue order.
     pub fn injected_faults(&self) -> Vec<InjectedFault> {
         self.inner.state.borrow().injected.clone()

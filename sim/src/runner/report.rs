@@ -325,6 +325,15 @@ impl Serialize for CrashPointsByVersion {
 }
 
 impl CrashPointsByVersion {
+    /// The counts of version 2 images if `v2`, else version 3's.
+    pub fn on(&self, v2: bool) -> &CrashPoints {
+        if v2 {
+            &self.v2
+        } else {
+            &self.v3
+        }
+    }
+
     /// Count one crash point, on a version 2 image if `v2`.
     pub fn bump(&mut self, v2: bool, op: engine::MetaOp, step: engine::Step) {
         if v2 { &mut self.v2 } else { &mut self.v3 }.bump(op, step);

@@ -220,13 +220,7 @@ pub(super) fn flushes_on(disks: &[SimDisk]) -> u64 {
 /// truncations) and flushes issued so far on `disks`: what a crash drawn
 /// at an operation's start waits for (`StepWatch::at_request`).
 pub(super) fn changes_on(disks: &[SimDisk]) -> u64 {
-    disks
-        .iter()
-        .map(|d| {
-            let c = d.counters();
-            c.writes + c.write_zeroes + c.discards + c.truncates + c.flushes
-        })
-        .sum()
+    disks.iter().map(SimDisk::changes).sum()
 }
 
 /// What a group waits for: its operations but background reads, and the

@@ -22,11 +22,8 @@ pub(super) struct StepWatch {
     rng: ChaCha8Rng,
     /// The kinds a crash landed inside already.
     spent: [bool; engine::steps::META_OPS],
-    /// The kind that last reached its step, and the step it was in then.
-    reached: Option<(engine::MetaOp, engine::Step)>,
-    /// Whether the step it reached was drawn as its start (see
-    /// [`StepWatch::at_request`]).
-    reached_start: bool,
+    /// The kind that last reached its step: where a crash now lands.
+    reached: Option<StepCrash>,
     /// The step index each operation seen since the probe was last idle
     /// crashes at (an operation inside another keeps its own).
     targets: [Option<usize>; engine::steps::META_OPS],
@@ -41,7 +38,6 @@ impl StepWatch {
             rng: rng::substream(seed, Stream::Crash, STEP_CRASH_STREAM),
             spent: [false; engine::steps::META_OPS],
             reached: None,
-            reached_start: false,
             targets: [None; engine::steps::META_OPS],
         }
     }
@@ -98,8 +94,11 @@ impl StepWatch {
         });
         let reached = op.step_index(step) >= target;
         if reached {
-            self.reached = Some((op, step));
-            self.reached_start = target == 0;
+            self.reached = Some(StepCrash {
+                op,
+                step,
+                start: target == 0,
+            });
         }
         reached
     }
@@ -114,7 +113,7 @@ impl StepWatch {
     /// crashed: the first request is the moment the operation has begun
     /// to change the disk and nothing of it is durable.
     pub(super) fn at_request(&self) -> bool {
-        self.reached.is_some() && self.reached_start
+        self.reached.is_some_and(StepCrash::at_request)
     }
 
     /// The power went at the flush after the last reached step (or at
@@ -127,12 +126,10 @@ impl StepWatch {
     /// before the flush (a compressed write's entry waits for the next
     /// writeback), the step it had reached.
     pub(super) fn landed(&mut self) -> Option<StepCrash> {
-        let start = self.at_request();
-        let reached = self.reached.take();
         self.targets = [None; engine::steps::META_OPS];
-        let (op, step) = reached?;
-        self.spent[op.index()] = true;
-        Some(StepCrash { op, step, start })
+        let crash = self.reached.take()?;
+        self.spent[crash.op.index()] = true;
+        Some(crash)
     }
 }
 

@@ -223,9 +223,8 @@ fn the_snapshot_variant_is_caught_on_a_version_2_image_inside_the_create() {
             .stats
             .crash_points
             .v2
-            .named()
-            .iter()
-            .any(|&(op, _, n)| op == engine::MetaOp::SnapshotCreate && n > 0),
+            .of_op(engine::MetaOp::SnapshotCreate)
+            > 0,
         "{}",
         report.stats.crash_points.v2
     );

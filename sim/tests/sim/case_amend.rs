@@ -130,18 +130,9 @@ fn a_crash_inside_each_kind_of_amend_is_counted_at_its_step_and_judged() {
             let case = plain(seed, create.clone(), workload);
             let r = run_guarded(&case);
             assert!(r.passed(), "{change} seed {seed}: {:?}", r.failures);
-            let points = if on_v2 {
-                r.stats.crash_points.v2
-            } else {
-                r.stats.crash_points.v3
-            };
+            let points = r.stats.crash_points.on(on_v2);
             assert!(points.total() <= 1, "{change} seed {seed}: {points}");
-            seen.extend(
-                op.steps()
-                    .iter()
-                    .copied()
-                    .filter(|&s| points.get(op, s) > 0),
-            );
+            seen.extend(points.crashed_steps(op));
             if seen.len() >= 2 {
                 break;
             }

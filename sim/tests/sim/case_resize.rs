@@ -105,13 +105,7 @@ fn a_crash_inside_a_grow_and_a_shrink_is_counted_at_its_step_and_judged() {
             let case = plain(seed, workload);
             let r = run_guarded(&case);
             assert!(r.passed(), "resize to {to}, seed {seed}: {:?}", r.failures);
-            let points = r.stats.crash_points.v3;
-            seen.extend(
-                op.steps()
-                    .iter()
-                    .copied()
-                    .filter(|&s| points.get(op, s) > 0),
-            );
+            seen.extend(r.stats.crash_points.v3.crashed_steps(op));
             if seen.len() >= 2 {
                 break;
             }

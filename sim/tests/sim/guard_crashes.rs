@@ -226,11 +226,10 @@ fn a_crash_inside_a_metadata_operation_is_counted_by_operation_and_step() {
     // after the new table is written: counted there, on the case's version.
     let case = armed_growth_case();
     let r = run_guarded(&case);
-    let points = if case.image.create.compat == Compat::V2 {
-        r.stats.crash_points.v2
-    } else {
-        r.stats.crash_points.v3
-    };
+    let points = r
+        .stats
+        .crash_points
+        .on(case.image.create.compat == Compat::V2);
     assert!(
         points.get(MetaOp::ReftableGrowth, Step::Table) >= 1,
         "seed {}: {points}",
@@ -264,26 +263,15 @@ fn a_crash_inside_a_metadata_operation_is_counted_by_operation_and_step() {
         let r = run_guarded(&c);
         assert!(r.passed(), "seed {seed}: {:?}", r.failures);
         let p = r.stats.crash_points.v3;
-        let steps: Vec<Step> = MetaOp::SnapshotCreate
-            .steps()
-            .iter()
-            .copied()
-            .filter(|&s| p.get(MetaOp::SnapshotCreate, s) > 0)
-            .collect();
+        let steps: Vec<Step> = p.crashed_steps(MetaOp::SnapshotCreate).collect();
         // The crash inside the create, and perhaps one inside the
         // rebuild at the reopen of the dirty image it left.
-        let inside_create: u64 = MetaOp::SnapshotCreate
-            .steps()
-            .iter()
-            .map(|&s| p.get(MetaOp::SnapshotCreate, s))
-            .sum();
-        let in_rebuild: u64 = MetaOp::DirtyRebuild
-            .steps()
-            .iter()
-            .map(|&s| p.get(MetaOp::DirtyRebuild, s))
-            .sum();
-        assert_eq!(inside_create, 1, "seed {seed}: {p}");
-        assert_eq!(p.total(), 1 + in_rebuild, "seed {seed}: {p}");
+        assert_eq!(p.of_op(MetaOp::SnapshotCreate), 1, "seed {seed}: {p}");
+        assert_eq!(
+            p.total(),
+            1 + p.of_op(MetaOp::DirtyRebuild),
+            "seed {seed}: {p}"
+        );
         assert_eq!(steps.len(), 1, "seed {seed}: {p}");
         assert_eq!(r.stats.crash_points.v2.total(), 0);
         seen.insert(steps[0]);
@@ -332,12 +320,7 @@ fn a_crash_inside_the_dirty_rebuild_is_counted_and_judged() {
         ];
         let r = run_guarded(&c);
         assert!(r.passed(), "seed {seed}: {:?}", r.failures);
-        let p = r.stats.crash_points.v3;
-        for &s in MetaOp::DirtyRebuild.steps() {
-            if p.get(MetaOp::DirtyRebuild, s) > 0 {
-                seen.insert(s);
-            }
-        }
+        seen.extend(r.stats.crash_points.v3.crashed_steps(MetaOp::DirtyRebuild));
         let mut broken = c.clone();
         broken.engine.broken = Some(engine::options::Broken::RebuildCleansFirst);
         caught += usize::from(!run_guarded(&broken).passed());
