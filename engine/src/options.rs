@@ -348,6 +348,15 @@ pub struct EngineOptions {
     /// pinned seeds were measured with. Left out of the JSON when off.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub l2_before_data: bool,
+    /// Internal snapshot entries of a version 2 image are written without
+    /// extra data, as writers older than the extra data fields did (the
+    /// specification makes them optional on version 2): no snapshot disk
+    /// size, so an upgrade to version 3, which requires it, must rewrite
+    /// the snapshot table first. Only the simulation sets it, so that its
+    /// crashes reach that rewrite on images such writers left. Left out
+    /// of the JSON when off.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub legacy_snapshot_entries: bool,
     /// A broken variant to run instead of the correct engine (only the
     /// simulation sets one). Left out of the JSON when unset.
     #[serde(default)]
@@ -380,6 +389,7 @@ impl Default for EngineOptions {
             read_only: false,
             grow_ahead: DEFAULT_GROW_AHEAD,
             l2_before_data: false,
+            legacy_snapshot_entries: false,
             broken: None,
             rule_checks: true,
         }

@@ -56,7 +56,8 @@ pub enum MetaOp {
     CompressedPacking,
     /// `qemu-img check -r all` (the checker's repair, `oracle::check::
     /// repair`), which the harness runs on a version 2 image cut inside a
-    /// snapshot operation: its corrections written, then one flush, so
+    /// snapshot operation, and on a clean version 3 image a crash left
+    /// with leaked clusters: its corrections written, then one flush, so
     /// one window (no probe: the harness places the crash itself).
     CheckRepair,
 }
@@ -227,31 +228,31 @@ impl MetaOp {
     /// The steps it can be in on a version 2 image (`v2`) or a version 3
     /// one. A version 2 image has no dirty bit for a snapshot operation
     /// to set and clear, and no dirty bit that asks for a rebuild at open
-    /// (its repair is `check -r`, which the harness runs only there).
+    /// (its repair after a crash inside a snapshot operation is `check -r`;
+    /// on both versions `check -r` also reclaims what a crash leaked).
     /// Its snapshots are all of the active
     /// table's size (a version 2 image with snapshots cannot be resized,
     /// and a downgrade refuses a snapshot of another size), so an apply
     /// overwrites the active table in place: no new table, no header
     /// switch. An amend of its version is an upgrade, which rewrites the
-    /// snapshot table only for entries without the snapshot's size (the
-    /// engine and QEMU always write it), so just the header; of a
-    /// version 3 image a downgrade (refcounts, zero clusters expanded,
-    /// the header). Lazy refcounts and a refcount width other than 16
+    /// snapshot table (table, header, old freed) when an entry lacks the
+    /// snapshot's size, as entries without extra data do (older writers'
+    /// form; the simulation writes it with
+    /// `EngineOptions::legacy_snapshot_entries`), then switches the
+    /// header; of a version 3 image a downgrade (refcounts, zero clusters
+    /// expanded, the header). Lazy refcounts and a refcount width other than 16
     /// need version 3, and their amends are refused on version 2 before
     /// anything is written.
     pub fn steps_on(self, v2: bool) -> Vec<Step> {
         use Step::*;
         let only: &[Step] = match (self, v2) {
             (MetaOp::SnapshotApply, true) => &[Start, Refcounts, L1, OldFreed, Flags],
-            (MetaOp::AmendVersion, true) => &[Start, Header],
+            (MetaOp::AmendVersion, true) => &[Start, Table, Header, OldFreed],
             (MetaOp::AmendVersion, false) => &[Start, Refcounts, ZeroClusters, Header],
             (
                 MetaOp::AmendLazyRefcounts | MetaOp::AmendRefcountBits | MetaOp::DirtyRebuild,
                 true,
             ) => &[],
-            // The harness repairs only version 2 images with `check -r`;
-            // version 3 ones have the dirty rebuild.
-            (MetaOp::CheckRepair, false) => &[],
             _ => self.steps(),
         };
         only.iter()

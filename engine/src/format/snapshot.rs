@@ -154,6 +154,20 @@ pub fn decode_entry_head(fixed: &[u8; ENTRY_HEADER_LEN], index: u32) -> Result<E
 /// this engine knows (an absent disk size written as `default_disk_size`,
 /// an absent icount as -1) and any unknown extra data kept after it.
 pub fn encode_table(snapshots: &[Snapshot], default_disk_size: u64) -> Result<Vec<u8>> {
+    encode(snapshots, Some(default_disk_size))
+}
+
+/// The table's bytes as writers older than the extra data fields wrote
+/// them, which version 2 allows: no extra data at all (no snapshot disk
+/// size, no icount, no unknown extra data kept), the VM state size in the
+/// 32-bit field alone. A VM state too large for it is refused.
+pub fn encode_table_without_extra(snapshots: &[Snapshot]) -> Result<Vec<u8>> {
+    encode(snapshots, None)
+}
+
+/// [`encode_table`] with the extra data (`Some(default_disk_size)`), or
+/// [`encode_table_without_extra`].
+fn encode(snapshots: &[Snapshot], extra: Option<u64>) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     for (i, sn) in snapshots.iter().enumerate() {
         out.resize(out.len().next_multiple_of(8), 0);
@@ -164,7 +178,10 @@ pub fn encode_table(snapshots: &[Snapshot], default_disk_size: u64) -> Result<Ve
                 reason: format!("id and name are limited to {MAX_STRING_LEN} bytes"),
             });
         }
-        let extra_len = EXTRA_DATA_LEN + sn.unknown_extra.len();
+        let extra_len = match extra {
+            Some(_) => EXTRA_DATA_LEN + sn.unknown_extra.len(),
+            None => 0,
+        };
         if extra_len > MAX_EXTRA_DATA as usize {
             return Err(Error::format(field(), "too much extra data"));
         }
@@ -178,14 +195,25 @@ pub fn encode_table(snapshots: &[Snapshot], default_disk_size: u64) -> Result<Ve
         h[24..32].copy_from_slice(&sn.vm_clock_nsec.to_be_bytes());
         // A VM state too large for the 32-bit field is left 0 there, so
         // that an older reader sees a disk-only snapshot, not a cut one.
-        let small = u32::try_from(sn.vm_state_size).unwrap_or(0);
+        let small = match (u32::try_from(sn.vm_state_size), extra) {
+            (Ok(n), _) => n,
+            (Err(_), Some(_)) => 0,
+            (Err(_), None) => {
+                return Err(Error::InvalidOption {
+                    name: field(),
+                    reason: "a VM state over 4 GiB needs the extra data".into(),
+                })
+            }
+        };
         h[32..36].copy_from_slice(&small.to_be_bytes());
         h[36..40].copy_from_slice(&(extra_len as u32).to_be_bytes());
         out.extend_from_slice(&h);
-        out.extend_from_slice(&sn.vm_state_size.to_be_bytes());
-        out.extend_from_slice(&sn.disk_size.unwrap_or(default_disk_size).to_be_bytes());
-        out.extend_from_slice(&sn.icount.unwrap_or(u64::MAX).to_be_bytes());
-        out.extend_from_slice(&sn.unknown_extra);
+        if let Some(default_disk_size) = extra {
+            out.extend_from_slice(&sn.vm_state_size.to_be_bytes());
+            out.extend_from_slice(&sn.disk_size.unwrap_or(default_disk_size).to_be_bytes());
+            out.extend_from_slice(&sn.icount.unwrap_or(u64::MAX).to_be_bytes());
+            out.extend_from_slice(&sn.unknown_extra);
+        }
         out.extend_from_slice(sn.id.as_bytes());
         out.extend_from_slice(sn.name.as_bytes());
         if out.len() as u64 > MAX_TABLE_BYTES {

@@ -22,6 +22,7 @@ use crate::error::Result;
 use crate::format::header::{compat, ext, incompat, V2_HEADER_LEN, V3_HEADER_LEN};
 use crate::format::{Header, L1Entry, L2Entry, L2Mapping};
 use crate::image::Image;
+use crate::ops::snapshot::ExtraData;
 use crate::steps::{MetaOp, Step};
 
 use crate::error::AmendError;
@@ -61,7 +62,8 @@ impl<D: BlockDev> Image<D> {
             // Refcounts written eagerly, as a snapshot operation writes
             // them, until the new table is switched in.
             let _eager = self.eager_refcounts(&mg);
-            self.switch_snapshot_table(&mg, &table, old_len).await?;
+            self.switch_snapshot_table(&mg, &table, old_len, ExtraData::Written)
+                .await?;
         }
         let mut h = mg.borrow().header.clone();
         drop(mg);

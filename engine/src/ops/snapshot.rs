@@ -25,7 +25,8 @@ use crate::error::{Error, Result, SnapshotError};
 use crate::format::entry::COPIED;
 use crate::format::header::incompat;
 use crate::format::snapshot::{
-    decode_entry, encode_table, Decoded, Snapshot, MAX_SNAPSHOTS, MAX_TABLE_BYTES,
+    decode_entry, encode_table, encode_table_without_extra, Decoded, Snapshot, MAX_SNAPSHOTS,
+    MAX_TABLE_BYTES,
 };
 use crate::format::{be64_bytes, L1Entry};
 use crate::guards::Guard;
@@ -234,7 +235,8 @@ impl<D: BlockDev> Image<D> {
             unknown_extra: Vec::new(),
         };
         table.push(sn.clone());
-        self.switch_snapshot_table(mg, &table, old_len).await?;
+        self.switch_snapshot_table(mg, &table, old_len, self.entry_form(mg))
+            .await?;
         if table_first {
             // Deliberately wrong: the table names the snapshot before the
             // clusters it shares are counted twice.
@@ -262,7 +264,8 @@ impl<D: BlockDev> Image<D> {
         self.guard_arose(Guard::DeleteTableBeforeDecrements);
         let drops_first = broken::is(&self.opts, Broken::DeleteDropsBeforeTable);
         if !drops_first {
-            self.switch_snapshot_table(mg, &table, old_len).await?;
+            self.switch_snapshot_table(mg, &table, old_len, self.entry_form(mg))
+                .await?;
         }
         // Nothing on disk names the snapshot any more (unless deliberately
         // broken: the table still names it until the switch below).
@@ -277,7 +280,8 @@ impl<D: BlockDev> Image<D> {
         self.steps.step(Step::OldFreed);
         self.writeback_all(mg).await?;
         if drops_first {
-            self.switch_snapshot_table(mg, &table, old_len).await?;
+            self.switch_snapshot_table(mg, &table, old_len, self.entry_form(mg))
+                .await?;
         }
         self.recompute_copied(mg).await?;
         self.steps.step(Step::Flags);
@@ -406,6 +410,17 @@ impl<D: BlockDev> Image<D> {
         self.device_flush(mg).await
     }
 
+    /// The form of the snapshot entries this image is written with:
+    /// without extra data on a version 2 image whose options ask for it
+    /// (`EngineOptions::legacy_snapshot_entries`).
+    pub(crate) fn entry_form(&self, mg: &MetaGuard<'_>) -> ExtraData {
+        if self.opts.legacy_snapshot_entries && mg.borrow().header.version == 2 {
+            ExtraData::Omitted
+        } else {
+            ExtraData::Written
+        }
+    }
+
     /// Write `table` to fresh clusters, make it and its refcounts durable,
     /// point the header at it in one write, make that durable, and free
     /// the old table (`old_len` bytes at the header's old offset).
@@ -414,9 +429,17 @@ impl<D: BlockDev> Image<D> {
         mg: &MetaGuard<'_>,
         table: &[Snapshot],
         old_len: u64,
+        extra: ExtraData,
     ) -> Result<()> {
         let cs = self.geo.cluster_size;
-        let bytes = encode_table(table, self.geo.virtual_size)?;
+        // An upgrade rewrites the table with the extra data version 3
+        // requires; an image that stays version 2 keeps the form the
+        // options ask for.
+        let bytes = if extra == ExtraData::Omitted {
+            encode_table_without_extra(table)?
+        } else {
+            encode_table(table, self.geo.virtual_size)?
+        };
         let new_off = if bytes.is_empty() {
             0
         } else {
@@ -628,4 +651,12 @@ impl<D: BlockDev> Image<D> {
         }
         Ok(out)
     }
+}
+
+/// Whether snapshot entries are written with their extra data
+/// ([`Image::entry_form`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExtraData {
+    Written,
+    Omitted,
 }

@@ -6,7 +6,7 @@
 //! operations' are. The image after each change reads as before.
 
 use engine::dev::MemDev;
-use engine::format::snapshot::{decode_entry, Decoded, ENTRY_HEADER_LEN};
+use engine::format::snapshot::{decode_entry, Decoded};
 use engine::{Compat, CreateOptions, EngineOptions, Image};
 use futures::executor::block_on;
 
@@ -101,29 +101,12 @@ fn every_crash_during_an_amendment_leaves_a_consistent_image() {
 #[test]
 fn an_upgrade_rewrites_version_2_snapshot_entries_crash_safely() {
     let v2 = {
-        let dev = MemDev::new();
-        let o = CreateOptions {
-            size: 1 << 20,
-            cluster_size: 4096,
-            compat: Compat::V2,
-            ..CreateOptions::default()
-        };
-        block_on(Image::create(&dev, &o)).unwrap();
-        let mut img = block_on(Image::open(dev, EngineOptions::default())).unwrap();
+        // As older writers wrote it: no extra data, so no disk size.
+        let mut img = legacy_v2();
         block_on(img.write(0, &[0x11; 300_000])).unwrap();
         block_on(img.snapshot_create("s", 1, 0)).unwrap();
-        let mut bytes = block_on(img.close()).unwrap().to_bytes();
-        // As an older QEMU wrote it: no extra data, so no disk size.
-        let h = block_on(Image::read_header(&MemDev::from_bytes(bytes.clone()))).unwrap();
-        let at = h.snapshots_offset as usize;
-        let Decoded::Entry(sn, _) = decode_entry(&bytes[at..], 0).unwrap() else {
-            panic!("the entry decodes");
-        };
-        let mut entry = bytes[at..at + ENTRY_HEADER_LEN].to_vec();
-        entry[36..40].copy_from_slice(&0u32.to_be_bytes());
-        entry.extend_from_slice(sn.id.as_bytes());
-        entry.extend_from_slice(sn.name.as_bytes());
-        bytes[at..at + entry.len()].copy_from_slice(&entry);
+        let bytes = block_on(img.close()).unwrap().to_bytes();
+        assert_eq!(extra_data_sizes(&bytes), [0]);
         bytes
     };
     let snapshots_of = |bytes: &[u8]| block_on(open_read_only(bytes).snapshots()).unwrap();
@@ -258,4 +241,66 @@ fn an_image_kept_open_after_an_amend_goes_on_as_its_new_header_says() {
     let v3 = block_on(img.close()).unwrap().to_bytes();
     let r = oracle::check::check(&v3);
     assert!(r.failure.is_none() && r.findings.is_empty(), "{r:?}");
+}
+
+/// An empty 1 MiB version 2 image with 4 KiB clusters, opened to write
+/// its snapshot entries without extra data.
+fn legacy_v2() -> Image<MemDev> {
+    let dev = MemDev::new();
+    let o = CreateOptions {
+        size: 1 << 20,
+        cluster_size: 4096,
+        compat: Compat::V2,
+        ..CreateOptions::default()
+    };
+    block_on(Image::create(&dev, &o)).unwrap();
+    let legacy = EngineOptions {
+        legacy_snapshot_entries: true,
+        ..EngineOptions::default()
+    };
+    block_on(Image::open(dev, legacy)).unwrap()
+}
+
+/// The extra data size field of each entry of the snapshot table `bytes`'
+/// header names.
+fn extra_data_sizes(bytes: &[u8]) -> Vec<u32> {
+    let h = block_on(Image::read_header(&MemDev::from_bytes(bytes.to_vec()))).unwrap();
+    let mut at = h.snapshots_offset as usize;
+    let mut sizes = Vec::new();
+    for _ in 0..h.nb_snapshots {
+        let Decoded::Entry(_, len) = decode_entry(&bytes[at..], 0).unwrap() else {
+            panic!("the entry decodes");
+        };
+        sizes.push(u32::from_be_bytes(
+            bytes[at + 36..at + 40].try_into().unwrap(),
+        ));
+        at += len.next_multiple_of(8);
+    }
+    sizes
+}
+
+/// The option that writes entries without extra data acts on version 2
+/// images only: once an open image is upgraded, its next table has the
+/// extra data version 3 requires, the snapshot taken before with the
+/// image's size.
+#[test]
+fn entries_without_extra_data_stop_at_the_upgrade() {
+    let mut img = legacy_v2();
+    block_on(img.write(0, &[0x11; 8192])).unwrap();
+    block_on(img.snapshot_create("a", 1, 0)).unwrap();
+    block_on(img.snapshot_create("b", 2, 0)).unwrap();
+    block_on(img.upgrade_to_v3()).unwrap();
+    block_on(img.snapshot_create("c", 3, 0)).unwrap();
+    let bytes = block_on(img.close()).unwrap().to_bytes();
+    assert_eq!(version(&bytes), 3);
+    assert!(
+        extra_data_sizes(&bytes).iter().all(|&n| n >= 16),
+        "{:?}",
+        extra_data_sizes(&bytes)
+    );
+    let snaps = block_on(open_read_only(&bytes).snapshots()).unwrap();
+    assert!(
+        snaps.iter().all(|s| s.disk_size == Some(1 << 20)),
+        "{snaps:?}"
+    );
 }

@@ -224,7 +224,7 @@ pub fn tables(summary: &Value) -> Vec<Table> {
         }
         out.push(Table {
             title: "Crash points".into(),
-            note: "The crashes that cut a multi-step metadata operation, by the step it was in, on version 2 and version 3 images: a 0 is a boundary no crash tested; n/a is a step images of that version do not have (no dirty bit on version 2, whose repair is check -r and whose applies are in place; an amend of the version is an upgrade there and a downgrade on version 3; lazy refcounts and refcount widths need version 3).".into(),
+            note: "The crashes that cut a multi-step metadata operation, by the step it was in, on version 2 and version 3 images: a 0 is a boundary no crash tested; n/a is a step images of that version do not have (no dirty bit on version 2, so no rebuild there, and its applies are in place; an amend of the version is an upgrade there and a downgrade on version 3; lazy refcounts and refcount widths need version 3).".into(),
             header: vec!["operation.step".into(), "version 2".into(), "version 3".into()],
             rows,
         });

@@ -149,12 +149,52 @@ impl Run<'_> {
         Ok(SparseStore::from_bytes(&bytes))
     }
 
+    /// A clean version 3 image that a crash left with leaked clusters
+    /// (`crash`): while the case may still crash inside a `check -r`, a
+    /// user's `qemu-img check -r all` reclaims them before the reopen
+    /// (cut with chance one half: `repair_maybe_cut`), and the run goes
+    /// on from the repaired image, put on the image's disk. `None` when
+    /// no repair is run (a version 2 image, or the kind is spent).
+    fn repair_v3_leaks(&mut self, crash: &SparseStore) -> Result<Option<SparseStore>, Failure> {
+        let armed = !self.shared.v2.get()
+            && self
+                .step_watch
+                .as_ref()
+                .is_some_and(|w| w.armed_for(engine::MetaOp::CheckRepair));
+        if !armed {
+            return Ok(None);
+        }
+        let bytes = self.repair_maybe_cut(crash.to_bytes())?;
+        let repaired = SparseStore::from_bytes(&bytes);
+        self.shared.stats.borrow_mut().counts.leak_repairs += 1;
+        self.disk = self.disk.reopen(repaired.clone());
+        // The new disk's faults are on, as every new disk's are: off
+        // until the image is read back, as on the one it replaces.
+        self.set_faults_enabled(false);
+        Ok(Some(repaired))
+    }
+
     pub(super) fn recover(&mut self, label: &str) -> Result<Rc<Img>, Failure> {
         self.set_faults_enabled(false);
         // A snapshot (chunks are shared and copied on write): the engine's
         // repair on open does not change it.
-        let raw = self.disk.volatile();
+        let mut raw = self.disk.volatile();
         let dirty = dirty_bit(&raw);
+        // A clean image is judged as the crash left it, before the
+        // reopen (which does not change it); its leaks may be reclaimed
+        // with `check -r` first, and the repaired image is judged again.
+        let mut leaks = if dirty {
+            None
+        } else {
+            Some(self.judge(label, &raw, None))
+        };
+        let mut repaired_leaks = None;
+        if leaks.is_some_and(|n| n > 0) {
+            if let Some(repaired) = self.repair_v3_leaks(&raw)? {
+                raw = repaired;
+                repaired_leaks = leaks.take();
+            }
+        }
         let img = self
             .reopen_watched(label, dirty)?
             .map_err(|e| Failure::Engine {
@@ -164,7 +204,23 @@ impl Run<'_> {
         // engine's repair; a clean one exactly as the crash left it.
         let judged = if dirty { self.disk.volatile() } else { raw };
         // A crash may leak clusters (allocated, never linked).
-        let leaks = self.judge(label, &judged, None);
+        let leaks = match (leaks, repaired_leaks) {
+            (Some(n), _) => n,
+            (None, None) => self.judge(label, &judged, None),
+            (None, Some(before)) => {
+                let left = self.judge(&format!("{label} (after check -r all)"), &judged, None);
+                // A repair that reclaims leaks leaves none.
+                if left > 0 {
+                    self.fail(Failure::Engine {
+                        what: format!(
+                            "check -r all after {label} left {left} of its {before} leaked \
+                             clusters leaked"
+                        ),
+                    });
+                }
+                before
+            }
+        };
         // The run reads through the case's backing file whatever the
         // header says: a header that lost its name (a torn write of a
         // header that moved it) would lose the backing data for QEMU and

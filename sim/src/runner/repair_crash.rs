@@ -1,7 +1,9 @@
 //! Crashes inside `qemu-img check -r all`: the repair the runner makes
 //! of a version 2 image cut inside a snapshot operation
 //! (`Run::repair_v2_snapshot_crash`), which has no dirty bit for the next
-//! open to rebuild from. The checker's repair (`oracle::check::repair`)
+//! open to rebuild from, and of a clean version 3 image whose crash
+//! leaked clusters (`Run::repair_v3_leaks`), as a user reclaims them
+//! after a power cut. The checker's repair (`oracle::check::repair`)
 //! writes its corrections (refcounts, COPIED flags, rebuilt structures)
 //! and flushes once at the end, as QEMU's does, so a crash inside it may
 //! keep any of its writes, each whole, torn at sector granularity or not
@@ -85,12 +87,13 @@ impl Run<'_> {
         let _ = oracle::check::repair(&mut logged, RepairMode::All);
         let kept = self.crash_state_of(before, &logged.log);
         self.crashes += 1;
+        let v2 = self.shared.v2.get();
         {
             let mut stats = self.shared.stats.borrow_mut();
             stats.counts.crashes_at_step += 1;
             stats
                 .crash_points
-                .bump(true, engine::MetaOp::CheckRepair, engine::Step::Start);
+                .bump(v2, engine::MetaOp::CheckRepair, engine::Step::Start);
         }
         let label = format!(" again, after crash {} inside the first", self.crashes);
         self.repair_whole(kept, &label)

@@ -243,6 +243,11 @@ engine::counter_set! {
         /// refcount 1 excused, then repaired as `qemu-img check -r all`
         /// repairs, before the reopen (no dirty bit asks the engine to).
         v2_snapshot_repairs,
+        /// Clean version 3 crash states with leaked clusters repaired by
+        /// `qemu-img check -r all` before the reopen, as a user reclaims
+        /// what a crash leaked (while the case may still crash inside a
+        /// `check -r`: each is then cut with chance one half).
+        leak_repairs,
         /// Device writes of several sectors that a crash state kept in part
         /// (some sectors new, some old).
         torn_writes,

@@ -16,7 +16,8 @@ use super::{
     amend, backing, bench, dsync, iozone, journal, mkfs, random, resize, sequential, Profile,
 };
 use crate::case::{
-    BackingSpec, Case, DataFileSpec, ImageSpec, Op, CASE_VERSION, MIN_EXTENDED_L2_CLUSTER_SIZE,
+    Amend, BackingSpec, Case, DataFileSpec, ImageSpec, Op, CASE_VERSION,
+    MIN_EXTENDED_L2_CLUSTER_SIZE,
 };
 use crate::disk::{DiskOptions, FaultOptions};
 use crate::exec::SchedulePolicy;
@@ -91,6 +92,12 @@ const V2_OUTGROWN_BYTES: u64 = 8 << 20;
 /// options', so the switches and caches drawn before it existed stay as
 /// they were. Small steps make growth, and allocations racing it, common.
 const ENGINE_GROW_AHEAD: u32 = 1;
+/// Whether a version 2 image's snapshot entries are written without extra
+/// data (`EngineOptions::legacy_snapshot_entries`), so that an upgrade
+/// rewrites its snapshot table: its own sub-stream of the engine
+/// options', drawn for cases with snapshot operations on version 2.
+const ENGINE_LEGACY_SNAPSHOTS: u32 = 3;
+const LEGACY_SNAPSHOTS_PROBABILITY: f64 = 0.5;
 const GROW_AHEAD_CHOICES: [u64; 5] = [
     0,
     64 << 10,
@@ -235,6 +242,28 @@ impl Case {
             let mut r = stream(seed, Stream::EngineConfig, ENGINE_RARE_CACHES);
             engine.l2_cache_tables = r.gen_range(2..=4);
             engine.refcount_cache_tables = r.gen_range(2..=4);
+        }
+        if snapshots && image.create.compat == Compat::V2 {
+            engine.legacy_snapshot_entries =
+                stream(seed, Stream::EngineConfig, ENGINE_LEGACY_SNAPSHOTS)
+                    .gen_bool(LEGACY_SNAPSHOTS_PROBABILITY);
+        }
+        if engine.legacy_snapshot_entries {
+            // What such entries are for: an upgrade while a snapshot
+            // written in that form exists, which must rewrite the table
+            // (amends elsewhere rarely come while a snapshot is there).
+            // After the workload's first create, a create of its own
+            // first: the crash a case places inside a create often
+            // undoes the first one, and lands only once per case.
+            let first_create = workload
+                .iter()
+                .position(|g| g.iter().any(|op| matches!(op, Op::SnapshotCreate)));
+            if let Some(i) = first_create {
+                let upgrade = Op::Amend {
+                    change: Amend::Version(3),
+                };
+                workload.splice(i + 1..i + 1, [vec![Op::SnapshotCreate], vec![upgrade]]);
+            }
         }
         if hazards.is_some_and(|h| h.small_caches) {
             // The fewest tables a cache may hold: the hazard cycles' spread

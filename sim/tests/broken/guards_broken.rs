@@ -26,26 +26,26 @@ use sim::runner::{enumerate_crash_states_at, CrashAt, EnumerateOptions, Granular
 
 /// Each variant and the first seed of 0..500 that catches it.
 const FIRST_FAILING: [(Broken, u64); 30] = [
-    (Broken::LinkBeforeData, 5),
+    (Broken::LinkBeforeData, 4),
     (Broken::SkipDataFlushBeforeL2, 49),
     (Broken::SkipRefcountFlush, 1),
     (Broken::SkipReftableFlush, 11),
-    (Broken::SkipL2Flush, 25),
+    (Broken::SkipL2Flush, 21),
     (Broken::FlushSkipsWhenClean, 0),
     (Broken::ReuseBeforeDurable, 11),
     (Broken::FreeIgnoresInflightIo, 13),
     (Broken::NoDirtyBit, 3),
-    (Broken::EvictWithoutFlush, 15),
+    (Broken::EvictWithoutFlush, 5),
     (Broken::SkipDataFileFlush, 7),
     (Broken::HeaderBeforeReftable, 1),
-    (Broken::GrowthForgetsNewBlocks, 3),
+    (Broken::GrowthForgetsNewBlocks, 1),
     (Broken::RefblockForgetsItself, 1),
     (Broken::FreshIgnoresReuse, 37),
     (Broken::DoubleAlloc, 4),
     (Broken::NoCutAtAlloc, 4),
     (Broken::CommitIgnoresWriters, 3),
     (Broken::ReadIgnoresAllocs, 6),
-    (Broken::DropPartialCow, 6),
+    (Broken::DropPartialCow, 4),
     (Broken::FuaBeforeL2, 2),
     (Broken::FuaWithoutPreflush, 14),
     (Broken::SnapshotTableBeforeRefcounts, 81),
@@ -119,8 +119,20 @@ fn each_variant_is_caught_by_its_first_failing_seed_of_500() {
             control.failures[0]
         );
         let guard = guard_of(broken);
+        // A dirty rebuild the power cut short (`runner::open_crash`) takes
+        // its guard counts with it: the open never returned the image
+        // that held them. Every variant acts only once its guard's
+        // condition arose, so up to then its run is the correct one, and
+        // the condition seen there arose in the correct run too.
+        let cut_rebuild = control
+            .stats
+            .crash_points
+            .v3
+            .of_op(engine::MetaOp::DirtyRebuild)
+            > 0;
         assert!(
-            control.stats.guards.get(guard) > 0,
+            control.stats.guards.get(guard) > 0
+                || (cut_rebuild && report.stats.guards.get(guard) > 0),
             "{broken:?}: seed {seed} fails, yet the condition of {} never arose in its correct run",
             guard.name()
         );

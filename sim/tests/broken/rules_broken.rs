@@ -44,7 +44,7 @@ const FIRST_PANIC: [(Broken, &str, &str, u64); 20] = [
         "is in flight",
         15,
     ),
-    (Broken::CommitIgnoresWriters, "no overlapping writes", "", 5),
+    (Broken::CommitIgnoresWriters, "no overlapping writes", "", 3),
     (Broken::DoubleAlloc, "no overlapping writes", "", 7),
     (Broken::SkipDataFlushBeforeL2, "data before L2", "", 0),
     (Broken::SkipDataFileFlush, "data before L2", "", 7),

@@ -58,13 +58,13 @@ fn crash_points_count_add_and_show_every_step() {
         v2.contains("; snapshot_apply: start 0, refcounts 0, l1 0, old_freed 0, flags 0;"),
         "{v2}"
     );
-    assert!(v2.contains("; amend_version: start 0, header 0; amend_lazy_refcounts: n/a; amend_refcount_bits: n/a; dirty_rebuild: n/a"), "{v2}");
+    assert!(v2.contains("; amend_version: start 0, table 0, header 0, old_freed 0; amend_lazy_refcounts: n/a; amend_refcount_bits: n/a; dirty_rebuild: n/a"), "{v2}");
     assert!(
         shown.contains("; amend_version: start 0, refcounts 0, zero_clusters 0, header 0;"),
         "{shown}"
     );
     assert!(
-        shown.ends_with("; compressed_packing: start 0, l2 0; check_repair: n/a"),
+        shown.ends_with("; compressed_packing: start 0, l2 0; check_repair: start 0"),
         "{shown}"
     );
     assert!(

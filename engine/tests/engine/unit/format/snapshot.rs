@@ -82,3 +82,22 @@ fn a_name_too_long_is_refused() {
     let long = "n".repeat(MAX_STRING_LEN + 1);
     assert!(encode_table(&[sample("1", &long)], 0).is_err());
 }
+
+#[test]
+fn a_table_without_extra_data_has_no_disk_size_and_refuses_a_large_vm_state() {
+    let t = vec![sample("1", "a"), sample("2", "b")];
+    let bytes = encode_table_without_extra(&t).unwrap();
+    // 40 + 1 + 1 = 42, padded to 48 before the second entry.
+    assert_eq!(bytes.len(), 48 + 42);
+    assert_eq!(&bytes[36..40], &[0, 0, 0, 0]);
+    let back = decode_table(&bytes, 2).unwrap();
+    assert!(back
+        .iter()
+        .all(|s| s.disk_size.is_none() && s.icount.is_none()));
+    assert_eq!(back[1].name, "b");
+    let mut big = sample("1", "a");
+    big.vm_state_size = 5 << 30;
+    assert!(encode_table_without_extra(&[big.clone()]).is_err());
+    // With the extra data the large size fits.
+    assert!(encode_table(&[big], 0).is_ok());
+}
