@@ -303,25 +303,34 @@ pub fn print_report(report: &RunReport, json: bool) {
             "  schedule: {}; requests held long (latency outliers): {}",
             report.schedule, s.counts.held_requests
         );
-        for f in &report.failures {
-            // The failure's first line names it; the lines after it (the
-            // wrong sectors, a check's findings) stand under it.
-            let text = f.to_string();
-            let mut lines = text.lines();
-            if let Some(first) = lines.next() {
-                let _ = writeln!(out, "  {first}");
-            }
-            for line in lines {
-                let _ = writeln!(out, "    {line}");
-            }
-            // The wrong sectors' hex diff, a failed check's dump diff.
-            if let Ok(v) = serde_json::to_value(f) {
-                for line in crate::report::explain::evidence(&v).lines() {
-                    let _ = writeln!(out, "  {line}");
-                }
-            }
-        }
+        out.push_str(&failures_text(report));
         let _ = writeln!(out, "trace hash: {:016x}", report.trace_hash);
     }
     let _ = crate::output::stdout().write_all(out.as_bytes());
+}
+
+/// A run's failures as `print_report` prints them: each one's words, then
+/// its evidence (the wrong sectors' hex diff, a failed check's dump diff).
+pub fn failures_text(report: &RunReport) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for f in &report.failures {
+        // The failure's first line names it; the lines after it (the
+        // wrong sectors, a check's findings) stand under it.
+        let text = f.to_string();
+        let mut lines = text.lines();
+        if let Some(first) = lines.next() {
+            let _ = writeln!(out, "  {first}");
+        }
+        for line in lines {
+            let _ = writeln!(out, "    {line}");
+        }
+        // The wrong sectors' hex diff, a failed check's dump diff.
+        if let Ok(v) = serde_json::to_value(f) {
+            for line in crate::report::explain::evidence(&v).lines() {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
+    }
+    out
 }
