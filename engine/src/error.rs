@@ -76,6 +76,13 @@ pub enum Error {
     /// (`Image::upgrade_to_v3`, `downgrade_to_v2`, `set_lazy_refcounts`).
     #[error(transparent)]
     Amend(AmendError),
+    /// An error of a qcow2 driver other than this engine, in its own
+    /// words: the harness's driver interface (`sim::driver`) speaks this
+    /// engine's errors, and an adapter whose driver failed for a reason
+    /// none of the variants above names reports it here. The engine never
+    /// returns it.
+    #[error("{driver}: {message}")]
+    Driver { driver: String, message: String },
 }
 
 /// Why an internal snapshot could not be created, applied or deleted.

@@ -17,7 +17,7 @@ pub const VERSION: u64 = 1;
 
 /// The drivers a case can be replayed on, as `--driver` names them; a
 /// `corpus/regressions/<driver>-*.json` case must be in the ledger.
-pub const DRIVERS: &[&str] = &["qemu", "imago"];
+pub const DRIVERS: &[&str] = &["qemu", "imago", "qcow2-rs", "qcow2-rs-defaults"];
 
 /// The script exit statuses that are verdicts; any other status means the
 /// script could not run (a missing tool, a step that failed), so that a

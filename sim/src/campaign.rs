@@ -98,6 +98,11 @@ pub struct CampaignSummary {
     pub cases: u64,
     pub passed: u64,
     pub failed: u64,
+    /// Cases not run because the driver under test cannot run their
+    /// image at all (`DriverKind::refuses`), counted in `cases` but in
+    /// neither `passed` nor `failed`; by reason in `skipped_by_reason`.
+    pub skipped: u64,
+    pub skipped_by_reason: BTreeMap<String, u64>,
     /// Every case's trace hash combined in seed order ([`combined_trace_hash`]):
     /// two campaigns over the same seeds with equal hashes ran every case
     /// alike, which is how a refactor proves it changed no behaviour.
@@ -306,7 +311,13 @@ pub fn run_guarded(case: &Case) -> RunReport {
 /// [`run_guarded`] with `driver` in place of qcsim's engine
 /// (`crate::driver`): a panic inside the driver is that case's failure.
 pub fn run_guarded_on(case: &Case, driver: &dyn DriverKind) -> RunReport {
-    let run = || run_case_on(case, &RunOptions::default(), driver, &mut |_, _| {}).0;
+    run_guarded_with(case, &RunOptions::default(), driver)
+}
+
+/// [`run_guarded_on`] with `opts` (an export directory): what `qcsim run`
+/// and `replay` run a foreign driver's case with.
+pub fn run_guarded_with(case: &Case, opts: &RunOptions, driver: &dyn DriverKind) -> RunReport {
+    let run = || run_case_on(case, opts, driver, &mut |_, _| {}).0;
     match catch_unwind(AssertUnwindSafe(run)) {
         Ok(r) => r,
         Err(p) => {
@@ -316,6 +327,7 @@ pub fn run_guarded_on(case: &Case, driver: &dyn DriverKind) -> RunReport {
                 profile: case.profile,
                 schedule: case.schedule,
                 failures: vec![Failure::Panic { message }],
+                skipped: None,
                 trace_hash: 0,
                 stats: RunStats::default(),
                 held: Vec::new(),
@@ -414,7 +426,10 @@ pub fn run_campaign_on(
                 .entry(switches_key(case.engine.switches))
                 .or_default()
                 .add(&case, &report);
-            if report.passed() {
+            if let Some(why) = &report.skipped {
+                summary.skipped += 1;
+                *summary.skipped_by_reason.entry(why.clone()).or_default() += 1;
+            } else if report.passed() {
                 summary.passed += 1;
             } else {
                 summary.failed += 1;

@@ -26,7 +26,7 @@ use std::pin::Pin;
 
 use engine::{Backing, Counters, CreateOptions, EngineOptions, Error, Guard, Image};
 
-use crate::case::Amend;
+use crate::case::{Amend, ImageSpec, Op};
 use crate::disk::SimDisk;
 
 /// A driver's request in flight.
@@ -207,6 +207,38 @@ pub trait DriverKind {
     fn orders_overlapping_writes(&self) -> bool {
         false
     }
+    /// Whether the driver does operation `op` at all. One it does not is
+    /// never sent: the runner skips it, counted by kind
+    /// (`RunCounts::driver_skipped_*`), and the model never hears of it,
+    /// so the rest of the case is judged as if the workload had not asked
+    /// for it. The default says no to exactly what [`Driver`]'s defaults
+    /// refuse (compressed writes, snapshot operations, amends, resizes),
+    /// so an adapter that leaves those at their defaults has them skipped;
+    /// one that implements them says yes here too. A driver that says yes
+    /// and then answers `Error::Unsupported` fails the case: it broke its
+    /// word.
+    fn does(&self, op: &Op) -> bool {
+        !matches!(
+            op,
+            Op::WriteCompressed { .. }
+                | Op::SnapshotCreate
+                | Op::SnapshotApply { .. }
+                | Op::SnapshotDelete { .. }
+                | Op::Amend { .. }
+                | Op::Resize { .. }
+        )
+    }
+    /// Why the driver cannot run a case whose image is `image` at all
+    /// (None: it can): such a case is skipped whole, with this reason in
+    /// its report (`RunReport::skipped`), never run and never failed. The
+    /// default refuses a backing file, as [`Driver::attach_backing`]'s
+    /// default does.
+    fn refuses(&self, image: &ImageSpec) -> Option<String> {
+        image
+            .backing
+            .is_some()
+            .then(|| "a backing file (this driver takes none)".to_string())
+    }
 }
 
 /// qcsim's engine.
@@ -247,6 +279,14 @@ impl DriverKind for EngineDriver {
 
     fn orders_overlapping_writes(&self) -> bool {
         true
+    }
+
+    fn does(&self, _op: &Op) -> bool {
+        true
+    }
+
+    fn refuses(&self, _image: &ImageSpec) -> Option<String> {
+        None
     }
 }
 

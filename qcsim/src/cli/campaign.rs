@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use anyhow::{bail, Context};
 use engine::Switches;
-use sim::campaign::{run_campaign, CampaignPlan, SwitchPlan};
+use sim::campaign::{run_campaign_on, CampaignPlan, SwitchPlan};
 
 use crate::report;
 
@@ -284,7 +284,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     // Cases done over wall time, for the report's rate chart: a sample at
     // most every PROGRESS_EVERY, and the last case.
     let samples: Mutex<Vec<(f64, u64)>> = Mutex::new(Vec::new());
-    let summary = run_campaign(&plan, &out_of_time, &|done, failed| {
+    let driver = args.driver;
+    let kind = driver
+        .in_process()
+        .expect("out-of-process drivers returned above");
+    let summary = run_campaign_on(&plan, kind, &out_of_time, &|done, failed| {
         let now = started.elapsed().as_secs_f64();
         if time_limit.is_some() {
             bar.set_position(now as u64);
@@ -306,10 +310,33 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
 
     let t = &summary.totals;
-    println!(
-        "campaign: {} cases, {} passed, {} failed ({} jobs)",
-        summary.cases, summary.passed, summary.failed, jobs
-    );
+    if driver == super::driver::DriverArg::Engine {
+        println!(
+            "campaign: {} cases, {} passed, {} failed ({} jobs)",
+            summary.cases, summary.passed, summary.failed, jobs
+        );
+    } else {
+        println!(
+            "campaign ({}): {} cases, {} passed, {} failed, {} skipped ({} jobs)",
+            driver.name(),
+            summary.cases,
+            summary.passed,
+            summary.failed,
+            summary.skipped,
+            jobs
+        );
+        for (why, n) in &summary.skipped_by_reason {
+            println!("skipped: {n} cases with {why} (not run on this driver)");
+        }
+        let skips = t.counts.driver_skips();
+        if !skips.is_empty() {
+            let list: Vec<String> = skips.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            println!(
+                "operations not sent, the driver does not do them: {}",
+                list.join(", ")
+            );
+        }
+    }
     if let Some(b) = broken {
         println!("broken engine variant: {b} (failures are the point)");
     }
@@ -406,15 +433,24 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     let mut entries = Vec::new();
     for f in &summary.failures {
-        let path = args.corpus.join(format!("seed-{}.json", f.case.seed));
+        // A foreign driver's failing cases are named for it, so that they
+        // are never taken for the engine's.
+        let prefix = match driver {
+            super::driver::DriverArg::Engine => String::new(),
+            d => format!("{}-", d.name()),
+        };
+        let path = args
+            .corpus
+            .join(format!("{prefix}seed-{}.json", f.case.seed));
         let shrunk = args.shrink.then(|| {
-            sim::shrink::shrink_failing(&f.case, &Default::default(), |_| {}).map(|(s, _)| s.case)
+            sim::shrink::shrink_failing_on(&f.case, kind, &Default::default(), |_| {})
+                .map(|(s, _)| s.case)
         });
         match shrunk {
             Some(Ok(case)) => save_case(&case, &path)?,
             _ => save_case(&f.case, &path)?,
         }
-        let replay = format!("{} replay {}", CARGO_QCSIM, path.display());
+        let replay = format!("{} replay{} {}", CARGO_QCSIM, driver.flag(), path.display());
         println!(
             "FAIL seed {}{}: replay with: {replay}",
             f.case.seed,
@@ -455,7 +491,15 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         wall_seconds,
         progress,
     };
-    let summary_json = report::summary::build(campaign, &summary, &entries, &timing)?;
+    let mut summary_json = report::summary::build(campaign, &summary, &entries, &timing)?;
+    if driver != super::driver::DriverArg::Engine {
+        // Only a foreign driver's report says so: the engine's stays as
+        // it was.
+        summary_json["campaign"]["driver"] = driver.name().into();
+        summary_json["result"]["skipped"] = summary.skipped.into();
+        summary_json["result"]["skipped_by_reason"] =
+            serde_json::to_value(&summary.skipped_by_reason)?;
+    }
     // The default directory's name says the range and shard, so shards of
     // one range do not overwrite each other's reports.
     let dir = args.report.clone().unwrap_or_else(|| {
@@ -464,8 +508,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         } else {
             String::new()
         };
+        let name = match driver {
+            super::driver::DriverArg::Engine => String::new(),
+            d => format!("{}-", d.name()),
+        };
         args.reports
-            .join(format!("campaign-{}-{end}{shard}", seeds.start))
+            .join(format!("campaign-{name}{}-{end}{shard}", seeds.start))
     });
     report::write_report(&dir, &summary_json, bench.as_deref())?;
     println!("report: {}", dir.join(report::HTML).display());

@@ -13,8 +13,8 @@ use std::process::Command;
 
 use anyhow::Context;
 
+use super::driver::DriverArg;
 use crate::findings::{CaseCheck, Finding, Ledger, Replay, SCRIPT_GONE, SCRIPT_PRESENT};
-use crate::qemu::run::Engine;
 
 use super::hint::CARGO_QCSIM;
 
@@ -158,9 +158,11 @@ fn replay(f: &Finding, root: &Path, args: &Args) -> (Verdict, String) {
         Replay::Script { script } => return run_script(&root.join(script)),
         Replay::Cases { cases } => cases,
     };
-    let engine = match f.driver.as_str() {
-        "imago" => Engine::Imago,
-        _ => Engine::Qemu,
+    let Ok(driver) = <DriverArg as clap::ValueEnum>::from_str(&f.driver, false) else {
+        return (
+            Verdict::CouldNotRun(format!("no driver {:?}", f.driver)),
+            String::new(),
+        );
     };
     // Every case is replayed, so that the output says which shapes of the
     // defect remain: present if any case still shows its symptom, gone
@@ -173,7 +175,7 @@ fn replay(f: &Finding, root: &Path, args: &Args) -> (Verdict, String) {
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let corpus = args.corpus.join(&f.id);
-        let d = match replay_case_runs(check, root, &corpus, engine, args.runs.max(1), &mut output)
+        let d = match replay_case_runs(check, root, &corpus, driver, args.runs.max(1), &mut output)
         {
             Verdict::Present(d) => {
                 present = true;
@@ -204,18 +206,18 @@ fn replay(f: &Finding, root: &Path, args: &Args) -> (Verdict, String) {
     (verdict, output)
 }
 
-/// One case run up to `runs` times on `engine`, until it fails.
+/// One case run up to `runs` times on `driver`, until it fails.
 fn replay_case_runs(
     check: &CaseCheck,
     root: &Path,
     corpus: &Path,
-    engine: Engine,
+    driver: DriverArg,
     runs: u32,
     output: &mut String,
 ) -> Verdict {
     let symptom = check.symptom.as_str();
     for run in 1..=runs {
-        let (outcome, text) = match replay_case(&root.join(&check.case), corpus, engine) {
+        let (outcome, text) = match replay_case(&root.join(&check.case), corpus, driver) {
             Ok(r) => r,
             Err(e) => return Verdict::CouldNotRun(format!("{e:#}")),
         };
@@ -233,14 +235,14 @@ fn replay_case_runs(
             }
             CaseRun::Failed { kept } if text.contains(symptom) => {
                 return Verdict::Present(format!(
-                    "fails on run {run}: \"{symptom}\" (evidence in {})",
-                    kept.display()
+                    "fails on run {run}: \"{symptom}\"{}",
+                    evidence(&kept)
                 ))
             }
             CaseRun::Failed { kept } => {
                 return Verdict::Otherwise(format!(
-                    "fails on run {run} without \"{symptom}\" (evidence in {})",
-                    kept.display()
+                    "fails on run {run} without \"{symptom}\"{}",
+                    evidence(&kept)
                 ))
             }
         }
@@ -248,16 +250,44 @@ fn replay_case_runs(
     Verdict::CouldNotRun("no run".into())
 }
 
+/// Where a failing replay's evidence is, in words: an out-of-process
+/// driver's run keeps a folder; an in-process one replays bit for bit, so
+/// its replay command is the evidence.
+fn evidence(kept: &Option<PathBuf>) -> String {
+    match kept {
+        Some(dir) => format!(" (evidence in {})", dir.display()),
+        None => " (in process: its replay command shows it again)".to_string(),
+    }
+}
+
 enum CaseRun {
     Passed,
     Skipped(String),
-    Failed { kept: PathBuf },
+    /// The folder its evidence is kept in, for a driver run out of process.
+    Failed {
+        kept: Option<PathBuf>,
+    },
 }
 
-/// A case on `engine`, as `qcsim replay --driver` runs it: how it ended
+/// A case on `driver`, as `qcsim replay --driver` runs it: how it ended
 /// and its failure explained (empty when it passed).
-fn replay_case(case: &Path, corpus: &Path, engine: Engine) -> anyhow::Result<(CaseRun, String)> {
+fn replay_case(case: &Path, corpus: &Path, driver: DriverArg) -> anyhow::Result<(CaseRun, String)> {
     let loaded = super::run::load_case(case)?;
+    let Some(engine) = driver.external() else {
+        // In process (qcow2-rs): the run is guarded, a panic of the
+        // driver is the case's failure.
+        let r = super::run::run_in_process(&loaded, &Default::default(), driver);
+        if let Some(why) = &r.skipped {
+            return Ok((CaseRun::Skipped(why.clone()), String::new()));
+        }
+        if r.passed() {
+            return Ok((CaseRun::Passed, String::new()));
+        }
+        return Ok((
+            CaseRun::Failed { kept: None },
+            super::run::failures_text(&r),
+        ));
+    };
     let r = super::driver::run_qemu(&loaded, corpus, engine)
         .with_context(|| format!("replaying {} on {}", case.display(), engine.who()))?;
     if let Some(why) = &r.skipped {
@@ -268,7 +298,7 @@ fn replay_case(case: &Path, corpus: &Path, engine: Engine) -> anyhow::Result<(Ca
     }
     Ok((
         CaseRun::Failed {
-            kept: r.dir.clone(),
+            kept: Some(r.dir.clone()),
         },
         super::driver::explanation(&r, engine),
     ))

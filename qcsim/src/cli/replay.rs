@@ -16,8 +16,9 @@ pub struct Args {
     /// Print the run's counts as JSON.
     #[arg(long)]
     pub json: bool,
-    /// The qcow2 driver: qcsim's engine (bit for bit), or QEMU's (the
-    /// same workload and crash choices; QEMU's scheduling is its own).
+    /// The qcow2 driver: qcsim's engine or qcow2-rs (bit for bit), or
+    /// QEMU's or imago (the same workload and crash choices; their
+    /// scheduling is their own).
     #[arg(long, value_enum, default_value = "engine")]
     pub driver: super::driver::DriverArg,
 }
@@ -31,12 +32,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         return Ok(if report.passed() { 0 } else { 1 });
     }
     let export = prepare_export(args.export.as_deref())?;
-    let report = run_case(
-        &case,
-        &RunOptions {
-            export: args.export,
-        },
-    );
+    let opts = RunOptions {
+        export: args.export,
+    };
+    let report = match args.driver {
+        super::driver::DriverArg::Engine => run_case(&case, &opts),
+        d => super::run::run_in_process(&case, &opts, d),
+    };
     print_report(&report, args.json);
     report_export(export.as_ref(), &case, args.json);
     Ok(if report.passed() { 0 } else { 1 })

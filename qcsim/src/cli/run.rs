@@ -106,15 +106,30 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         return Ok(if report.passed() { 0 } else { 1 });
     }
     let export = prepare_export(args.export.as_deref())?;
-    let report = run_case(
-        &case,
-        &RunOptions {
-            export: args.export.clone(),
-        },
-    );
+    let opts = RunOptions {
+        export: args.export.clone(),
+    };
+    let report = match args.driver {
+        super::driver::DriverArg::Engine => run_case(&case, &opts),
+        d => run_in_process(&case, &opts, d),
+    };
     print_report(&report, args.json);
     report_export(export.as_ref(), &case, args.json);
     Ok(if report.passed() { 0 } else { 1 })
+}
+
+/// `case` on in-process driver `d` other than the engine, a panic inside
+/// it caught as the case's failure (the engine's runs are not guarded, so
+/// that a panic of the engine shows its backtrace).
+pub fn run_in_process(
+    case: &Case,
+    opts: &RunOptions,
+    d: super::driver::DriverArg,
+) -> sim::runner::RunReport {
+    let kind = d
+        .in_process()
+        .expect("out-of-process drivers are run before this");
+    sim::campaign::run_guarded_with(case, opts, kind)
 }
 
 /// Write `case` to `path`, saying so if it cannot be written. (The case
@@ -209,8 +224,26 @@ pub fn print_report(report: &RunReport, json: bool) {
     } else {
         let s = &report.stats;
         let profile = report.profile.map(|p| p.name()).unwrap_or("custom");
+        if let Some(why) = &report.skipped {
+            let _ = writeln!(
+                out,
+                "seed {} ({profile}): SKIPPED: the driver does not run cases with {why}",
+                report.seed
+            );
+            let _ = crate::output::stdout().write_all(out.as_bytes());
+            return;
+        }
         let verdict = if report.passed() { "PASS" } else { "FAIL" };
         let _ = writeln!(out, "seed {} ({profile}): {verdict}", report.seed);
+        let skips = report.driver_skips();
+        if !skips.is_empty() {
+            let list: Vec<String> = skips.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            let _ = writeln!(
+                out,
+                "  not sent, the driver does not do them: {}",
+                list.join(", ")
+            );
+        }
         let _ = writeln!(
             out,
             "  ops {} (writes {}, reads {}, flushes {}, failed {}), faults injected {}",
@@ -270,25 +303,34 @@ pub fn print_report(report: &RunReport, json: bool) {
             "  schedule: {}; requests held long (latency outliers): {}",
             report.schedule, s.counts.held_requests
         );
-        for f in &report.failures {
-            // The failure's first line names it; the lines after it (the
-            // wrong sectors, a check's findings) stand under it.
-            let text = f.to_string();
-            let mut lines = text.lines();
-            if let Some(first) = lines.next() {
-                let _ = writeln!(out, "  {first}");
-            }
-            for line in lines {
-                let _ = writeln!(out, "    {line}");
-            }
-            // The wrong sectors' hex diff, a failed check's dump diff.
-            if let Ok(v) = serde_json::to_value(f) {
-                for line in crate::report::explain::evidence(&v).lines() {
-                    let _ = writeln!(out, "  {line}");
-                }
-            }
-        }
+        out.push_str(&failures_text(report));
         let _ = writeln!(out, "trace hash: {:016x}", report.trace_hash);
     }
     let _ = crate::output::stdout().write_all(out.as_bytes());
+}
+
+/// A run's failures as `print_report` prints them: each one's words, then
+/// its evidence (the wrong sectors' hex diff, a failed check's dump diff).
+pub fn failures_text(report: &RunReport) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for f in &report.failures {
+        // The failure's first line names it; the lines after it (the
+        // wrong sectors, a check's findings) stand under it.
+        let text = f.to_string();
+        let mut lines = text.lines();
+        if let Some(first) = lines.next() {
+            let _ = writeln!(out, "  {first}");
+        }
+        for line in lines {
+            let _ = writeln!(out, "    {line}");
+        }
+        // The wrong sectors' hex diff, a failed check's dump diff.
+        if let Ok(v) = serde_json::to_value(f) {
+            for line in crate::report::explain::evidence(&v).lines() {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
+    }
+    out
 }

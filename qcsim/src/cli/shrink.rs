@@ -1,10 +1,12 @@
-//! `qcsim shrink CASE.json [-o OUT.json]`: the smallest case that still
-//! fails the same way (the kind of the original's first failure).
+//! `qcsim shrink CASE.json [-o OUT.json] [--driver engine|qcow2-rs]`: the
+//! smallest case that still fails the same way (the kind of the
+//! original's first failure) on the driver it failed on.
 
 use std::path::PathBuf;
 
+use anyhow::bail;
 use anyhow::Context;
-use sim::shrink::{shrink_failing, CaseSize, ShrinkOptions, DEFAULT_MAX_RUNS, DEFAULT_RESEEDS};
+use sim::shrink::{shrink_failing_on, CaseSize, ShrinkOptions, DEFAULT_MAX_RUNS, DEFAULT_RESEEDS};
 
 use super::hint::CARGO_QCSIM;
 use super::run::{load_case, save_case};
@@ -27,6 +29,10 @@ pub struct Args {
     /// No progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// The driver every run is on: an in-process one (engine, qcow2-rs),
+    /// whose runs replay bit for bit.
+    #[arg(long, value_enum, default_value = "engine")]
+    pub driver: super::driver::DriverArg,
 }
 
 /// `dir/name.json` becomes `dir/name.shrunk.json`.
@@ -39,6 +45,12 @@ pub fn default_output(case: &std::path::Path) -> PathBuf {
 }
 
 pub fn run(args: Args) -> anyhow::Result<i32> {
+    let Some(kind) = args.driver.in_process() else {
+        bail!(
+            "--driver {}: shrinking needs runs that replay bit for bit, which only in-process drivers (engine, qcow2-rs) give",
+            args.driver.name()
+        );
+    };
     let case = load_case(&args.case)?;
     let out = args.output.unwrap_or_else(|| default_output(&args.case));
     println!(
@@ -49,8 +61,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let quiet = args.quiet;
     // The run budget bounds the runs; a shrink usually ends before it.
     let bar = crate::progress::bar("shrink", args.max_runs, "runs (budget)", quiet);
-    let shrunk = shrink_failing(
+    let shrunk = shrink_failing_on(
         &case,
+        kind,
         &ShrinkOptions {
             max_runs: args.max_runs,
             reseeds: args.reseeds,
@@ -78,6 +91,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         },
         out.display()
     );
-    println!("replay with: {} replay {}", CARGO_QCSIM, out.display());
+    println!(
+        "replay with: {} replay{} {}",
+        CARGO_QCSIM,
+        args.driver.flag(),
+        out.display()
+    );
     Ok(0)
 }

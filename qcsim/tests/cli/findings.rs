@@ -125,6 +125,11 @@ fn a_malformed_findings_list_is_refused_naming_the_problem() {
         d.path(),
         "corpus/regressions/qemu-y-seed-2.json: a case of a driver other than ours, in neither",
     );
+    let d = fake_repo(&["qemu-x-seed-1.json", "qcow2-rs-z-seed-3.json"], &ok);
+    refused(
+        d.path(),
+        "corpus/regressions/qcow2-rs-z-seed-3.json: a case of a driver other than ours, in neither",
+    );
     let d = fake_repo(
         &["qemu-x-seed-1.json"],
         &ok.replace("\"version\": 1", "\"version\": 9"),
@@ -162,4 +167,29 @@ fn the_amend_finding_is_gone_on_qcsims_tools() {
     let all = text(&out);
     assert_eq!(out.status.code(), Some(11), "{all}");
     assert!(all.contains("verdict: gone: qemu-img check clean"), "{all}");
+}
+
+/// The qcow2-rs findings replay in process, with no QEMU: each is still
+/// present on the vendored qcow2-rs (a fix there shows as "gone" here
+/// first), and the small-cluster panic is caught as the case's failure.
+#[test]
+fn the_qcow2_rs_findings_replay_in_process_and_are_present() {
+    let ids: Vec<String> = ledger()["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["driver"].as_str().unwrap().starts_with("qcow2-rs"))
+        .map(|f| f["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 5, "{ids:?}");
+    let mut args = vec!["findings"];
+    args.extend(ids.iter().map(String::as_str));
+    let out = qcsim(&args, &repo());
+    for id in &ids {
+        assert!(out.contains(&format!("{id} (")), "{id} not replayed: {out}");
+    }
+    assert!(
+        out.contains("findings: 5 still present, 0 gone, 0 failing otherwise, 0 could not run"),
+        "{out}"
+    );
 }

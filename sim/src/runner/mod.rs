@@ -113,7 +113,10 @@ pub fn run_case_on(
     progress: &mut dyn FnMut(usize, usize),
 ) -> (RunReport, Footprint) {
     let mut run = Run::fresh(case, opts, driver);
-    run.go(progress);
+    let skipped = driver.refuses(&case.image);
+    if skipped.is_none() {
+        run.go(progress);
+    }
     let chunks = |s: SparseStore| s.allocated() / crate::disk::CHUNK;
     let footprint = Footprint {
         image_chunks: chunks(run.disk.volatile()),
@@ -121,7 +124,9 @@ pub fn run_case_on(
         model_records: run.shared.model.borrow().records() as u64,
         model_sectors: run.shared.model.borrow().recorded_sectors().len() as u64,
     };
-    (run.report(), footprint)
+    let mut report = run.report();
+    report.skipped = skipped;
+    (report, footprint)
 }
 
 /// [`run_case`], with the device flushes each group issued on the image's
@@ -172,6 +177,12 @@ impl<'a> Run<'a> {
             };
             if past {
                 self.shared.stats.borrow_mut().counts.ops_past_end += 1;
+                continue;
+            }
+            // What the driver under test does not do is not sent: the
+            // model never hears of it (`DriverKind::does`).
+            if !self.driver.does(&op) {
+                self.shared.stats.borrow_mut().counts.driver_skipped(&op);
                 continue;
             }
             if let Op::BackgroundRead { hold, .. } = op {
@@ -289,8 +300,12 @@ impl<'a> Run<'a> {
             // The image after the group (None if a crash cut a snapshot
             // operation short and it went with it), and whether the power
             // goes now.
-            let (live, crashed) = if let Some(&(n, op)) = ops.iter().find(|(_, op)| op.runs_alone())
-            {
+            // One the driver does not do is skipped as the group's other
+            // operations are (`run_group_armed`).
+            let alone = ops
+                .iter()
+                .find(|(_, op)| op.runs_alone() && self.driver.does(op));
+            let (live, crashed) = if let Some(&(n, op)) = alone {
                 let until = if crash {
                     AloneUntil::PowerFails
                 } else {

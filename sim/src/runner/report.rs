@@ -219,6 +219,17 @@ engine::counter_set! {
         /// end as a resize left it (or compress a partial cluster that is
         /// no longer the disk's last).
         ops_past_end,
+        /// Guest requests and image operations not sent because the
+        /// driver under test does not do them (`DriverKind::does`), by
+        /// kind: write_zeroes, discards, compressed writes, snapshot
+        /// operations, amends, resizes, and any other kind.
+        driver_skipped_write_zeroes,
+        driver_skipped_discards,
+        driver_skipped_compressed,
+        driver_skipped_snapshot_ops,
+        driver_skipped_amends,
+        driver_skipped_resizes,
+        driver_skipped_other,
         /// Grows cut short by a crash whose image has the new size in its
         /// header: the grown range must read as zeroes (`Shared::growing`).
         grows_cut_at_new_size,
@@ -364,6 +375,11 @@ pub struct RunReport {
     /// The schedule policy the run went under (the case's).
     pub schedule: crate::exec::SchedulePolicy,
     pub failures: Vec<Failure>,
+    /// Why the case was not run: the driver under test cannot run a case
+    /// with its image at all (`DriverKind::refuses`). None for a case
+    /// that ran; left out of the JSON then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
     /// A hash of every scheduling choice and device request: equal hashes
     /// mean the run went the same way.
     pub trace_hash: u64,
@@ -388,8 +404,52 @@ impl RunStats {
 }
 
 impl RunReport {
+    /// No failure (a skipped case has none: see [`RunReport::skipped`]).
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
+    }
+
+    /// The operations the driver under test did not do, skipped
+    /// (`DriverKind::does`), by kind, the kinds with none left out:
+    /// `write_zeroes 3, discard 2`.
+    pub fn driver_skips(&self) -> Vec<(&'static str, u64)> {
+        self.stats.counts.driver_skips()
+    }
+}
+
+impl RunCounts {
+    /// Count guest operation `op`, skipped because the driver under test
+    /// does not do it, under its kind.
+    pub fn driver_skipped(&mut self, op: &crate::case::Op) {
+        use crate::case::Op;
+        *match op {
+            Op::WriteZeroes { .. } => &mut self.driver_skipped_write_zeroes,
+            Op::Discard { .. } => &mut self.driver_skipped_discards,
+            Op::WriteCompressed { .. } => &mut self.driver_skipped_compressed,
+            Op::SnapshotCreate | Op::SnapshotApply { .. } | Op::SnapshotDelete { .. } => {
+                &mut self.driver_skipped_snapshot_ops
+            }
+            Op::Amend { .. } => &mut self.driver_skipped_amends,
+            Op::Resize { .. } => &mut self.driver_skipped_resizes,
+            _ => &mut self.driver_skipped_other,
+        } += 1;
+    }
+
+    /// The operations skipped because the driver does not do them, by
+    /// kind (those with none left out).
+    pub fn driver_skips(&self) -> Vec<(&'static str, u64)> {
+        [
+            ("write_zeroes", self.driver_skipped_write_zeroes),
+            ("discard", self.driver_skipped_discards),
+            ("compressed write", self.driver_skipped_compressed),
+            ("snapshot operation", self.driver_skipped_snapshot_ops),
+            ("amend", self.driver_skipped_amends),
+            ("resize", self.driver_skipped_resizes),
+            ("other", self.driver_skipped_other),
+        ]
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .collect()
     }
 }
 

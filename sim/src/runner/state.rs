@@ -330,6 +330,7 @@ impl Run<'_> {
             profile: case.profile,
             schedule: case.schedule,
             failures,
+            skipped: None,
             trace_hash,
             stats,
             held: all.held,

@@ -75,8 +75,9 @@ mod device;
 pub mod image;
 pub mod workload;
 
-use crate::campaign::run_guarded;
+use crate::campaign::run_guarded_on;
 use crate::case::Case;
+use crate::driver::{DriverKind, EngineDriver};
 use crate::runner::{Failure, RunReport};
 
 /// Runs allowed by default. A shrink usually stops at its fixed point long
@@ -232,20 +233,29 @@ pub fn shrink_failing(
     options: &ShrinkOptions,
     progress: impl FnMut(&Progress),
 ) -> Result<(Shrunk, FailureKind), ShrinkError> {
-    let first = run_guarded(case);
+    shrink_failing_on(case, &EngineDriver, options, progress)
+}
+
+/// [`shrink_failing`] with every run on `driver` in place of qcsim's
+/// engine (`crate::driver`): a case the driver fails shrinks as the
+/// engine's failures do. A candidate the driver skips (an image it cannot
+/// run) shows no failure, so the shrunk case stays one it runs.
+pub fn shrink_failing_on(
+    case: &Case,
+    driver: &dyn DriverKind,
+    options: &ShrinkOptions,
+    progress: impl FnMut(&Progress),
+) -> Result<(Shrunk, FailureKind), ShrinkError> {
+    let run = |c: &Case| run_guarded_on(c, driver);
+    let first = run(case);
     let kind = first
         .failures
         .first()
         .map(FailureKind::of)
         .ok_or(ShrinkError::Passes)?;
-    let (start, report) = pin_outliers(case, first, &kind);
-    let start = pin_faults(start, &report, &kind);
-    let shrunk = shrink_with(
-        &start,
-        options,
-        |c| kind.in_report(&run_guarded(c)),
-        progress,
-    )?;
+    let (start, report) = pin_outliers(case, first, &kind, &run);
+    let start = pin_faults(start, &report, &kind, &run);
+    let shrunk = shrink_with(&start, options, |c| kind.in_report(&run(c)), progress)?;
     Ok((shrunk, kind))
 }
 
@@ -254,7 +264,12 @@ pub fn shrink_failing(
 /// an operation then leaves the other held requests held, where under
 /// rates every later draw would shift. Else `case` itself. Either way
 /// with the report of the case returned.
-fn pin_outliers(case: &Case, report: RunReport, kind: &FailureKind) -> (Case, RunReport) {
+fn pin_outliers(
+    case: &Case,
+    report: RunReport,
+    kind: &FailureKind,
+    run_guarded: &dyn Fn(&Case) -> RunReport,
+) -> (Case, RunReport) {
     let o = &case.disk.latency.outliers;
     if o.image.is_none() && o.data_file.is_none() && o.backing.is_none() {
         return (case.clone(), report);
@@ -280,7 +295,12 @@ fn pin_outliers(case: &Case, report: RunReport, kind: &FailureKind) -> (Case, Ru
 /// drawn at a rate is lost as soon as a removed operation shifts which
 /// request the draw falls on (a removed flush before it moves the fault to
 /// the next flush, not off the flushes). Else `case` itself.
-fn pin_faults(case: Case, report: &RunReport, kind: &FailureKind) -> Case {
+fn pin_faults(
+    case: Case,
+    report: &RunReport,
+    kind: &FailureKind,
+    run_guarded: &dyn Fn(&Case) -> RunReport,
+) -> Case {
     let f = &case.disk.faults;
     if !f.enabled || f.read_error_ppm + f.write_error_ppm + f.flush_error_ppm == 0 {
         return case;

@@ -6,7 +6,7 @@
 //! still passes.
 
 use engine::{Backing, Counters, CreateOptions, EngineOptions, Error, Guard, Image};
-use sim::case::{Amend, Case, Op};
+use sim::case::{Amend, Case, ImageSpec, Op};
 use sim::disk::SimDisk;
 use sim::driver::{Driver, DriverFuture, DriverKind, EngineDriver};
 use sim::runner::{run_case, run_case_on, RunOptions};
@@ -162,6 +162,15 @@ impl DriverKind for AdapterKind {
             let img = Image::open_probed(disk, data, options, probe).await?;
             Ok(Box::new(Adapter { img, mode }) as Box<dyn Driver>)
         })
+    }
+
+    // It forwards every operation and the backing file, so it says so:
+    // the defaults would skip what `Driver`'s defaults refuse.
+    fn does(&self, _op: &Op) -> bool {
+        true
+    }
+    fn refuses(&self, _image: &ImageSpec) -> Option<String> {
+        None
     }
 }
 

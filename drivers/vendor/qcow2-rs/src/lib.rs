@@ -1,0 +1,12 @@
+pub mod cache;
+pub mod dev;
+pub mod error;
+pub mod helpers;
+pub mod meta;
+pub mod ops;
+#[cfg(not(target_os = "windows"))]
+pub mod sync_io;
+pub mod tokio_io;
+#[cfg(target_os = "linux")]
+pub mod uring;
+pub mod utils;
