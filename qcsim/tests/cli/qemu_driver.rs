@@ -574,3 +574,30 @@ fn qemus_data_file_cow_loss_shows_again_in_seed_82() {
         "{out}"
     );
 }
+
+/// imago writes a new L2 table's L1 entry to the disk while the refcount
+/// counting the table is still in its cache (docs/findings.md,
+/// imago-l1-entry-before-refcount): one write to a fresh image and the
+/// power cut leave a crash state whose L2 table has refcount 0, which
+/// both checkers call corrupt. The engine passes the same case.
+#[test]
+fn imagos_l1_entry_outruns_the_refcount_of_its_new_l2_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../corpus/regressions/imago-l1-entry-before-refcount-seed-7.json");
+    let case = case.to_str().unwrap();
+    let out = text(&exec(
+        QCSIM,
+        &["replay", "--driver", "imago", case],
+        dir.path(),
+    ));
+    assert!(out.contains("seed 7 (imago): FAIL"), "{out}");
+    assert!(
+        out.contains(
+            "ERROR OFLAG_COPIED L2 cluster: l1_index=0 l1_entry=8000000000004000 refcount=0"
+        ),
+        "{out}"
+    );
+    let engine = text(&exec(QCSIM, &["replay", case], dir.path()));
+    assert!(engine.contains("seed 7 (mkfs): PASS"), "{engine}");
+}
