@@ -359,6 +359,38 @@ fn snapshot_operations_amends_and_resizes_run_through_qemu_img() {
         assert!(number_before(&out, "crash states") > 0, "{out}");
         assert!(out.contains(&format!("flushes from {who}")), "{out}");
     }
+    // With 1-bit refcounts QEMU refuses the snapshot (a shared cluster's
+    // refcount would overflow) and leaks the L1 table it allocated for
+    // it: counted as a refusal, the leak allowed, the apply after it
+    // skipped (no snapshot to pick). Before the leak was allowed this
+    // failed the final check.
+    case["image"]["create"]["refcount_bits"] = 1.into();
+    case["workload"] = serde_json::json!([
+        [{"op": "write", "sector": 0, "sectors": 128}],
+        [{"op": "snapshot_create"}],
+        [{"op": "write", "sector": 0, "sectors": 8}],
+        [{"op": "snapshot_apply", "pick": 0}],
+        [{"op": "read", "sector": 0, "sectors": 16}]
+    ]);
+    std::fs::write(d.join("refused.json"), case.to_string()).unwrap();
+    let out = qcsim(&["replay", "--driver", "qemu", "refused.json"], d);
+    assert!(out.contains("seed 3 (qemu): PASS"), "{out}");
+    assert_eq!(
+        number_before(
+            &out,
+            "operations refused by qemu-img: snapshot create: Could not create snapshot 'NAME': Invalid argument"
+        ),
+        1,
+        "{out}"
+    );
+    assert_eq!(
+        number_before(
+            &out,
+            "operations skipped: snapshot applies and deletes with no snapshot to pick"
+        ),
+        1,
+        "{out}"
+    );
 }
 
 /// `qcsim run --seed N --save case.json` on `driver`: the output, after
