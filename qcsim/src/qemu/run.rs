@@ -12,7 +12,9 @@
 //! corruption, and the guest view `qemu-img convert` reads must be what
 //! the model allows; the next epoch starts from the first sampled state.
 //! At the end the whole disk is read back through QEMU, the client hangs
-//! up, and the image `qemu-nbd` closed must be clean.
+//! up, and the image `qemu-nbd` closed must be clean. A snapshot
+//! operation, an amend or a resize closes the driver, runs `qemu-img` on
+//! the image over NBD and opens the driver again (`alone_op`).
 
 use std::collections::BTreeMap;
 use std::os::unix::net::UnixStream;
