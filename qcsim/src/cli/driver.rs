@@ -6,6 +6,7 @@
 //! holds the flag, the run of one case out of process and what it prints,
 //! and where a failing case is kept.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -158,6 +159,19 @@ fn fua_line(n: u64, engine: Engine) -> String {
     )
 }
 
+/// The operations run through `qemu-img` (snapshot operations, amends,
+/// resizes) and those that did not run as they are, by what happened
+/// instead, a line each.
+fn op_lines(qemu_img: u64, counted: &BTreeMap<String, u64>, indent: &str) -> String {
+    let mut out = format!(
+        "{indent}{qemu_img} snapshot operations, amends and resizes run through qemu-img between the driver's close and its reopening\n"
+    );
+    for (what, n) in counted {
+        out.push_str(&format!("{indent}{n} operations {what}\n"));
+    }
+    out
+}
+
 /// The command that runs a kept failing case on its driver again.
 fn replay_command(r: &QemuReport, engine: Engine) -> String {
     format!(
@@ -222,6 +236,7 @@ pub fn print_qemu_report(r: &QemuReport, engine: Engine) {
     );
     println!("  {}", fua_line(r.guest_fua, engine));
     print!("{}", disk_lines(&r.disks, engine.who(), "  "));
+    print!("{}", op_lines(r.qemu_img_ops, &r.ops_counted, "  "));
     if !r.passed() {
         // The explanation's first line repeats the seed.
         for line in explanation(r, engine).lines().skip(1) {
@@ -326,7 +341,11 @@ pub fn run_qemu_campaign(
         disk_lines(&disks, engine.who(), "")
             .replace("the simulated disk saw", "the simulated disks saw")
     );
-    let mut skipped: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    print!(
+        "{}",
+        op_lines(sum(|r| r.qemu_img_ops), &op_totals(&run), "")
+    );
+    let mut skipped: BTreeMap<&str, u64> = BTreeMap::new();
     for r in &reports {
         if let Some(why) = &r.skipped {
             *skipped.entry(why).or_default() += 1;
@@ -375,6 +394,17 @@ pub fn run_qemu_campaign(
     })
 }
 
+/// The cases' [`QemuReport::ops_counted`] summed by key.
+fn op_totals(run: &[&QemuReport]) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for r in run {
+        for (what, n) in &r.ops_counted {
+            *out.entry(what.clone()).or_insert(0) += n;
+        }
+    }
+    out
+}
+
 /// A driver campaign's `summary.json`, in the engine campaign's layout so
 /// that its report renders alike: what ran, the verdicts, the totals
 /// (each disk's requests apart, the skips by reason) and every failure
@@ -417,7 +447,11 @@ fn driver_summary(
         totals.insert(format!("{name}_fua_writes"), json!(of(|d| d.fua_writes)));
         totals.insert(format!("{name}_flushes"), json!(of(|d| d.flushes)));
     }
-    let mut skipped = std::collections::BTreeMap::new();
+    totals.insert("qemu_img_ops".into(), json!(sum(|r| r.qemu_img_ops)));
+    for (what, n) in op_totals(&run) {
+        totals.insert(format!("operations {what}"), json!(n));
+    }
+    let mut skipped = BTreeMap::new();
     for r in reports {
         if let Some(why) = &r.skipped {
             *skipped.entry(format!("skipped: {why}")).or_insert(0u64) += 1;

@@ -5,6 +5,19 @@
 //! (`qemu::disk`), exactly the storage QEMU gets. imago's own scheduling
 //! is not seeded (it runs on `futures`' `block_on`), as QEMU's is not.
 //! A crash is the thread told to stop without flushing anything.
+//!
+//! Nothing is opened implicitly (`DenyImplicitOpenGate`): an external
+//! data file is given as a second NBD storage, the data file's simulated
+//! disk, and a backing file as an image opened by the harness on the
+//! backing file's bytes held in memory (read only, never crashed, as
+//! in-process runs never crash theirs).
+//!
+//! Why not the deterministic executor: imago's futures would poll there,
+//! but every storage it takes must be `Send + Sync`, and the simulated
+//! disk and its `Sim` are `Rc`-based by design; a storage that is
+//! `Send + Sync` has to reach the disk across threads (here, over NBD),
+//! and then the disk's latencies run on its thread's clock, not on the
+//! executor's, so the executor would order nothing imago does.
 
 use std::fmt;
 use std::io;
@@ -16,16 +29,24 @@ use std::sync::Mutex;
 use anyhow::{anyhow, Context};
 use imago::io_buffers::{IoVector, IoVectorMut};
 use imago::qcow2::Qcow2;
+use imago::raw::Raw;
 use imago::storage::drivers::CommonStorageHelper;
 use imago::{DenyImplicitOpenGate, FormatAccess, FormatDriverBuilder, Storage};
 
 use super::guest::Guest;
 
-/// imago's storage: our NBD client of the simulated disk.
+/// imago's storage: our NBD client of a simulated disk, or a backing
+/// file's bytes in memory.
 struct NbdStorage {
-    client: Mutex<nbd::Client<UnixStream>>,
+    backend: Backend,
     size: u64,
     helper: CommonStorageHelper,
+}
+
+enum Backend {
+    Nbd(Mutex<nbd::Client<UnixStream>>),
+    /// Read only: a backing file's content.
+    Memory(Vec<u8>),
 }
 
 impl fmt::Debug for NbdStorage {
@@ -36,20 +57,65 @@ impl fmt::Debug for NbdStorage {
 
 impl fmt::Display for NbdStorage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the simulated disk over NBD")
+        match self.backend {
+            Backend::Nbd(_) => write!(f, "the simulated disk over NBD"),
+            Backend::Memory(_) => write!(f, "the backing file in memory"),
+        }
     }
 }
 
 impl NbdStorage {
+    /// Connect to the simulated disk serving on `socket`.
+    fn connect(socket: &Path) -> anyhow::Result<NbdStorage> {
+        let stream = super::guest::connect(socket)?;
+        let client = nbd::Client::connect(stream).context("imago's storage connecting")?;
+        let size = client.export().size;
+        Ok(NbdStorage {
+            backend: Backend::Nbd(Mutex::new(client)),
+            size,
+            helper: CommonStorageHelper::default(),
+        })
+    }
+
+    fn memory(bytes: Vec<u8>) -> NbdStorage {
+        NbdStorage {
+            size: bytes.len() as u64,
+            backend: Backend::Memory(bytes),
+            helper: CommonStorageHelper::default(),
+        }
+    }
+
     fn with<T>(
         &self,
         f: impl FnOnce(&mut nbd::Client<UnixStream>) -> Result<T, nbd::ClientError>,
     ) -> io::Result<T> {
-        let mut c = self
-            .client
+        let Backend::Nbd(client) = &self.backend else {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the backing file is read only",
+            ));
+        };
+        let mut c = client
             .lock()
             .map_err(|_| io::Error::other("the storage's lock is poisoned"))?;
         f(&mut c).map_err(io::Error::other)
+    }
+
+    /// Read `buf.len()` bytes at `offset`.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        match &self.backend {
+            Backend::Nbd(_) => self.with(|c| c.read(offset, buf)),
+            Backend::Memory(bytes) => {
+                let end = offset
+                    .checked_add(buf.len() as u64)
+                    .filter(|&e| e <= bytes.len() as u64)
+                    .ok_or_else(|| {
+                        io::Error::new(io::ErrorKind::UnexpectedEof, "read past the backing file")
+                    })?;
+                buf.copy_from_slice(&bytes[offset as usize..end as usize]);
+                Ok(())
+            }
+        }
     }
 }
 
@@ -60,7 +126,7 @@ impl Storage for NbdStorage {
 
     async unsafe fn pure_readv(&self, mut bufv: IoVectorMut<'_>, offset: u64) -> io::Result<()> {
         let mut tmp = vec![0u8; bufv.len() as usize];
-        self.with(|c| c.read(offset, &mut tmp))?;
+        self.read_at(offset, &mut tmp)?;
         bufv.copy_from_slice(&tmp);
         Ok(())
     }
@@ -88,9 +154,12 @@ impl Storage for NbdStorage {
         Ok(())
     }
 
-    /// The device flush.
+    /// The device flush (nothing for the backing file, never written).
     async fn sync(&self) -> io::Result<()> {
-        self.with(|c| c.flush())
+        match self.backend {
+            Backend::Nbd(_) => self.with(|c| c.flush()),
+            Backend::Memory(_) => Ok(()),
+        }
     }
 
     async unsafe fn invalidate_cache(&self) -> io::Result<()> {
@@ -100,6 +169,23 @@ impl Storage for NbdStorage {
     fn get_storage_helper(&self) -> &CommonStorageHelper {
         &self.helper
     }
+}
+
+/// A case's backing file as imago is given it.
+#[derive(Debug, Clone)]
+pub struct ImagoBacking {
+    /// The file's bytes.
+    pub bytes: Vec<u8>,
+    /// qcow2 (else raw).
+    pub qcow2: bool,
+}
+
+/// What imago opens: the image's disk, its data file's disk if it has
+/// one, its backing file if it has one.
+pub struct ImagoOpen<'a> {
+    pub disk: &'a Path,
+    pub data: Option<&'a Path>,
+    pub backing: Option<&'a ImagoBacking>,
 }
 
 type Reply<T> = mpsc::Sender<io::Result<T>>;
@@ -121,21 +207,20 @@ pub struct ImagoGuest {
 }
 
 impl ImagoGuest {
-    /// Open the image on the simulated disk at `disk_socket` with imago.
-    pub fn start(disk_socket: &Path) -> anyhow::Result<ImagoGuest> {
-        let stream = super::guest::connect(disk_socket)?;
-        let client = nbd::Client::connect(stream).context("imago's storage connecting")?;
-        let size = client.export().size;
-        let storage = NbdStorage {
-            client: Mutex::new(client),
-            size,
-            helper: CommonStorageHelper::default(),
+    /// Open the image on the simulated disk at `open.disk` with imago,
+    /// its data file and backing file given explicitly.
+    pub fn start(open: &ImagoOpen<'_>) -> anyhow::Result<ImagoGuest> {
+        let storage = NbdStorage::connect(open.disk)?;
+        let data = match open.data {
+            None => None,
+            Some(socket) => Some(NbdStorage::connect(socket).context("the data file's disk")?),
         };
+        let backing = open.backing.cloned();
         let (tx, rx) = mpsc::channel::<Cmd>();
         let (ready_tx, ready_rx) = mpsc::channel::<io::Result<()>>();
         let thread = std::thread::Builder::new()
             .name("imago".into())
-            .spawn(move || futures::executor::block_on(serve(storage, rx, ready_tx)))
+            .spawn(move || futures::executor::block_on(serve(storage, data, backing, rx, ready_tx)))
             .context("starting imago's thread")?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(ImagoGuest {
@@ -164,15 +249,58 @@ impl ImagoGuest {
     }
 }
 
-async fn serve(storage: NbdStorage, rx: mpsc::Receiver<Cmd>, ready: mpsc::Sender<io::Result<()>>) {
-    let opened = Qcow2::<NbdStorage>::builder(storage)
-        .write(true)
-        .open(DenyImplicitOpenGate::default())
-        .await;
-    let mut image = match opened {
-        Ok(q) => {
+/// The backing file opened by imago on its bytes, read only.
+async fn open_backing(b: ImagoBacking) -> io::Result<FormatAccess<NbdStorage>> {
+    let storage = NbdStorage::memory(b.bytes);
+    Ok(if b.qcow2 {
+        FormatAccess::new(
+            Qcow2::<NbdStorage>::builder(storage)
+                .write(false)
+                .open(DenyImplicitOpenGate::default())
+                .await?,
+        )
+    } else {
+        FormatAccess::new(
+            Raw::<NbdStorage>::builder(storage)
+                .write(false)
+                .open(DenyImplicitOpenGate::default())
+                .await?,
+        )
+    })
+}
+
+/// The image's version, read from its header before imago opens it: on
+/// version 2 imago has neither zero clusters nor discards that unmap.
+fn version(storage: &NbdStorage) -> io::Result<u32> {
+    let mut h = [0u8; 8];
+    storage.read_at(0, &mut h)?;
+    Ok(u32::from_be_bytes([h[4], h[5], h[6], h[7]]))
+}
+
+async fn serve(
+    storage: NbdStorage,
+    data: Option<NbdStorage>,
+    backing: Option<ImagoBacking>,
+    rx: mpsc::Receiver<Cmd>,
+    ready: mpsc::Sender<io::Result<()>>,
+) {
+    let opened = async {
+        let v2 = version(&storage)? < 3;
+        let mut builder = Qcow2::<NbdStorage>::builder(storage).write(true);
+        if let Some(b) = backing {
+            builder = builder.backing(Some(open_backing(b).await?));
+        }
+        if data.is_some() {
+            builder = builder.data_file(data);
+        }
+        let q = builder.open(DenyImplicitOpenGate::default()).await?;
+        io::Result::Ok((q, v2))
+    }
+    .await;
+    let (mut image, v2) = match opened {
+        Ok((q, v2)) => {
             let _ = ready.send(Ok(()));
-            FormatAccess::new(q)
+            (FormatAccess::new(q), v2)
         }
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -190,8 +318,22 @@ async fn serve(storage: NbdStorage, rx: mpsc::Receiver<Cmd>, ready: mpsc::Sender
             Cmd::Write(offset, data, r) => {
                 let _ = r.send(image.write(&data[..], offset).await);
             }
+            // Version 2 has no zero clusters, and imago refuses to make
+            // them there ("version 3 required"): the zeroes are written,
+            // as a block layer writes them for a format without them.
+            Cmd::Zeroes(offset, len, r) if v2 => {
+                let zeroes = vec![0u8; len as usize];
+                let _ = r.send(image.write(&zeroes[..], offset).await);
+            }
             Cmd::Zeroes(offset, len, r) => {
                 let _ = r.send(image.write_zeroes(offset, len).await);
+            }
+            // On version 2 imago's discard that reads back zeroes needs
+            // zero clusters too; the one that leaves the clusters
+            // unallocated (the backing file's data, or zeroes, shows
+            // through) works there, and is what a discard may leave.
+            Cmd::Trim(offset, len, r) if v2 => {
+                let _ = r.send(image.discard_to_backing(offset, len).await);
             }
             Cmd::Trim(offset, len, r) => {
                 let _ = r.send(image.discard_to_any(offset, len).await);

@@ -19,6 +19,10 @@
 //! `--driver imago` runs the same way with the imago library in place of
 //! `qemu-nbd` (`qemu::imago`): its storage is an NBD client of the same
 //! simulated disk, the `Guest` trait of `qemu::guest` is what both present.
+//! Snapshot operations, amends and resizes, which NBD has no request for,
+//! run through `qemu-img` on the image where it lies (over NBD, on the
+//! epoch's disks) between the driver's close and its reopening, for
+//! either driver (`run::alone_op`).
 
 pub mod disk;
 pub mod guest;

@@ -12,8 +12,11 @@
 //! corruption, and the guest view `qemu-img convert` reads must be what
 //! the model allows; the next epoch starts from the first sampled state.
 //! At the end the whole disk is read back through QEMU, the client hangs
-//! up, and the image `qemu-nbd` closed must be clean.
+//! up, and the image `qemu-nbd` closed must be clean. A snapshot
+//! operation, an amend or a resize closes the driver, runs `qemu-img` on
+//! the image over NBD and opens the driver again (`alone_op`).
 
+use std::collections::BTreeMap;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,15 +24,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use engine::Compat;
-use oracle::data::{fill_compressible_buffer, fill_write_buffer, WriteId, SECTOR_SIZE};
-use oracle::model::{summarize, DiscardContract, Model, OpId, SectorRange, Status, WriteKind};
+use oracle::data::{decode, fill_compressible_buffer, fill_write_buffer, WriteId, SECTOR_SIZE};
+use oracle::model::{
+    summarize, DiscardContract, Model, OpId, SectorRange, Status, Value, WriteKind,
+};
 use serde::Serialize;
 use sim::case::{BackingSpec, Case, Op};
 use sim::disk::DiskOptions;
+use sim::runner::snapshots::{Presence, Snapshots};
 use sim::runner::{wrong_sector, Failure};
 
 use super::disk::{DiskEnd, DiskPlan, DiskThread, EndPlan};
 use super::guest::{connect, Guest};
+use super::imago::{ImagoBacking, ImagoGuest, ImagoOpen};
 
 /// Crash states sampled per crash, besides the all-durable one.
 pub const SAMPLES: u32 = 2;
@@ -65,6 +72,13 @@ pub struct QemuReport {
     pub disks: Vec<DiskTally>,
     /// The directory with each epoch's request log and crash states.
     pub dir: PathBuf,
+    /// Operations of the case that did not run as they are, counted by
+    /// what happened instead, in words (`skipped: ...`, `refused by
+    /// qemu-img: ...`, `sent as ...`): a campaign sums them by key.
+    pub ops_counted: BTreeMap<String, u64>,
+    /// Snapshot operations, amends and resizes run through `qemu-img`
+    /// between the driver's close and its reopening, refused ones too.
+    pub qemu_img_ops: u64,
 }
 
 /// The requests one simulated disk saw from the driver.
@@ -88,6 +102,11 @@ impl DiskTally {
 impl QemuReport {
     pub fn passed(&self) -> bool {
         self.failures.is_empty()
+    }
+
+    /// Count one operation under `what` ([`QemuReport::ops_counted`]).
+    fn count(&mut self, what: impl Into<String>) {
+        *self.ops_counted.entry(what.into()).or_default() += 1;
     }
 
     /// The disks' names, in the order of [`QemuReport::disks`].
@@ -149,36 +168,15 @@ pub fn exit_text(status: Option<i32>) -> String {
     }
 }
 
-/// Why a case cannot run on `engine`, if it cannot. QEMU runs every case
-/// but those with snapshot operations.
+/// Why a case cannot run on `engine`, if it cannot. QEMU runs every case;
+/// imago every one but those with extended L2 entries, which it does not
+/// open (incompatible feature bit 4, which it does not know). Snapshot
+/// operations, amends and resizes run through `qemu-img` for either
+/// driver (`alone_op`); what of them cannot run is counted per operation.
 pub fn unsupported(case: &Case, engine: Engine) -> Option<String> {
-    if case.workload.iter().flatten().any(Op::is_snapshot) {
-        // NBD has no request for them; QEMU takes them from its monitor
-        // or qemu-img, with the image closed to qemu-nbd.
-        return Some("snapshot operations (NBD has no request for them)".into());
-    }
-    if case.workload.iter().flatten().any(Op::runs_alone) {
-        // The same for `qemu-img amend` and `qemu-img resize`.
-        return Some("amends or resizes (NBD has no request for them)".into());
-    }
-    if engine != Engine::Imago {
-        return None;
-    }
-    if case.image.data_file.is_some() {
-        // imago's open builder takes a data file's storage
-        // (`Qcow2OpenBuilder::data_file`), but `qemu::imago` gives it only
-        // the image's NBD storage, and its gate refuses to open the name
-        // the header stores (which names no simulated disk anyway).
-        return Some("an external data file (imago is given no storage for it)".into());
-    }
-    if case.image.backing.is_some() {
-        // imago resolves a backing file's name only on storage it opened
-        // from a path, and its storage here is an NBD client.
-        return Some("a backing file (imago cannot resolve it over NBD storage)".into());
-    }
-    if case.image.create.compat == Compat::V2 {
-        // imago refuses discards on them ("qcow2 version 3 required").
-        return Some("a version 2 image (imago discards only on version 3)".into());
+    let c = &case.image.create;
+    if engine == Engine::Imago && c.compat == Compat::V3 && c.extended_l2 {
+        return Some("extended L2 entries (imago does not open such images)".into());
     }
     None
 }
@@ -425,6 +423,23 @@ impl Guest for QemuGuest {
     }
 }
 
+/// The `--image-opts` of the qcow2 image on the simulated disk serving on
+/// `disk_socket`, its data file on `data_socket` (given explicitly, so
+/// that QEMU never opens the name the header stores).
+fn nbd_image_opts(disk_socket: &Path, data_socket: Option<&Path>) -> anyhow::Result<String> {
+    let mut opts = format!(
+        "driver=qcow2,file.driver=nbd,file.server.type=unix,file.server.path={}",
+        opt_value(disk_socket)?
+    );
+    if let Some(data) = data_socket {
+        opts.push_str(&format!(
+            ",data-file.driver=nbd,data-file.server.type=unix,data-file.server.path={}",
+            opt_value(data)?
+        ));
+    }
+    Ok(opts)
+}
+
 /// A running `qemu-nbd`, killed if dropped.
 struct QemuNbd {
     child: Option<Child>,
@@ -440,16 +455,7 @@ impl QemuNbd {
         guest_socket: &Path,
         dir: &Path,
     ) -> anyhow::Result<QemuNbd> {
-        let mut opts = format!(
-            "driver=qcow2,file.driver=nbd,file.server.type=unix,file.server.path={}",
-            opt_value(disk_socket)?
-        );
-        if let Some(data) = data_socket {
-            opts.push_str(&format!(
-                ",data-file.driver=nbd,data-file.server.type=unix,data-file.server.path={}",
-                opt_value(data)?
-            ));
-        }
+        let opts = nbd_image_opts(disk_socket, data_socket)?;
         let child = Command::new("qemu-nbd")
             .args([
                 "--image-opts",
@@ -462,7 +468,14 @@ impl QemuNbd {
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("qemu-nbd.log"))?)
+            // Appended to: the epoch starts it again after each operation
+            // qemu-img runs.
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join("qemu-nbd.log"))?,
+            )
             .spawn()
             .context("running qemu-nbd (is QEMU installed?)")?;
         let mut q = QemuNbd { child: Some(child) };
@@ -682,10 +695,19 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
     }
     std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
     let size = case.image.create.size;
-    // The disk the image lives on: room for the guest's data and the
-    // metadata twice over (the export cannot grow, and the image may
-    // leak clusters at every crash); sparse, so it costs what is written.
-    let disk_size = (size * 2 + (64 << 20)).next_multiple_of(1 << 20);
+    // The disk the image lives on: room for the guest's data at its
+    // largest and the metadata twice over (the export cannot grow, and
+    // the image may leak clusters at every crash), once more for each
+    // snapshot the case takes (a write after one copies the clusters it
+    // shares); sparse, so it costs what is written.
+    let creates = case
+        .workload
+        .iter()
+        .flatten()
+        .filter(|op| matches!(op, Op::SnapshotCreate))
+        .count() as u64;
+    let largest = size.max(case.max_sectors() * SECTOR_SIZE as u64);
+    let disk_size = (largest * (2 + creates) + (64 << 20)).next_multiple_of(1 << 20);
     let base = dir.join("epoch-0.raw");
     {
         let f = std::fs::File::create(&base)?;
@@ -740,32 +762,44 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
     // cluster a discard freed before the L2 change unlinking it is
     // durable, so after a crash the discarded range may show data the
     // guest wrote elsewhere afterwards (docs/drivers.md).
-    let mut model = Model::new(case.sectors(), case.backing_data())
+    // The model covers the largest size a resize gives the disk, as in
+    // process (`Case::model`); past the size the disk has, nothing is
+    // read or kept.
+    let mut model = Model::new(case.max_sectors(), case.backing_data())
         .with_discard_contract(DiscardContract::Unspecified);
     let mut content = base;
     let mut data_content = data_base;
     let options = disk_options(case);
+    // imago is given the backing file's bytes, read once.
+    let imago_backing = match (engine, case.image.backing, &backing) {
+        (Engine::Imago, Some(spec), Some((path, _))) => Some(ImagoBacking {
+            bytes: std::fs::read(path).with_context(|| path.clone())?,
+            qcow2: matches!(spec, BackingSpec::Qcow2 { .. }),
+        }),
+        _ => None,
+    };
+    let mut alone = Alone {
+        sectors: case.sectors(),
+        snapshots: Snapshots::default(),
+        v2: case.image.create.compat == Compat::V2,
+        refused: false,
+    };
     let all = epochs(case);
     let last = all.len() - 1;
     for (e, (ops, crash)) in all.into_iter().enumerate() {
         let edir = dir.join(format!("epoch-{e}"));
         std::fs::create_dir_all(&edir)?;
-        let guest_socket = edir.join("guest.sock");
-        let _ = std::fs::remove_file(&guest_socket);
         let seed = case.seed.wrapping_add(e as u64);
         let disks = Disks::start(&edir, &content, data_content.as_deref(), seed, &options)?;
-        let disk_socket = Disks::image_socket(&edir);
-        let data_socket = disks.data_socket(&edir);
-        let started: anyhow::Result<Box<dyn Guest>> = match engine {
-            Engine::Qemu => {
-                QemuGuest::start(&disk_socket, data_socket.as_deref(), &guest_socket, &edir)
-                    .map(|g| Box::new(g) as Box<dyn Guest>)
-            }
-            Engine::Imago => {
-                super::imago::ImagoGuest::start(&disk_socket).map(|g| Box::new(g) as Box<dyn Guest>)
-            }
+        let launch = Launch {
+            engine,
+            disk: Disks::image_socket(&edir),
+            data: disks.data_socket(&edir),
+            guest: edir.join("guest.sock"),
+            dir: &edir,
+            backing: imago_backing.as_ref(),
         };
-        let mut guest = match started {
+        let mut guest = match launch.start() {
             Ok(g) => g,
             Err(err) => {
                 let _ = disks.clean(&edir, "content", &mut report);
@@ -783,6 +817,46 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
         };
         let mut failed_op = None;
         for (n, op) in &ops {
+            if op.runs_alone() {
+                match alone_op(
+                    guest,
+                    &launch,
+                    case,
+                    &mut model,
+                    &mut alone,
+                    *n,
+                    *op,
+                    &mut report,
+                )? {
+                    Some(g) => guest = g,
+                    None => {
+                        // The failure is recorded; the driver is gone.
+                        let _ = disks.clean(&edir, "content", &mut report);
+                        return Ok(report);
+                    }
+                }
+                continue;
+            }
+            // Past the end a resize left, the guest has no disk to ask:
+            // not sent, as in process.
+            if op.range().is_some_and(|(s, k)| s + k > alone.sectors) {
+                report.count(
+                    "skipped: guest requests past the end a resize left (not sent, as in process)",
+                );
+                continue;
+            }
+            if engine == Engine::Imago && alone.v2 {
+                // What `qemu::imago` sends instead on a version 2 image.
+                match op {
+                    Op::WriteZeroes { .. } => report.count(
+                        "sent as writes of zeroes (imago has no zero clusters on version 2)",
+                    ),
+                    Op::Discard { .. } => report.count(
+                        "sent as imago's discard to the backing file (its discard to zeroes needs version 3)",
+                    ),
+                    _ => {}
+                }
+            }
             if let Err(e) = run_op(guest.as_mut(), &mut model, *n, *op, &mut report) {
                 failed_op = Some(format!("operation {n} ({op}) failed: {e:#}"));
                 break;
@@ -813,8 +887,19 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
                 go_on_data.as_deref(),
                 &edir,
                 &mut report,
-                Some(&mut model),
+                Some((&mut model, alone.sectors)),
             )?;
+            if report.passed() {
+                let label = format!("after crash {} (epoch-{e})", e + 1);
+                settle_snapshots(
+                    &go_on,
+                    go_on_data.as_deref(),
+                    &edir,
+                    &label,
+                    &mut alone,
+                    &mut report,
+                )?;
+            }
             if !report.passed() {
                 return Ok(report);
             }
@@ -823,7 +908,7 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
         } else {
             // The end: everything read back through QEMU, then a clean
             // close, which must leave the image clean.
-            if let Err(e) = read_back(guest.as_mut(), &mut model, case, &mut report) {
+            if let Err(e) = read_back(guest.as_mut(), &mut model, alone.sectors, &mut report) {
                 report.driver_failed(format!("reading the disk back at the end: {e:#}"));
             }
             if let Err(e) = guest.close() {
@@ -831,11 +916,454 @@ pub fn run_case_on(case: &Case, dir: &Path, engine: Engine) -> anyhow::Result<Qe
             }
             let mut built = disks.clean(&edir, "final", &mut report)?;
             let (out, data_out) = built.pop().expect("the final content");
-            let leaks_allowed = e > 0;
+            // Leaks after a crash, or after an operation qemu-img
+            // refused, are counted, not failed.
+            let leaks_allowed = e > 0 || alone.refused;
             judge_final(&out, data_out.as_deref(), &edir, leaks_allowed, &mut report)?;
+            settle_snapshots(
+                &out,
+                data_out.as_deref(),
+                &edir,
+                "at the end",
+                &mut alone,
+                &mut report,
+            )?;
         }
     }
     Ok(report)
+}
+
+/// How an epoch starts its driver, again after each operation run
+/// through `qemu-img`.
+struct Launch<'a> {
+    engine: Engine,
+    /// The sockets of the image's disk and of the data file's.
+    disk: PathBuf,
+    data: Option<PathBuf>,
+    /// Where `qemu-nbd` serves the guest view.
+    guest: PathBuf,
+    dir: &'a Path,
+    backing: Option<&'a ImagoBacking>,
+}
+
+impl Launch<'_> {
+    fn start(&self) -> anyhow::Result<Box<dyn Guest>> {
+        let _ = std::fs::remove_file(&self.guest);
+        Ok(match self.engine {
+            Engine::Qemu => Box::new(QemuGuest::start(
+                &self.disk,
+                self.data.as_deref(),
+                &self.guest,
+                self.dir,
+            )?),
+            Engine::Imago => Box::new(ImagoGuest::start(&ImagoOpen {
+                disk: &self.disk,
+                data: self.data.as_deref(),
+                backing: self.backing,
+            })?),
+        })
+    }
+
+    /// The qemu-img arguments naming the image on the epoch's disks, as
+    /// `qemu-nbd` opens it.
+    fn qemu_img_target(&self) -> anyhow::Result<Vec<String>> {
+        Ok(vec![
+            "--image-opts".into(),
+            nbd_image_opts(&self.disk, self.data.as_deref())?,
+        ])
+    }
+}
+
+/// What a run knows besides the model: the guest disk's size now (a
+/// resize or a snapshot's apply changes it), and the snapshots taken.
+struct Alone {
+    sectors: u64,
+    snapshots: Snapshots,
+    /// The image is version 2 now (as created, or amended to it).
+    v2: bool,
+    /// `qemu-img` refused an operation: QEMU may leak a cluster doing so
+    /// (a snapshot create refused for a refcount that would overflow
+    /// leaves its new L1 table allocated), which is no corruption.
+    refused: bool,
+}
+
+/// What an operation run through `qemu-img` does, decided before it
+/// runs.
+enum AlonePlan {
+    /// Take snapshot `i` of the run's list.
+    Create(usize),
+    Apply(usize),
+    Delete(usize),
+    Amend(sim::case::Amend),
+    Resize(u64),
+}
+
+/// Snapshot operation, amend or resize `op` (number `n`), which NBD has
+/// no request for: the driver is closed (a flush, to the model: the
+/// close writes everything back), `qemu-img` runs it on the image where
+/// it lies, on the epoch's simulated disks over NBD (so the request logs
+/// record what it did, and `qcsim disk-replay` rebuilds the states
+/// without QEMU), and the driver is opened again. The operation runs to
+/// its end: a crash point comes before or after it, never inside (the
+/// moment a killed `qemu-img` stops at would not be reproducible). One
+/// `qemu-img` refuses (it exits with an error: no fault is injected) is
+/// counted by its message, as the in-process runner counts the engine's
+/// refusals, and the model is told it may or may not have happened.
+/// Returns the driver opened again, or None when a failure was recorded
+/// and the driver is gone.
+#[allow(clippy::too_many_arguments)]
+fn alone_op(
+    mut guest: Box<dyn Guest>,
+    launch: &Launch<'_>,
+    case: &Case,
+    model: &mut Model,
+    alone: &mut Alone,
+    n: u64,
+    op: Op,
+    report: &mut QemuReport,
+) -> anyhow::Result<Option<Box<dyn Guest>>> {
+    let id = OpId(n);
+    let plan = match op {
+        Op::SnapshotCreate => match capture(guest.as_mut(), model, alone.sectors, n, report) {
+            Ok(values) => AlonePlan::Create(alone.snapshots.taking(
+                Snapshots::name_of(n),
+                values,
+                alone.sectors,
+            )),
+            Err(e) => {
+                report.driver_failed(format!(
+                    "operation {n} ({op}): reading the disk the snapshot holds: {e:#}"
+                ));
+                guest.crash();
+                return Ok(None);
+            }
+        },
+        Op::SnapshotApply { pick } | Op::SnapshotDelete { pick } => {
+            match alone.snapshots.pick(pick) {
+                None => {
+                    // As in process: nothing to pick, nothing done.
+                    report.count("skipped: snapshot applies and deletes with no snapshot to pick (as in process)");
+                    return Ok(Some(guest));
+                }
+                Some(i) if matches!(op, Op::SnapshotApply { .. }) => AlonePlan::Apply(i),
+                Some(i) => AlonePlan::Delete(i),
+            }
+        }
+        Op::Resize { .. } if case.image.data_file.is_some() => {
+            // QEMU resizes the data file with the image, and the data
+            // file's disk is an NBD export, whose size is fixed ("Cannot
+            // resize NBD nodes"): the harness's limit, not QEMU's.
+            report.count("skipped: resizes of an image with an external data file (its disk, an NBD export, cannot change size)");
+            return Ok(Some(guest));
+        }
+        Op::Resize { sectors } => AlonePlan::Resize(sectors),
+        Op::Amend { change } => AlonePlan::Amend(change),
+        _ => unreachable!("alone_op runs snapshot operations, amends and resizes"),
+    };
+    model.flush_issued(id);
+    if let Err(e) = guest.close() {
+        model.flush_completed(id, Status::Failed);
+        report.driver_failed(format!(
+            "the clean close before operation {n} ({op}), which qemu-img runs: {e:#}"
+        ));
+        return Ok(None);
+    }
+    model.flush_completed(id, Status::Ok);
+    report.qemu_img_ops += 1;
+    let snapshot = match plan {
+        AlonePlan::Create(i) | AlonePlan::Apply(i) | AlonePlan::Delete(i) => {
+            alone.snapshots.get(i).name.clone()
+        }
+        AlonePlan::Amend(_) | AlonePlan::Resize(_) => String::new(),
+    };
+    let (mut args, what): (Vec<String>, String) = match plan {
+        AlonePlan::Create(_) => (
+            vec!["snapshot".into(), "-q".into(), "-c".into(), snapshot],
+            "snapshot create".into(),
+        ),
+        AlonePlan::Apply(_) => (
+            vec!["snapshot".into(), "-q".into(), "-a".into(), snapshot],
+            "snapshot apply".into(),
+        ),
+        AlonePlan::Delete(i) => {
+            // Cut short or refused, it may have happened or not.
+            alone.snapshots.set(i, Presence::Maybe);
+            (
+                vec!["snapshot".into(), "-q".into(), "-d".into(), snapshot],
+                "snapshot delete".into(),
+            )
+        }
+        AlonePlan::Amend(change) => (
+            vec![
+                "amend".into(),
+                "-q".into(),
+                "-o".into(),
+                amend_option(change),
+            ],
+            format!("amend to {change}"),
+        ),
+        AlonePlan::Resize(to) => {
+            let mut a = vec!["resize".to_owned(), "-q".into()];
+            let shrink = to < alone.sectors;
+            if shrink {
+                a.push("--shrink".into());
+            }
+            (a, if shrink { "shrink" } else { "grow" }.into())
+        }
+    };
+    args.extend(launch.qemu_img_target()?);
+    if let AlonePlan::Resize(to) = plan {
+        args.push((to * SECTOR_SIZE as u64).to_string());
+    }
+    let out = run_tool("qemu-img", &strs(&args), launch.dir)?;
+    let ok = out.status.success();
+    if !ok {
+        report.count(format!("refused by qemu-img: {what}: {}", refusal(&out)));
+        alone.refused = true;
+    }
+    let st = if ok { Status::Ok } else { Status::Failed };
+    match plan {
+        AlonePlan::Create(i) if ok => alone.snapshots.set(i, Presence::Exists),
+        AlonePlan::Delete(i) if ok => alone.snapshots.set(i, Presence::Deleted),
+        AlonePlan::Amend(sim::case::Amend::Version(v)) if ok => alone.v2 = v == 2,
+        AlonePlan::Create(_) | AlonePlan::Delete(_) | AlonePlan::Amend(_) => {}
+        AlonePlan::Apply(i) => {
+            let taken = alone.snapshots.get(i);
+            let values = values_after_apply(model, &taken.values);
+            written_and_durable(model, id, &values, st);
+            if ok {
+                // The disk has the snapshot's size back.
+                alone.sectors = taken.sectors;
+            }
+        }
+        AlonePlan::Resize(to) => {
+            let values = resize_values(model, case, alone.sectors, to);
+            written_and_durable(model, id, &values, st);
+            if ok {
+                alone.sectors = to;
+            }
+        }
+    }
+    if op.is_snapshot() {
+        // The image's table, listed through the same disks, must hold
+        // what the run knows; a refused create or delete is settled by it.
+        let mut args = vec!["info".to_owned(), "--output=json".into()];
+        args.extend(launch.qemu_img_target()?);
+        let label = format!("after operation {n} ({op})");
+        match list_snapshots(&args, launch.dir) {
+            Ok(names) => {
+                if let Err(wrong) = alone.snapshots.settle(&names, true) {
+                    report.driver_failed(format!("snapshots {label}: {wrong}"));
+                }
+            }
+            Err(e) => report.driver_failed(format!("listing the snapshots {label}: {e:#}")),
+        }
+    }
+    match launch.start() {
+        Ok(g) => Ok(Some(g)),
+        Err(e) => {
+            report.driver_failed(format!(
+                "opening the image again after operation {n} ({op}), run by qemu-img: {e:#}"
+            ));
+            Ok(None)
+        }
+    }
+}
+
+/// The `qemu-img amend -o` option of `change`.
+fn amend_option(change: sim::case::Amend) -> String {
+    use sim::case::Amend;
+    match change {
+        Amend::Version(2) => "compat=0.10".into(),
+        Amend::Version(_) => "compat=1.1".into(),
+        Amend::LazyRefcounts(on) => format!("lazy_refcounts={}", if on { "on" } else { "off" }),
+        Amend::RefcountBits(b) => format!("refcount_bits={b}"),
+    }
+}
+
+/// Why `qemu-img` refused, in its words (its last line), with snapshot
+/// names and figures masked, so that a campaign counts refusals by kind.
+fn refusal(out: &std::process::Output) -> String {
+    let text = output_text(out);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no message")
+        .trim();
+    let line = line.strip_prefix("qemu-img: ").unwrap_or(line);
+    let mut masked = String::new();
+    let mut chars = line.chars().peekable();
+    let mut prev_word = false;
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() && !prev_word {
+            // A figure (decimal, or hex after 0x): one N.
+            while chars.next_if(|d| d.is_ascii_alphanumeric()).is_some() {}
+            masked.push('N');
+            prev_word = true;
+            continue;
+        }
+        if c == '\'' && line.contains("'op") {
+            // A snapshot's name, `opN`.
+            let rest: String = chars.clone().take_while(|&d| d != '\'').collect();
+            if rest.starts_with("op") && rest[2..].chars().all(|d| d.is_ascii_digit()) {
+                masked.push_str("'NAME'");
+                for _ in 0..=rest.len() {
+                    chars.next();
+                }
+                prev_word = false;
+                continue;
+            }
+        }
+        prev_word = c.is_ascii_alphanumeric();
+        masked.push(c);
+    }
+    masked
+}
+
+/// Tell the model that an operation wrote `values` and, having ended
+/// with `st` Ok, made them durable (a snapshot's apply, a resize, which
+/// end with the image closed); one refused may have happened or not.
+fn written_and_durable(model: &mut Model, id: OpId, values: &[(u64, Value)], st: Status) {
+    model.write_issued_values(id, None, values);
+    model.write_completed(id, st);
+    if st == Status::Ok {
+        model.flush_issued(id);
+        model.flush_completed(id, Status::Ok);
+    }
+}
+
+/// The guest disk read back through the driver, each piece checked by the
+/// model as a read of operation `n`: what a snapshot taken now holds, as
+/// the values of the sectors that differ from unwritten ones, in order
+/// (as the in-process runner's `capture`).
+fn capture(
+    guest: &mut dyn Guest,
+    model: &mut Model,
+    sectors: u64,
+    n: u64,
+    report: &mut QemuReport,
+) -> anyhow::Result<Vec<(u64, Value)>> {
+    let ss = SECTOR_SIZE as u64;
+    let mut values = Vec::new();
+    let mut at = 0;
+    while at < sectors {
+        let k = (sectors - at).min(READ_PIECE / ss);
+        let mut buf = vec![0u8; (k * ss) as usize];
+        guest.read(at * ss, &mut buf)?;
+        report.read_sectors += k;
+        if let Err(vs) = model.check_read(OpId(n), at, &buf) {
+            report.model_failed(summarize(&vs, 8).join("\n"), &vs);
+        }
+        for (s, chunk) in (at..).zip(buf.chunks_exact(SECTOR_SIZE)) {
+            let v = Value::of_content(decode(chunk), s).unwrap_or(Value::Garbage);
+            if v != model.unwritten(s) {
+                values.push((s, v));
+            }
+        }
+        at += k;
+    }
+    Ok(values)
+}
+
+/// What applying a snapshot holding `taken` puts in each sector whose
+/// value may change: those the model has a record of and those the
+/// snapshot holds written data in (as the in-process runner's
+/// `values_after_apply`).
+fn values_after_apply(model: &Model, taken: &[(u64, Value)]) -> Vec<(u64, Value)> {
+    let mut sectors = model.recorded_sectors();
+    sectors.extend(taken.iter().map(|&(s, _)| s));
+    let mut taken = taken.iter().peekable();
+    sectors
+        .into_iter()
+        .map(|s| {
+            while taken.next_if(|&&(t, _)| t < s).is_some() {}
+            let v = taken
+                .next_if(|&&(t, _)| t == s)
+                .map_or_else(|| model.unwritten(s), |&(_, v)| v);
+            (s, v)
+        })
+        .collect()
+}
+
+/// What the sectors between sizes `from` and `to` hold after a resize
+/// (as the in-process runner's `resize_values`): a grow reads zeroes
+/// there (QEMU zeroes what a backing file would show through); a shrink
+/// drops them (unwritten, to the model: past the new end nothing reads
+/// them, and a later grow zeroes them). Each sector the model has a
+/// record of or the backing file has data in; the others read zeroes
+/// either way.
+fn resize_values(model: &Model, case: &Case, from: u64, to: u64) -> Vec<(u64, Value)> {
+    let (lo, hi) = (from.min(to), from.max(to));
+    let mut sectors: std::collections::BTreeSet<u64> =
+        model.recorded_sectors().range(lo..hi).copied().collect();
+    if let Some(b) = case.backing_data() {
+        sectors.extend(lo..hi.min(b.sectors));
+    }
+    sectors
+        .into_iter()
+        .map(|s| {
+            (
+                s,
+                if to > from {
+                    Value::Zero
+                } else {
+                    model.unwritten(s)
+                },
+            )
+        })
+        .collect()
+}
+
+/// The snapshots `qemu-img info --output=json` (with `args`) lists, by
+/// name.
+fn list_snapshots(args: &[String], dir: &Path) -> anyhow::Result<Vec<String>> {
+    let out = run_tool("qemu-img", &strs(args), dir)?;
+    if !out.status.success() {
+        bail!(
+            "qemu-img info ({}): {}",
+            exit_text(out.status.code()),
+            output_text(&out).trim_end()
+        );
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("qemu-img info's JSON")?;
+    Ok(v["snapshots"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// Hold the snapshots the image in `image` (with its data file's state
+/// `data`) lists against what the run knows, once it has taken any: a
+/// crash state after the power cut (every operation `qemu-img` ran ended
+/// durable before it), or the final image.
+fn settle_snapshots(
+    image: &Path,
+    data: Option<&Path>,
+    dir: &Path,
+    label: &str,
+    alone: &mut Alone,
+    report: &mut QemuReport,
+) -> anyhow::Result<()> {
+    if alone.snapshots.is_empty() {
+        return Ok(());
+    }
+    let mut args = vec!["info".to_owned(), "--output=json".into()];
+    args.extend(image_args(image, data)?);
+    match list_snapshots(&args, dir) {
+        Ok(names) => {
+            if let Err(wrong) = alone.snapshots.settle(&names, true) {
+                report.driver_failed(format!("snapshots {label}: {wrong}"));
+            }
+        }
+        Err(e) => report.driver_failed(format!("listing the snapshots {label}: {e:#}")),
+    }
+    Ok(())
 }
 
 /// Add what disk `which` (0 the image's, 1 the data file's) saw.
@@ -965,22 +1493,22 @@ fn run_op(
         | Op::SnapshotDelete { .. }
         | Op::Amend { .. }
         | Op::Resize { .. } => {
-            unreachable!("cases with snapshot operations, amends or resizes are unsupported here")
+            unreachable!("snapshot operations, amends and resizes run through qemu-img (alone_op)")
         }
         Op::Crash => unreachable!("crash points split epochs"),
     }
     Ok(())
 }
 
-/// Read the whole guest disk through QEMU and check it against the model.
+/// Read the whole guest disk (`sectors` long now) through the driver and
+/// check it against the model.
 fn read_back(
     client: &mut dyn Guest,
     model: &mut Model,
-    case: &Case,
+    sectors: u64,
     report: &mut QemuReport,
 ) -> anyhow::Result<()> {
     let ss = SECTOR_SIZE as u64;
-    let sectors = case.sectors();
     // Op ids no operation of the case has, named as the read-back.
     let mut op = oracle::model::READ_BACK_OPS;
     let mut at = 0;
@@ -1072,14 +1600,15 @@ fn file_label(path: &Path) -> String {
 /// Judge one crash state, the image's `state` with its data file's
 /// `data` (the same moment's): repaired by QEMU first if lazy refcounts
 /// left it dirty (as opening it would), then checked; with `model`, its
-/// guest view as QEMU reads it must be what the model allows.
+/// guest view as QEMU reads it must be what the model allows, the disk
+/// being the size given with it (a resize's, which the model may exceed).
 fn judge_state(
     crash: usize,
     state: &Path,
     data: Option<&Path>,
     dir: &Path,
     report: &mut QemuReport,
-    model: Option<&mut Model>,
+    model: Option<(&mut Model, u64)>,
 ) -> anyhow::Result<()> {
     report.crash_states += 1;
     let image_label = file_label(state);
@@ -1134,7 +1663,7 @@ fn judge_state(
         }
     }
     let checked = check_image(state, data, &label, dir, true, report)?;
-    let Some(model) = model else {
+    let Some((model, sectors)) = model else {
         return Ok(());
     };
     if !checked {
@@ -1156,8 +1685,22 @@ fn judge_state(
     let bytes = std::fs::read(&guest)?;
     let _ = std::fs::remove_file(&guest);
     remove_copies();
-    report.recovered_sectors += (bytes.len() / SECTOR_SIZE) as u64;
-    if let Err(vs) = model.after_crash_check(&bytes) {
+    let got = (bytes.len() / SECTOR_SIZE) as u64;
+    if got != sectors {
+        report.driver_failed(format!(
+            "the guest view of {label} is {got} sectors long; the disk had {sectors}"
+        ));
+        return Ok(());
+    }
+    report.recovered_sectors += got;
+    // As in process: past the end a resize left nothing is read or kept.
+    let vs = model.check_recovered(0, &bytes);
+    let max = model.sectors();
+    if sectors < max {
+        model.forget_recovered(sectors, max - sectors);
+    }
+    model.finish_recovery();
+    if !vs.is_empty() {
         report.model_failed(
             format!(
                 "the guest view of {label}, as qemu-img convert reads it:\n{}",
