@@ -848,15 +848,21 @@ async fn open_engines(
     Ok(image)
 }
 
+/// Open one qcow2 level, its snapshot table read and checked as QEMU
+/// reads it at every open: an image whose table `info` refuses is opened
+/// by no command, so no tool writes to what a reader would not open.
 async fn open_engine(level: Level, engine: &EngineOptions) -> Result<Image<FileDev>, OpenError> {
     let mut opts = engine.clone();
     opts.read_only = level.read_only;
-    Image::open_with_data(level.dev, level.data, opts)
-        .await
-        .map_err(|error| OpenError::Engine {
-            path: level.path,
-            error,
-        })
+    let image = Image::open_with_data(level.dev, level.data, opts).await;
+    let checked = match image {
+        Ok(image) => image.snapshots().await.map(|_| image),
+        Err(error) => Err(error),
+    };
+    checked.map_err(|error| OpenError::Engine {
+        path: level.path,
+        error,
+    })
 }
 
 /// Which file `path` leads to (following symlinks), or the error that says

@@ -892,3 +892,40 @@ fn a_campaign_at_the_top_of_the_seed_space_reports_its_range() {
         serde_json::json!([18446744073709551605u64, 18446744073709551615u64])
     );
 }
+
+/// A tool that writes is at least as strict as one that reads: an image
+/// whose snapshot table `info` refuses (an entry with more extra data
+/// than QEMU's 1 KiB limit) is opened by no command, so `io` writes
+/// nothing to it.
+#[test]
+fn io_refuses_an_image_whose_snapshot_table_info_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    qcsim(&["create", "-q", "-f", "qcow2", "img.qcow2", "16M"], d);
+    qcsim(&["img", "snapshot", "-c", "s1", "img.qcow2"], d);
+    let path = d.join("img.qcow2");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let table = u64::from_be_bytes(bytes[64..72].try_into().unwrap()) as usize;
+    bytes[table + 36..table + 40].copy_from_slice(&5000u32.to_be_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let needle = "snapshot table entry 0: 5000 bytes of extra data exceed the 1024-byte limit";
+    refused(&["info", "img.qcow2"], d, &[needle]);
+    for cmd in [
+        "write 0 512",
+        "write -z 0 64k",
+        "discard 0 64k",
+        "read 0 512",
+    ] {
+        refused(&["io", "-c", cmd, "img.qcow2"], d, &[needle]);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            bytes,
+            "{cmd} changed the image"
+        );
+    }
+    // The same image with the entry's extra data back in bounds opens.
+    bytes[table + 36..table + 40].copy_from_slice(&24u32.to_be_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let out = qcsim(&["io", "-c", "write 0 512", "img.qcow2"], d);
+    assert!(out.contains("wrote 512/512"), "{out}");
+}
