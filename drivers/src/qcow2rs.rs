@@ -58,13 +58,13 @@ use std::io;
 use std::path::Path;
 
 use engine::dev::{BlockDev, WriteFlags, ZeroFlags};
-use engine::{CreateOptions, EngineOptions, Error, Image};
+use engine::{CreateOptions, EngineOptions, Error};
 use qcow2_rs::dev::{Qcow2Dev, Qcow2DevParams};
 use qcow2_rs::error::{Qcow2Error, Qcow2Result};
 use qcow2_rs::ops::Qcow2IoOps;
 use sim::case::{ImageSpec, Op};
 use sim::disk::SimDisk;
-use sim::driver::{Driver, DriverFuture, DriverKind};
+use sim::driver::{Driver, DriverFuture, DriverKind, EngineDriver};
 
 /// The driver's name, as `--driver` takes it and reports print it.
 pub const NAME: &str = "qcow2-rs";
@@ -249,7 +249,7 @@ impl DriverKind for Qcow2Rs {
     ) -> DriverFuture<'static, ()> {
         // qcow2-rs cannot make an image with options (see the module
         // documentation): qcsim's engine makes it, as qemu-img would.
-        Box::pin(async move { Image::create_with_data(&disk, data.as_ref(), &options).await })
+        EngineDriver.create(disk, data, options)
     }
 
     fn open(

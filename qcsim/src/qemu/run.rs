@@ -32,6 +32,7 @@ use serde::Serialize;
 use sim::case::{BackingSpec, Case, Op};
 use sim::disk::DiskOptions;
 use sim::runner::snapshots::{Presence, Snapshots};
+use sim::runner::values::{resize_values, values_after_apply};
 use sim::runner::{wrong_sector, Failure};
 
 use super::disk::{DiskEnd, DiskPlan, DiskThread, EndPlan};
@@ -1264,55 +1265,6 @@ fn capture(
         at += k;
     }
     Ok(values)
-}
-
-/// What applying a snapshot holding `taken` puts in each sector whose
-/// value may change: those the model has a record of and those the
-/// snapshot holds written data in (as the in-process runner's
-/// `values_after_apply`).
-fn values_after_apply(model: &Model, taken: &[(u64, Value)]) -> Vec<(u64, Value)> {
-    let mut sectors = model.recorded_sectors();
-    sectors.extend(taken.iter().map(|&(s, _)| s));
-    let mut taken = taken.iter().peekable();
-    sectors
-        .into_iter()
-        .map(|s| {
-            while taken.next_if(|&&(t, _)| t < s).is_some() {}
-            let v = taken
-                .next_if(|&&(t, _)| t == s)
-                .map_or_else(|| model.unwritten(s), |&(_, v)| v);
-            (s, v)
-        })
-        .collect()
-}
-
-/// What the sectors between sizes `from` and `to` hold after a resize
-/// (as the in-process runner's `resize_values`): a grow reads zeroes
-/// there (QEMU zeroes what a backing file would show through); a shrink
-/// drops them (unwritten, to the model: past the new end nothing reads
-/// them, and a later grow zeroes them). Each sector the model has a
-/// record of or the backing file has data in; the others read zeroes
-/// either way.
-fn resize_values(model: &Model, case: &Case, from: u64, to: u64) -> Vec<(u64, Value)> {
-    let (lo, hi) = (from.min(to), from.max(to));
-    let mut sectors: std::collections::BTreeSet<u64> =
-        model.recorded_sectors().range(lo..hi).copied().collect();
-    if let Some(b) = case.backing_data() {
-        sectors.extend(lo..hi.min(b.sectors));
-    }
-    sectors
-        .into_iter()
-        .map(|s| {
-            (
-                s,
-                if to > from {
-                    Value::Zero
-                } else {
-                    model.unwritten(s)
-                },
-            )
-        })
-        .collect()
 }
 
 /// The snapshots `qemu-img info --output=json` (with `args`) lists, by

@@ -43,6 +43,7 @@ pub mod snapshots;
 pub mod state;
 mod step_watch;
 mod sweep;
+pub mod values;
 
 pub use crate::case::WHOLE_SWEEP_MAX;
 pub use enumerate::{

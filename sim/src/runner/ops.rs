@@ -226,7 +226,10 @@ impl Run<'_> {
                 match known.pick(pick) {
                     Some(i) => AlonePlan::Apply {
                         snapshot: i,
-                        values: self.values_after_apply(&known.get(i).values),
+                        values: super::values::values_after_apply(
+                            &self.shared.model.borrow(),
+                            &known.get(i).values,
+                        ),
                     },
                     None => AlonePlan::Skip,
                 }
@@ -247,7 +250,12 @@ impl Run<'_> {
                 let from = self.shared.sectors.get();
                 AlonePlan::Resize {
                     to: sectors,
-                    values: self.resize_values(from, sectors),
+                    values: super::values::resize_values(
+                        &self.shared.model.borrow(),
+                        self.case,
+                        from,
+                        sectors,
+                    ),
                 }
             }
             _ => unreachable!("run_alone_group runs snapshot operations and amends"),
@@ -339,55 +347,6 @@ impl Run<'_> {
         };
         self.set_faults_enabled(true);
         Some(opened)
-    }
-
-    /// What the sectors between `from` and `to` hold after a resize
-    /// between those sizes (a grow: zeroes, the engine's zeroing where a
-    /// backing file would show through) or while one cut short (a shrink:
-    /// the clusters it dropped read as unwritten), for each sector the
-    /// model has a record of or the backing file has data in: the others
-    /// read as zeroes either way.
-    fn resize_values(&self, from: u64, to: u64) -> Vec<(u64, Value)> {
-        let (lo, hi) = (from.min(to), from.max(to));
-        let model = self.shared.model.borrow();
-        let mut sectors: BTreeSet<u64> = model.recorded_sectors().range(lo..hi).copied().collect();
-        if let Some(b) = self.case.backing_data() {
-            sectors.extend(lo..hi.min(b.sectors));
-        }
-        sectors
-            .into_iter()
-            .map(|s| {
-                (
-                    s,
-                    if to > from {
-                        Value::Zero
-                    } else {
-                        model.unwritten(s)
-                    },
-                )
-            })
-            .collect()
-    }
-
-    /// What applying a snapshot holding `taken` puts in each sector whose
-    /// value may change: those the model has a record of and those the
-    /// snapshot holds written data in (an unwritten sector reads the same
-    /// in both).
-    pub(super) fn values_after_apply(&self, taken: &[(u64, Value)]) -> Vec<(u64, Value)> {
-        let model = self.shared.model.borrow();
-        let mut sectors = model.recorded_sectors();
-        sectors.extend(taken.iter().map(|&(s, _)| s));
-        let mut taken = taken.iter().peekable();
-        sectors
-            .into_iter()
-            .map(|s| {
-                while taken.next_if(|&&(t, _)| t < s).is_some() {}
-                let v = taken
-                    .next_if(|&&(t, _)| t == s)
-                    .map_or_else(|| model.unwritten(s), |&(_, v)| v);
-                (s, v)
-            })
-            .collect()
     }
 
     /// The guest disk read back (faults off) and checked by the model as

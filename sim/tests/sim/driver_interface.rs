@@ -141,11 +141,8 @@ impl DriverKind for AdapterKind {
         data: Option<SimDisk>,
         options: EngineOptions,
     ) -> DriverFuture<'static, Box<dyn Driver>> {
-        let mode = self.0;
-        Box::pin(async move {
-            let img = Image::open_with_data(disk, data, options).await?;
-            Ok(Box::new(Adapter { img, mode }) as Box<dyn Driver>)
-        })
+        // A fresh probe is the one `Image::open_with_data` makes.
+        self.open_probed(disk, data, options, engine::StepProbe::default())
     }
 
     // Forwarded too: the runner crashes the repair an open runs only
